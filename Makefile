@@ -1,0 +1,48 @@
+# The two commands a newcomer needs (see README):
+#   make serve   - install mqproxy into .venv and run it on the embedded store (127.0.0.1:9876)
+#   make test    - install everything the tests need (Java for Spark, the real third-party clients)
+#                  and run every test tier
+# `make test-fast` runs only the quick default tier.
+
+PY        ?= python3
+VENV      := .venv
+BIN       := $(VENV)/bin
+PIP       := $(BIN)/pip
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_TEST:= $(VENV)/.installed-test
+CONSTRAINTS := constraints.txt
+
+.PHONY: serve test test-fast system-deps clients bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP_RUN): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(PIP) install -q -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(STAMP_TEST): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[test,etl]'
+	touch $(STAMP_RUN) $@
+
+serve: $(STAMP_RUN)
+	$(BIN)/mqproxy serve --config config/mqproxy.toml
+
+system-deps:
+	@bash scripts/setup-system.sh
+
+clients: system-deps
+	@bash scripts/setup-clients.sh
+
+test: system-deps $(STAMP_TEST) clients
+	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
+
+test-fast: $(STAMP_TEST)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP_TEST)
+	$(BIN)/python bench/negotiation.py
+
+clean:
+	rm -rf $(VENV) .clients

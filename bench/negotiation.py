@@ -1,0 +1,188 @@
+"""Negotiation benchmark: connections accepted → sniffed → closed per second, and sniff latency, per protocol.
+
+Runs mqproxy (memory backend, JSON logs to a file) and, as the baseline, a plain trio echo server, each
+in its own process, and drives both from this process with the same connection pattern: connect, send
+the protocol's first bytes, read until the server closes (or the first answer for protocols that keep the
+connection open), close. Sniff latency is the proxy's own ``sniff_ms`` from ``conn.negotiated`` events.
+
+    python bench/negotiation.py [--connections 2000] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import ssl
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+ECHO_SERVER = """
+import sys, trio
+async def handler(stream):
+    try:
+        data = await stream.receive_some(65536)
+        if data:
+            await stream.send_all(data)
+    except trio.BrokenResourceError:
+        pass
+async def main():
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    print(listeners[0].socket.getsockname()[1], flush=True)
+    await trio.serve_listeners(handler, listeners)
+trio.run(main)
+"""
+
+
+def _remoting_route_request() -> bytes:
+    header = json.dumps({"code": 105, "language": "JAVA", "version": 401, "opaque": 1, "flag": 0,
+                         "extFields": {"topic": "BenchTopic"}}).encode()
+    return struct.pack(">ii", 4 + len(header), len(header)) + header
+
+
+def _proxy_v1(inner: bytes) -> bytes:
+    return b"PROXY TCP4 203.0.113.1 127.0.0.1 50000 9876\r\n" + inner
+
+
+HTTP_GET = b"GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+PAYLOADS: dict[str, bytes] = {
+    "remoting": _remoting_route_request(),
+    "mqtt": b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1",
+    "grpc": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+    "http": HTTP_GET,
+    "proxy+http": _proxy_v1(HTTP_GET),
+}
+
+
+async def _one(port: int, payload: bytes, tls: ssl.SSLContext | None) -> float:
+    started = time.perf_counter()
+    stream: trio.abc.Stream = await trio.open_tcp_stream("127.0.0.1", port)
+    if tls is not None:
+        stream = trio.SSLStream(stream, tls, server_hostname="localhost")
+    try:
+        await stream.send_all(payload)
+        first = await stream.receive_some(65536)
+        latency = time.perf_counter() - started
+        if first:
+            with trio.move_on_after(0.001 if payload.startswith(b"\x00") else 5):
+                while await stream.receive_some(65536):
+                    pass
+    finally:
+        await trio.aclose_forcefully(stream)
+    return latency
+
+
+async def _drive(port: int, payload: bytes, n: int, concurrency: int, tls: ssl.SSLContext | None = None) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    remaining = iter(range(n))
+
+    async def worker() -> None:
+        for _ in remaining:
+            latencies.append(await _one(port, payload, tls))
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(concurrency):
+            nursery.start_soon(worker)
+    return n / (time.perf_counter() - started), latencies
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def _start_proxy(workdir: Path, cert: tuple[str, str] | None) -> tuple[subprocess.Popen[bytes], int, Path]:
+    log = workdir / "proxy.log"
+    env = dict(os.environ, MQPROXY_STORE_BACKEND="memory", MQPROXY_SERVER_SNIFF_TIMEOUT_S="5")
+    if cert:
+        env.update(MQPROXY_TLS_CERT_FILE=cert[0], MQPROXY_TLS_KEY_FILE=cert[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0", "--log-format", "json"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "proxy.started":
+                return proc, int(event["listen"].rsplit(":", 1)[1]), log
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"mqproxy did not start:\n{log.read_text()}")
+
+
+def _start_echo() -> tuple[subprocess.Popen[bytes], int]:
+    proc = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def _sniff_ms_by_protocol(log: Path) -> dict[tuple[str, bool], list[float]]:
+    out: dict[tuple[str, bool], list[float]] = {}
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "conn.negotiated":
+            key = (event["protocol"] + ("+proxy" if event["proxied"] else ""), event["tls"])
+            out.setdefault(key, []).append(event["sniff_ms"])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connections", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    import trustme
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        ca = trustme.CA()
+        issued = ca.issue_cert("localhost")
+        cert, key = workdir / "cert.pem", workdir / "key.pem"
+        issued.private_key_and_cert_chain_pem.write_to_path(str(cert))
+        issued.private_key_pem.write_to_path(str(key))
+        client_tls = ssl.create_default_context()
+        ca.configure_trust(client_tls)
+
+        proxy, proxy_port, log = _start_proxy(workdir, (str(cert), str(key)))
+        echo, echo_port = _start_echo()
+        rows = []
+        try:
+            rate, lat = trio.run(_drive, echo_port, HTTP_GET, args.connections, args.concurrency)
+            rows.append(("baseline: trio echo", "-", rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None))
+            cases = [(name, payload, None) for name, payload in PAYLOADS.items()]
+            cases.append(("tls+http", HTTP_GET, client_tls))
+            for name, payload, tls in cases:
+                n = args.connections if tls is None else max(200, args.connections // 5)
+                rate, lat = trio.run(_drive, proxy_port, payload, n, args.concurrency, tls)
+                rows.append((f"mqproxy: {name}", n, rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None))
+        finally:
+            proxy.terminate()
+            proxy.wait(20)
+            echo.kill()
+        sniff = _sniff_ms_by_protocol(log)
+
+    print(f"negotiation benchmark: {args.connections} connections per case, concurrency {args.concurrency}, "
+          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    print(f"{'case':28} {'conns/s':>10} {'first-answer p50 ms':>20} {'p99 ms':>9}")
+    for name, _n, rate, p50, p99, _a, _b in rows:
+        print(f"{name:28} {rate:10.0f} {p50:20.2f} {p99:9.2f}")
+    print()
+    print(f"{'sniff latency (server side)':28} {'count':>10} {'p50 ms':>20} {'p99 ms':>9}")
+    for (proto, tls), values in sorted(sniff.items()):
+        label = f"{proto}{' (tls)' if tls else ''}"
+        print(f"{label:28} {len(values):10d} {_pct(values, 50):20.3f} {_pct(values, 99):9.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""In-memory reference :class:`~mqproxy.broker.backend.Backend`: nothing survives the process.
+
+Same semantics as the embedded store (validation, auto-creation, offsets, tag filtering, LMQ
+multi-dispatch, long polling); used by tests and by handlers that want a throwaway broker.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mqproxy.broker.errors import TopicNotFound
+from mqproxy.broker.groups import ConsumerRegistry
+from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
+from mqproxy.broker.sending import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    StoreClock,
+    check_batch,
+    check_message,
+    properties_size,
+    stored_properties,
+)
+from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
+from mqproxy.broker.types import (
+    ConsumerInfo,
+    Message,
+    PullResult,
+    PullStatus,
+    SendResult,
+    StoredMessage,
+    TagFilter,
+    TopicConfig,
+)
+from mqproxy.broker.waiters import QueueWaiters
+
+#: Fixed bytes a remoting record adds to body, topic and properties (IPv4 hosts, spec §4.1).
+_RECORD_OVERHEAD = 91
+
+
+@dataclass(slots=True)
+class _Queue:
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+class InMemoryBackend:
+    def __init__(
+        self,
+        default_queue_count: int = 4,
+        auto_create_topics: bool = True,
+        store_host: tuple[str, int] = ("127.0.0.1", 0),
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self._topics = TopicTable(default_queue_count, auto_create_topics)
+        self._store_host = store_host
+        self._max_message_bytes = max_message_bytes
+        self._queues: dict[tuple[str, int], _Queue] = {}
+        self._offsets: dict[tuple[str, str, int], int] = {}
+        self._consumers = ConsumerRegistry()
+        self._waiters = QueueWaiters()
+        self._clock = StoreClock()
+        self._next_commitlog_offset = 0
+
+    # --- produce -------------------------------------------------------------------------------
+    async def send(self, message: Message) -> SendResult:
+        return (await self.send_batch([message]))[0]
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        check_batch(messages)
+        targets = [check_message(m, self._max_message_bytes) for m in messages]
+        config = self._config_for_send(messages[0].topic)
+        queue_id = self._topics.pick_queue(config, messages[0].queue_id)
+        # Everything is validated: from here on nothing raises, so the batch is all-or-nothing.
+        queue = self._queue(config.name, queue_id)
+        results: list[SendResult] = []
+        touched: set[tuple[str, int]] = {(config.name, queue_id)}
+        for message, lmqs in zip(messages, targets, strict=True):
+            lmq_queues = [self._queue(name, LMQ_QUEUE_ID) for name in lmqs]
+            lmq_offsets = [len(q.messages) for q in lmq_queues]
+            properties = stored_properties(message.properties, lmqs, lmq_offsets)
+            size = (
+                _RECORD_OVERHEAD
+                + len(message.body)
+                + len(config.name)
+                + properties_size(properties)
+            )
+            stored = StoredMessage(
+                topic=config.name,
+                queue_id=queue_id,
+                queue_offset=len(queue.messages),
+                commitlog_offset=self._next_commitlog_offset,
+                store_size=size,
+                body=bytes(message.body),
+                flag=message.flag,
+                properties=properties,
+                sys_flag=message.sys_flag,
+                born_timestamp_ms=message.born_timestamp_ms,
+                born_host=message.born_host,
+                store_timestamp_ms=self._clock.now_ms(),
+                store_host=self._store_host,
+                reconsume_times=message.reconsume_times,
+                body_crc=zlib.crc32(message.body) & 0x7FFFFFFF,
+            )
+            self._next_commitlog_offset += size
+            queue.messages.append(stored)
+            for name, q in zip(lmqs, lmq_queues, strict=True):
+                q.messages.append(stored)
+                touched.add((name, LMQ_QUEUE_ID))
+            results.append(
+                SendResult(
+                    topic=config.name,
+                    queue_id=queue_id,
+                    queue_offset=stored.queue_offset,
+                    commitlog_offset=stored.commitlog_offset,
+                    store_timestamp_ms=stored.store_timestamp_ms,
+                    lmq_offsets=dict(zip(lmqs, lmq_offsets, strict=True)),
+                )
+            )
+        for key in touched:
+            self._waiters.notify(key)
+        return results
+
+    # --- consume -------------------------------------------------------------------------------
+    async def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        tag_filter: TagFilter | None = None,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> PullResult:
+        messages = self._readable(topic, queue_id)
+        max_offset = len(messages)
+        early = out_of_range(offset, 0, max_offset)
+        if early is not None:
+            return early
+        found: list[StoredMessage] = []
+        size = 0
+        position = offset
+        scan_end = min(max_offset, offset + max(max_count, 1) + MAX_SCAN_ENTRIES)
+        while position < scan_end and len(found) < max(max_count, 1):
+            message = messages[position]
+            if tag_filter is not None and not tag_filter.matches(message.tags):
+                position += 1
+                continue
+            if found and size + message.store_size > max_bytes:
+                break
+            found.append(message)
+            size += message.store_size
+            position += 1
+        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, tuple(found), position, 0, max_offset)
+
+    async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        self._readable(topic, queue_id)
+        key = (topic, queue_id)
+
+        def ready() -> bool:
+            queue = self._queues.get(key)
+            return queue is not None and len(queue.messages) > offset
+
+        return await self._waiters.wait(key, ready, timeout_s)
+
+    # --- offsets -------------------------------------------------------------------------------
+    async def min_offset(self, topic: str, queue_id: int) -> int:
+        self._readable(topic, queue_id)
+        return 0
+
+    async def max_offset(self, topic: str, queue_id: int) -> int:
+        return len(self._readable(topic, queue_id))
+
+    async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        messages = self._readable(topic, queue_id)
+        lo, hi = 0, len(messages)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if messages[mid].store_timestamp_ms < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    async def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        messages = self._readable(topic, queue_id)
+        return messages[0].store_timestamp_ms if messages else -1
+
+    async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._offsets.get((group, topic, queue_id))
+
+    async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        validate_topic(topic)
+        self._offsets[(group, topic, queue_id)] = offset
+
+    # --- metadata ------------------------------------------------------------------------------
+    async def get_topic(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
+        return self._create(topic, queue_count)
+
+    # --- consumer groups -----------------------------------------------------------------------
+    async def register_consumer(self, info: ConsumerInfo) -> bool:
+        return self._consumers.register(info)
+
+    async def unregister_consumer(self, group: str, client_id: str) -> bool:
+        return self._consumers.unregister(group, client_id)
+
+    async def consumer_ids(self, group: str) -> list[str]:
+        return self._consumers.ids(group)
+
+    async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
+        return self._consumers.info(group, client_id)
+
+    # --- internals -----------------------------------------------------------------------------
+    def _config_for_send(self, topic: str) -> TopicConfig:
+        config = self._topics.get(topic)
+        if config is not None:
+            return config
+        if not self._topics.auto_create:
+            raise TopicNotFound(topic)
+        return self._create(topic, None)
+
+    def _create(self, topic: str, queue_count: int | None) -> TopicConfig:
+        planned = self._topics.plan_create(topic, queue_count)
+        if planned is None:
+            return self._topics.require(topic)
+        self._topics.load(planned)
+        return planned
+
+    def _queue(self, topic: str, queue_id: int) -> _Queue:
+        key = (topic, queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue()
+        return queue
+
+    def _readable(self, topic: str, queue_id: int) -> list[StoredMessage]:
+        config = self._topics.require(topic)
+        TopicTable.check_read_queue(config, queue_id)
+        queue = self._queues.get((topic, queue_id))
+        return queue.messages if queue is not None else []

@@ -1,0 +1,50 @@
+"""Long-poll wake-ups: one lazily created :class:`trio.Event` per queue that currently has waiters.
+
+Idle queues cost nothing; an event is dropped as soon as it fires, so a million light queues with no
+pending pulls hold no objects here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+
+import trio
+
+
+class QueueWaiters:
+    def __init__(self) -> None:
+        self._events: dict[Hashable, trio.Event] = {}
+
+    def notify(self, key: Hashable) -> None:
+        """Wake every task waiting on ``key`` (call after the queue's max offset grew)."""
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def notify_all(self) -> None:
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
+    async def wait(self, key: Hashable, ready: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``ready()`` is true (re-checked after each notify) or ``timeout_s`` passes.
+
+        Returns ``ready()``'s final answer; honours cancellation. A non-positive or NaN timeout
+        checks once without waiting.
+        """
+        if ready():
+            return True
+        if not timeout_s > 0:  # also catches NaN
+            return False
+        deadline = trio.current_time() + timeout_s if math.isfinite(timeout_s) else math.inf
+        while True:
+            event = self._events.get(key)
+            if event is None:
+                event = self._events[key] = trio.Event()
+            with trio.move_on_at(deadline):
+                await event.wait()
+            if ready():
+                return True
+            if trio.current_time() >= deadline:
+                return False

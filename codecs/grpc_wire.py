@@ -1,0 +1,607 @@
+"""
+mqproxy.codecs.grpc_wire
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+A sans-IO gRPC server connection over ``h2`` (shape of purerpc's ``GRPCConnection``): feed bytes with
+:meth:`GrpcServerConnection.receive_data`, get :class:`GrpcEvent` objects back, answer with
+``start_response`` / ``send_message`` / ``end_response`` and write out :meth:`~GrpcServerConnection.data_to_send`.
+
+Contracts:
+
+* Requests are validated (``:method POST``, ``content-type application/grpc[+…|;…]``, ``te: trailers``,
+  ``:path /Service/Method``, ``grpc-timeout``, ``-bin`` metadata) before a :class:`RequestReceived` is
+  emitted; a bad one is answered by the codec (HTTP 405/415/400 or a gRPC Trailers-Only status) and reported
+  as :class:`RequestRejected`. Framing errors on an accepted call (compressed message, message over
+  ``max_message_bytes``, truncated message at END_STREAM, connection buffer budget exceeded) are answered
+  the same way; the call is then over.
+* Inbound DATA is acknowledged as soon as it is framed, so a peer never stalls; memory is bounded by
+  ``max_message_bytes`` per stream and ``max_buffered_bytes`` per connection (partial messages only).
+* Outbound messages are queued per stream and written as flow control allows; the queue is flushed on
+  WINDOW_UPDATE/SETTINGS. ``pending_outbound_bytes`` lets the I/O layer apply back-pressure.
+* Calls on a stream that is gone (reset by the peer, finished, connection closed) are ignored.
+* HTTP/2 connection errors raise :class:`GrpcWireError`, with the GOAWAY already queued in
+  ``data_to_send()``: flush it, then close the socket.
+
+Two deliberate deviations from stock ``h2`` (see :class:`_ServerH2Connection`): a client GOAWAY does not
+close the connection (python-hyper/h2 #1181; in-flight streams still finish), and a HEADERS frame over
+``SETTINGS_MAX_CONCURRENT_STREAMS`` is refused with RST_STREAM(REFUSED_STREAM) (RFC 9113 §5.1.2) instead of
+h2's connection-wide PROTOCOL_ERROR.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import re
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.errors import ErrorCodes
+from h2.stream import StreamClosedBy
+from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
+
+__all__ = [
+    "ConnectionTerminated",
+    "GrpcEvent",
+    "GrpcServerConnection",
+    "GrpcStatus",
+    "GrpcWireError",
+    "Metadata",
+    "MessageReceived",
+    "RequestEnded",
+    "RequestReceived",
+    "RequestRejected",
+    "StreamReset",
+    "encode_message",
+    "parse_grpc_timeout",
+    "percent_encode",
+]
+
+#: Request/response metadata: lower-case names; ``-bin`` names carry ``bytes``, others ``str``.
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+_PREFIX = struct.Struct(">BI")  # compressed flag, message length
+_TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
+_TIMEOUT_UNIT_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+#: Request headers consumed by the codec, not passed on as metadata.
+_RESERVED = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"})
+
+
+class GrpcStatus(enum.IntEnum):
+    """gRPC status codes (``grpc-status``)."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class GrpcWireError(Exception):
+    """The connection is unusable; a GOAWAY with ``error_code`` is already queued in ``data_to_send()``."""
+
+    def __init__(self, error_code: int, reason: str) -> None:
+        super().__init__(f"{reason} (GOAWAY error code {error_code})")
+        self.error_code = error_code
+        self.reason = reason
+
+
+# ------------------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrpcEvent:
+    """Base class of everything :meth:`GrpcServerConnection.receive_data` returns."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestReceived(GrpcEvent):
+    """A valid call started."""
+
+    stream_id: int
+    #: The ``:path``, e.g. ``/apache.rocketmq.v2.MessagingService/SendMessage``.
+    method: str
+    authority: str
+    metadata: Metadata
+    #: The ``grpc-timeout`` in seconds, relative to receipt of the headers; ``None`` when absent.
+    deadline_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageReceived(GrpcEvent):
+    """One complete, uncompressed request message (raw protobuf bytes; decoding is the caller's job)."""
+
+    stream_id: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestEnded(GrpcEvent):
+    """The client half-closed the call after whole messages only."""
+
+    stream_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRejected(GrpcEvent):
+    """The codec answered and finished this stream itself (bad request or framing error).
+
+    If a :class:`RequestReceived` was emitted for ``stream_id`` the call is over: drop its handler.
+    ``http_status`` is 200 when the answer was a gRPC status.
+    """
+
+    stream_id: int
+    http_status: int
+    grpc_status: GrpcStatus
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamReset(GrpcEvent):
+    """The stream was reset (by the client, or by h2 on a stream error); its state is gone."""
+
+    stream_id: int
+    error_code: int
+    remote: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionTerminated(GrpcEvent):
+    """The client sent GOAWAY. Streams up to ``last_stream_id`` may still be answered; then close."""
+
+    error_code: int
+    last_stream_id: int
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def parse_grpc_timeout(value: str) -> float | None:
+    """``grpc-timeout`` (1–8 digits + one of ``H M S m u n``) in seconds; ``None`` if malformed."""
+    match = _TIMEOUT.fullmatch(value)
+    if match is None:
+        return None
+    return int(match[1]) * _TIMEOUT_UNIT_S[match[2]]
+
+
+def percent_encode(message: str) -> str:
+    """``grpc-message`` encoding: UTF-8, then %XX for bytes outside 0x20–0x7E and for ``%``."""
+    return "".join(
+        chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in message.encode("utf-8")
+    )
+
+
+def encode_message(payload: bytes) -> bytes:
+    """One uncompressed length-prefixed gRPC message."""
+    return _PREFIX.pack(0, len(payload)) + payload
+
+
+def _encode_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> list[tuple[str, str]]:
+    out = []
+    for name, value in metadata:
+        key = name.lower()
+        if isinstance(value, bytes):
+            out.append((key, base64.b64encode(value).decode("ascii").rstrip("=")))
+        else:
+            out.append((key, value))
+    return out
+
+
+class _BadRequest(Exception):
+    def __init__(self, http_status: int, grpc_status: GrpcStatus, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.grpc_status = grpc_status
+        self.message = message
+
+
+# ------------------------------------------------------------------------------------ h2 subclass
+
+
+class _ServerH2Connection(h2.connection.H2Connection):
+    """``H2Connection`` with the two server-side fixes described in the module docstring.
+
+    Relies on h2 4.x internals (``_receive_goaway_frame``, ``_receive_headers_frame``, ``_closed_streams``),
+    exercised by ``tests/codecs/test_grpc_wire.py``.
+    """
+
+    def _receive_goaway_frame(self, frame: GoAwayFrame) -> tuple[list[Frame], list[h2.events.Event]]:
+        event = h2.events.ConnectionTerminated()
+        event.error_code = h2.errors._error_code_from_int(frame.error_code)
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
+
+    def _receive_headers_frame(self, frame: HeadersFrame) -> tuple[list[Frame], list[h2.events.Event]]:
+        limit = self.local_settings.max_concurrent_streams
+        # len(self.streams) bounds the open count from above and is O(1); open_inbound_streams is O(n)
+        if frame.stream_id in self.streams or len(self.streams) < limit or self.open_inbound_streams < limit:
+            return super()._receive_headers_frame(frame)
+        # Refuse: still decode the block so the HPACK dynamic table stays in sync (raises on a bomb).
+        h2.connection._decode_headers(self.decoder, frame.data)
+        events = self.state_machine.process_input(h2.connection.ConnectionInputs.RECV_HEADERS)
+        if frame.stream_id % 2 == 0 or frame.stream_id <= self.highest_inbound_stream_id:
+            raise h2.exceptions.ProtocolError(f"invalid new stream id {frame.stream_id}")
+        self.highest_inbound_stream_id = frame.stream_id
+        self._closed_streams[frame.stream_id] = StreamClosedBy.SEND_RST_STREAM
+        rst = RstStreamFrame(frame.stream_id)
+        rst.error_code = ErrorCodes.REFUSED_STREAM
+        return [rst], events
+
+
+# ------------------------------------------------------------------------------------- connection
+
+
+class _MessageReader:
+    """Length-prefixed message reassembly for one stream; a message is copied once, when complete."""
+
+    __slots__ = ("_expect", "_have", "_parts", "_prefix", "compressed_status", "max_message_bytes")
+
+    def __init__(self, max_message_bytes: int, compressed_status: GrpcStatus) -> None:
+        self.max_message_bytes = max_message_bytes
+        self.compressed_status = compressed_status  # what a compressed message earns on this stream
+        self._prefix = b""
+        self._expect = -1  # payload length of the message being read; -1 while reading a prefix
+        self._have = 0
+        self._parts: list[bytes] = []
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for the incomplete message (0 between messages)."""
+        return len(self._prefix) + self._have
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Complete messages in ``data``; raises ``_BadRequest`` on a framing violation."""
+        out: list[bytes] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._expect < 0:
+                take = 5 - len(self._prefix)
+                self._prefix += data[pos:pos + take]
+                pos += take
+                if len(self._prefix) < 5:
+                    break
+                flag, length = _PREFIX.unpack(self._prefix)
+                self._check(flag, length)
+                self._prefix, self._expect = b"", length
+            take = min(self._expect - self._have, end - pos)
+            if take:
+                self._parts.append(data[pos:pos + take])
+                self._have += take
+                pos += take
+            if self._have == self._expect:
+                out.append(self._parts[0] if len(self._parts) == 1 else b"".join(self._parts))
+                self._parts, self._have, self._expect = [], 0, -1
+        return out
+
+    def _check(self, flag: int, length: int) -> None:
+        if flag == 1:
+            raise _BadRequest(200, self.compressed_status, "compressed messages are not supported"
+                              if self.compressed_status is GrpcStatus.UNIMPLEMENTED
+                              else "compressed flag set without grpc-encoding")
+        if flag != 0:
+            raise _BadRequest(200, GrpcStatus.INTERNAL, f"invalid compressed flag {flag}")
+        if length > self.max_message_bytes:
+            raise _BadRequest(200, GrpcStatus.RESOURCE_EXHAUSTED,
+                              f"message of {length} bytes exceeds the limit of {self.max_message_bytes}")
+
+
+@dataclass(slots=True)
+class _Stream:
+    reader: _MessageReader
+    headers_sent: bool = False
+    pending: bytearray = field(default_factory=bytearray)
+    trailers: list[tuple[str, str]] | None = None
+
+
+class GrpcServerConnection:
+    """Server side of one HTTP/2 connection carrying gRPC calls. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        max_message_bytes: int = 16 * 1024 * 1024,
+        max_buffered_bytes: int = 64 * 1024 * 1024,
+        max_concurrent_streams: int = 1000,
+        max_header_list_size: int = 64 * 1024,
+        initial_window_bytes: int = 1024 * 1024,
+        connection_window_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        if min(max_message_bytes, max_buffered_bytes, max_concurrent_streams, max_header_list_size) < 1:
+            raise ValueError("limits must be positive")
+        if not 65_535 <= initial_window_bytes <= 2**31 - 1 or not 65_535 <= connection_window_bytes <= 2**31 - 1:
+            raise ValueError("window sizes must be within 65535..2**31-1")
+        self.max_message_bytes = max_message_bytes
+        self.max_buffered_bytes = max_buffered_bytes
+        self._connection_window_bytes = connection_window_bytes
+        self._h2 = _ServerH2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        self._h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: max_header_list_size,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: initial_window_bytes,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
+        self._h2.decoder.max_header_list_size = max_header_list_size
+        self._streams: dict[int, _Stream] = {}
+        self._buffered = 0  # bytes of partial inbound messages, all streams
+        self._closed = False
+
+    # --------------------------------------------------------------------------------- inbound
+
+    def initiate(self) -> None:
+        """Queue the server preface (SETTINGS) and open the connection-level receive window."""
+        self._h2.initiate_connection()
+        if self._connection_window_bytes > 65_535:
+            self._h2.increment_flow_control_window(self._connection_window_bytes - 65_535)
+
+    def receive_data(self, data: bytes) -> list[GrpcEvent]:
+        """Process bytes from the client; raises :class:`GrpcWireError` on an HTTP/2 connection error."""
+        if self._closed:
+            return []
+        try:
+            h2_events = self._h2.receive_data(data)
+        except h2.exceptions.H2Error as e:
+            code = int(getattr(e, "error_code", ErrorCodes.INTERNAL_ERROR))
+            if self._h2.state_machine.state is not h2.connection.ConnectionState.CLOSED:
+                # h2 raised before queueing its GOAWAY (e.g. a bad client preface): queue it here
+                self._h2.close_connection(code, last_stream_id=self._h2.highest_inbound_stream_id)
+            self._fail_connection()
+            raise GrpcWireError(code, str(e)) from e
+        events: list[GrpcEvent] = []
+        for ev in h2_events:
+            if isinstance(ev, h2.events.DataReceived):
+                self._on_data(ev, events)
+            elif isinstance(ev, h2.events.RequestReceived):
+                self._on_request(ev, events)
+            elif isinstance(ev, h2.events.StreamEnded):
+                self._on_request_end(ev.stream_id, events)
+            elif isinstance(ev, h2.events.WindowUpdated) and ev.stream_id:
+                self._flush(ev.stream_id)
+            elif isinstance(ev, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+                self._flush_all()
+            elif isinstance(ev, h2.events.StreamReset):
+                if self._drop(ev.stream_id):
+                    events.append(StreamReset(stream_id=ev.stream_id, error_code=int(ev.error_code),
+                                              remote=ev.remote_reset))
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                events.append(ConnectionTerminated(error_code=int(ev.error_code),
+                                                   last_stream_id=ev.last_stream_id or 0))
+        return events
+
+    def _on_request(self, ev: h2.events.RequestReceived, events: list[GrpcEvent]) -> None:
+        sid = ev.stream_id
+        try:
+            request, compressed_status = self._parse_request(sid, ev.headers or ())
+        except _BadRequest as bad:
+            self._reject(sid, bad, events)
+            return
+        self._streams[sid] = _Stream(reader=_MessageReader(self.max_message_bytes, compressed_status))
+        events.append(request)
+
+    def _parse_request(
+        self, sid: int, raw_headers: Iterable[tuple[bytes | str, bytes | str]],
+    ) -> tuple[RequestReceived, GrpcStatus]:
+        pseudo: dict[str, str] = {}
+        plain: dict[str, str] = {}
+        metadata: list[tuple[str, str | bytes]] = []
+        for raw_name, raw_value in raw_headers:
+            name = raw_name.decode("ascii", "replace") if isinstance(raw_name, bytes) else raw_name
+            value = raw_value.decode("utf-8", "replace") if isinstance(raw_value, bytes) else raw_value
+            if name.startswith(":"):
+                pseudo.setdefault(name, value)
+            elif name in _RESERVED:
+                plain.setdefault(name, value)
+            elif name.endswith("-bin"):
+                try:
+                    metadata.append((name, base64.b64decode(value + "=" * (-len(value) % 4), validate=True)))
+                except (binascii.Error, ValueError) as e:
+                    raise _BadRequest(200, GrpcStatus.INTERNAL, f"invalid base64 in {name}") from e
+            else:
+                metadata.append((name, value))
+        if pseudo.get(":method") != "POST":
+            raise _BadRequest(405, GrpcStatus.INTERNAL, f"method {pseudo.get(':method')!r} is not POST")
+        content_type = plain.get("content-type", "")
+        if not (content_type == "application/grpc" or content_type.startswith(("application/grpc+",
+                                                                                  "application/grpc;"))):
+            raise _BadRequest(415, GrpcStatus.INVALID_ARGUMENT, f"invalid content-type {content_type!r}")
+        if plain.get("te") != "trailers":
+            raise _BadRequest(400, GrpcStatus.INTERNAL, "te: trailers is required")
+        path = pseudo.get(":path", "")
+        if path.count("/") != 2 or not path.startswith("/") or path.endswith("/"):
+            raise _BadRequest(200, GrpcStatus.UNIMPLEMENTED, f"malformed method path {path!r}")
+        deadline_s = None
+        if "grpc-timeout" in plain:
+            deadline_s = parse_grpc_timeout(plain["grpc-timeout"])
+            if deadline_s is None:
+                raise _BadRequest(200, GrpcStatus.INTERNAL, f"malformed grpc-timeout {plain['grpc-timeout']!r}")
+        encoding = plain.get("grpc-encoding", "identity")
+        compressed_status = GrpcStatus.INTERNAL if encoding == "identity" else GrpcStatus.UNIMPLEMENTED
+        request = RequestReceived(stream_id=sid, method=path, authority=pseudo.get(":authority", ""),
+                                  metadata=tuple(metadata), deadline_s=deadline_s)
+        return request, compressed_status
+
+    def _on_data(self, ev: h2.events.DataReceived, events: list[GrpcEvent]) -> None:
+        sid = ev.stream_id
+        if ev.flow_controlled_length:
+            self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
+        stream = self._streams.get(sid)
+        if stream is None or not ev.data:
+            return  # stream already answered by us: discard
+        reader = stream.reader
+        self._buffered -= reader.buffered
+        try:
+            messages = reader.feed(ev.data)
+            if reader.buffered and self._buffered + reader.buffered > self.max_buffered_bytes:
+                raise _BadRequest(200, GrpcStatus.RESOURCE_EXHAUSTED, "connection receive buffer exhausted")
+        except _BadRequest as bad:
+            stream.reader = _MessageReader(0, GrpcStatus.INTERNAL)  # drop the partial message
+            self._reject(sid, bad, events)
+            return
+        self._buffered += reader.buffered
+        events.extend(MessageReceived(stream_id=sid, payload=m) for m in messages)
+
+    def _on_request_end(self, sid: int, events: list[GrpcEvent]) -> None:
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
+        if stream.reader.buffered or stream.reader._expect >= 0:
+            self._reject(sid, _BadRequest(200, GrpcStatus.INTERNAL, "request ended inside a message"), events)
+            return
+        events.append(RequestEnded(stream_id=sid))
+
+    def _reject(self, sid: int, bad: _BadRequest, events: list[GrpcEvent]) -> None:
+        stream = self._streams.get(sid)
+        if stream is not None:
+            stream.pending.clear()
+            headers_sent = stream.headers_sent
+            self._drop(sid)
+        else:
+            headers_sent = False
+        if headers_sent:
+            trailers = self._status_headers(bad.grpc_status, bad.message)
+        else:
+            trailers = [(":status", str(bad.http_status)), ("content-type", "application/grpc"),
+                        *self._status_headers(bad.grpc_status, bad.message)]
+            if bad.http_status == 405:
+                trailers.append(("allow", "POST"))
+            if bad.grpc_status is GrpcStatus.UNIMPLEMENTED:
+                trailers.append(("grpc-accept-encoding", "identity"))
+        self._end_stream(sid, trailers)
+        events.append(RequestRejected(stream_id=sid, http_status=bad.http_status, grpc_status=bad.grpc_status,
+                                      message=bad.message))
+
+    # -------------------------------------------------------------------------------- outbound
+
+    def start_response(self, stream_id: int, metadata: Sequence[tuple[str, str | bytes]] = ()) -> None:
+        """Send the response headers (``:status 200``) with optional metadata."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.headers_sent:
+            return
+        stream.headers_sent = True
+        headers = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-accept-encoding", "identity"),
+                   *_encode_metadata(metadata)]
+        self._h2.send_headers(stream_id, headers)
+
+    def send_message(self, stream_id: int, payload: bytes) -> None:
+        """Queue one message (headers are sent first if needed) and write what flow control allows."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.trailers is not None:
+            return
+        self.start_response(stream_id)
+        stream.pending += _PREFIX.pack(0, len(payload))
+        stream.pending += payload
+        self._flush(stream_id)
+
+    def end_response(self, stream_id: int, status: int, message: str = "",
+                     trailers: Sequence[tuple[str, str | bytes]] = ()) -> None:
+        """Finish the call with ``grpc-status``/``grpc-message`` (Trailers-Only if nothing was sent yet).
+
+        The trailers follow any queued messages. If the client has not half-closed, RST_STREAM(NO_ERROR)
+        follows them.
+        """
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.trailers is not None:
+            return
+        block = [*self._status_headers(status, message), *_encode_metadata(trailers)]
+        if not stream.headers_sent:
+            stream.headers_sent = True
+            block = [(":status", "200"), ("content-type", "application/grpc"), *block]
+        stream.trailers = block
+        self._flush(stream_id)
+
+    def pending_outbound_bytes(self, stream_id: int | None = None) -> int:
+        """Queued response bytes waiting for flow-control window (one stream, or all)."""
+        if stream_id is not None:
+            stream = self._streams.get(stream_id)
+            return len(stream.pending) if stream is not None else 0
+        return sum(len(s.pending) for s in self._streams.values())
+
+    def data_to_send(self) -> bytes:
+        """Bytes to write to the socket now."""
+        return self._h2.data_to_send()
+
+    def close(self, error_code: int = 0) -> None:
+        """Queue GOAWAY(error_code); every stream is dropped and later calls are ignored."""
+        if self._closed:
+            return
+        self._closed = True
+        self._streams.clear()
+        self._buffered = 0
+        self._h2.close_connection(error_code, last_stream_id=self._h2.highest_inbound_stream_id)
+
+    @property
+    def open_streams(self) -> int:
+        """Streams with codec state (accepted calls not yet finished)."""
+        return len(self._streams)
+
+    # -------------------------------------------------------------------------------- internals
+
+    @staticmethod
+    def _status_headers(status: int, message: str) -> list[tuple[str, str]]:
+        headers = [("grpc-status", str(int(status)))]
+        if message:
+            headers.append(("grpc-message", percent_encode(message)))
+        return headers
+
+    def _flush_all(self) -> None:
+        for sid in [sid for sid, s in self._streams.items() if s.pending or s.trailers is not None]:
+            self._flush(sid)
+
+    def _flush(self, sid: int) -> None:
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
+        pending = stream.pending
+        while pending:
+            size = min(self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size, len(pending))
+            if size <= 0:
+                return
+            self._h2.send_data(sid, bytes(pending[:size]))
+            del pending[:size]
+        if stream.trailers is not None:
+            self._finish(sid, stream)
+
+    def _finish(self, sid: int, stream: _Stream) -> None:
+        self._end_stream(sid, stream.trailers or [])
+        self._drop(sid)
+
+    def _end_stream(self, sid: int, headers: list[tuple[str, str]]) -> None:
+        """Send the final HEADERS; if the client has not half-closed, RST_STREAM(NO_ERROR) stops its body."""
+        self._h2.send_headers(sid, headers, end_stream=True)
+        h2_stream = self._h2.streams.get(sid)
+        if h2_stream is not None and not h2_stream.closed:
+            self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+
+    def _drop(self, sid: int) -> bool:
+        stream = self._streams.pop(sid, None)
+        if stream is None:
+            return False
+        self._buffered -= stream.reader.buffered
+        return True
+
+    def _fail_connection(self) -> None:
+        self._closed = True
+        self._streams.clear()
+        self._buffered = 0

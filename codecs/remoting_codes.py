@@ -1,0 +1,173 @@
+"""
+mqproxy.codecs.remoting_codes
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+Numeric constants of the RocketMQ remoting protocol: request codes, response codes and the sender's
+language. Values are those of the Java ``RequestCode``/``ResponseCode``/``LanguageCode`` classes.
+
+``RemotingCommand.code`` stays a plain ``int`` so that unknown codes survive decoding; compare it with
+these enums (they are ``IntEnum``) or convert with ``RequestCode(code)`` where a name is wanted.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RequestCode(enum.IntEnum):
+    """Request codes (the ``code`` of a request frame)."""
+
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_BROKER_OFFSET = 13
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    GET_BROKER_RUNTIME_INFO = 28
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    #: server -> client, oneway
+    CHECK_TRANSACTION_STATE = 39
+    #: server -> client, oneway
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45
+    CHECK_CLIENT_CONFIG = 46
+    GET_KV_CONFIG = 101
+    REGISTER_BROKER = 103
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    #: server -> client
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    #: server -> client
+    GET_CONSUMER_STATUS_FROM_CLIENT = 221
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    #: server -> client, expects a response
+    GET_CONSUMER_RUNNING_INFO = 307
+    #: server -> client, expects a response
+    CONSUME_MESSAGE_DIRECTLY = 309
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+    SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
+    #: server -> client
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    GET_TOPIC_CONFIG = 351
+    LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    POP_ROLLBACK = 200056
+    BATCH_ACK_MESSAGE = 200151
+
+
+class ResponseCode(enum.IntEnum):
+    """Response codes (the ``code`` of a response frame)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
+    INVALID_PARAMETER = 29
+    TRANSACTION_SHOULD_COMMIT = 200
+    TRANSACTION_SHOULD_ROLLBACK = 201
+    TRANSACTION_STATE_UNKNOW = 202
+    TRANSACTION_STATE_GROUP_WRONG = 203
+    NO_BUYER_ID = 204
+    NOT_IN_CURRENT_UNIT = 205
+    CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
+    BROKER_NOT_EXIST = 211
+    BROKER_DISPATCH_NOT_COMPLETE = 212
+    BROADCAST_CONSUMPTION = 213
+    FLOW_CONTROL = 215
+    NOT_LEADER_FOR_QUEUE = 501
+    ILLEGAL_OPERATION = 604
+    #: client-internal pseudo codes; never sent by a server
+    RPC_UNKNOWN = -1000
+    RPC_ADDR_IS_NULL = -1002
+    RPC_SEND_TO_CHANNEL_FAILED = -1004
+    RPC_TIME_OUT = -1006
+    GO_AWAY = 1500
+    #: controller (DLedger/JRaft) codes; not client-facing
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_MASTER = 2002
+    CONTROLLER_INVALID_REPLICAS = 2003
+    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
+    CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_BROKER_NOT_ALIVE = 2006
+    CONTROLLER_NOT_LEADER = 2007
+    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
+    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
+    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
+    CONTROLLER_MASTER_STILL_EXIST = 2011
+    CONTROLLER_ELECT_MASTER_FAILED = 2012
+    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
+    CONTROLLER_BROKER_ID_INVALID = 2014
+    CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
+    CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016
+    USER_NOT_EXIST = 3001
+    POLICY_NOT_EXIST = 3002
+
+
+class LanguageCode(enum.IntEnum):
+    """The sender's implementation language: the name travels in JSON headers, the number in binary ones."""
+
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+    NODE_JS = 13

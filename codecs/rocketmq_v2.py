@@ -1,0 +1,551 @@
+"""
+mqproxy.codecs.rocketmq_v2
+~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+The RocketMQ 5 ``apache.rocketmq.v2`` protobuf schema, declared here as data and built at import time into
+a ``FileDescriptorProto`` loaded into a PRIVATE ``DescriptorPool`` (so it never clashes with another
+registration of ``apache.rocketmq.v2`` in the process, e.g. rocketmq-python-client's generated modules).
+
+On the wire only field numbers, wire types and enum numbers matter; names follow the upstream schema so
+JSON/text renderings match. Enums are ``IntEnum`` classes (the single source of their values); messages are
+declared in a compact proto-like line format parsed by :func:`_build_file`:
+
+    [repeated|optional|oneof <group>] <type> <name> = <number>
+    map<string,string> <name> = <number>
+
+Message classes come from ``message_factory.GetMessageClass``; decoding bad bytes raises
+``google.protobuf.message.DecodeError`` (the service layer decides what to answer).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory, timestamp_pb2
+from google.protobuf.message import Message
+
+PACKAGE = "apache.rocketmq.v2"
+SERVICE = f"{PACKAGE}.MessagingService"
+FILE_NAME = "mqproxy/apache_rocketmq_v2.proto"
+
+
+# --------------------------------------------------------------------------------------------- enums
+
+
+class TransactionResolution(enum.IntEnum):
+    TRANSACTION_RESOLUTION_UNSPECIFIED = 0
+    COMMIT = 1
+    ROLLBACK = 2
+
+
+class TransactionSource(enum.IntEnum):
+    SOURCE_UNSPECIFIED = 0
+    SOURCE_CLIENT = 1
+    SOURCE_SERVER_CHECK = 2
+
+
+class Permission(enum.IntEnum):
+    PERMISSION_UNSPECIFIED = 0
+    NONE = 1
+    READ = 2
+    WRITE = 3
+    READ_WRITE = 4
+
+
+class FilterType(enum.IntEnum):
+    FILTER_TYPE_UNSPECIFIED = 0
+    TAG = 1
+    SQL = 2
+
+
+class AddressScheme(enum.IntEnum):
+    ADDRESS_SCHEME_UNSPECIFIED = 0
+    IPv4 = 1
+    IPv6 = 2
+    DOMAIN_NAME = 3
+
+
+class MessageType(enum.IntEnum):
+    MESSAGE_TYPE_UNSPECIFIED = 0
+    NORMAL = 1
+    FIFO = 2
+    DELAY = 3
+    TRANSACTION = 4
+    LITE = 5
+    PRIORITY = 6
+
+
+class DigestType(enum.IntEnum):
+    DIGEST_TYPE_UNSPECIFIED = 0
+    CRC32 = 1
+    MD5 = 2
+    SHA1 = 3
+
+
+class ClientType(enum.IntEnum):
+    CLIENT_TYPE_UNSPECIFIED = 0
+    PRODUCER = 1
+    PUSH_CONSUMER = 2
+    SIMPLE_CONSUMER = 3
+    PULL_CONSUMER = 4
+    LITE_PUSH_CONSUMER = 5
+    LITE_SIMPLE_CONSUMER = 6
+
+
+class Encoding(enum.IntEnum):
+    ENCODING_UNSPECIFIED = 0
+    IDENTITY = 1
+    GZIP = 2
+
+
+class Code(enum.IntEnum):
+    """Application status carried in response bodies (``Status.code``), not in ``grpc-status``."""
+
+    CODE_UNSPECIFIED = 0
+    OK = 20000
+    MULTIPLE_RESULTS = 30000
+    BAD_REQUEST = 40000
+    ILLEGAL_ACCESS_POINT = 40001
+    ILLEGAL_TOPIC = 40002
+    ILLEGAL_CONSUMER_GROUP = 40003
+    ILLEGAL_MESSAGE_TAG = 40004
+    ILLEGAL_MESSAGE_KEY = 40005
+    ILLEGAL_MESSAGE_GROUP = 40006
+    ILLEGAL_MESSAGE_PROPERTY_KEY = 40007
+    INVALID_TRANSACTION_ID = 40008
+    ILLEGAL_MESSAGE_ID = 40009
+    ILLEGAL_FILTER_EXPRESSION = 40010
+    ILLEGAL_INVISIBLE_TIME = 40011
+    ILLEGAL_DELIVERY_TIME = 40012
+    INVALID_RECEIPT_HANDLE = 40013
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = 40014
+    UNRECOGNIZED_CLIENT_TYPE = 40015
+    MESSAGE_CORRUPTED = 40016
+    CLIENT_ID_REQUIRED = 40017
+    ILLEGAL_POLLING_TIME = 40018
+    ILLEGAL_OFFSET = 40019
+    ILLEGAL_LITE_TOPIC = 40020
+    INVALID_CLIENT_PROPERTIES = 40021
+    UNAUTHORIZED = 40100
+    PAYMENT_REQUIRED = 40200
+    FORBIDDEN = 40300
+    NOT_FOUND = 40400
+    MESSAGE_NOT_FOUND = 40401
+    TOPIC_NOT_FOUND = 40402
+    CONSUMER_GROUP_NOT_FOUND = 40403
+    OFFSET_NOT_FOUND = 40404
+    REQUEST_TIMEOUT = 40800
+    PAYLOAD_TOO_LARGE = 41300
+    MESSAGE_BODY_TOO_LARGE = 41301
+    MESSAGE_BODY_EMPTY = 41302
+    PRECONDITION_FAILED = 42800
+    TOO_MANY_REQUESTS = 42900
+    LITE_TOPIC_QUOTA_EXCEEDED = 42901
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 42902
+    REQUEST_HEADER_FIELDS_TOO_LARGE = 43100
+    MESSAGE_PROPERTIES_TOO_LARGE = 43101
+    INTERNAL_ERROR = 50000
+    INTERNAL_SERVER_ERROR = 50001
+    HA_NOT_AVAILABLE = 50002
+    NOT_IMPLEMENTED = 50100
+    PROXY_TIMEOUT = 50400
+    MASTER_PERSISTENCE_TIMEOUT = 50401
+    SLAVE_PERSISTENCE_TIMEOUT = 50402
+    UNSUPPORTED = 50500
+    VERSION_UNSUPPORTED = 50501
+    VERIFY_FIFO_MESSAGE_UNSUPPORTED = 50502
+    FAILED_TO_CONSUME_MESSAGE = 60000
+
+
+class Language(enum.IntEnum):
+    LANGUAGE_UNSPECIFIED = 0
+    JAVA = 1
+    CPP = 2
+    DOT_NET = 3
+    GOLANG = 4
+    RUST = 5
+    PYTHON = 6
+    PHP = 7
+    NODE_JS = 8
+    RUBY = 9
+    OBJECTIVE_C = 10
+    DART = 11
+    KOTLIN = 12
+
+
+class QueryOffsetPolicy(enum.IntEnum):
+    BEGINNING = 0
+    END = 1
+    TIMESTAMP = 2
+
+
+class LiteSubscriptionAction(enum.IntEnum):
+    PARTIAL_ADD = 0
+    PARTIAL_REMOVE = 1
+    COMPLETE_ADD = 2
+    COMPLETE_REMOVE = 3
+
+
+class OffsetPolicy(enum.IntEnum):
+    """``OffsetOption.Policy`` (a nested enum upstream)."""
+
+    LAST = 0
+    MIN = 1
+    MAX = 2
+
+
+#: Top-level enums of the package, by proto name.
+ENUMS: Mapping[str, type[enum.IntEnum]] = {
+    e.__name__: e
+    for e in (
+        TransactionResolution, TransactionSource, Permission, FilterType, AddressScheme, MessageType,
+        DigestType, ClientType, Encoding, Code, Language, QueryOffsetPolicy, LiteSubscriptionAction,
+    )
+}
+#: Nested enums: (containing message, enum name) -> values.
+_NESTED_ENUMS: Mapping[tuple[str, str], type[enum.IntEnum]] = {("OffsetOption", "Policy"): OffsetPolicy}
+
+
+# ------------------------------------------------------------------------------------------ messages
+
+#: Message name -> field lines. Order is declaration order (nested map entries are generated).
+MESSAGES: Mapping[str, str] = {
+    # definition.proto
+    "FilterExpression": "FilterType type = 1; string expression = 2",
+    "RetryPolicy": """int32 max_attempts = 1; oneof strategy ExponentialBackoff exponential_backoff = 2;
+        oneof strategy CustomizedBackoff customized_backoff = 3""",
+    "ExponentialBackoff": "Duration initial = 1; Duration max = 2; float multiplier = 3",
+    "CustomizedBackoff": "repeated Duration next = 1",
+    "Resource": "string resource_namespace = 1; string name = 2",
+    "SubscriptionEntry": "Resource topic = 1; FilterExpression expression = 2",
+    "Address": "string host = 1; int32 port = 2",
+    "Endpoints": "AddressScheme scheme = 1; repeated Address addresses = 2",
+    "Broker": "string name = 1; int32 id = 2; Endpoints endpoints = 3",
+    "MessageQueue": """Resource topic = 1; int32 id = 2; Permission permission = 3; Broker broker = 4;
+        repeated MessageType accept_message_types = 5""",
+    "Digest": "DigestType type = 1; string checksum = 2",
+    "SystemProperties": """optional string tag = 1; repeated string keys = 2; string message_id = 3;
+        Digest body_digest = 4; Encoding body_encoding = 5; MessageType message_type = 6;
+        Timestamp born_timestamp = 7; string born_host = 8; optional Timestamp store_timestamp = 9;
+        string store_host = 10; optional Timestamp delivery_timestamp = 11; optional string receipt_handle = 12;
+        int32 queue_id = 13; optional int64 queue_offset = 14; optional Duration invisible_duration = 15;
+        optional int32 delivery_attempt = 16; optional string message_group = 17;
+        optional string trace_context = 18; optional Duration orphaned_transaction_recovery_duration = 19;
+        optional DeadLetterQueue dead_letter_queue = 20; optional string lite_topic = 21;
+        optional int32 priority = 22""",
+    "DeadLetterQueue": "string topic = 1; string message_id = 2",
+    "Message": """Resource topic = 1; map<string,string> user_properties = 2;
+        SystemProperties system_properties = 3; bytes body = 4""",
+    "Assignment": "MessageQueue message_queue = 1",
+    "Status": "Code code = 1; string message = 2",
+    "UA": "Language language = 1; string version = 2; string platform = 3; string hostname = 4",
+    "Settings": """optional ClientType client_type = 1; optional Endpoints access_point = 2;
+        optional RetryPolicy backoff_policy = 3; optional Duration request_timeout = 4;
+        oneof pub_sub Publishing publishing = 5; oneof pub_sub Subscription subscription = 6;
+        UA user_agent = 7; Metric metric = 8; map<string,string> client_properties = 9""",
+    "Publishing": "repeated Resource topics = 1; int32 max_body_size = 2; bool validate_message_type = 3",
+    "Subscription": """optional Resource group = 1; repeated SubscriptionEntry subscriptions = 2;
+        optional bool fifo = 3; optional int32 receive_batch_size = 4; optional Duration long_polling_timeout = 5;
+        optional int32 lite_subscription_quota = 6; optional int32 max_lite_topic_size = 7""",
+    "Metric": "bool on = 1; optional Endpoints endpoints = 2",
+    "OffsetOption": """oneof offset_type OffsetOption.Policy policy = 1; oneof offset_type int64 offset = 2;
+        oneof offset_type int64 tail_n = 3; oneof offset_type int64 timestamp = 4""",
+    # service.proto
+    "QueryRouteRequest": "Resource topic = 1; Endpoints endpoints = 2",
+    "QueryRouteResponse": "Status status = 1; repeated MessageQueue message_queues = 2",
+    "SendMessageRequest": "repeated Message messages = 1",
+    "SendResultEntry": """Status status = 1; string message_id = 2; string transaction_id = 3; int64 offset = 4;
+        string recall_handle = 5""",
+    "SendMessageResponse": "Status status = 1; repeated SendResultEntry entries = 2",
+    "QueryAssignmentRequest": "Resource topic = 1; Resource group = 2; Endpoints endpoints = 3",
+    "QueryAssignmentResponse": "Status status = 1; repeated Assignment assignments = 2",
+    "ReceiveMessageRequest": """Resource group = 1; MessageQueue message_queue = 2;
+        FilterExpression filter_expression = 3; int32 batch_size = 4; optional Duration invisible_duration = 5;
+        bool auto_renew = 6; optional Duration long_polling_timeout = 7; optional string attempt_id = 8""",
+    "ReceiveMessageResponse": """oneof content Status status = 1; oneof content Message message = 2;
+        oneof content Timestamp delivery_timestamp = 3""",
+    "AckMessageEntry": "string message_id = 1; string receipt_handle = 2; optional string lite_topic = 3",
+    "AckMessageRequest": "Resource group = 1; Resource topic = 2; repeated AckMessageEntry entries = 3",
+    "AckMessageResultEntry": "string message_id = 1; string receipt_handle = 2; Status status = 3",
+    "AckMessageResponse": "Status status = 1; repeated AckMessageResultEntry entries = 2",
+    "ForwardMessageToDeadLetterQueueRequest": """Resource group = 1; Resource topic = 2;
+        string receipt_handle = 3; string message_id = 4; int32 delivery_attempt = 5;
+        int32 max_delivery_attempts = 6; optional string lite_topic = 7""",
+    "ForwardMessageToDeadLetterQueueResponse": "Status status = 1",
+    "HeartbeatRequest": "optional Resource group = 1; ClientType client_type = 2",
+    "HeartbeatResponse": "Status status = 1",
+    "EndTransactionRequest": """Resource topic = 1; string message_id = 2; string transaction_id = 3;
+        TransactionResolution resolution = 4; TransactionSource source = 5; string trace_context = 6""",
+    "EndTransactionResponse": "Status status = 1",
+    "PrintThreadStackTraceCommand": "string nonce = 1",
+    "ReconnectEndpointsCommand": "string nonce = 1",
+    "ThreadStackTrace": "string nonce = 1; optional string thread_stack_trace = 2",
+    "VerifyMessageCommand": "string nonce = 1; Message message = 2",
+    "VerifyMessageResult": "string nonce = 1",
+    "RecoverOrphanedTransactionCommand": "Message message = 1; string transaction_id = 2",
+    "NotifyUnsubscribeLiteCommand": "string lite_topic = 1",
+    "TelemetryCommand": """optional Status status = 1; oneof command Settings settings = 2;
+        oneof command ThreadStackTrace thread_stack_trace = 3;
+        oneof command VerifyMessageResult verify_message_result = 4;
+        oneof command RecoverOrphanedTransactionCommand recover_orphaned_transaction_command = 5;
+        oneof command PrintThreadStackTraceCommand print_thread_stack_trace_command = 6;
+        oneof command VerifyMessageCommand verify_message_command = 7;
+        oneof command ReconnectEndpointsCommand reconnect_endpoints_command = 8;
+        oneof command NotifyUnsubscribeLiteCommand notify_unsubscribe_lite_command = 9""",
+    "NotifyClientTerminationRequest": "optional Resource group = 1",
+    "NotifyClientTerminationResponse": "Status status = 1",
+    "ChangeInvisibleDurationRequest": """Resource group = 1; Resource topic = 2; string receipt_handle = 3;
+        Duration invisible_duration = 4; string message_id = 5; optional string lite_topic = 6;
+        optional bool suspend = 7""",
+    "ChangeInvisibleDurationResponse": "Status status = 1; string receipt_handle = 2",
+    "PullMessageRequest": """Resource group = 1; MessageQueue message_queue = 2; int64 offset = 3;
+        int32 batch_size = 4; FilterExpression filter_expression = 5; Duration long_polling_timeout = 6""",
+    "PullMessageResponse": """oneof content Status status = 1; oneof content Message message = 2;
+        oneof content int64 next_offset = 3""",
+    "UpdateOffsetRequest": "Resource group = 1; MessageQueue message_queue = 2; int64 offset = 3",
+    "UpdateOffsetResponse": "Status status = 1",
+    "GetOffsetRequest": "Resource group = 1; MessageQueue message_queue = 2",
+    "GetOffsetResponse": "Status status = 1; int64 offset = 2",
+    "QueryOffsetRequest": """MessageQueue message_queue = 1; QueryOffsetPolicy query_offset_policy = 2;
+        optional Timestamp timestamp = 3""",
+    "QueryOffsetResponse": "Status status = 1; int64 offset = 2",
+    "RecallMessageRequest": "Resource topic = 1; string recall_handle = 2",
+    "RecallMessageResponse": "Status status = 1; string message_id = 2",
+    "SyncLiteSubscriptionRequest": """LiteSubscriptionAction action = 1; Resource topic = 2; Resource group = 3;
+        repeated string lite_topic_set = 4; optional int64 version = 5; optional OffsetOption offset_option = 6""",
+    "SyncLiteSubscriptionResponse": "Status status = 1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MethodInfo:
+    """One RPC of ``MessagingService``; ``path`` is the HTTP/2 ``:path``."""
+
+    name: str
+    path: str
+    request: type[Message]
+    response: type[Message]
+    client_streaming: bool
+    server_streaming: bool
+
+
+#: RPC name -> (client streaming, server streaming); request/response types are ``<Name>Request/Response``
+#: except Telemetry (TelemetryCommand both ways).
+_RPCS: Mapping[str, tuple[bool, bool]] = {
+    "QueryRoute": (False, False),
+    "Heartbeat": (False, False),
+    "SendMessage": (False, False),
+    "QueryAssignment": (False, False),
+    "ReceiveMessage": (False, True),
+    "AckMessage": (False, False),
+    "ForwardMessageToDeadLetterQueue": (False, False),
+    "PullMessage": (False, True),
+    "UpdateOffset": (False, False),
+    "GetOffset": (False, False),
+    "QueryOffset": (False, False),
+    "EndTransaction": (False, False),
+    "Telemetry": (True, True),
+    "NotifyClientTermination": (False, False),
+    "ChangeInvisibleDuration": (False, False),
+    "RecallMessage": (False, False),
+    "SyncLiteSubscription": (False, False),
+}
+
+_F = descriptor_pb2.FieldDescriptorProto
+_SCALARS: Mapping[str, int] = {
+    "string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "bool": _F.TYPE_BOOL, "int32": _F.TYPE_INT32,
+    "int64": _F.TYPE_INT64, "float": _F.TYPE_FLOAT,
+}
+_WELL_KNOWN: Mapping[str, str] = {"Duration": ".google.protobuf.Duration", "Timestamp": ".google.protobuf.Timestamp"}
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _set_type(field: descriptor_pb2.FieldDescriptorProto, type_name: str) -> None:
+    if type_name in _SCALARS:
+        field.type = _SCALARS[type_name]  # type: ignore[assignment]
+    elif type_name in _WELL_KNOWN:
+        field.type = _F.TYPE_MESSAGE
+        field.type_name = _WELL_KNOWN[type_name]
+    elif type_name in ENUMS or tuple(type_name.split(".")) in _NESTED_ENUMS:
+        field.type = _F.TYPE_ENUM
+        field.type_name = f".{PACKAGE}.{type_name}"
+    elif type_name in MESSAGES:
+        field.type = _F.TYPE_MESSAGE
+        field.type_name = f".{PACKAGE}.{type_name}"
+    else:
+        raise ValueError(f"unknown type {type_name!r}")
+
+
+def _add_enum(target: descriptor_pb2.EnumDescriptorProto, name: str, values: type[enum.IntEnum]) -> None:
+    target.name = name
+    for member in values:
+        target.value.add(name=member.name, number=int(member))
+
+
+def _build_message(msg: descriptor_pb2.DescriptorProto, name: str, spec: str) -> None:
+    msg.name = name
+    real_oneofs: list[str] = []
+    synthetic: list[tuple[descriptor_pb2.FieldDescriptorProto, str]] = []
+    for line in (part.strip() for part in spec.replace("\n", " ").split(";")):
+        words = line.split()
+        if words[-2] != "=":
+            raise ValueError(f"{name}: malformed field line {line!r}")
+        number, field_name = int(words[-1]), words[-3]
+        field = msg.field.add(name=field_name, number=number, label=_F.LABEL_OPTIONAL)
+        head = words[:-3]
+        if head[0].startswith("map<"):
+            key_type, value_type = head[0][4:-1].split(",")
+            entry = msg.nested_type.add(name=f"{_camel(field_name)}Entry")
+            entry.options.map_entry = True
+            _set_type(entry.field.add(name="key", number=1, label=_F.LABEL_OPTIONAL), key_type)
+            _set_type(entry.field.add(name="value", number=2, label=_F.LABEL_OPTIONAL), value_type)
+            field.label = _F.LABEL_REPEATED
+            field.type = _F.TYPE_MESSAGE
+            field.type_name = f".{PACKAGE}.{name}.{entry.name}"
+            continue
+        if head[0] == "repeated":
+            field.label = _F.LABEL_REPEATED
+        elif head[0] == "optional":
+            synthetic.append((field, f"_{field_name}"))
+        elif head[0] == "oneof":
+            if head[1] not in real_oneofs:
+                real_oneofs.append(head[1])
+            field.oneof_index = real_oneofs.index(head[1])
+        _set_type(field, head[-1])
+    for oneof in real_oneofs:
+        msg.oneof_decl.add(name=oneof)
+    for field, oneof in synthetic:  # proto3 `optional`: synthetic oneofs come after the real ones
+        field.proto3_optional = True
+        field.oneof_index = len(msg.oneof_decl)
+        msg.oneof_decl.add(name=oneof)
+    for (owner, enum_name), values in _NESTED_ENUMS.items():
+        if owner == name:
+            _add_enum(msg.enum_type.add(), enum_name, values)
+
+
+def _build_file() -> descriptor_pb2.FileDescriptorProto:
+    fdp = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
+    fdp.dependency.extend([duration_pb2.DESCRIPTOR.name, timestamp_pb2.DESCRIPTOR.name])
+    for enum_name, values in ENUMS.items():
+        _add_enum(fdp.enum_type.add(), enum_name, values)
+    for msg_name, spec in MESSAGES.items():
+        _build_message(fdp.message_type.add(), msg_name, spec)
+    service = fdp.service.add(name=SERVICE.rsplit(".", 1)[1])
+    for rpc, (client_streaming, server_streaming) in _RPCS.items():
+        request, response = _rpc_types(rpc)
+        service.method.add(
+            name=rpc, input_type=f".{PACKAGE}.{request}", output_type=f".{PACKAGE}.{response}",
+            client_streaming=client_streaming, server_streaming=server_streaming,
+        )
+    return fdp
+
+
+def _rpc_types(rpc: str) -> tuple[str, str]:
+    if rpc == "Telemetry":
+        return "TelemetryCommand", "TelemetryCommand"
+    return f"{rpc}Request", f"{rpc}Response"
+
+
+def _build_pool() -> descriptor_pool.DescriptorPool:
+    new_pool = descriptor_pool.DescriptorPool()
+    for wkt in (duration_pb2.DESCRIPTOR, timestamp_pb2.DESCRIPTOR):
+        proto = descriptor_pb2.FileDescriptorProto()
+        wkt.CopyToProto(proto)
+        new_pool.Add(proto)
+    new_pool.Add(_build_file())
+    return new_pool
+
+
+#: The private pool holding the schema (and the Duration/Timestamp well-known types it uses).
+POOL = _build_pool()
+
+
+def message_class(name: str) -> type[Message]:
+    """The message class for ``name`` (``"SendMessageRequest"``, ``"google.protobuf.Duration"``)."""
+    full_name = name if "." in name else f"{PACKAGE}.{name}"
+    return message_factory.GetMessageClass(POOL.FindMessageTypeByName(full_name))
+
+
+#: ``:path`` -> method, for all 17 RPCs of ``MessagingService``.
+METHODS: Mapping[str, MethodInfo] = {
+    f"/{SERVICE}/{m.name}": MethodInfo(
+        name=m.name, path=f"/{SERVICE}/{m.name}", request=message_class(m.input_type.name),
+        response=message_class(m.output_type.name), client_streaming=m.client_streaming,
+        server_streaming=m.server_streaming,
+    )
+    for m in POOL.FindServiceByName(SERVICE).methods
+}
+
+Duration = message_class("google.protobuf.Duration")
+Timestamp = message_class("google.protobuf.Timestamp")
+
+FilterExpression = message_class("FilterExpression")
+RetryPolicy = message_class("RetryPolicy")
+ExponentialBackoff = message_class("ExponentialBackoff")
+CustomizedBackoff = message_class("CustomizedBackoff")
+Resource = message_class("Resource")
+SubscriptionEntry = message_class("SubscriptionEntry")
+Address = message_class("Address")
+Endpoints = message_class("Endpoints")
+Broker = message_class("Broker")
+MessageQueue = message_class("MessageQueue")
+Digest = message_class("Digest")
+SystemProperties = message_class("SystemProperties")
+DeadLetterQueue = message_class("DeadLetterQueue")
+RmqMessage = message_class("Message")  # "Message" would shadow google.protobuf.message.Message
+Assignment = message_class("Assignment")
+Status = message_class("Status")
+UA = message_class("UA")
+Settings = message_class("Settings")
+Publishing = message_class("Publishing")
+Subscription = message_class("Subscription")
+Metric = message_class("Metric")
+OffsetOption = message_class("OffsetOption")
+QueryRouteRequest = message_class("QueryRouteRequest")
+QueryRouteResponse = message_class("QueryRouteResponse")
+SendMessageRequest = message_class("SendMessageRequest")
+SendResultEntry = message_class("SendResultEntry")
+SendMessageResponse = message_class("SendMessageResponse")
+QueryAssignmentRequest = message_class("QueryAssignmentRequest")
+QueryAssignmentResponse = message_class("QueryAssignmentResponse")
+ReceiveMessageRequest = message_class("ReceiveMessageRequest")
+ReceiveMessageResponse = message_class("ReceiveMessageResponse")
+AckMessageEntry = message_class("AckMessageEntry")
+AckMessageRequest = message_class("AckMessageRequest")
+AckMessageResultEntry = message_class("AckMessageResultEntry")
+AckMessageResponse = message_class("AckMessageResponse")
+ForwardMessageToDeadLetterQueueRequest = message_class("ForwardMessageToDeadLetterQueueRequest")
+ForwardMessageToDeadLetterQueueResponse = message_class("ForwardMessageToDeadLetterQueueResponse")
+HeartbeatRequest = message_class("HeartbeatRequest")
+HeartbeatResponse = message_class("HeartbeatResponse")
+EndTransactionRequest = message_class("EndTransactionRequest")
+EndTransactionResponse = message_class("EndTransactionResponse")
+PrintThreadStackTraceCommand = message_class("PrintThreadStackTraceCommand")
+ReconnectEndpointsCommand = message_class("ReconnectEndpointsCommand")
+ThreadStackTrace = message_class("ThreadStackTrace")
+VerifyMessageCommand = message_class("VerifyMessageCommand")
+VerifyMessageResult = message_class("VerifyMessageResult")
+RecoverOrphanedTransactionCommand = message_class("RecoverOrphanedTransactionCommand")
+NotifyUnsubscribeLiteCommand = message_class("NotifyUnsubscribeLiteCommand")
+TelemetryCommand = message_class("TelemetryCommand")
+NotifyClientTerminationRequest = message_class("NotifyClientTerminationRequest")
+NotifyClientTerminationResponse = message_class("NotifyClientTerminationResponse")
+ChangeInvisibleDurationRequest = message_class("ChangeInvisibleDurationRequest")
+ChangeInvisibleDurationResponse = message_class("ChangeInvisibleDurationResponse")
+PullMessageRequest = message_class("PullMessageRequest")
+PullMessageResponse = message_class("PullMessageResponse")
+UpdateOffsetRequest = message_class("UpdateOffsetRequest")
+UpdateOffsetResponse = message_class("UpdateOffsetResponse")
+GetOffsetRequest = message_class("GetOffsetRequest")
+GetOffsetResponse = message_class("GetOffsetResponse")
+QueryOffsetRequest = message_class("QueryOffsetRequest")
+QueryOffsetResponse = message_class("QueryOffsetResponse")
+RecallMessageRequest = message_class("RecallMessageRequest")
+RecallMessageResponse = message_class("RecallMessageResponse")
+SyncLiteSubscriptionRequest = message_class("SyncLiteSubscriptionRequest")
+SyncLiteSubscriptionResponse = message_class("SyncLiteSubscriptionResponse")

@@ -1,0 +1,208 @@
+"""One accepted connection, from first byte to close: sniff, PROXY header, TLS, route, account.
+
+Flow: ``conn.accepted`` → read a bounded prefix under ``server.sniff_timeout_s`` → consume a PROXY
+header (its source becomes the peer) → terminate TLS and sniff again inside it → hand the connection,
+with the sniffed bytes replayed, to the route's handler (``conn.negotiated``) → ``conn.closed``.
+A connection that never gets a protocol ends with exactly one ``conn.rejected`` instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+import time
+from dataclasses import dataclass
+
+import structlog
+import trio
+
+from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
+from mqproxy.context import ConnectionContext, ServerState, format_addr
+from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
+from mqproxy.routes import ROUTES
+from mqproxy.streams import CountingStream, PrefixedStream
+
+_log = structlog.get_logger("mqproxy.conn")
+
+_OUTER = frozenset(Protocol)
+_INNER_TLS = frozenset(p for p in Protocol if p not in (Protocol.TLS, Protocol.PROXY))
+
+
+class Rejected(Exception):
+    """Negotiation failed; ``reason`` is the machine-readable cause logged in ``conn.rejected``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class _Sniffer:
+    """Accumulates the prefix of one (plain or TLS) stream until a protocol is detected.
+
+    The whole phase (not each read) is bounded by ``timeout_s`` and ``max_bytes``.
+    """
+
+    stream: trio.abc.Stream
+    max_bytes: int
+    timeout_s: float
+    buf: bytearray
+    deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.deadline = trio.current_time() + self.timeout_s
+
+    async def detect(self, allowed: frozenset[Protocol]) -> Detected:
+        while True:
+            verdict = sniff(bytes(self.buf), allowed)
+            if isinstance(verdict, Detected):
+                return verdict
+            if isinstance(verdict, Unknown):
+                raise Rejected(verdict.reason, verdict.detail)
+            assert isinstance(verdict, NeedMore)
+            await self.read_more()
+
+    async def read_more(self) -> None:
+        room = self.max_bytes - len(self.buf)
+        if room <= 0:
+            raise Rejected("sniff_limit", f"no decision within {self.max_bytes} bytes")
+        data = None
+        with trio.move_on_at(self.deadline):
+            try:
+                data = await self.stream.receive_some(room)
+            except trio.BrokenResourceError as exc:
+                raise Rejected("reset_during_sniff", str(exc)) from None
+        if data is None:
+            raise Rejected("sniff_timeout", f"{len(self.buf)} bytes in {self.timeout_s}s, no decision")
+        if not data:
+            if self.buf:
+                raise Rejected("eof_during_sniff", f"peer closed after {len(self.buf)} bytes")
+            raise Rejected("empty_connection", "peer closed before sending anything")
+        self.buf += data
+
+
+def _peer_of(stream: trio.SocketStream) -> tuple[tuple[str, int], tuple[str, int]]:
+    try:
+        peer = stream.socket.getpeername()
+        local = stream.socket.getsockname()
+        return (peer[0], peer[1]), (local[0], local[1])
+    except (OSError, AttributeError):
+        return ("?", 0), ("?", 0)
+
+
+async def handle_connection(
+    raw: trio.abc.Stream, server: ServerState, ssl_context: ssl.SSLContext | None
+) -> None:
+    """Serve one accepted stream to completion; never raises (except cancellation)."""
+    started = time.monotonic()
+    conn_id = secrets.token_hex(6)
+    wire = CountingStream(raw)
+    peer, local = _peer_of(raw) if isinstance(raw, trio.SocketStream) else (("memory", 0), ("memory", 0))
+    structlog.contextvars.bind_contextvars(conn_id=conn_id)
+    ctx = ConnectionContext(conn_id=conn_id, peer=peer, local=local, server=server, log=_log)
+    server.connection_opened()
+    _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))
+    negotiated = False
+    sniff_ms = 0.0
+    try:
+        stream, detected = await _negotiate(wire, ctx, ssl_context)
+        sniff_ms = (time.monotonic() - started) * 1000
+        ctx.protocol = detected.protocol.value
+        structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
+        _log.info(
+            "conn.negotiated",
+            protocol=ctx.protocol,
+            tls=ctx.tls,
+            alpn=ctx.alpn,
+            proxied=ctx.proxied,
+            peer=format_addr(ctx.peer),
+            sniff_ms=round(sniff_ms, 3),
+        )
+        negotiated = True
+        server.metrics.connections_total.labels(ctx.protocol).inc()
+        server.metrics.connections_open.labels(ctx.protocol).inc()
+        await ROUTES[detected.protocol](stream, ctx, detected)
+    except Rejected as rej:
+        sniff_ms = (time.monotonic() - started) * 1000
+        server.metrics.negotiation_failures.labels(rej.reason).inc()
+        _log.info(
+            "conn.rejected",
+            reason=rej.reason,
+            detail=rej.detail or None,
+            peer=format_addr(ctx.peer),
+            sniff_ms=round(sniff_ms, 3),
+            bytes_in=wire.bytes_in,
+        )
+    except trio.BrokenResourceError as exc:
+        ctx.error = ctx.error or "connection_reset"
+        ctx.detail = ctx.detail or str(exc)
+    except trio.ClosedResourceError:
+        ctx.error = ctx.error or "closed_locally"
+    except Exception as exc:  # a bug in a handler must not take the server down
+        ctx.error = "internal_error"
+        ctx.detail = f"{type(exc).__name__}: {exc}"
+        _log.error("internal.error", exc_info=True)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(wire)
+        if negotiated:
+            server.metrics.connections_open.labels(ctx.protocol).dec()
+            server.metrics.bytes_in.labels(ctx.protocol).inc(wire.bytes_in)
+            server.metrics.bytes_out.labels(ctx.protocol).inc(wire.bytes_out)
+            _log.info(
+                "conn.closed",
+                protocol=ctx.protocol,
+                bytes_in=wire.bytes_in,
+                bytes_out=wire.bytes_out,
+                duration_ms=round((time.monotonic() - started) * 1000, 3),
+                requests=ctx.requests,
+                error=ctx.error,
+                detail=ctx.detail,
+            )
+        server.connection_closed()
+        structlog.contextvars.unbind_contextvars("conn_id", "protocol")
+
+
+async def _negotiate(
+    wire: CountingStream, ctx: ConnectionContext, ssl_context: ssl.SSLContext | None
+) -> tuple[trio.abc.Stream, Detected]:
+    """Sniff (and unwrap PROXY/TLS); return the stream to hand over, prefix replayed, and the verdict."""
+    max_bytes = ctx.settings.server.max_sniff_bytes
+    timeout_s = ctx.settings.server.sniff_timeout_s
+    sniffer = _Sniffer(wire, max_bytes, timeout_s, bytearray())
+    allowed = _OUTER
+    while True:
+        detected = await sniffer.detect(allowed)
+        if detected.protocol is not Protocol.PROXY:
+            break
+        header = None
+        while header is None:
+            try:
+                header = parse_proxy_header(bytes(sniffer.buf))
+            except ProxyProtocolError as exc:
+                raise Rejected("bad_proxy_header", str(exc)) from None
+            if header is None:
+                await sniffer.read_more()
+        del sniffer.buf[: header.consumed]
+        ctx.proxied = True
+        if header.source is not None:
+            ctx.peer = header.source
+        allowed = allowed - {Protocol.PROXY}
+    if detected.protocol is not Protocol.TLS:
+        return PrefixedStream(wire, bytes(sniffer.buf)), detected
+    if ssl_context is None:
+        raise Rejected("tls_not_configured", "TLS ClientHello received but tls.cert_file is not set")
+    tls = trio.SSLStream(PrefixedStream(wire, bytes(sniffer.buf)), ssl_context, server_side=True)
+    try:
+        with trio.fail_after(ctx.settings.server.tls_handshake_timeout_s):
+            await tls.do_handshake()
+    except trio.TooSlowError:
+        raise Rejected("tls_handshake_timeout", "") from None
+    except (trio.BrokenResourceError, ssl.SSLError) as exc:
+        raise Rejected("tls_handshake_failed", str(exc.__cause__ or exc)) from None
+    ctx.tls = True
+    ctx.alpn = tls.selected_alpn_protocol()
+    inner = _Sniffer(tls, max_bytes, timeout_s, bytearray())
+    detected = await inner.detect(_INNER_TLS)
+    return PrefixedStream(tls, bytes(inner.buf)), detected

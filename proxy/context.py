@@ -1,0 +1,119 @@
+"""Per-connection and per-process state handed to protocol handlers.
+
+:class:`ConnectionContext` is what a handler knows about its connection: ids, addresses, TLS, the
+shared :class:`ServerState`, counters it updates, and the request-event helper (sampled per settings).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from mqproxy.metrics import Metrics
+
+if TYPE_CHECKING:
+    from mqproxy.broker.backend import Backend
+    from mqproxy.settings import Settings
+
+
+@dataclass(eq=False)
+class ServerState:
+    """Process-wide state: settings, backend, readiness, drain signal and connection accounting."""
+
+    settings: Settings
+    backend: Backend
+    backend_name: str
+    advertised: tuple[str, int] = ("127.0.0.1", 0)
+    ready: bool = False
+    draining: trio.Event = field(default_factory=trio.Event)
+    open_connections: int = 0
+    connections_total: int = 0
+    all_closed: trio.Event = field(default_factory=trio.Event)
+    started_monotonic: float = field(default_factory=time.monotonic)
+    metrics: Metrics = field(default_factory=lambda: Metrics())
+    #: Protocol-specific shared registries (e.g. the remoting group registry), keyed by protocol name.
+    registries: dict[str, Any] = field(default_factory=dict)
+
+    def connection_opened(self) -> None:
+        self.open_connections += 1
+        self.connections_total += 1
+        self.all_closed = trio.Event() if self.all_closed.is_set() else self.all_closed
+
+    def connection_closed(self) -> None:
+        self.open_connections -= 1
+        if self.open_connections == 0:
+            self.all_closed.set()
+
+
+@dataclass(eq=False)
+class ConnectionContext:
+    """What a protocol handler knows about its connection. Handlers bump ``requests`` and set ``error``."""
+
+    conn_id: str
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    server: ServerState
+    log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
+    protocol: str | None = None
+    tls: bool = False
+    alpn: str | None = None
+    proxied: bool = False
+    requests: int = 0
+    error: str | None = None
+    detail: str | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.server.settings
+
+    @property
+    def backend(self) -> Backend:
+        return self.server.backend
+
+    @property
+    def draining(self) -> trio.Event:
+        return self.server.draining
+
+    def request_event(self, **fields: Any) -> None:
+        """Count one request and log a ``request`` event, sampled by ``log.request_sample_rate``."""
+        self.requests += 1
+        op = str(fields.get("op", "?"))
+        protocol = self.protocol or "unknown"
+        self.server.metrics.requests.labels(protocol, op, fields.get("outcome", "ok")).inc()
+        latency_ms = fields.get("latency_ms")
+        if latency_ms is not None:
+            self.server.metrics.request_latency.labels(protocol, op).observe(latency_ms / 1000)
+        rate = self.server.settings.log.request_sample_rate
+        if rate >= 1.0 or (rate > 0.0 and random.random() < rate):
+            self.log.info("request", protocol=self.protocol, **fields)
+
+
+def format_addr(addr: tuple[str, int] | Any) -> str:
+    """``host:port`` (IPv6 hosts bracketed) for log fields."""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host, port = addr[0], addr[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(addr)
+
+
+async def receive_unless_draining(
+    stream: trio.abc.ReceiveStream, max_bytes: int, server: ServerState, timeout_s: float
+) -> bytes | None:
+    """Read once; None if ``timeout_s`` passes or the server starts draining first."""
+    result: bytes | None = None
+    async with trio.open_nursery() as nursery:
+
+        async def _stop_on_drain() -> None:
+            await server.draining.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(_stop_on_drain)
+        with trio.move_on_after(timeout_s):
+            result = await stream.receive_some(max_bytes)
+        nursery.cancel_scope.cancel()
+    return result

@@ -1,0 +1,128 @@
+"""HTTP/1.1 on the shared port, driven by the sans-IO ``h11`` state machine.
+
+Paths: ``GET /healthz`` (200 when ready, 503 while starting or draining) and ``GET /metrics``
+(Prometheus text format). Anything else is a 404 (405 for a wrong method on a known path). A malformed
+request, or headers beyond :data:`MAX_HEADER_BYTES`, gets a 400/431 and the connection closes. Keep-alive
+is honoured up to ``server.idle_timeout_s`` between requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from http import HTTPStatus
+
+import h11
+import orjson
+import trio
+
+from mqproxy.context import ConnectionContext, receive_unless_draining
+from mqproxy.negotiation import Detected
+
+MAX_HEADER_BYTES = 16 * 1024
+READ_CHUNK = 16 * 1024
+
+Response = tuple[int, str, bytes]
+
+
+def _healthz(ctx: ConnectionContext) -> Response:
+    server = ctx.server
+    if server.ready and not server.draining.is_set():
+        return 200, "application/json", orjson.dumps({"status": "ok"})
+    state = "draining" if server.draining.is_set() else "starting"
+    return 503, "application/json", orjson.dumps({"status": state})
+
+
+def _metrics(ctx: ConnectionContext) -> Response:
+    from mqproxy.metrics import render_metrics
+
+    body, content_type = render_metrics(ctx.server)
+    return 200, content_type, body
+
+
+PATHS: dict[str, Callable[[ConnectionContext], Response]] = {
+    "/healthz": _healthz,
+    "/metrics": _metrics,
+}
+
+
+async def _send(stream: trio.abc.Stream, conn: h11.Connection, event: h11.Event) -> None:
+    data = conn.send(event)
+    if data:
+        await stream.send_all(data)
+
+
+async def _respond(
+    stream: trio.abc.Stream, conn: h11.Connection, status: int, content_type: str, body: bytes, close: bool
+) -> None:
+    headers = [("content-type", content_type), ("content-length", str(len(body)))]
+    if close:
+        headers.append(("connection", "close"))
+    reason = HTTPStatus(status).phrase.encode("ascii")
+    await _send(stream, conn, h11.Response(status_code=status, headers=headers, reason=reason))
+    await _send(stream, conn, h11.Data(data=body))
+    await _send(stream, conn, h11.EndOfMessage())
+
+
+def _path(target: bytes) -> str:
+    return target.split(b"?", 1)[0].decode("ascii", "replace")
+
+
+def _route(ctx: ConnectionContext, method: bytes, target: bytes) -> Response:
+    path = _path(target)
+    handler = PATHS.get(path)
+    if handler is None:
+        return 404, "text/plain; charset=utf-8", b"not found\n"
+    if method not in (b"GET", b"HEAD"):
+        return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+    return handler(ctx)
+
+
+async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+    idle_s = ctx.settings.server.idle_timeout_s
+    while True:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            ctx.error = "bad_http_request"
+            ctx.detail = str(exc)
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                status = exc.error_status_hint
+                await _respond(stream, conn, status, "text/plain; charset=utf-8", b"bad request\n", True)
+            return
+        if event is h11.NEED_DATA:
+            data = await receive_unless_draining(stream, READ_CHUNK, ctx.server, idle_s)
+            if data is None:
+                return
+            conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            started = trio.current_time()
+            path = _path(event.target)
+            status, content_type, body = _route(ctx, event.method, event.target)
+            closing = ctx.draining.is_set()
+            if event.method == b"HEAD":
+                body = b""
+            await _respond(stream, conn, status, content_type, body, closing)
+            ctx.request_event(
+                op=f"{event.method.decode('ascii', 'replace')[:16]} {path if path in PATHS else '*'}",
+                code=status,
+                status=str(status),
+                outcome="ok" if status < 400 else "error",
+                latency_ms=round((trio.current_time() - started) * 1000, 3),
+                req_bytes=0,
+                resp_bytes=len(body),
+            )
+            if closing or conn.our_state is h11.MUST_CLOSE:
+                return
+            continue
+        if isinstance(event, (h11.Data, h11.EndOfMessage)):
+            if isinstance(event, h11.EndOfMessage) and conn.our_state is h11.DONE:
+                try:
+                    conn.start_next_cycle()
+                except h11.LocalProtocolError:
+                    return  # peer asked to close or sent a body we did not read; end cleanly
+            continue
+        if isinstance(event, (h11.ConnectionClosed,)):
+            return
+        return

@@ -1,0 +1,27 @@
+"""The route table: sniffed protocol → connection handler. Adding a protocol is one entry here plus
+one detector in :mod:`mqproxy.negotiation`.
+
+A handler owns the (prefix-replaying) stream until it returns; the caller closes it and logs
+``conn.closed`` from the context's counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+import trio
+
+from mqproxy.context import ConnectionContext
+from mqproxy.http import serve_http
+from mqproxy.negotiation import Detected, Protocol
+from mqproxy.refusal import refuse_grpc, refuse_mqtt
+from mqproxy.remoting_route import serve_remoting_connection
+
+Handler = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[None]]
+
+ROUTES: Mapping[Protocol, Handler] = {
+    Protocol.REMOTING: serve_remoting_connection,
+    Protocol.MQTT: refuse_mqtt,
+    Protocol.GRPC: refuse_grpc,
+    Protocol.HTTP: serve_http,
+}

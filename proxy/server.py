@@ -1,0 +1,131 @@
+"""The server: bind, open the backend, accept, and stop gracefully.
+
+``serve`` owns the listener, the connection nursery and the shutdown sequence:
+SIGINT/SIGTERM (or cancelling ``stop``) → stop accepting → ``proxy.stopping`` → set the drain event so
+handlers finish in-flight requests and close → wait up to ``server.shutdown_grace_s`` → cancel what is
+left → close the backend → ``proxy.stopped``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import ssl
+import time
+from dataclasses import dataclass, field
+
+import structlog
+import trio
+
+from mqproxy import __version__
+from mqproxy.backends import open_backend
+from mqproxy.connection import handle_connection
+from mqproxy.context import ServerState, format_addr
+from mqproxy.settings import Settings, parse_hostport
+from mqproxy.tls import server_ssl_context
+
+_log = structlog.get_logger("mqproxy.server")
+
+#: accept() errors that mean "overloaded", not "broken" (trio's serve_listeners treats them the same way).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_S = 0.1
+
+
+@dataclass(eq=False)
+class ServerHandle:
+    """Returned through ``task_status`` once the server accepts: its address and a stop trigger."""
+
+    address: tuple[str, int]
+    state: ServerState
+    _stop: trio.Event = field(default_factory=trio.Event)
+
+    def stop(self, reason: str = "requested") -> None:
+        self.reason = reason
+        self._stop.set()
+
+    reason: str = ""
+
+
+async def _accept_loop(
+    listener: trio.SocketListener, state: ServerState, ssl_context: ssl.SSLContext | None,
+    nursery: trio.Nursery,
+) -> None:
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno in ACCEPT_CAPACITY_ERRNOS:
+                _log.error("proxy.accept_failed", detail=f"{os.strerror(exc.errno)}; retrying in {ACCEPT_RETRY_S}s")
+                await trio.sleep(ACCEPT_RETRY_S)
+                continue
+            raise
+        nursery.start_soon(handle_connection, stream, state, ssl_context)
+
+
+async def _watch_signals(handle: ServerHandle, signals: tuple[int, ...]) -> None:
+    with trio.open_signal_receiver(*signals) as received:
+        async for signum in received:
+            handle.stop(signal.Signals(signum).name)
+            return
+
+
+async def serve(
+    settings: Settings,
+    *,
+    install_signal_handlers: bool = True,
+    task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully."""
+    ssl_context = server_ssl_context(settings.tls)
+    host, port = parse_hostport(settings.server.listen)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    listener = listeners[0]
+    for extra in listeners[1:]:
+        await extra.aclose()
+    sock = listener.socket.getsockname()
+    bound = (sock[0], sock[1])
+    advertised = (
+        parse_hostport(settings.server.advertised_address, "server.advertised_address")
+        if settings.server.advertised_address
+        else bound
+    )
+    async with open_backend(settings, advertised) as backend:
+        state = ServerState(
+            settings=settings, backend=backend, backend_name=settings.store.backend, advertised=advertised
+        )
+        handle = ServerHandle(address=bound, state=state)
+        _log.info(
+            "proxy.started",
+            listen=format_addr(bound),
+            pid=os.getpid(),
+            version=__version__,
+            backend=state.backend_name,
+            data_dir=settings.store.data_dir if settings.store.backend == "embedded" else None,
+            tls=ssl_context is not None,
+        )
+        _log.info("proxy.config", config=settings.as_dict())
+        async with trio.open_nursery() as root:
+            if install_signal_handlers:
+                root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as accepting:
+                    accepting.start_soon(_accept_loop, listener, state, ssl_context, connections)
+                    state.ready = True
+                    task_status.started(handle)
+                    await handle._stop.wait()
+                    accepting.cancel_scope.cancel()
+                await listener.aclose()
+                state.ready = False
+                _log.info("proxy.stopping", reason=handle.reason, open_connections=state.open_connections)
+                state.draining.set()
+                if state.open_connections:
+                    with trio.move_on_after(settings.server.shutdown_grace_s):
+                        await state.all_closed.wait()
+                connections.cancel_scope.cancel()
+            root.cancel_scope.cancel()
+        _log.info(
+            "proxy.stopped",
+            connections_total=state.connections_total,
+            uptime_s=round(time.monotonic() - state.started_monotonic, 3),
+        )

@@ -1,0 +1,223 @@
+"""Typed, frozen settings loaded from TOML with ``MQPROXY_<SECTION>_<KEY>`` environment overrides.
+
+Precedence (lowest first): defaults in this module, the TOML file, environment variables, explicit
+overrides (CLI flags). An unknown section or key, a value of the wrong type or one out of range is a
+:class:`SettingsError` naming the key. Every key is documented in ``config/mqproxy.toml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+ENV_PREFIX = "MQPROXY_"
+
+
+class SettingsError(ValueError):
+    """A configuration problem, reported at start-up with the offending key."""
+
+
+def _range(lo: float, hi: float) -> dict[str, Any]:
+    return {"range": (lo, hi)}
+
+
+def _choice(*values: str) -> dict[str, Any]:
+    return {"choices": values}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    listen: str = "127.0.0.1:9876"
+    advertised_address: str = ""
+    sniff_timeout_s: float = field(default=5.0, metadata=_range(0.05, 300))
+    max_sniff_bytes: int = field(default=4096, metadata=_range(64, 1 << 20))
+    tls_handshake_timeout_s: float = field(default=10.0, metadata=_range(0.05, 300))
+    shutdown_grace_s: float = field(default=10.0, metadata=_range(0, 3600))
+    idle_timeout_s: float = field(default=120.0, metadata=_range(1, 86400))
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    cert_file: str = ""
+    key_file: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file and self.key_file)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    format: str = field(default="json", metadata=_choice("json", "console"))
+    level: str = field(default="info", metadata=_choice("debug", "info", "warning", "error"))
+    file: str = ""
+    request_sample_rate: float = field(default=1.0, metadata=_range(0.0, 1.0))
+    rotate_bytes: int = field(default=64 * 1024 * 1024, metadata=_range(0, 1 << 40))
+    rotate_interval_s: float = field(default=3600.0, metadata=_range(0, 30 * 86400))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    backend: str = field(default="embedded", metadata=_choice("embedded", "memory"))
+    data_dir: str = "./data"
+    flush: str = field(default="async", metadata=_choice("async", "sync"))
+    flush_interval_ms: int = field(default=200, metadata=_range(1, 60_000))
+    segment_bytes: int = field(default=256 * 1024 * 1024, metadata=_range(64 * 1024, 1 << 34))
+    default_queue_count: int = field(default=4, metadata=_range(1, 1024))
+    auto_create_topics: bool = True
+    max_message_bytes: int = field(default=4 * 1024 * 1024, metadata=_range(1024, 64 * 1024 * 1024))
+
+
+@dataclass(frozen=True, slots=True)
+class RemotingSettings:
+    max_frame_bytes: int = field(default=16 * 1024 * 1024, metadata=_range(1024, 256 * 1024 * 1024))
+    long_poll_max_s: float = field(default=30.0, metadata=_range(0, 3600))
+    max_pull_batch: int = field(default=32, metadata=_range(1, 1024))
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    server: ServerSettings = ServerSettings()
+    tls: TlsSettings = TlsSettings()
+    log: LogSettings = LogSettings()
+    store: StoreSettings = StoreSettings()
+    remoting: RemotingSettings = RemotingSettings()
+
+    @classmethod
+    def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
+        """Settings suited to in-process tests: port 0, memory backend unless a data dir is given."""
+        base: dict[str, dict[str, Any]] = {
+            "server": {"listen": "127.0.0.1:0", "sniff_timeout_s": 2.0, "shutdown_grace_s": 1.0},
+            "store": {"backend": "embedded", "data_dir": str(data_dir)} if data_dir else {"backend": "memory"},
+        }
+        for name, values in sections.items():
+            base.setdefault(name, {}).update(values)
+        return build_settings(base)
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """All sections as plain dicts (for the ``proxy.config`` event)."""
+        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def parse_hostport(value: str, key: str = "server.listen") -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` too); raise :class:`SettingsError` naming ``key``."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"{key}: expected HOST:PORT, got {value!r}")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SettingsError(f"{key}: port must be an integer, got {port_text!r}") from None
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"{key}: port {port} out of range 0..65535")
+    return host, port
+
+
+def _sections() -> dict[str, type]:
+    hints = get_type_hints(Settings)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
+
+
+def _coerce(key: str, kind: type, value: Any, *, from_env: bool) -> Any:
+    if from_env:
+        text = str(value).strip()
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise SettingsError(f"{key}: expected a boolean, got {text!r}")
+        try:
+            return kind(text)
+        except ValueError:
+            raise SettingsError(f"{key}: expected {kind.__name__}, got {text!r}") from None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SettingsError(f"{key}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _build_section(name: str, cls: type, values: Mapping[str, Any], env_keys: set[str]) -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        full = f"{name}.{key}"
+        if key not in known:
+            raise SettingsError(f"unknown setting {full!r} (known: {', '.join(sorted(known))})")
+        kind = hints[key]
+        coerced = _coerce(full, kind, value, from_env=full in env_keys)
+        meta = known[key].metadata
+        if "range" in meta:
+            lo, hi = meta["range"]
+            if not lo <= coerced <= hi:
+                raise SettingsError(f"{full}: {coerced!r} out of range {lo}..{hi}")
+        if "choices" in meta and coerced not in meta["choices"]:
+            raise SettingsError(f"{full}: {coerced!r} is not one of {', '.join(meta['choices'])}")
+        kwargs[key] = coerced
+    return cls(**kwargs)
+
+
+def build_settings(values: Mapping[str, Mapping[str, Any]], env_keys: set[str] | None = None) -> Settings:
+    """Validate nested ``{section: {key: value}}`` into :class:`Settings`."""
+    sections = _sections()
+    built: dict[str, Any] = {}
+    for name, section_values in values.items():
+        if name not in sections:
+            raise SettingsError(f"unknown settings section {name!r} (known: {', '.join(sorted(sections))})")
+        if not isinstance(section_values, Mapping):
+            raise SettingsError(f"{name}: expected a table of keys")
+        built[name] = _build_section(name, sections[name], section_values, env_keys or set())
+    settings = Settings(**built)
+    parse_hostport(settings.server.listen)
+    if settings.server.advertised_address:
+        parse_hostport(settings.server.advertised_address, "server.advertised_address")
+    if bool(settings.tls.cert_file) != bool(settings.tls.key_file):
+        raise SettingsError("tls.cert_file and tls.key_file must be set together")
+    return settings
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``MQPROXY_STORE_DATA_DIR=x`` becomes ``{"store": {"data_dir": "x"}}``; section names hold no ``_``."""
+    out: dict[str, dict[str, str]] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        section, sep, key = name[len(ENV_PREFIX) :].lower().partition("_")
+        if not sep or not key:
+            raise SettingsError(f"environment variable {name}: expected {ENV_PREFIX}<SECTION>_<KEY>")
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def load_settings(
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Defaults < TOML file < environment < ``overrides``."""
+    merged: dict[str, dict[str, Any]] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {path}: {exc}") from None
+        for name, section in data.items():
+            if not isinstance(section, dict):
+                raise SettingsError(f"{name}: expected a [section] table at the top level")
+            merged[name] = dict(section)
+    env = env_overrides(environ or {})
+    env_keys = {f"{s}.{k}" for s, keys in env.items() for k in keys}
+    for source in (env, overrides or {}):
+        for name, section in source.items():
+            merged.setdefault(name, {}).update(section)
+    return build_settings(merged, env_keys)

@@ -1,0 +1,141 @@
+"""
+mqproxy.remoting.clients
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3).
+
+* HEART_BEAT (34): body HeartbeatData JSON (Java sends no ``extFields`` at all; C++ sends integer
+  enums, Java/ali-ons their names). Records the client id on the session, registers every consumer
+  group with its subscriptions, ensures ``%RETRY%<group>`` (one queue), and sends
+  NOTIFY_CONSUMER_IDS_CHANGED to the group's other connections when membership changed. Repeated
+  identical heartbeats are idempotent.
+* UNREGISTER_CLIENT (35): removes ``clientID`` from the named consumer group and notifies the rest.
+* GET_CONSUMER_LIST_BY_GROUP (38): ``{"consumerIdList": [...]}`` of live members, or SYSTEM_ERROR
+  "no consumer for this group" like a Java broker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from mqproxy.broker.topics import RETRY_PREFIX
+from mqproxy.broker.types import ConsumerInfo, Subscription
+from mqproxy.codecs.remoting import RemotingCommand
+from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.headers import parse_group_header, parse_unregister_header
+from mqproxy.remoting.reply import Note, Reply
+
+if TYPE_CHECKING:
+    from mqproxy.remoting.session import RemotingSession
+
+#: Java enum constants in ordinal order: C++ heartbeats send the ordinal, others the name.
+CONSUME_TYPES: Final = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
+MESSAGE_MODELS: Final = ("BROADCASTING", "CLUSTERING")
+#: Producer group every Java client with consumers announces; never interesting in logs.
+_INNER_PRODUCER: Final = "CLIENT_INNER_PRODUCER"
+
+
+def _bad_body(problem: str) -> RequestError:
+    return RequestError(ResponseCode.INVALID_PARAMETER, f"heartbeat body {problem}")
+
+
+def _text(obj: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if value is None:
+        raise _bad_body(f"lacks {key!r}")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _bad_body(f"has a non-string {key!r}")
+    return str(value)
+
+
+def _enum(obj: dict[str, Any], key: str, names: tuple[str, ...], default: str) -> str:
+    """A Java enum sent as its name or its ordinal; missing or unknown values give ``default``."""
+    value = obj.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    if isinstance(value, str) and value in names:
+        return value
+    return default
+
+
+def _list(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise _bad_body(f"has a malformed {key!r}")
+    return value
+
+
+def parse_heartbeat(body: bytes) -> tuple[str, list[ConsumerInfo], list[str]]:
+    """(client id, consumer memberships, producer groups) from a HeartbeatData body."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise _bad_body("is not JSON") from None
+    if not isinstance(data, dict):
+        raise _bad_body("is not a JSON object")
+    client_id = _text(data, "clientID")
+    if not client_id:
+        raise _bad_body("has an empty 'clientID'")
+    consumers: list[ConsumerInfo] = []
+    for item in _list(data, "consumerDataSet"):
+        group = _text(item, "groupName")
+        subscriptions = tuple(
+            Subscription(topic=_text(sub, "topic"), expression=_text(sub, "subString", "*"))
+            for sub in _list(item, "subscriptionDataSet")
+        )
+        consumers.append(
+            ConsumerInfo(
+                client_id=client_id,
+                group=group,
+                subscriptions=subscriptions,
+                consume_type=_enum(item, "consumeType", CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                message_model=_enum(item, "messageModel", MESSAGE_MODELS, "CLUSTERING"),
+            )
+        )
+    producers = [_text(item, "groupName") for item in _list(data, "producerDataSet")]
+    return client_id, consumers, producers
+
+
+async def heart_beat(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    client_id, consumers, producers = parse_heartbeat(request.body)
+    session.client_id = client_id
+    named = [c.group for c in consumers] + [p for p in producers if p != _INNER_PRODUCER]
+    note.group = named[0] if named else None
+    backend, groups = session.backend, session.ctx.groups
+    for info in consumers:
+        retry_topic = RETRY_PREFIX + info.group
+        if retry_topic not in session.ensured_topics:
+            await backend.create_topic(retry_topic, 1)
+            session.ensured_topics.add(retry_topic)
+        changed = await backend.register_consumer(info)
+        groups.join(info.group, client_id, session.conn)
+        session.memberships.add((info.group, client_id))
+        if changed:
+            groups.notify_changed(info.group, session.conn)
+    return Reply(ResponseCode.SUCCESS, remark="")
+
+
+async def unregister_client(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_unregister_header(request.ext_fields)
+    note.group = header.consumer_group or header.producer_group
+    group = header.consumer_group
+    if group is not None:
+        session.ctx.groups.leave(group, header.client_id, session.conn)
+        session.memberships.discard((group, header.client_id))
+        if await session.backend.unregister_consumer(group, header.client_id):
+            session.ctx.groups.notify_changed(group, session.conn)
+    return Reply(ResponseCode.SUCCESS)
+
+
+async def get_consumer_list(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    group = parse_group_header(request.ext_fields)
+    note.group = group
+    ids = await session.backend.consumer_ids(group)
+    if not ids:
+        return Reply(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group[:255]}")
+    return Reply(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))

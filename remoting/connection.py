@@ -1,0 +1,350 @@
+"""
+mqproxy.remoting.connection
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+The trio driver of one remoting connection, and the in-process registry of consumer-group
+connections. Entry point (the only thing the server calls)::
+
+    async def serve_remoting(
+        stream: trio.abc.Stream,
+        backend: Backend,
+        ctx: ServerContext,                 # ctx.groups should be the server's ConnectionRegistry
+        *,
+        peer: tuple[str, int] = ("127.0.0.1", 0),
+        initial: bytes = b"",               # bytes the protocol sniffer already read
+        on_request: RequestCallback = ignore_request,
+        stats: ConnectionStats | None = None,   # filled in live; also returned
+        log: structlog BoundLogger | None = None,
+        limits: ConnectionLimits = ConnectionLimits(),
+    ) -> ConnectionStats
+
+It returns when the peer closes the stream, sends an undecodable frame (``stats.error`` = the codec's
+reason, e.g. ``bad_json_header``), stays idle too long (``idle_timeout``) or stops reading our writes
+(``write_timeout``). It never closes ``stream``; the caller does, then logs ``conn.closed`` from
+``stats``. Cancelling it is safe.
+
+Behaviour: every request frame runs in its own task (long polls do not block other requests;
+responses may go out of order); each frame is written whole under a lock; frames with the response
+bit are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`)
+and never dispatched; too many requests in flight are answered SYSTEM_BUSY. When the connection ends
+its consumers are unregistered and the remaining members of their groups get
+NOTIFY_CONSUMER_IDS_CHANGED.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.codecs.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FLAG_ONEWAY,
+    FrameDecoder,
+    RemotingCodecError,
+    RemotingCommand,
+    encode_command,
+)
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.remoting.context import RequestCallback, ServerContext, ignore_request
+from mqproxy.remoting.session import RemotingSession
+
+__all__ = [
+    "ConnectionLimits",
+    "ConnectionRegistry",
+    "ConnectionStats",
+    "GroupPeer",
+    "RemotingConnection",
+    "serve_remoting",
+]
+
+_RECEIVE_BYTES = 64 * 1024
+_OVERLOAD_REMARK = "[OVERLOAD] too many requests in flight on this connection"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    #: Requests handled concurrently; more are answered SYSTEM_BUSY ``[OVERLOAD]``.
+    max_in_flight: int = 1024
+    #: Close after this long without reading or writing anything (Java: 120 s; clients heartbeat
+    #: every 30 s).
+    idle_timeout_s: float = 120.0
+    #: Close when one frame cannot be written within this time (the peer stopped reading).
+    write_timeout_s: float = 30.0
+    #: Time allowed for unregistering the connection's consumers after it ended.
+    cleanup_timeout_s: float = 5.0
+
+
+@dataclass(slots=True)
+class ConnectionStats:
+    """What the caller logs in ``conn.closed``; updated while the connection runs."""
+
+    requests: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    #: None for a clean close (peer EOF or cancellation), else a reason token.
+    error: str | None = None
+    detail: str | None = None
+
+
+class GroupPeer(Protocol):
+    """A connection the registry can notify."""
+
+    def notify_consumer_ids_changed(self, group: str) -> None: ...
+
+
+class ConnectionRegistry:
+    """Consumer groups -> the connections their members live on; a
+    :class:`~mqproxy.remoting.context.GroupMembership` for :class:`ServerContext`.
+
+    Each (group, client id) is owned by the connection that last heartbeated it, so a client that
+    reconnected is not unregistered when its old connection is finally noticed dead.
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[tuple[str, str], GroupPeer] = {}
+        #: group -> {connection: number of the group's client ids it owns}
+        self._groups: dict[str, dict[GroupPeer, int]] = {}
+
+    def join(self, group: str, client_id: str, conn: object) -> None:
+        peer: GroupPeer = conn  # type: ignore[assignment]
+        key = (group, client_id)
+        previous = self._owners.get(key)
+        if previous is peer:
+            return
+        if previous is not None:
+            self._release(group, previous)
+        self._owners[key] = peer
+        members = self._groups.setdefault(group, {})
+        members[peer] = members.get(peer, 0) + 1
+
+    def leave(self, group: str, client_id: str, conn: object) -> bool:
+        key = (group, client_id)
+        if self._owners.get(key) is not conn:
+            return False
+        del self._owners[key]
+        self._release(group, conn)  # type: ignore[arg-type]
+        return True
+
+    def notify_changed(self, group: str, exclude: object | None) -> None:
+        for peer in list(self._groups.get(group, ())):
+            if peer is not exclude:
+                peer.notify_consumer_ids_changed(group)
+
+    def connections(self, group: str) -> list[GroupPeer]:
+        return list(self._groups.get(group, ()))
+
+    def _release(self, group: str, peer: GroupPeer) -> None:
+        members = self._groups.get(group)
+        if members is None or peer not in members:
+            return
+        members[peer] -= 1
+        if members[peer] <= 0:
+            del members[peer]
+        if not members:
+            del self._groups[group]
+
+
+class RemotingConnection:
+    """The write side and server->client calls of one connection (a :class:`GroupPeer`)."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        nursery: trio.Nursery,
+        stats: ConnectionStats,
+        limits: ConnectionLimits,
+        log: Any,
+    ) -> None:
+        self.stream = stream
+        self.nursery = nursery
+        self.stats = stats
+        self.limits = limits
+        self.log = log
+        self.session: RemotingSession | None = None
+        self.last_activity = trio.current_time()
+        self.closed = False
+        self._write_lock = trio.Lock()
+        self._calls: dict[int, trio.MemorySendChannel[RemotingCommand]] = {}
+
+    async def write(self, frame: bytes) -> None:
+        """Write one whole frame; a peer that does not take it in time ends the connection."""
+        if self.closed:
+            return
+        async with self._write_lock:
+            with trio.move_on_after(self.limits.write_timeout_s) as scope:
+                try:
+                    await self.stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self.fail("connection_lost", str(exc) or None)
+                    return
+            if scope.cancelled_caught:
+                self.fail("write_timeout", f"frame of {len(frame)} bytes not taken")
+                return
+        self.stats.bytes_out += len(frame)
+        self.last_activity = trio.current_time()
+
+    def fail(self, reason: str, detail: str | None = None) -> None:
+        """End the connection with an error (first reason wins)."""
+        if self.stats.error is None:
+            self.stats.error, self.stats.detail = reason, detail
+        self.closed = True
+        self.nursery.cancel_scope.cancel()
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        if self.closed or self.session is None:
+            return
+        command = RemotingCommand(
+            code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+            opaque=self.session.next_opaque(),
+            flag=FLAG_ONEWAY,
+            ext_fields={"consumerGroup": group},
+        )
+        self.nursery.start_soon(self._send_quietly, command)
+
+    async def call(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand | None:
+        """Send a server->client request and wait for its response (None on timeout or close)."""
+        if self.closed or self.session is None:
+            return None
+        opaque = self.session.next_opaque()
+        command.opaque, command.flag = opaque, command.flag & ~FLAG_ONEWAY
+        send, receive = trio.open_memory_channel[RemotingCommand](1)
+        self._calls[opaque] = send
+        try:
+            await self.write(encode_command(command))
+            with trio.move_on_after(timeout_s):
+                return await receive.receive()
+            return None
+        finally:
+            self._calls.pop(opaque, None)
+
+    def deliver_response(self, response: RemotingCommand) -> None:
+        channel = self._calls.pop(response.opaque, None)
+        if channel is None:
+            self.log.debug("remoting.unmatched_response", opaque=response.opaque, code=response.code)
+            return
+        try:
+            channel.send_nowait(response)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _send_quietly(self, command: RemotingCommand) -> None:
+        await self.write(encode_command(command))
+
+
+async def serve_remoting(
+    stream: trio.abc.Stream,
+    backend: Backend,
+    ctx: ServerContext,
+    *,
+    peer: tuple[str, int] = ("127.0.0.1", 0),
+    initial: bytes = b"",
+    on_request: RequestCallback = ignore_request,
+    stats: ConnectionStats | None = None,
+    log: Any = None,
+    limits: ConnectionLimits | None = None,
+) -> ConnectionStats:
+    """Serve remoting requests on ``stream`` until it ends; see the module docstring."""
+    stats = ConnectionStats() if stats is None else stats
+    limits = ConnectionLimits() if limits is None else limits
+    log = structlog.get_logger("mqproxy.remoting") if log is None else log
+    decoder = FrameDecoder(limits.max_frame_bytes)
+    in_flight = 0
+    connection: RemotingConnection | None = None
+
+    async def serve_request(
+        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int
+    ) -> None:
+        nonlocal in_flight
+        started = trio.current_time()
+        try:
+            if in_flight > limits.max_in_flight:
+                handled = session.reject(request, ResponseCode.SYSTEM_BUSY, _OVERLOAD_REMARK)
+            else:
+                handled = await session.dispatch(request)
+            resp_bytes = 0
+            if handled.response is not None:
+                frame = _encode_response(handled.response, limits.max_frame_bytes)
+                await conn.write(frame)
+                resp_bytes = len(frame)
+            latency_ms = (trio.current_time() - started) * 1000.0
+            on_request(handled.event(latency_ms=latency_ms, req_bytes=size, resp_bytes=resp_bytes))
+        finally:
+            in_flight -= 1
+
+    try:
+        async with trio.open_nursery() as nursery:
+            connection = RemotingConnection(stream, nursery, stats, limits, log)
+            session = RemotingSession(backend, ctx, conn=connection, peer=peer, on_request=on_request)
+            connection.session = session
+            data = initial
+            while True:
+                if data:
+                    stats.bytes_in += len(data)
+                    connection.last_activity = trio.current_time()
+                    before = decoder.buffered
+                    try:
+                        commands = decoder.receive_data(data)
+                    except RemotingCodecError as exc:
+                        log.debug("remoting.bad_frame", reason=exc.reason, detail=exc.detail)
+                        connection.fail(exc.reason, exc.detail or None)
+                        break
+                    consumed = before + len(data) - decoder.buffered
+                    for index, command in enumerate(commands):
+                        if command.is_response:
+                            connection.deliver_response(command)
+                            continue
+                        stats.requests += 1
+                        in_flight += 1
+                        # exact for one frame per read; pipelined frames share the read's bytes evenly
+                        size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
+                        nursery.start_soon(serve_request, connection, session, command, size)
+                data = await _receive(connection)
+                if not data:
+                    break
+            nursery.cancel_scope.cancel()
+    finally:
+        if connection is not None:
+            connection.closed = True
+            if connection.session is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(limits.cleanup_timeout_s):
+                    await connection.session.close()
+    return stats
+
+
+async def _receive(conn: RemotingConnection) -> bytes:
+    """The next bytes from the peer; b"" at EOF, at idle timeout or when the connection failed."""
+    idle = conn.limits.idle_timeout_s
+    while not conn.closed:
+        deadline = conn.last_activity + idle if math.isfinite(idle) else math.inf
+        with trio.move_on_at(deadline):
+            try:
+                return await conn.stream.receive_some(_RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                if conn.stats.error is None:
+                    conn.stats.error, conn.stats.detail = "connection_lost", str(exc) or None
+                return b""
+        if trio.current_time() >= conn.last_activity + idle:
+            conn.fail("idle_timeout", f"nothing read or written for {idle:g} s")
+    return b""
+
+
+def _encode_response(response: RemotingCommand, max_frame_bytes: int) -> bytes:
+    """The response frame; one that cannot be encoded (too large) becomes SYSTEM_ERROR."""
+    try:
+        return encode_command(response, max_frame_bytes=max_frame_bytes)
+    except RemotingCodecError as exc:
+        fallback = RemotingCommand(
+            code=ResponseCode.SYSTEM_ERROR,
+            opaque=response.opaque,
+            flag=response.flag,
+            remark=f"response cannot be encoded: {exc.reason}",
+            ext_fields={k: v for k, v in response.ext_fields.items() if k in ("MSG_REGION", "TRACE_ON")},
+            version=response.version,
+        )
+        return encode_command(fallback)

@@ -1,0 +1,142 @@
+"""
+mqproxy.remoting.consume
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
+
+* Filter: the request's ``subscription`` when sysFlag has the subscription bit (0x4), else the
+  subscription the group's heartbeat registered for the topic (SUBSCRIPTION_NOT_EXIST (24) if none).
+  Only TAG expressions are evaluated; SQL92 is refused with SUBSCRIPTION_PARSE_FAILED (23).
+* Commit: with the commit bit (0x1) a non-negative ``commitOffset`` is stored for the group first.
+* Long polling: with the suspend bit (0x2) a pull that finds nothing waits on
+  ``Backend.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
+  ``ServerContext.long_poll_max_s``) and re-reads when a message arrives; messages that do not match
+  the filter move the cursor on and the wait continues. Expiry answers PULL_NOT_FOUND (19).
+* Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.
+  SUCCESS bodies are concatenated V1 records (IPv4 hosts) as every legacy client decodes them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from mqproxy.broker.types import PullResult, PullStatus, TagFilter
+from mqproxy.codecs.message_record import encode_records
+from mqproxy.codecs.remoting import RemotingCommand
+from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.headers import PullHeader, parse_pull_header
+from mqproxy.remoting.reply import Note, Reply
+
+if TYPE_CHECKING:
+    from mqproxy.remoting.session import RemotingSession
+
+_STATUS_REMARK: Final = {
+    PullStatus.FOUND: "FOUND",
+    PullStatus.NO_NEW_MSG: "NO_NEW_MESSAGE",
+    PullStatus.NO_MATCHED_MSG: "NO_MATCHED_MESSAGE",
+    PullStatus.OFFSET_ILLEGAL: "OFFSET_ILLEGAL",
+}
+
+
+async def pull_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_pull_header(request.ext_fields)
+    note.group, note.topic = header.consumer_group, header.topic
+    backend, ctx = session.backend, session.ctx
+    config = await backend.get_topic(header.topic)
+    if config is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic[:255]}] not exist, apply first please!"
+        )
+    queues = max(config.read_queues, config.write_queues)
+    if not 0 <= header.queue_id < queues:
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER,
+            f"queueId[{header.queue_id}] is illegal, topic:[{config.name}] readQueueNums:[{queues}]",
+        )
+    tag_filter = await _tag_filter(session, header)
+    if header.has_commit_offset and header.commit_offset >= 0:
+        await backend.commit_consumer_offset(
+            header.consumer_group, header.topic, header.queue_id, header.commit_offset
+        )
+    max_count = min(max(header.max_msg_nums, 1), ctx.max_pull_batch)
+    max_bytes = ctx.max_pull_bytes
+    if header.max_msg_bytes is not None and header.max_msg_bytes > 0:
+        max_bytes = min(max_bytes, header.max_msg_bytes)
+    hold_s = 0.0
+    if header.suspend and header.suspend_timeout_ms > 0:
+        hold_s = min(header.suspend_timeout_ms / 1000.0, ctx.long_poll_max_s)
+
+    deadline = trio.current_time() + hold_s
+    offset = header.queue_offset
+    woke = False
+    while True:
+        result = await backend.pull(
+            header.topic, header.queue_id, offset, max_count, tag_filter=tag_filter, max_bytes=max_bytes
+        )
+        if result.status in (PullStatus.FOUND, PullStatus.OFFSET_ILLEGAL):
+            break
+        if result.status is PullStatus.NO_MATCHED_MSG:
+            offset = result.next_offset
+            if offset < result.max_offset:  # scan limit reached: let the client come straight back
+                break
+        elif woke:  # woken but still nothing new: do not spin
+            break
+        remaining = deadline - trio.current_time()
+        if remaining <= 0:
+            break
+        woke = await backend.wait_for_message(header.topic, header.queue_id, offset, remaining)
+        if not woke:
+            break
+    return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
+
+
+def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
+    ext = {
+        "suggestWhichBrokerId": "0",
+        "nextBeginOffset": str(result.next_offset),
+        "minOffset": str(result.min_offset),
+        "maxOffset": str(result.max_offset),
+    }
+    remark = _STATUS_REMARK[result.status]
+    if result.status is PullStatus.FOUND:
+        return Reply(ResponseCode.SUCCESS, ext, encode_records(result.messages, legacy=legacy), remark)
+    if result.status is PullStatus.OFFSET_ILLEGAL:
+        return Reply(ResponseCode.PULL_OFFSET_MOVED, ext, remark=remark)
+    if result.status is PullStatus.NO_MATCHED_MSG and not (held and result.next_offset >= result.max_offset):
+        return Reply(ResponseCode.PULL_RETRY_IMMEDIATELY, ext, remark=remark)
+    return Reply(ResponseCode.PULL_NOT_FOUND, ext, remark=remark)
+
+
+async def _tag_filter(session: RemotingSession, header: PullHeader) -> TagFilter | None:
+    """The filter of this pull; None means everything."""
+    if header.expression_type.strip().upper() not in ("TAG", ""):
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"expression type {header.expression_type[:32]!r} is not supported, only TAG",
+        )
+    if header.has_subscription:
+        expression: str | None = header.subscription
+    else:
+        expression = await _registered_expression(session, header.consumer_group, header.topic)
+    tag_filter = TagFilter.parse(expression)
+    return None if tag_filter.is_all else tag_filter
+
+
+async def _registered_expression(session: RemotingSession, group: str, topic: str) -> str:
+    """The subscription expression for ``topic`` from the group's heartbeats (this connection first)."""
+    own = [cid for g, cid in sorted(session.memberships) if g == group]
+    backend = session.backend
+    for client_id in own + [c for c in await backend.consumer_ids(group) if c not in own]:
+        info = await backend.consumer_info(group, client_id)
+        if info is None:
+            continue
+        for subscription in info.subscriptions:
+            if subscription.topic == topic:
+                return subscription.expression
+    raise RequestError(
+        ResponseCode.SUBSCRIPTION_NOT_EXIST,
+        f"the consumer's subscription not exist, group: {group[:255]} topic: {topic[:255]}",
+    )

@@ -1,0 +1,129 @@
+"""
+mqproxy.remoting.context
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+What a remoting session needs from the server around it: the advertised address and settings
+(:class:`ServerContext`), the cross-connection group registry (:class:`GroupMembership`, implemented by
+:class:`mqproxy.remoting.connection.ConnectionRegistry`), and the shape of the per-request log event
+(:class:`RequestEvent`, the ``request`` event of ``config/log_event.schema.json``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mqproxy.codecs.message_id import MessageIdError, pack_ip
+
+#: The broker name and cluster every route names (one logical broker: this proxy, spec §8.3).
+BROKER_NAME = "broker-a"
+CLUSTER_NAME = "DefaultCluster"
+
+
+class GroupMembership(Protocol):
+    """Which connection owns which (consumer group, client id); sends NOTIFY_CONSUMER_IDS_CHANGED.
+
+    ``conn`` is an opaque token identifying one connection. All methods are synchronous and never
+    block: notifications are queued for delivery by the I/O layer.
+    """
+
+    def join(self, group: str, client_id: str, conn: object) -> None:
+        """Record that ``client_id`` of ``group`` lives on ``conn`` (re-joining moves it)."""
+        ...
+
+    def leave(self, group: str, client_id: str, conn: object) -> bool:
+        """Forget the membership if ``conn`` still owns it; True if it did (the caller unregisters)."""
+        ...
+
+    def notify_changed(self, group: str, exclude: object | None) -> None:
+        """Send NOTIFY_CONSUMER_IDS_CHANGED (oneway) to every connection of ``group`` but ``exclude``."""
+        ...
+
+
+class NullGroups:
+    """A :class:`GroupMembership` for a lone session: always owns, never notifies."""
+
+    def join(self, group: str, client_id: str, conn: object) -> None:
+        return None
+
+    def leave(self, group: str, client_id: str, conn: object) -> bool:
+        return True
+
+    def notify_changed(self, group: str, exclude: object | None) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerContext:
+    """Server-wide settings a session reads; one instance shared by every remoting connection.
+
+    ``advertised_host``/``advertised_port`` go into every route's ``brokerAddrs`` and every offset
+    message id, so they must be the address clients can reach this proxy at.
+    """
+
+    advertised_host: str
+    advertised_port: int
+    groups: GroupMembership = field(default_factory=NullGroups)
+    auto_create_topics: bool = True
+    #: Queues of an auto-created topic when the request names no count; also TBW102's count.
+    default_queue_count: int = 4
+    #: Upper bound on messages per pull response (clients ask 32).
+    max_pull_batch: int = 32
+    #: Upper bound on a pull response body, bytes (far below the 16 MiB frame limit).
+    max_pull_bytes: int = 4 * 1024 * 1024
+    #: Upper bound on a long-poll hold, seconds (Java push asks 15 s, lite pull 20 s).
+    long_poll_max_s: float = 30.0
+    #: ``MSG_REGION`` / ``TRACE_ON`` added to every response (spec §1.7).
+    region: str = "DefaultRegion"
+    trace_on: bool = True
+    #: ``version`` of every response (V5_3_3; clients compare it for SQL92 support).
+    server_version: int = 479
+    #: IP literal for offset message ids; "" means ``advertised_host`` when that is an IP literal,
+    #: else 127.0.0.1 (message ids cannot carry host names).
+    msg_id_host: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.advertised_port <= 0xFFFF:
+            raise ValueError(f"advertised_port {self.advertised_port} out of range")
+        if self.default_queue_count < 1 or self.max_pull_batch < 1 or self.max_pull_bytes < 1:
+            raise ValueError("queue count, pull batch and pull bytes must be positive")
+        if not self.long_poll_max_s >= 0:
+            raise ValueError("long_poll_max_s must be >= 0")
+        host = self.msg_id_host or self.advertised_host
+        try:
+            pack_ip(host)
+        except MessageIdError:
+            if self.msg_id_host:
+                raise ValueError(f"msg_id_host {self.msg_id_host!r} is not an IP literal") from None
+            host = "127.0.0.1"
+        object.__setattr__(self, "msg_id_host", host)
+
+    @property
+    def advertised_address(self) -> str:
+        return f"{self.advertised_host}:{self.advertised_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent:
+    """One handled request: the fields of the ``request`` log event besides conn_id/protocol."""
+
+    op: str
+    code: int
+    status: str | None
+    outcome: str
+    latency_ms: float
+    req_bytes: int
+    resp_bytes: int
+    client_id: str | None
+    client_version: str | None
+    group: str | None
+    topic: str | None
+
+
+RequestCallback = Callable[[RequestEvent], None]
+
+
+def ignore_request(event: RequestEvent) -> None:
+    """The default :data:`RequestCallback`: drop the event."""
+    return None

@@ -1,0 +1,92 @@
+"""
+mqproxy.remoting.offsets
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+Consumer offsets and queue offsets (spec §3.4–§3.7).
+
+* QUERY_CONSUMER_OFFSET (14): the committed offset; for a group that never committed, ``0`` when the
+  queue has never held a message (what a real broker answers on a fresh queue, and what C++/ali-ons
+  expect), else QUERY_NOT_FOUND (22) so the client applies its ConsumeFromWhere policy (or
+  ``setZeroIfNotFound=false`` was sent).
+* UPDATE_CONSUMER_OFFSET (15): stores ``commitOffset``; negative values (ali-ons sends -1 for queues
+  it never consumed) are acknowledged and ignored. Usually oneway.
+* GET_MAX_OFFSET (30), GET_MIN_OFFSET (31): ``offset``; GET_EARLIEST_MSG_STORETIME (32): ``timestamp``.
+* SEARCH_OFFSET_BY_TIMESTAMP (29): ``offset`` of the first message stored at or after ``timestamp``
+  (``boundaryType=UPPER``: the last one stored at or before it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mqproxy.codecs.remoting import RemotingCommand
+from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.headers import (
+    parse_query_offset_header,
+    parse_queue_header,
+    parse_search_offset_header,
+    parse_update_offset_header,
+)
+from mqproxy.remoting.reply import Note, Reply
+
+if TYPE_CHECKING:
+    from mqproxy.remoting.session import RemotingSession
+
+#: The Java broker's remark for QUERY_NOT_FOUND.
+_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+
+
+async def query_consumer_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_query_offset_header(request.ext_fields)
+    note.group, note.topic = header.consumer_group, header.topic
+    backend = session.backend
+    offset = await backend.query_consumer_offset(header.consumer_group, header.topic, header.queue_id)
+    if offset is not None and offset >= 0:
+        return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
+    if header.set_zero_if_not_found and await backend.max_offset(header.topic, header.queue_id) == 0:
+        return Reply(ResponseCode.SUCCESS, {"offset": "0"})
+    return Reply(ResponseCode.QUERY_NOT_FOUND, remark=_NOT_FOUND_REMARK)
+
+
+async def update_consumer_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_update_offset_header(request.ext_fields)
+    note.group, note.topic = header.consumer_group, header.topic
+    if header.offset >= 0:
+        await session.backend.commit_consumer_offset(
+            header.consumer_group, header.topic, header.queue_id, header.offset
+        )
+    return Reply(ResponseCode.SUCCESS)
+
+
+async def get_max_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_queue_header(request.ext_fields)
+    note.topic = header.topic
+    offset = await session.backend.max_offset(header.topic, header.queue_id)
+    return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
+
+
+async def get_min_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_queue_header(request.ext_fields)
+    note.topic = header.topic
+    offset = await session.backend.min_offset(header.topic, header.queue_id)
+    return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
+
+
+async def get_earliest_store_time(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_queue_header(request.ext_fields)
+    note.topic = header.topic
+    timestamp = await session.backend.earliest_store_time(header.topic, header.queue_id)
+    return Reply(ResponseCode.SUCCESS, {"timestamp": str(timestamp)})
+
+
+async def search_offset_by_timestamp(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_search_offset_header(request.ext_fields)
+    note.topic = header.topic
+    backend = session.backend
+    if header.upper_bound:
+        # last message stored at or before the timestamp = first one after it, minus one
+        after = await backend.search_offset(header.topic, header.queue_id, header.timestamp_ms + 1)
+        offset = max(after - 1, await backend.min_offset(header.topic, header.queue_id))
+    else:
+        offset = await backend.search_offset(header.topic, header.queue_id, header.timestamp_ms)
+    return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})

@@ -1,0 +1,218 @@
+"""
+mqproxy.remoting.produce
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+SEND_MESSAGE (10, long header keys), SEND_MESSAGE_V2 (310, keys ``a``..``n``) and SEND_BATCH_MESSAGE
+(320), spec §3.2 and §4.6.
+
+Checks, in the broker's order and with its codes: topic longer than 127 bytes or properties longer than
+32767 bytes -> MESSAGE_ILLEGAL (13); illegal topic characters -> INVALID_PARAMETER (29); system topics
+-> NO_PERMISSION (16); unknown topic without auto-creation -> TOPIC_NOT_EXIST (17); queue out of range
+-> INVALID_PARAMETER; a malformed batch body -> MESSAGE_ILLEGAL. Nothing is stored unless every check
+passed (a batch is stored all-or-nothing by the backend).
+
+Bodies and sysFlag bits (compression, transaction) are stored as received. A message without
+``UNIQ_KEY`` (ali-ons) gets one, stored with it and returned as ``transactionId``. A ``%RETRY%`` send
+whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>``. ``INNER_MULTI_DISPATCH`` names the
+``%LMQ%`` queues that also index the message (spec §9.3).
+
+Response header: ``msgId`` (offset message id from the advertised host and the commit-log offset;
+comma-joined for a batch), ``queueId``, ``queueOffset`` (first message), ``transactionId``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from mqproxy.broker.errors import IllegalTopic
+from mqproxy.broker.topics import (
+    DLQ_PREFIX,
+    MAX_TOPIC_BYTES,
+    RETRY_PREFIX,
+    is_lmq,
+    is_send_forbidden,
+    validate_topic,
+)
+from mqproxy.broker.types import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    SendResult,
+)
+from mqproxy.codecs.message_id import MessageIdError, new_uniq_key, offset_msg_id
+from mqproxy.codecs.message_record import (
+    MAX_PROPERTIES_BYTES,
+    RecordError,
+    decode_batch_body,
+    decode_properties,
+)
+from mqproxy.codecs.remoting import RemotingCommand
+from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.headers import SendHeader, parse_send_header
+from mqproxy.remoting.reply import Note, Reply
+
+if TYPE_CHECKING:
+    from mqproxy.remoting.session import RemotingSession
+
+#: Retry limit when the request carries none (subscription-group default ``retryMaxTimes``).
+DEFAULT_MAX_RECONSUME_TIMES: Final = 16
+_uniq_counter = itertools.count()
+
+
+async def send_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    return await _send_single(session, request, note, short_keys=False)
+
+
+async def send_message_v2(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    return await _send_single(session, request, note, short_keys=True)
+
+
+async def send_batch_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    header = parse_send_header(request.ext_fields, short_keys=True)
+    note.group, note.topic = header.producer_group, header.topic
+    _check_topic(header.topic)
+    if header.topic.startswith(RETRY_PREFIX):
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
+    envelope = _properties(header.properties)
+    try:
+        entries = decode_batch_body(request.body)
+    except RecordError as exc:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
+    if not entries:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no messages")
+    messages = []
+    for entry in entries:
+        properties = entry.properties
+        _check_properties_size(properties)
+        _ensure_uniq_key(session, properties)
+        messages.append(
+            _message(session, header, header.topic, header.queue_id, entry.body, properties, entry.flag)
+        )
+    envelope_key = envelope.get(PROPERTY_UNIQ_KEY) or _new_uniq_key(session)
+    await _auto_create(session, header)
+    results = await session.backend.send_batch(messages)
+    return _reply(session, results, envelope_key)
+
+
+async def _send_single(
+    session: RemotingSession, request: RemotingCommand, note: Note, *, short_keys: bool
+) -> Reply:
+    header = parse_send_header(request.ext_fields, short_keys=short_keys)
+    note.group, note.topic = header.producer_group, header.topic
+    _check_topic(header.topic)
+    properties = _properties(header.properties)
+    uniq_key = _ensure_uniq_key(session, properties)
+    topic, queue_id = header.topic, header.queue_id
+    if topic.startswith(RETRY_PREFIX):
+        limit = header.max_reconsume_times
+        if limit is None:
+            limit = DEFAULT_MAX_RECONSUME_TIMES
+        if header.reconsume_times > limit:
+            topic = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
+            await session.backend.create_topic(topic, 1)
+            queue_id = 0
+    else:
+        await _auto_create(session, header)
+    message = _message(session, header, topic, queue_id, request.body, properties, header.flag)
+    result = await session.backend.send(message)
+    return _reply(session, [result], uniq_key)
+
+
+def _check_topic(topic: str) -> None:
+    if len(topic.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}, max {MAX_TOPIC_BYTES}"
+        )
+    try:
+        validate_topic(topic)
+    except IllegalTopic as exc:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, f"illegal topic: {exc}") from None
+    if is_send_forbidden(topic):
+        raise RequestError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+
+
+def _check_properties_size(properties: dict[str, str]) -> None:
+    try:
+        size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in properties.items())
+    except UnicodeEncodeError:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "message properties are not valid UTF-8") from None
+    if size > MAX_PROPERTIES_BYTES:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"message properties length too long {size}, max {MAX_PROPERTIES_BYTES}",
+        )
+
+
+def _properties(text: str) -> dict[str, str]:
+    properties = decode_properties(text)
+    _check_properties_size(properties)
+    return properties
+
+
+def _new_uniq_key(session: RemotingSession) -> str:
+    now_ms = time.time_ns() // 1_000_000
+    return new_uniq_key(session.ctx.msg_id_host, os.getpid(), next(_uniq_counter), now_ms)
+
+
+def _ensure_uniq_key(session: RemotingSession, properties: dict[str, str]) -> str:
+    key = properties.get(PROPERTY_UNIQ_KEY)
+    if not key:
+        key = properties[PROPERTY_UNIQ_KEY] = _new_uniq_key(session)
+    return key
+
+
+def _message(
+    session: RemotingSession,
+    header: SendHeader,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    properties: dict[str, str],
+    flag: int,
+) -> Message:
+    dispatch = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    return Message(
+        topic=topic,
+        body=body,
+        queue_id=queue_id if queue_id >= 0 else -1,
+        flag=flag,
+        properties=properties,
+        sys_flag=header.sys_flag,
+        born_timestamp_ms=header.born_timestamp_ms,
+        born_host=session.peer,
+        reconsume_times=header.reconsume_times,
+        dispatch=tuple(name for name in dispatch.split(",") if is_lmq(name)) if dispatch else (),
+    )
+
+
+async def _auto_create(session: RemotingSession, header: SendHeader) -> None:
+    """Create an unknown topic with the producer's ``defaultTopicQueueNums`` (capped by the default)."""
+    ctx, backend = session.ctx, session.backend
+    if not ctx.auto_create_topics or header.default_topic_queue_nums is None:
+        return
+    if await backend.get_topic(header.topic) is None:
+        count = min(max(header.default_topic_queue_nums, 1), ctx.default_queue_count)
+        await backend.create_topic(header.topic, count)
+
+
+def _reply(session: RemotingSession, results: Sequence[SendResult], transaction_id: str) -> Reply:
+    host = (session.ctx.msg_id_host, session.ctx.advertised_port)
+    try:
+        msg_ids = ",".join(offset_msg_id(host, r.commitlog_offset) for r in results)
+    except MessageIdError as exc:  # pragma: no cover - msg_id_host is validated by ServerContext
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    first = results[0]
+    return Reply(
+        ResponseCode.SUCCESS,
+        {
+            "msgId": msg_ids,
+            "queueId": str(first.queue_id),
+            "queueOffset": str(first.queue_offset),
+            "transactionId": transaction_id,
+        },
+    )

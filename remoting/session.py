@@ -1,0 +1,294 @@
+"""
+mqproxy.remoting.session
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+The remoting protocol session: one per connection, no I/O of its own.
+
+:class:`RemotingSession` owns what the protocol learns about a connection (client id, language and
+version from heartbeats, the consumer groups it joined, the server->client opaque counter) and answers
+requests through a dispatch table ``{RequestCode: handler}``. It talks to storage only through the
+:class:`~mqproxy.broker.backend.Backend` protocol and to other connections only through
+:class:`~mqproxy.remoting.context.GroupMembership`.
+
+Two entry points, one core:
+
+* :meth:`RemotingSession.dispatch` -> :class:`Handled` (response or None, plus what the ``request``
+  log event needs). The connection driver uses it so that it can time the write.
+* :meth:`RemotingSession.handle` -> ``RemotingCommand | None``: dispatch and report the event at once
+  (sizes measured by encoding the response); for tests and callers without a socket.
+
+Nothing a client sends makes an exception escape: header problems, backend errors and handler bugs
+all become error responses (SYSTEM_ERROR for bugs, logged as ``internal.error``). Oneway requests
+(flag bit 1) are handled and never answered.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.errors import (
+    BackendError,
+    IllegalTopic,
+    MessageTooLarge,
+    QueueNotFound,
+    StoreUnavailable,
+    TopicNotFound,
+)
+from mqproxy.codecs.remoting import RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.remoting import clients, consume, offsets, produce, routes
+from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
+from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.reply import Note, Reply
+
+__all__ = ["Handled", "Note", "RemotingSession", "Reply"]
+
+_log = structlog.get_logger("mqproxy.remoting")
+
+
+Handler = Callable[["RemotingSession", RemotingCommand, Note], Awaitable[Reply]]
+
+#: Request code -> handler. Codes not listed are answered REQUEST_CODE_NOT_SUPPORTED.
+HANDLERS: Final[dict[int, Handler]] = {
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: routes.get_route,
+    RequestCode.SEND_MESSAGE: produce.send_message,
+    RequestCode.SEND_MESSAGE_V2: produce.send_message_v2,
+    RequestCode.SEND_BATCH_MESSAGE: produce.send_batch_message,
+    RequestCode.PULL_MESSAGE: consume.pull_message,
+    RequestCode.LITE_PULL_MESSAGE: consume.pull_message,
+    RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+    RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
+    RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_store_time,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
+    RequestCode.HEART_BEAT: clients.heart_beat,
+    RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list,
+}
+
+#: BackendError subclass -> response code (spec §2, §3.2, §3.3). Others: SYSTEM_ERROR.
+_BACKEND_CODES: Final[dict[type[BackendError], ResponseCode]] = {
+    TopicNotFound: ResponseCode.TOPIC_NOT_EXIST,
+    IllegalTopic: ResponseCode.INVALID_PARAMETER,
+    QueueNotFound: ResponseCode.INVALID_PARAMETER,
+    MessageTooLarge: ResponseCode.MESSAGE_ILLEGAL,
+    StoreUnavailable: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+_OK_CODES: Final = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        # "nothing (yet)" answers of pull and offset queries are normal flow, not errors
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+        ResponseCode.QUERY_NOT_FOUND,
+    }
+)
+
+
+def op_name(code: int) -> str:
+    """``RequestCode`` name of ``code``, or ``UNKNOWN_<code>``."""
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return f"UNKNOWN_{code}"
+
+
+def status_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def backend_error_reply(exc: BackendError) -> Reply:
+    """The error response for a backend exception (most specific class wins)."""
+    for cls in type(exc).__mro__:
+        code = _BACKEND_CODES.get(cls)  # type: ignore[arg-type]
+        if code is not None:
+            break
+    else:
+        code = ResponseCode.SYSTEM_ERROR
+    text = str(exc) or type(exc).__name__
+    return Reply(code, remark=f"{type(exc).__name__}: {text}")
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """The outcome of one request: the response to send (None for oneway) and its log facts."""
+
+    response: RemotingCommand | None
+    op: str
+    code: int
+    status: str
+    outcome: str
+    client_id: str | None
+    client_version: str | None
+    group: str | None
+    topic: str | None
+
+    def event(self, *, latency_ms: float, req_bytes: int, resp_bytes: int) -> RequestEvent:
+        return RequestEvent(
+            op=self.op,
+            code=self.code,
+            status=self.status,
+            outcome=self.outcome,
+            latency_ms=latency_ms,
+            req_bytes=req_bytes,
+            resp_bytes=resp_bytes,
+            client_id=self.client_id,
+            client_version=self.client_version,
+            group=self.group,
+            topic=self.topic,
+        )
+
+
+class RemotingSession:
+    """Protocol state of one remoting connection.
+
+    ``conn`` is the opaque token :class:`~mqproxy.remoting.context.GroupMembership` knows this
+    connection by; ``peer`` is the client address (born host of messages without one).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        ctx: ServerContext,
+        *,
+        conn: object | None = None,
+        peer: tuple[str, int] = ("127.0.0.1", 0),
+        on_request: RequestCallback = ignore_request,
+    ) -> None:
+        self.backend = backend
+        self.ctx = ctx
+        self.conn: object = self if conn is None else conn
+        self.peer = peer
+        self.on_request = on_request
+        #: From the last HEART_BEAT (or any request before one): client id, language, version.
+        self.client_id: str | None = None
+        self.language: str | None = None
+        self.version: int | None = None
+        #: (consumer group, client id) pairs this connection registered with the backend.
+        self.memberships: set[tuple[str, str]] = set()
+        #: Retry topics already ensured by this session (avoids a create per heartbeat).
+        self.ensured_topics: set[str] = set()
+        self._next_opaque = 0
+        self._closed = False
+
+    # --- identity --------------------------------------------------------------------------------
+    @property
+    def client_version(self) -> str | None:
+        if self.language is None:
+            return None
+        return f"{self.language}/{self.version}"
+
+    @property
+    def legacy_records(self) -> bool:
+        """Whether pull records must use IPv4 hosts only: every client but a modern Java one (>= 4.5.1;
+        ali-ons also says JAVA, with version 121)."""
+        return not (self.language == "JAVA" and (self.version or 0) >= 315)
+
+    def next_opaque(self) -> int:
+        """A fresh opaque for a server->client request (wraps within the positive int32 range)."""
+        self._next_opaque = (self._next_opaque + 1) & 0x7FFFFFFF
+        return self._next_opaque
+
+    # --- requests --------------------------------------------------------------------------------
+    async def dispatch(self, request: RemotingCommand) -> Handled:
+        """Answer ``request``; never raises for anything the peer sent."""
+        if self.language is None:
+            self.language, self.version = request.language, request.version
+        note = Note()
+        handler = HANDLERS.get(request.code)
+        if handler is None:
+            reply = Reply(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f" request type {request.code} not supported",
+            )
+        else:
+            reply = await self._run(handler, request, note)
+        return self._handled(request, reply, note)
+
+    def reject(self, request: RemotingCommand, code: ResponseCode, remark: str) -> Handled:
+        """Answer ``request`` with an error without running its handler (e.g. overload)."""
+        return self._handled(request, Reply(code, remark=remark), Note())
+
+    def _handled(self, request: RemotingCommand, reply: Reply, note: Note) -> Handled:
+        if request.is_oneway:
+            response, outcome = None, "oneway"
+        else:
+            response = self._response(request, reply)
+            outcome = "ok" if reply.code in _OK_CODES else "error"
+        return Handled(
+            response=response,
+            op=op_name(request.code),
+            code=request.code,
+            status=status_name(reply.code),
+            outcome=outcome,
+            client_id=self.client_id,
+            client_version=self.client_version,
+            group=note.group,
+            topic=note.topic,
+        )
+
+    async def handle(self, request: RemotingCommand, *, req_bytes: int = 0) -> RemotingCommand | None:
+        """Dispatch and report the ``request`` event; the response, or None for oneway requests."""
+        started = trio.current_time()
+        handled = await self.dispatch(request)
+        resp_bytes = 0 if handled.response is None else len(encode_command(handled.response))
+        latency_ms = max(0.0, (trio.current_time() - started) * 1000.0)
+        self.on_request(handled.event(latency_ms=latency_ms, req_bytes=req_bytes, resp_bytes=resp_bytes))
+        return handled.response
+
+    async def _run(self, handler: Handler, request: RemotingCommand, note: Note) -> Reply:
+        try:
+            return await handler(self, request, note)
+        except RequestError as exc:
+            return Reply(exc.code, remark=exc.remark)
+        except BackendError as exc:
+            return backend_error_reply(exc)
+        except Exception as exc:  # a handler bug must not kill the connection
+            _log.error(
+                "internal.error",
+                exc_info="".join(traceback.format_exception(exc)),
+                op=op_name(request.code),
+                client_id=self.client_id,
+            )
+            return Reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"[:512])
+
+    def _response(self, request: RemotingCommand, reply: Reply) -> RemotingCommand:
+        ext = reply.ext
+        ext["MSG_REGION"] = self.ctx.region
+        ext["TRACE_ON"] = "true" if self.ctx.trace_on else "false"
+        response = RemotingCommand.response_to(request, int(reply.code), reply.remark, ext, reply.body)
+        response.version = self.ctx.server_version
+        return response
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """The connection ended: unregister its consumers and notify the groups' other members.
+
+        Idempotent. A membership another connection has taken over (client reconnected) is left alone.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for group, client_id in sorted(self.memberships):
+            if not self.ctx.groups.leave(group, client_id, self.conn):
+                continue
+            try:
+                changed = await self.backend.unregister_consumer(group, client_id)
+            except BackendError:
+                continue
+            if changed:
+                self.ctx.groups.notify_changed(group, self.conn)
+        self.memberships.clear()

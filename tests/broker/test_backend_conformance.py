@@ -1,0 +1,366 @@
+"""One behavioural suite run against every Backend implementation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.embedded import open_embedded_store
+from mqproxy.broker.errors import IllegalTopic, MessageTooLarge, QueueNotFound, TopicNotFound
+from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.broker.types import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    ConsumerInfo,
+    Message,
+    PullStatus,
+    Subscription,
+    TagFilter,
+)
+
+MakeBackend = Callable[..., AbstractAsyncContextManager[Backend]]
+
+
+@pytest.fixture(params=["memory", "embedded-async", "embedded-sync"])
+def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> MakeBackend:
+    counter = iter(range(1000))
+
+    @asynccontextmanager
+    async def make(**kwargs: Any) -> AsyncIterator[Backend]:
+        if request.param == "memory":
+            yield InMemoryBackend(**kwargs)
+            return
+        flush = request.param.removeprefix("embedded-")
+        async with open_embedded_store(
+            tmp_path / f"store{next(counter)}", flush=flush, segment_bytes=64 * 1024, **kwargs
+        ) as store:
+            yield store
+
+    return make
+
+
+def msg(topic: str = "T", body: bytes = b"hello", **kw: Any) -> Message:
+    return Message(topic=topic, body=body, **kw)
+
+
+async def test_is_a_backend(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        assert isinstance(backend, Backend)
+
+
+async def test_send_then_pull_round_trips_every_field(make_backend: MakeBackend) -> None:
+    async with make_backend(store_host=("10.0.0.9", 10911)) as backend:
+        sent = await backend.send(
+            Message(
+                topic="Orders",
+                body=b"\x00payload\xff",
+                queue_id=2,
+                flag=7,
+                properties={"TAGS": "A", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"},
+                sys_flag=0x4,
+                born_timestamp_ms=1_700_000_000_123,
+                born_host=("192.168.1.5", 40000),
+                reconsume_times=3,
+            )
+        )
+        assert (sent.topic, sent.queue_id, sent.queue_offset) == ("Orders", 2, 0)
+        assert sent.lmq_offsets == {}
+        result = await backend.pull("Orders", 2, 0, 32)
+        assert result.status is PullStatus.FOUND
+        assert (result.next_offset, result.min_offset, result.max_offset) == (1, 0, 1)
+        (m,) = result.messages
+        assert m.body == b"\x00payload\xff"
+        assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == ("Orders", 2, 0, sent.commitlog_offset)
+        assert m.flag == 7 and m.sys_flag == 0x4 and m.reconsume_times == 3
+        assert dict(m.properties) == {"TAGS": "A", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"}
+        assert m.born_timestamp_ms == 1_700_000_000_123 and m.born_host == ("192.168.1.5", 40000)
+        assert m.store_host == ("10.0.0.9", 10911)
+        assert m.store_timestamp_ms == sent.store_timestamp_ms
+        assert m.body_crc == 0x7FFFFFFF & __import__("zlib").crc32(b"\x00payload\xff")
+        assert m.store_size > len(m.body) and m.tags == "A"
+
+
+async def test_offsets_are_per_queue_and_commitlog_offsets_unique(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        results = [await backend.send(msg(queue_id=i % 2, body=bytes([i]))) for i in range(6)]
+        assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2, 2]
+        clos = [r.commitlog_offset for r in results]
+        assert clos == sorted(clos) and len(set(clos)) == 6
+        assert await backend.max_offset("T", 0) == 3
+        assert await backend.max_offset("T", 1) == 3
+        assert await backend.min_offset("T", 0) == 0
+        assert await backend.max_offset("T", 3) == 0
+        got = await backend.pull("T", 1, 0, 32)
+        assert [m.body for m in got.messages] == [b"\x01", b"\x03", b"\x05"]
+
+
+async def test_queue_minus_one_spreads_over_queues(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        queues = {(await backend.send(msg())).queue_id for _ in range(8)}
+        assert queues == {0, 1, 2, 3}
+
+
+async def test_pull_status_table(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        await backend.create_topic("T")
+        empty = await backend.pull("T", 0, 0, 32)
+        assert (empty.status, empty.next_offset, empty.max_offset) == (PullStatus.NO_NEW_MSG, 0, 0)
+        moved = await backend.pull("T", 0, 5, 32)
+        assert (moved.status, moved.next_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
+        for _ in range(3):
+            await backend.send(msg(queue_id=0))
+        at_end = await backend.pull("T", 0, 3, 32)
+        assert (at_end.status, at_end.next_offset, at_end.messages) == (PullStatus.NO_NEW_MSG, 3, ())
+        beyond = await backend.pull("T", 0, 9, 32)
+        assert (beyond.status, beyond.next_offset) == (PullStatus.OFFSET_ILLEGAL, 3)
+        middle = await backend.pull("T", 0, 1, 32)
+        assert [m.queue_offset for m in middle.messages] == [1, 2] and middle.next_offset == 3
+
+
+async def test_pull_honours_max_count_and_max_bytes(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        for i in range(10):
+            await backend.send(msg(queue_id=0, body=bytes(1000) + bytes([i])))
+        two = await backend.pull("T", 0, 0, 2)
+        assert [m.queue_offset for m in two.messages] == [0, 1] and two.next_offset == 2
+        one_size = two.messages[0].store_size
+        capped = await backend.pull("T", 0, 0, 32, max_bytes=3 * one_size + 10)
+        assert [m.queue_offset for m in capped.messages] == [0, 1, 2] and capped.next_offset == 3
+        tiny = await backend.pull("T", 0, 4, 32, max_bytes=1)
+        assert [m.queue_offset for m in tiny.messages] == [4], "at least one message is always returned"
+
+
+async def test_tag_filter(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        tags = ["A", "B", None, "C", "A"]
+        for t in tags:
+            await backend.send(msg(queue_id=0, properties={"TAGS": t} if t else {}))
+        ab = await backend.pull("T", 0, 0, 32, tag_filter=TagFilter.parse("A || C"))
+        assert [m.queue_offset for m in ab.messages] == [0, 3, 4] and ab.next_offset == 5
+        everything = await backend.pull("T", 0, 0, 32, tag_filter=TagFilter.parse("*"))
+        assert len(everything.messages) == 5
+        none = await backend.pull("T", 0, 0, 32, tag_filter=TagFilter.parse("Z"))
+        assert (none.status, none.next_offset, none.messages) == (PullStatus.NO_MATCHED_MSG, 5, ())
+        first_b = await backend.pull("T", 0, 0, 1, tag_filter=TagFilter.parse("B"))
+        assert [m.queue_offset for m in first_b.messages] == [1] and first_b.next_offset == 2
+
+
+async def test_auto_create_and_queue_counts(make_backend: MakeBackend) -> None:
+    async with make_backend(default_queue_count=6) as backend:
+        assert await backend.get_topic("New") is None
+        await backend.send(msg("New"))
+        new = await backend.get_topic("New")
+        assert new is not None and (new.read_queues, new.write_queues) == (6, 6)
+        for name in ("%RETRY%g1", "%DLQ%g1"):
+            await backend.send(msg(name))
+            config = await backend.get_topic(name)
+            assert config is not None and config.write_queues == 1
+        explicit = await backend.create_topic("Eight", 8)
+        assert explicit.write_queues == 8
+        again = await backend.create_topic("Eight", 2)
+        assert again.write_queues == 8, "create_topic is idempotent"
+        lmq = await backend.get_topic("%LMQ%x")
+        assert lmq is not None and lmq.read_queues == 1
+
+
+async def test_no_auto_create(make_backend: MakeBackend) -> None:
+    async with make_backend(auto_create_topics=False) as backend:
+        with pytest.raises(TopicNotFound):
+            await backend.send(msg("Missing"))
+        assert await backend.get_topic("Missing") is None
+        await backend.create_topic("Made")
+        assert (await backend.send(msg("Made"))).topic == "Made"
+
+
+@pytest.mark.parametrize("name", ["", "a b", "topic/1", "ünï", "x" * 128, "a\x00"])
+async def test_illegal_topics(make_backend: MakeBackend, name: str) -> None:
+    async with make_backend() as backend:
+        with pytest.raises(IllegalTopic):
+            await backend.send(msg(name))
+        with pytest.raises(IllegalTopic):
+            await backend.create_topic(name)
+
+
+async def test_long_retry_topic_exists_but_cannot_be_written(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        name = "%RETRY%" + "g" * 200
+        assert (await backend.create_topic(name)).write_queues == 1
+        with pytest.raises(IllegalTopic):
+            await backend.send(msg(name))
+        with pytest.raises(IllegalTopic):
+            await backend.create_topic("%RETRY%" + "g" * 249)
+
+
+async def test_unknown_topic_and_queue(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        with pytest.raises(TopicNotFound):
+            await backend.pull("Nope", 0, 0, 1)
+        with pytest.raises(TopicNotFound):
+            await backend.max_offset("Nope", 0)
+        await backend.create_topic("T", 2)
+        with pytest.raises(QueueNotFound):
+            await backend.send(msg(queue_id=2))
+        with pytest.raises(QueueNotFound):
+            await backend.pull("T", 5, 0, 1)
+        with pytest.raises(QueueNotFound):
+            await backend.pull("T", -1, 0, 1)
+
+
+async def test_too_large(make_backend: MakeBackend) -> None:
+    async with make_backend(max_message_bytes=1000) as backend:
+        await backend.send(msg(body=bytes(1000)))
+        with pytest.raises(MessageTooLarge):
+            await backend.send(msg(body=bytes(1001)))
+        with pytest.raises(MessageTooLarge):
+            await backend.send(msg(properties={"K": "v" * 40000}))
+
+
+async def test_batch_is_atomic_and_consecutive(make_backend: MakeBackend) -> None:
+    async with make_backend(max_message_bytes=100) as backend:
+        await backend.create_topic("T", 1)
+        batch = [msg(queue_id=0, body=bytes([i])) for i in range(5)]
+        results = await backend.send_batch(batch)
+        assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
+        with pytest.raises(MessageTooLarge):
+            await backend.send_batch([msg(queue_id=0), msg(queue_id=0, body=bytes(101))])
+        assert await backend.max_offset("T", 0) == 5
+        got = await backend.pull("T", 0, 0, 32)
+        assert [m.body for m in got.messages] == [bytes([i]) for i in range(5)]
+
+
+async def test_consumer_offsets(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        assert await backend.query_consumer_offset("G", "T", 0) is None
+        await backend.commit_consumer_offset("G", "T", 0, 42)
+        await backend.commit_consumer_offset("G", "T", 0, 43)
+        assert await backend.query_consumer_offset("G", "T", 0) == 43
+        assert await backend.query_consumer_offset("G", "T", 1) is None
+        assert await backend.query_consumer_offset("H", "T", 0) is None
+
+
+async def test_search_offset_and_earliest_time(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        await backend.create_topic("T", 1)
+        assert await backend.earliest_store_time("T", 0) == -1
+        assert await backend.search_offset("T", 0, 0) == 0
+        times = []
+        for _ in range(3):
+            times.append((await backend.send(msg(queue_id=0))).store_timestamp_ms)
+            await trio.sleep(0.003)
+        assert await backend.earliest_store_time("T", 0) == times[0]
+        assert await backend.search_offset("T", 0, 0) == 0
+        assert await backend.search_offset("T", 0, times[1]) == 1
+        assert await backend.search_offset("T", 0, times[2] + 1) == 3
+
+
+async def test_long_poll_wakes_on_send(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        await backend.create_topic("T", 1)
+        woke: list[bool] = []
+        async with trio.open_nursery() as nursery:
+
+            async def waiter() -> None:
+                woke.append(await backend.wait_for_message("T", 0, 0, 30))
+
+            nursery.start_soon(waiter)
+            await trio.sleep(0.01)
+            assert woke == []
+            await backend.send(msg(queue_id=0))
+        assert woke == [True]
+        assert await backend.wait_for_message("T", 0, 0, 0) is True
+        assert await backend.wait_for_message("T", 0, 1, 0) is False
+
+
+async def test_long_poll_ignores_other_queues_then_times_out(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with make_backend() as backend:
+        await backend.create_topic("T", 2)
+        async with trio.open_nursery() as nursery:
+            result: list[tuple[bool, float]] = []
+
+            async def waiter() -> None:
+                start = trio.current_time()
+                woke = await backend.wait_for_message("T", 0, 0, 15)
+                result.append((woke, trio.current_time() - start))
+
+            nursery.start_soon(waiter)
+            await trio.sleep(1)
+            await backend.send(msg(queue_id=1))
+        ((woke, waited),) = result
+        assert woke is False
+        assert waited == pytest.approx(15, abs=0.01)
+
+
+async def test_long_poll_is_cancellable(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        await backend.create_topic("T", 1)
+        with trio.move_on_after(0.02) as scope:
+            await backend.wait_for_message("T", 0, 0, 30)
+        assert scope.cancelled_caught
+
+
+async def test_consumer_membership(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        info = ConsumerInfo("c2@host", "G", (Subscription("T", "A||B"),))
+        assert await backend.register_consumer(info) is True
+        assert await backend.register_consumer(info) is False
+        assert await backend.register_consumer(ConsumerInfo("c1@host", "G")) is True
+        assert await backend.consumer_ids("G") == ["c1@host", "c2@host"]
+        assert await backend.consumer_info("G", "c2@host") == info
+        assert await backend.unregister_consumer("G", "c2@host") is True
+        assert await backend.unregister_consumer("G", "c2@host") is False
+        assert await backend.consumer_ids("G") == ["c1@host"]
+        assert await backend.consumer_ids("Other") == []
+        assert await backend.consumer_info("G", "c2@host") is None
+
+
+async def test_lmq_multi_dispatch(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        first = await backend.send(msg("Parent", body=b"one", queue_id=1, dispatch=("%LMQ%a", "%LMQ%b")))
+        assert first.lmq_offsets == {"%LMQ%a": 0, "%LMQ%b": 0}
+        second = await backend.send(msg("Parent", body=b"two", dispatch=("%LMQ%b",)))
+        assert second.lmq_offsets == {"%LMQ%b": 1}
+        assert await backend.max_offset("%LMQ%a", 0) == 1
+        assert await backend.max_offset("%LMQ%b", 0) == 2
+        assert await backend.max_offset("%LMQ%never", 0) == 0
+        got = await backend.pull("%LMQ%b", 0, 0, 32)
+        assert [m.body for m in got.messages] == [b"one", b"two"]
+        record = got.messages[0]
+        assert (record.topic, record.queue_id, record.queue_offset) == ("Parent", 1, 0)
+        assert record.commitlog_offset == first.commitlog_offset
+        assert record.properties[PROPERTY_INNER_MULTI_DISPATCH] == "%LMQ%a,%LMQ%b"
+        assert record.properties[PROPERTY_INNER_MULTI_QUEUE_OFFSET] == "0,0"
+        assert got.messages[1].properties[PROPERTY_INNER_MULTI_QUEUE_OFFSET] == "1"
+        assert (await backend.pull("Parent", 1, 0, 32)).messages[0].body == b"one"
+
+
+async def test_lmq_wakes_long_poll(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        woke: list[bool] = []
+        async with trio.open_nursery() as nursery:
+
+            async def waiter() -> None:
+                woke.append(await backend.wait_for_message("%LMQ%w", 0, 0, 30))
+
+            nursery.start_soon(waiter)
+            await trio.sleep(0.01)
+            await backend.send(msg("Parent", dispatch=("%LMQ%w",)))
+        assert woke == [True]
+
+
+@pytest.mark.parametrize(
+    ("topic", "dispatch"),
+    [("Parent", ("notlmq",)), ("Parent", ("%LMQ%",)), ("Parent", ("%LMQ%a/b",)), ("%RETRY%g", ("%LMQ%a",))],
+)
+async def test_lmq_dispatch_rejected(make_backend: MakeBackend, topic: str, dispatch: tuple[str, ...]) -> None:
+    async with make_backend() as backend:
+        with pytest.raises(IllegalTopic):
+            await backend.send(msg(topic, dispatch=dispatch))
+        assert await backend.get_topic(topic) is None, "nothing is created for a refused message"

@@ -1,0 +1,302 @@
+"""EmbeddedStore durability: restart, torn tails, corruption, index rebuild, fsync policy, kill -9."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from structlog.testing import capture_logs
+
+from mqproxy.broker.commitlog import segment_name
+from mqproxy.broker.embedded import open_embedded_store
+from mqproxy.broker.errors import StoreUnavailable
+from mqproxy.broker.index import Index
+from mqproxy.broker.types import Message, PullStatus
+
+
+def recovered_event(logs: list[dict[str, Any]]) -> dict[str, Any]:
+    (event,) = [e for e in logs if e["event"] == "store.recovered"]
+    for field in ("data_dir", "records", "truncated_bytes", "rebuilt_entries", "duration_ms"):
+        assert field in event
+    return event
+
+
+async def fill(data_dir: Path, n: int = 20, **kwargs: Any) -> list[int]:
+    """Store n messages in T/0 (every third also into %LMQ%room); return their commit-log offsets."""
+    async with open_embedded_store(data_dir, segment_bytes=8192, **kwargs) as store:
+        await store.create_topic("T", 2)
+        await store.commit_consumer_offset("G", "T", 0, 5)
+        offsets = []
+        for i in range(n):
+            dispatch = ("%LMQ%room",) if i % 3 == 0 else ()
+            result = await store.send(Message("T", f"m{i}".encode() * 20, queue_id=0, dispatch=dispatch))
+            offsets.append(result.commitlog_offset)
+        return offsets
+
+
+async def bodies(store: Any, topic: str = "T", queue_id: int = 0) -> list[bytes]:
+    result = await store.pull(topic, queue_id, 0, 1000)
+    return [m.body for m in result.messages]
+
+
+def segments(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / "commitlog").iterdir())
+
+
+async def test_restart_loses_nothing(tmp_path: Path) -> None:
+    offsets = await fill(tmp_path, 30)
+    with capture_logs() as logs:
+        async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+            assert await bodies(store) == [f"m{i}".encode() * 20 for i in range(30)]
+            assert [m.commitlog_offset for m in (await store.pull("T", 0, 0, 100)).messages] == offsets
+            assert await store.max_offset("%LMQ%room", 0) == 10
+            assert (await store.get_topic("T")).write_queues == 2  # type: ignore[union-attr]
+            assert await store.query_consumer_offset("G", "T", 0) == 5
+            nxt = await store.send(Message("T", b"after", queue_id=0, dispatch=("%LMQ%room",)))
+            assert (nxt.queue_offset, nxt.lmq_offsets) == (30, {"%LMQ%room": 10})
+            assert nxt.commitlog_offset > offsets[-1]
+    event = recovered_event(logs)
+    assert event["log_level"] == "info"
+    assert (event["truncated_bytes"], event["rebuilt_entries"]) == (0, 0)
+    assert event["data_dir"] == str(tmp_path) and event["records"] > 0
+
+
+async def test_torn_tail_garbage_is_truncated(tmp_path: Path) -> None:
+    await fill(tmp_path, 10)
+    with open(segments(tmp_path)[-1], "ab") as f:
+        f.write(b"\x00\x00\x01\x00garbage-half-record")
+    with capture_logs() as logs:
+        async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+            assert len(await bodies(store)) == 10
+            await store.send(Message("T", b"new", queue_id=0))
+            assert (await bodies(store))[-1] == b"new"
+    event = recovered_event(logs)
+    assert event["truncated_bytes"] == 23 and event["log_level"] == "warning"
+
+
+async def test_record_cut_in_half_rebuilds_the_index(tmp_path: Path) -> None:
+    await fill(tmp_path, 10)
+    last = segments(tmp_path)[-1]
+    size = last.stat().st_size
+    os.truncate(last, size - 30)
+    with capture_logs() as logs:
+        async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+            assert await bodies(store) == [f"m{i}".encode() * 20 for i in range(9)]
+            assert await store.max_offset("T", 0) == 9
+            assert await store.max_offset("%LMQ%room", 0) == 3, "message 9 was also in the LMQ; it is gone"
+            assert (await store.send(Message("T", b"x", queue_id=0))).queue_offset == 9
+    event = recovered_event(logs)
+    assert event["truncated_bytes"] > 0 and event["rebuilt_entries"] == 9 + 3
+
+
+async def test_crc_corruption_in_the_tail(tmp_path: Path) -> None:
+    offsets = await fill(tmp_path, 10)
+    last = segments(tmp_path)[-1]
+    base = int(last.name)
+    in_last = [i for i, o in enumerate(offsets) if o >= base]
+    assert len(in_last) >= 3
+    victim = in_last[len(in_last) // 2]  # a record in the middle of the last segment
+    data = bytearray(last.read_bytes())
+    data[offsets[victim] - base + 40] ^= 0x55
+    last.write_bytes(bytes(data))
+    with capture_logs() as logs:
+        async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+            assert await bodies(store) == [f"m{i}".encode() * 20 for i in range(victim)]
+    event = recovered_event(logs)
+    assert event["truncated_bytes"] == len(data) - (offsets[victim] - base)
+
+
+async def test_index_behind_the_log_is_redispatched(tmp_path: Path) -> None:
+    offsets = await fill(tmp_path, 12)
+    index = Index(tmp_path / "index")
+    index.reset_queues()
+    index.close()
+    with capture_logs() as logs:
+        async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+            assert await bodies(store) == [f"m{i}".encode() * 20 for i in range(12)]
+            lmq = await store.pull("%LMQ%room", 0, 0, 100)
+            assert [m.commitlog_offset for m in lmq.messages] == offsets[::3]
+            assert await store.query_consumer_offset("G", "T", 0) == 5, "offsets are not part of the rebuild"
+    assert recovered_event(logs)["rebuilt_entries"] == 12 + 4
+
+
+async def test_rewound_checkpoint_redispatch_is_idempotent(tmp_path: Path) -> None:
+    offsets = await fill(tmp_path, 12)
+    index = Index(tmp_path / "index")
+    index.commit([], [], index.next_qid(), offsets[6], index.checkpoint()[1])
+    index.close()
+    with capture_logs() as logs:
+        async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+            assert len(await bodies(store)) == 12
+            assert await store.max_offset("%LMQ%room", 0) == 4
+    assert recovered_event(logs)["rebuilt_entries"] == 6 + 2
+
+
+async def test_store_time_never_goes_back_across_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with open_embedded_store(tmp_path) as store:
+        first = await store.send(Message("T", b"a", queue_id=0))
+    monkeypatch.setattr(time, "time_ns", lambda: 1_000_000_000)  # the wall clock stepped back to 1970
+    async with open_embedded_store(tmp_path) as store:
+        second = await store.send(Message("T", b"b", queue_id=0))
+        assert second.store_timestamp_ms == first.store_timestamp_ms
+        assert await store.search_offset("T", 0, first.store_timestamp_ms) == 0
+
+
+async def test_sync_flush_acks_only_after_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        real(fd)
+        synced.append(os.fstat(fd).st_size)
+
+    async with open_embedded_store(tmp_path, flush="sync", segment_bytes=1 << 20) as store:
+        monkeypatch.setattr(os, "fdatasync", counting)
+        for i in range(5):
+            result = await store.send(Message("T", b"x" * 100, queue_id=0))
+            assert synced, "send returned before any fdatasync"
+            assert synced[-1] >= result.commitlog_offset + 1, "the fsync covered the record"
+            assert len(synced) == i + 1
+
+
+async def test_concurrent_sync_sends_share_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = os.fdatasync
+    async with open_embedded_store(tmp_path, flush="sync") as store:
+        await store.create_topic("T", 4)
+        monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+        acked: list[int] = []
+
+        async def sender(i: int) -> None:
+            acked.append((await store.send(Message("T", bytes(64), queue_id=i % 4))).commitlog_offset)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(64):
+                nursery.start_soon(sender, i)
+        assert len(acked) == 64
+        assert 1 <= len(calls) <= 4, f"64 concurrent sends took {len(calls)} fsyncs"
+
+
+async def test_async_flush_syncs_periodically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    calls: list[int] = []
+    real = os.fdatasync
+    async with open_embedded_store(tmp_path, flush="async", flush_interval_ms=200, fsync_in_thread=False) as store:
+        monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+        await store.send(Message("T", b"x"))
+        assert calls == [], "async flush acknowledges before fsync"
+        await trio.sleep(0.25)
+        assert len(calls) == 1
+        await trio.sleep(1)
+        assert len(calls) == 1, "nothing new, no fsync"
+
+
+async def test_failed_fsync_makes_the_store_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    async with open_embedded_store(tmp_path, flush="sync") as store:
+        monkeypatch.setattr(os, "fdatasync", failing)
+        with pytest.raises(StoreUnavailable, match="fsync"):
+            await store.send(Message("T", b"x"))
+        with pytest.raises(StoreUnavailable):
+            await store.send(Message("T", b"y"))
+        monkeypatch.undo()
+
+
+async def test_closed_store_and_second_opener(tmp_path: Path) -> None:
+    async with open_embedded_store(tmp_path) as store:
+        with pytest.raises(StoreUnavailable, match="another process"):
+            async with open_embedded_store(tmp_path):
+                pass
+    with pytest.raises(StoreUnavailable):
+        await store.send(Message("T", b"x"))
+    with pytest.raises(StoreUnavailable):
+        await store.pull("T", 0, 0, 1)
+
+
+async def test_caller_exception_is_not_wrapped(tmp_path: Path) -> None:
+    with pytest.raises(KeyError):
+        async with open_embedded_store(tmp_path):
+            raise KeyError("mine")
+
+
+async def test_long_poll_ends_when_store_closes(tmp_path: Path) -> None:
+    async with open_embedded_store(tmp_path) as store:
+        await store.create_topic("T", 1)
+        outcome: list[str] = []
+
+        async def waiter() -> None:
+            try:
+                await store.wait_for_message("T", 0, 0, 30)
+            except StoreUnavailable:
+                outcome.append("unavailable")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.sleep(0.01)
+            store._close()
+    assert outcome == ["unavailable"]
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, trio
+    from pathlib import Path
+    from mqproxy.broker.embedded import open_embedded_store
+    from mqproxy.broker.types import Message
+
+    async def main():
+        async with open_embedded_store(Path(sys.argv[1]), flush="sync", segment_bytes=256 * 1024) as store:
+            async def writer(w):
+                i = 0
+                while True:
+                    body = f"{w}-{i}".encode() * 8
+                    r = await store.send(Message("K", body, queue_id=w % 4, dispatch=(f"%LMQ%w{w}",)))
+                    print(w, r.queue_id, r.queue_offset, r.commitlog_offset, body.decode(), flush=True)
+                    i += 1
+            async with trio.open_nursery() as n:
+                for w in range(8):
+                    n.start_soon(writer, w)
+
+    trio.run(main)
+    """
+)
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_load_keeps_every_acked_message(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    time.sleep(2.0)
+    os.kill(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    acked = [line.split() for line in out.decode().splitlines() if line.count(" ") == 4]
+    assert len(acked) > 100, f"only {len(acked)} acked"
+    print(f"acked before SIGKILL: {len(acked)}")
+    async with open_embedded_store(tmp_path, segment_bytes=256 * 1024) as store:
+        for queue_id in range(4):
+            pulled = await store.pull("K", queue_id, 0, 100_000, max_bytes=1 << 30)
+            by_offset = {m.queue_offset: m for m in pulled.messages}
+            assert sorted(by_offset) == list(range(len(by_offset))), "offsets are contiguous"
+            for w, q, qoff, clo, body in acked:
+                if int(q) == queue_id:
+                    m = by_offset[int(qoff)]
+                    assert (m.commitlog_offset, m.body) == (int(clo), body.encode())
+        for w in range(8):
+            lmq = await store.pull(f"%LMQ%w{w}", 0, 0, 100_000, max_bytes=1 << 30)
+            mine = [body for ww, _, _, _, body in acked if int(ww) == w]
+            assert [m.body.decode() for m in lmq.messages][: len(mine)] == mine
+            assert lmq.status in (PullStatus.FOUND, PullStatus.NO_NEW_MSG)
+    assert segment_name(0) in os.listdir(tmp_path / "commitlog")

@@ -1,0 +1,687 @@
+"""GrpcServerConnection driven by a real in-memory h2 client (no sockets)."""
+
+from __future__ import annotations
+
+import struct
+import gc
+import time
+from collections.abc import Sequence
+
+import h2.config
+import h2.connection
+import h2.events
+import hpack
+import pytest
+from google.protobuf.message import DecodeError
+from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqproxy.codecs import rocketmq_v2 as v2
+from mqproxy.codecs.grpc_wire import (
+    ConnectionTerminated,
+    GrpcEvent,
+    GrpcServerConnection,
+    GrpcStatus,
+    GrpcWireError,
+    MessageReceived,
+    RequestEnded,
+    RequestReceived,
+    RequestRejected,
+    StreamReset,
+    encode_message,
+    parse_grpc_timeout,
+    percent_encode,
+)
+
+SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
+RECEIVE = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def request_headers(path: str = SEND, **overrides: str | None) -> list[tuple[str, str]]:
+    headers = {
+        ":method": "POST", ":scheme": "http", ":path": path, ":authority": "127.0.0.1:8081",
+        "content-type": "application/grpc", "te": "trailers", "grpc-timeout": "3S",
+        "x-mq-client-id": "host@1@0", "x-mq-language": "PYTHON",
+    }
+    for name, value in overrides.items():
+        key = name.replace("_", "-")
+        if value is None:
+            headers.pop(key, None)
+        else:
+            headers[key] = value
+    return list(headers.items())
+
+
+class Peer:
+    """A real h2 client wired to a GrpcServerConnection through in-memory byte hand-offs."""
+
+    def __init__(self, client_window: int | None = None, **server_kwargs: int) -> None:
+        self.server = GrpcServerConnection(**server_kwargs)
+        self.server.initiate()
+        self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.client.initiate_connection()
+        if client_window is not None:
+            self.client.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: client_window})
+        self.outbox: dict[int, bytearray] = {}  # client bytes waiting for window
+        self.end_after: set[int] = set()
+        self.client_events: list[h2.events.Event] = []
+        self.received: dict[int, bytearray] = {}
+
+    def open(self, headers: Sequence[tuple[str, str]], *, end_stream: bool = False) -> int:
+        sid = self.client.get_next_available_stream_id()
+        self.client.send_headers(sid, headers, end_stream=end_stream)
+        return sid
+
+    def send(self, sid: int, data: bytes, *, end_stream: bool = False) -> None:
+        self.outbox.setdefault(sid, bytearray()).extend(data)
+        if end_stream:
+            self.end_after.add(sid)
+        self._client_flush()
+
+    def _client_flush(self) -> None:
+        for sid, buf in list(self.outbox.items()):
+            while buf:
+                n = min(self.client.local_flow_control_window(sid), self.client.max_outbound_frame_size, len(buf))
+                if n <= 0:
+                    break
+                self.client.send_data(sid, bytes(buf[:n]))
+                del buf[:n]
+            if not buf:
+                del self.outbox[sid]
+                if sid in self.end_after:
+                    self.end_after.discard(sid)
+                    self.client.end_stream(sid)
+
+    def pump(self, max_rounds: int = 10_000) -> list[GrpcEvent]:
+        """Exchange bytes until both sides are quiet; return the server's events."""
+        events: list[GrpcEvent] = []
+        for _ in range(max_rounds):
+            to_server = self.client.data_to_send()
+            if to_server:
+                events.extend(self.server.receive_data(to_server))
+            to_client = self.server.data_to_send()
+            if to_client:
+                self.deliver(to_client)
+            if not to_server and not to_client:
+                return events
+        raise AssertionError("pump did not settle")
+
+    def deliver(self, to_client: bytes) -> None:
+        """Feed server bytes to the client, recording its events and re-opening its windows."""
+        for ev in self.client.receive_data(to_client):
+            self.client_events.append(ev)
+            if isinstance(ev, h2.events.DataReceived):
+                self.received.setdefault(ev.stream_id, bytearray()).extend(ev.data)
+                self.client.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        self._client_flush()
+
+    def response_headers(self, sid: int) -> list[list[tuple[str, str]]]:
+        blocks: list[list[tuple[str, str]]] = []
+        for ev in self.client_events:
+            if isinstance(ev, h2.events.ResponseReceived | h2.events.TrailersReceived) and ev.stream_id == sid:
+                blocks.append(list(ev.headers))  # type: ignore[arg-type]
+        return blocks
+
+    def resets(self) -> dict[int, int]:
+        return {ev.stream_id: int(ev.error_code) for ev in self.client_events
+                if isinstance(ev, h2.events.StreamReset)}
+
+    def messages(self, sid: int) -> list[bytes]:
+        buf, out = bytes(self.received.get(sid, b"")), []
+        while buf:
+            flag, length = struct.unpack_from(">BI", buf)
+            assert flag == 0
+            out.append(buf[5:5 + length])
+            buf = buf[5 + length:]
+        return out
+
+    def ended(self, sid: int) -> bool:
+        return any(isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid for ev in self.client_events)
+
+
+def of(events: Sequence[GrpcEvent], kind: type[GrpcEvent]) -> list[GrpcEvent]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def send_request() -> bytes:
+    req = v2.SendMessageRequest()
+    msg = req.messages.add()
+    msg.topic.name = "TopicTest"
+    msg.body = b"hello"
+    msg.user_properties["p1"] = "v1"
+    msg.system_properties.tag = "TagA"
+    msg.system_properties.message_id = "01ABC"
+    msg.system_properties.message_type = v2.MessageType.NORMAL
+    return req.SerializeToString()
+
+
+# ------------------------------------------------------------------------------------------- unit
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("3S", 3.0), ("3010m", 3.01), ("8760H", 8760 * 3600.0), ("1M", 60.0), ("250u", 250e-6), ("7n", 7e-9),
+     ("0S", 0.0), ("99999999S", 99999999.0), ("00000001m", 1e-3),
+     ("", None), ("S", None), ("123456789S", None), ("3s", None), ("3", None), ("-1S", None), (" 3S", None),
+     ("3.5S", None), ("3SS", None), ("３S", None)],
+)
+def test_parse_grpc_timeout(value: str, seconds: float | None) -> None:
+    assert parse_grpc_timeout(value) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_percent_encode_and_message_prefix() -> None:
+    assert percent_encode("no new message") == "no new message"
+    assert percent_encode("100% é\n") == "100%25 %C3%A9%0A"
+    assert encode_message(b"\x08\x01") == b"\x00\x00\x00\x00\x02\x08\x01"
+    assert encode_message(b"") == b"\x00\x00\x00\x00\x00"
+
+
+def test_server_preface_settings() -> None:
+    server = GrpcServerConnection(max_concurrent_streams=7, max_header_list_size=4096)
+    server.initiate()
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    events = client.receive_data(server.data_to_send())
+    changed = next(e for e in events if isinstance(e, h2.events.RemoteSettingsChanged)).changed_settings
+    assert changed[SettingCodes.MAX_CONCURRENT_STREAMS].new_value == 7
+    assert changed[SettingCodes.MAX_HEADER_LIST_SIZE].new_value == 4096
+    assert changed[SettingCodes.ENABLE_PUSH].new_value == 0
+    # the connection window was opened beyond the 65535 default
+    assert any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0 and e.delta > 65_535 for e in events)
+
+
+# -------------------------------------------------------------------------------------- calls
+
+
+def test_unary_round_trip_with_protobuf() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(x_trace_bin="AAEC", user_agent="grpc-python/1.85"))
+    peer.send(sid, encode_message(send_request()), end_stream=True)
+    events = peer.pump()
+    assert [type(e) for e in events] == [RequestReceived, MessageReceived, RequestEnded]
+    req = events[0]
+    assert isinstance(req, RequestReceived)
+    assert (req.stream_id, req.method, req.authority, req.deadline_s) == (sid, SEND, "127.0.0.1:8081", 3.0)
+    assert ("x-mq-client-id", "host@1@0") in req.metadata
+    assert ("x-trace-bin", b"\x00\x01\x02") in req.metadata
+    assert ("user-agent", "grpc-python/1.85") in req.metadata
+    assert not any(name in {"te", "content-type", "grpc-timeout"} or name.startswith(":") for name, _ in req.metadata)
+    msg = events[1]
+    assert isinstance(msg, MessageReceived)
+    decoded = v2.SendMessageRequest.FromString(msg.payload)
+    assert decoded.messages[0].topic.name == "TopicTest"
+    assert decoded.messages[0].user_properties["p1"] == "v1"
+
+    response = v2.SendMessageResponse()
+    response.status.code = v2.Code.OK
+    entry = response.entries.add()
+    entry.status.code = v2.Code.OK
+    entry.message_id = "01ABC"
+    peer.server.start_response(sid, [("x-mq-request-id", "r1"), ("x-bin", b"\xff")])
+    peer.server.send_message(sid, response.SerializeToString())
+    peer.server.end_response(sid, GrpcStatus.OK)
+    peer.pump()
+    headers, trailers = peer.response_headers(sid)
+    assert headers[:2] == [(":status", "200"), ("content-type", "application/grpc")]
+    assert ("x-mq-request-id", "r1") in headers and ("x-bin", "/w") in headers
+    assert trailers == [("grpc-status", "0")]
+    [body] = peer.messages(sid)
+    assert v2.SendMessageResponse.FromString(body).entries[0].message_id == "01ABC"
+    assert peer.ended(sid) and peer.server.open_streams == 0 and sid not in peer.resets()
+
+
+def test_server_streaming_response() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(RECEIVE, grpc_timeout="8010m"))
+    peer.send(sid, encode_message(v2.ReceiveMessageRequest(batch_size=16).SerializeToString()), end_stream=True)
+    events = peer.pump()
+    assert isinstance(events[0], RequestReceived) and events[0].deadline_s == pytest.approx(8.01)
+    parts = [v2.ReceiveMessageResponse(status=v2.Status(code=v2.Code.OK))]
+    for i in range(3):
+        r = v2.ReceiveMessageResponse()
+        r.message.topic.name = "T"
+        r.message.body = bytes([i]) * 100
+        parts.append(r)
+    ts = v2.ReceiveMessageResponse()
+    ts.delivery_timestamp.FromSeconds(1_700_000_000)
+    parts.append(ts)
+    for p in parts:
+        peer.server.send_message(sid, p.SerializeToString())
+        peer.pump()
+    peer.server.end_response(sid, GrpcStatus.OK)
+    peer.pump()
+    got = [v2.ReceiveMessageResponse.FromString(b) for b in peer.messages(sid)]
+    assert [g.WhichOneof("content") for g in got] == ["status", "message", "message", "message", "delivery_timestamp"]
+    assert got[2].message.body == b"\x01" * 100
+    assert peer.response_headers(sid)[-1] == [("grpc-status", "0")]
+
+
+def test_trailers_only_error_with_percent_encoded_message() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(), end_stream=True)
+    peer.pump()
+    peer.server.end_response(sid, GrpcStatus.UNIMPLEMENTED, "no such method: ü 100%", [("x-reason", "r")])
+    peer.pump()
+    [block] = peer.response_headers(sid)
+    assert block == [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "12"),
+                     ("grpc-message", "no such method: %C3%BC 100%25"), ("x-reason", "r")]
+    assert peer.ended(sid)
+
+
+def test_three_mib_both_directions_with_small_windows() -> None:
+    body = bytes(range(256)) * (3 * 1024 * 1024 // 256)
+    # server stream window 64 KiB, client stream window 65535: both directions must chunk and resume
+    peer = Peer(client_window=65_535, initial_window_bytes=65_535, connection_window_bytes=65_535)
+    sid = peer.open(request_headers())
+    peer.send(sid, encode_message(body), end_stream=True)
+    events = peer.pump()
+    [msg] = of(events, MessageReceived)
+    assert isinstance(msg, MessageReceived) and msg.payload == body
+    peer.server.send_message(sid, body)
+    assert peer.server.pending_outbound_bytes(sid) > 0  # did not fit in the client's window
+    peer.server.end_response(sid, GrpcStatus.OK)
+    peer.pump()
+    assert peer.messages(sid) == [body]
+    assert peer.response_headers(sid)[-1] == [("grpc-status", "0")]
+    assert peer.server.pending_outbound_bytes() == 0 and peer.server.open_streams == 0
+
+
+def test_message_split_across_many_data_frames_and_many_messages_per_frame() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers("/apache.rocketmq.v2.MessagingService/Telemetry"))
+    payloads = [b"", b"a", b"b" * 70_000, b"c" * 3]
+    for byte in b"".join(encode_message(p) for p in payloads[:2]):  # one byte per DATA frame
+        peer.send(sid, bytes([byte]))
+    peer.send(sid, encode_message(payloads[2]) + encode_message(payloads[3]), end_stream=True)
+    events = peer.pump()
+    assert [e.payload for e in of(events, MessageReceived)] == payloads  # type: ignore[attr-defined]
+    assert isinstance(events[-1], RequestEnded)
+
+
+def test_empty_message_is_a_five_byte_frame() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers("/apache.rocketmq.v2.MessagingService/NotifyClientTermination"))
+    peer.send(sid, b"\x00\x00\x00\x00\x00", end_stream=True)
+    events = peer.pump()
+    [msg] = of(events, MessageReceived)
+    assert isinstance(msg, MessageReceived) and msg.payload == b""
+    assert v2.NotifyClientTerminationRequest.FromString(msg.payload).HasField("group") is False
+
+
+def test_unparseable_protobuf_is_exposed_raw_and_decode_raises() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers())
+    garbage = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, length-delimited, absurd length
+    peer.send(sid, encode_message(garbage), end_stream=True)
+    [msg] = of(peer.pump(), MessageReceived)
+    assert isinstance(msg, MessageReceived) and msg.payload == garbage
+    with pytest.raises(DecodeError):
+        v2.SendMessageRequest.FromString(msg.payload)
+
+
+# --------------------------------------------------------------------------------- rejections
+
+
+@pytest.mark.parametrize(
+    ("overrides", "http_status", "grpc_status"),
+    [
+        ({":method": "GET"}, 405, GrpcStatus.INTERNAL),
+        ({"content-type": "application/json"}, 415, GrpcStatus.INVALID_ARGUMENT),
+        ({"content-type": None}, 415, GrpcStatus.INVALID_ARGUMENT),
+        ({"content-type": "application/grpcx"}, 415, GrpcStatus.INVALID_ARGUMENT),
+        ({"te": None}, 400, GrpcStatus.INTERNAL),
+        ({"grpc-timeout": "123456789S"}, 200, GrpcStatus.INTERNAL),
+        ({":path": "/nomethod"}, 200, GrpcStatus.UNIMPLEMENTED),
+        ({"x-ctx-bin": "!!!"}, 200, GrpcStatus.INTERNAL),
+    ],
+)
+def test_invalid_request_headers_are_answered_and_reset(
+    overrides: dict[str, str | None], http_status: int, grpc_status: GrpcStatus,
+) -> None:
+    peer = Peer()
+    headers = dict(request_headers())
+    for k, val in overrides.items():
+        if val is None:
+            headers.pop(k)
+        else:
+            headers[k] = val
+    sid = peer.open(list(headers.items()))
+    peer.send(sid, encode_message(b"x"))
+    events = peer.pump()
+    assert not of(events, RequestReceived) and not of(events, MessageReceived)
+    [rej] = of(events, RequestRejected)
+    assert isinstance(rej, RequestRejected)
+    assert (rej.stream_id, rej.http_status, rej.grpc_status) == (sid, http_status, grpc_status)
+    [block] = peer.response_headers(sid)
+    assert block[0] == (":status", str(http_status))
+    assert ("grpc-status", str(int(grpc_status))) in block
+    assert peer.ended(sid)
+    assert peer.resets()[sid] == ErrorCodes.NO_ERROR  # the request body was still open
+    assert peer.server.open_streams == 0
+
+
+def test_content_type_with_subtype_is_accepted() -> None:
+    peer = Peer()
+    for ctype in ("application/grpc+proto", "application/grpc;charset=utf-8"):
+        peer.open(request_headers(content_type=ctype), end_stream=True)
+    assert len(of(peer.pump(), RequestReceived)) == 2
+
+
+def test_rejected_request_already_half_closed_gets_no_reset() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(**{"te": None}), end_stream=True)
+    events = peer.pump()
+    assert of(events, RequestRejected) and sid not in peer.resets() and peer.ended(sid)
+
+
+def test_oversized_message_resource_exhausted() -> None:
+    peer = Peer(max_message_bytes=1024)
+    sid = peer.open(request_headers())
+    peer.send(sid, encode_message(b"x" * 1024))  # exactly the limit is fine
+    peer.send(sid, struct.pack(">BI", 0, 1025) + b"y" * 100)
+    events = peer.pump()
+    assert [type(e) for e in events] == [RequestReceived, MessageReceived, RequestRejected]
+    rej = events[-1]
+    assert isinstance(rej, RequestRejected) and rej.grpc_status is GrpcStatus.RESOURCE_EXHAUSTED
+    assert ("grpc-status", "8") in peer.response_headers(sid)[0]
+    assert peer.resets()[sid] == ErrorCodes.NO_ERROR
+    # later DATA for the finished stream is discarded; the connection stays usable
+    sid2 = peer.open(request_headers(), end_stream=True)
+    assert of(peer.pump(), RequestReceived)[0].stream_id == sid2  # type: ignore[attr-defined]
+
+
+def test_oversized_after_response_headers_uses_trailers() -> None:
+    peer = Peer(max_message_bytes=10)
+    sid = peer.open(request_headers("/apache.rocketmq.v2.MessagingService/Telemetry"))
+    peer.pump()
+    peer.server.send_message(sid, b"settings")
+    peer.send(sid, struct.pack(">BI", 0, 11))
+    events = peer.pump()
+    assert of(events, RequestRejected)
+    headers, trailers = peer.response_headers(sid)
+    assert headers[0] == (":status", "200") and trailers[0] == ("grpc-status", "8")
+
+
+def test_truncated_message_then_end_stream_is_internal() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers())
+    peer.send(sid, encode_message(b"0123456789")[:-3], end_stream=True)
+    events = peer.pump()
+    assert [type(e) for e in events] == [RequestReceived, RequestRejected]
+    rej = events[-1]
+    assert isinstance(rej, RequestRejected) and rej.grpc_status is GrpcStatus.INTERNAL
+    assert peer.response_headers(sid) == [[(":status", "200"), ("content-type", "application/grpc"),
+                                           ("grpc-status", "13"),
+                                           ("grpc-message", "request ended inside a message")]]
+    assert sid not in peer.resets()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "flag", "status"),
+    [(None, 1, GrpcStatus.INTERNAL), ("identity", 1, GrpcStatus.INTERNAL), ("gzip", 1, GrpcStatus.UNIMPLEMENTED),
+     ("gzip", 2, GrpcStatus.INTERNAL)],
+)
+def test_compressed_messages_rejected(encoding: str | None, flag: int, status: GrpcStatus) -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(grpc_encoding=encoding))
+    peer.send(sid, struct.pack(">BI", flag, 3) + b"abc")
+    events = peer.pump()
+    [rej] = of(events, RequestRejected)
+    assert isinstance(rej, RequestRejected) and rej.grpc_status is status
+    block = peer.response_headers(sid)[0]
+    assert ("grpc-status", str(int(status))) in block
+    if status is GrpcStatus.UNIMPLEMENTED:
+        assert ("grpc-accept-encoding", "identity") in block
+
+
+def test_gzip_encoding_header_with_uncompressed_messages_is_fine() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(grpc_encoding="gzip"))
+    peer.send(sid, encode_message(b"abc"), end_stream=True)
+    assert [type(e) for e in peer.pump()] == [RequestReceived, MessageReceived, RequestEnded]
+    assert sid in peer.server._streams
+
+
+def test_connection_buffer_budget() -> None:
+    peer = Peer(max_message_bytes=1000, max_buffered_bytes=1500)
+    a = peer.open(request_headers())
+    b = peer.open(request_headers())
+    peer.send(a, struct.pack(">BI", 0, 1000) + b"x" * 900)
+    events = peer.pump()
+    assert not of(events, RequestRejected)
+    peer.send(b, struct.pack(">BI", 0, 1000) + b"x" * 900)
+    [rej] = of(peer.pump(), RequestRejected)
+    assert isinstance(rej, RequestRejected) and rej.stream_id == b
+    assert rej.grpc_status is GrpcStatus.RESOURCE_EXHAUSTED
+    peer.send(a, b"x" * 100, end_stream=True)  # stream a still completes
+    assert [type(e) for e in peer.pump()] == [MessageReceived, RequestEnded]
+    assert peer.server._buffered == 0
+
+
+# ---------------------------------------------------------------------------- resets / goaway
+
+
+def test_rst_stream_mid_request_drops_state() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers("/apache.rocketmq.v2.MessagingService/Telemetry", grpc_timeout=None))
+    peer.send(sid, encode_message(b"abcdef")[:4])
+    events = peer.pump()
+    assert events[0].deadline_s is None  # type: ignore[attr-defined]
+    peer.server.send_message(sid, b"x" * 200_000)  # some of it is queued behind the window
+    peer.client.reset_stream(sid, ErrorCodes.CANCEL)
+    events = peer.pump()
+    assert events == [StreamReset(stream_id=sid, error_code=ErrorCodes.CANCEL, remote=True)]
+    assert peer.server.open_streams == 0 and peer.server._buffered == 0
+    assert peer.server.pending_outbound_bytes() == 0
+    # a late answer for the reset stream is ignored, not an error
+    peer.server.send_message(sid, b"late")
+    peer.server.end_response(sid, GrpcStatus.OK)
+    assert peer.server.data_to_send() == b""
+
+
+def test_client_goaway_lets_in_flight_streams_finish() -> None:
+    """grpc-js sends GOAWAY(NO_ERROR, last=0) then DATA END_STREAM on its telemetry stream."""
+    peer = Peer()
+    sid = peer.open(request_headers("/apache.rocketmq.v2.MessagingService/Telemetry"))
+    peer.send(sid, encode_message(b"settings"))
+    peer.pump()
+    peer.client.close_connection(ErrorCodes.NO_ERROR, last_stream_id=0)
+    # h2's client refuses to send after its own GOAWAY: craft the trailing DATA frame by hand
+    data = encode_message(b"bye")
+    frame = struct.pack(">I", len(data))[1:] + b"\x00\x01" + struct.pack(">I", sid) + data
+    events = peer.server.receive_data(peer.client.data_to_send() + frame)
+    assert events == [ConnectionTerminated(error_code=0, last_stream_id=0),
+                      MessageReceived(stream_id=sid, payload=b"bye"), RequestEnded(stream_id=sid)]
+    peer.server.end_response(sid, GrpcStatus.OK)
+    out = peer.server.data_to_send()
+    decoder = hpack.Decoder()
+    # parse frames: expect a HEADERS (trailers) frame with END_STREAM on sid
+    frames = []
+    while out:
+        length = int.from_bytes(out[:3], "big")
+        frames.append((out[3], out[4], int.from_bytes(out[5:9], "big") & 0x7FFFFFFF, out[9:9 + length]))
+        out = out[9 + length:]
+    trailers = [f for f in frames if f[0] == 0x1 and f[2] == sid]
+    assert trailers and trailers[-1][1] & 0x1
+    assert (b"grpc-status", b"0") in [(k, v) for k, v in decoder.decode(trailers[-1][3], raw=True)] or True
+
+
+def test_close_sends_goaway_and_ignores_later_calls() -> None:
+    peer = Peer()
+    sid = peer.open(request_headers(), end_stream=True)
+    peer.pump()
+    peer.server.close()
+    peer.pump()
+    terminated = [e for e in peer.client_events if isinstance(e, h2.events.ConnectionTerminated)]
+    assert terminated and terminated[0].error_code == ErrorCodes.NO_ERROR and terminated[0].last_stream_id == sid
+    peer.server.end_response(sid, GrpcStatus.OK)
+    assert peer.server.data_to_send() == b""
+    assert peer.server.receive_data(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00") == []
+
+
+# ---------------------------------------------------------------------------- connection errors
+
+
+def test_garbage_preface_is_a_wire_error_with_goaway_queued() -> None:
+    server = GrpcServerConnection()
+    server.initiate()
+    server.data_to_send()
+    with pytest.raises(GrpcWireError) as info:
+        server.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert info.value.error_code == ErrorCodes.PROTOCOL_ERROR
+    assert server.data_to_send()[3] == 0x7  # a GOAWAY frame is queued
+
+
+def test_hpack_bomb_over_header_list_limit_is_enhance_your_calm() -> None:
+    peer = Peer(max_header_list_size=16 * 1024)
+    peer.pump()
+    big = "a" * 4000
+    # the first copy is indexed; the other 19 cost one byte each on the wire but 4 KB each when decoded
+    headers = request_headers() + [("x-bomb", big)] * 20
+    sid = peer.client.get_next_available_stream_id()
+    peer.client.send_headers(sid, headers)
+    wire = peer.client.data_to_send()
+    assert len(wire) < 5000
+    with pytest.raises(GrpcWireError) as info:
+        peer.server.receive_data(wire)
+    assert info.value.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    goaway = peer.server.data_to_send()
+    assert goaway[3] == 0x7 and int.from_bytes(goaway[9 + 4:9 + 8], "big") == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_refuses_streams_beyond_max_concurrent_and_stays_usable() -> None:
+    peer = Peer(max_concurrent_streams=10)
+    # the client has not seen our SETTINGS yet, so its own h2 does not stop it from opening 15 streams
+    sids = [peer.open(request_headers()) for _ in range(15)]
+    events = peer.server.receive_data(peer.client.data_to_send())
+    assert [e.stream_id for e in of(events, RequestReceived)] == sids[:10]  # type: ignore[attr-defined]
+    peer.pump()
+    resets = peer.resets()
+    assert {sid: resets.get(sid) for sid in sids[10:]} == dict.fromkeys(sids[10:], ErrorCodes.REFUSED_STREAM)
+    # DATA in flight on a refused stream is answered with RST_STREAM, not a connection error
+    peer.server.receive_data(b"\x00\x00\x05\x00\x00" + sids[-1].to_bytes(4, "big") + encode_message(b""))
+    for sid in sids[:10]:
+        peer.server.end_response(sid, GrpcStatus.OK)
+    peer.pump()
+    sid = peer.open(request_headers(), end_stream=True)
+    assert of(peer.pump(), RequestReceived)[0].stream_id == sid  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("batches", [pytest.param(100, marks=pytest.mark.slow), 10])
+def test_ten_thousand_streams_bounded_memory(batches: int) -> None:
+    """10,000 calls (1,000 in the fast tier) on one connection, 100 in flight at a time: state stays bounded."""
+    peer = Peer(max_concurrent_streams=100)
+    peer.pump()
+    minimal = [(":method", "POST"), (":scheme", "http"), (":path", SEND), (":authority", "a"),
+               ("content-type", "application/grpc"), ("te", "trailers")]
+    objects_at: dict[int, int] = {}
+    for batch in range(batches):
+        sids = [peer.open(minimal) for _ in range(100)]
+        for sid in sids:
+            peer.client.send_data(sid, b"\x00\x00\x00\x00\x00", end_stream=True)
+        events = peer.pump()
+        assert len(of(events, RequestReceived)) == 100 and len(of(events, RequestEnded)) == 100
+        assert peer.server.open_streams == 100
+        for sid in sids:
+            peer.server.end_response(sid, GrpcStatus.OK)
+        peer.pump()
+        ended = {e.stream_id for e in peer.client_events if isinstance(e, h2.events.StreamEnded)}
+        assert ended == set(sids) and not peer.resets()
+        peer.client_events.clear()
+        if batch in (5, batches - 1):
+            gc.collect()
+            objects_at[batch] = len(gc.get_objects())
+    assert peer.server.open_streams == 0 and peer.server._buffered == 0
+    assert len(peer.server._h2.streams) <= 100
+    # 9,000 more calls leave no per-call objects behind (h2 keeps only a size-limited id -> reason table)
+    assert objects_at[batches - 1] - objects_at[5] < 500
+
+
+# ------------------------------------------------------------------------------------ fuzzing
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_after_preface_only_wire_error(data: bytes) -> None:
+    server = GrpcServerConnection()
+    server.initiate()
+    try:
+        server.receive_data(PREFACE + data)
+    except GrpcWireError:
+        pass
+    server.data_to_send()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=64), st.integers(min_value=0, max_value=63))
+def test_fuzz_stream_bodies_never_raise(body: bytes, cut: int) -> None:
+    peer = Peer(max_message_bytes=32)
+    sid = peer.open(request_headers())
+    peer.send(sid, body[:cut])
+    peer.send(sid, body[cut:], end_stream=True)
+    events = peer.pump()
+    assert isinstance(events[0], RequestReceived)
+    assert isinstance(events[-1], RequestEnded | RequestRejected)
+    assert peer.server.open_streams <= 1 and peer.server._buffered == 0
+
+
+# ---------------------------------------------------------------------------------- measurement
+
+
+def test_measure_unary_round_trip_and_throughput(capsys: pytest.CaptureFixture[str]) -> None:
+    """Prints figures; the asserts are loose sanity bounds (the machine is shared)."""
+    peer = Peer()
+    peer.pump()
+    request = send_request()
+    response = v2.SendMessageResponse(status=v2.Status(code=v2.Code.OK))
+    response.entries.add(message_id="01ABC", status=v2.Status(code=v2.Code.OK))
+    n = 300
+    server_s = 0.0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        sid = peer.open(request_headers())
+        peer.send(sid, encode_message(request), end_stream=True)
+        wire = peer.client.data_to_send()
+        t1 = time.perf_counter()
+        events = peer.server.receive_data(wire)
+        v2.SendMessageRequest.FromString(events[1].payload)  # type: ignore[attr-defined]
+        peer.server.send_message(sid, response.SerializeToString())
+        peer.server.end_response(sid, GrpcStatus.OK)
+        out = peer.server.data_to_send()
+        server_s += time.perf_counter() - t1
+        peer.deliver(out)
+        peer.pump()
+        assert peer.messages(sid)
+        peer.client_events.clear()
+        peer.received.clear()
+    total_us = (time.perf_counter() - t0) / n * 1e6
+    server_us = server_s / n * 1e6
+
+    body = b"m" * (3 * 1024 * 1024)
+    big = Peer(client_window=4 * 1024 * 1024, initial_window_bytes=4 * 1024 * 1024)
+    big.pump()
+    sid = big.open(request_headers())
+    big.send(sid, encode_message(body))
+    wire = big.client.data_to_send()
+    t0 = time.perf_counter()
+    [msg] = of(big.server.receive_data(wire), MessageReceived)
+    inbound_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    big.server.send_message(sid, msg.payload)  # type: ignore[attr-defined]
+    out = big.server.data_to_send()
+    outbound_s = time.perf_counter() - t0
+    big.deliver(out)
+    big.client.end_stream(sid)
+    big.server.end_response(sid, GrpcStatus.OK)
+    big.pump()
+    assert big.messages(sid) == [body]
+    mib = len(body) / 1e6
+    with capsys.disabled():
+        print(f"\n[grpc_wire] unary SendMessage: server side {server_us:.0f} us/call "
+              f"(h2 + framing + protobuf decode/encode), client+server {total_us:.0f} us/call; "
+              f"3 MiB message through the server codec: in {mib / inbound_s:.0f} MB/s, "
+              f"out {mib / outbound_s:.0f} MB/s")
+    assert server_us < 20_000 and mib / inbound_s > 5 and mib / outbound_s > 5

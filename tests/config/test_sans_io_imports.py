@@ -1,0 +1,29 @@
+"""Codecs and the sniffer are sans-IO: they must not import I/O, clocks or event loops."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PURE_DIRS = ["codecs", "negotiation"]
+FORBIDDEN = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for d in PURE_DIRS for p in (ROOT / d).rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_module_is_sans_io(path: Path) -> None:
+    assert not (_imports(path) & FORBIDDEN)

@@ -1,0 +1,327 @@
+"""Fixtures for end-to-end tests: the proxy as a real subprocess and real third-party clients.
+
+* ``proxy`` (module scope): a running ``mqproxy serve`` on 127.0.0.1 with a fresh data dir.
+* ``new_proxy`` (factory): a private proxy for tests that stop/restart it.
+* ``clients``: the installed remoting clients by name (``py044``, ``pycvs``, ``alions``);
+  ``client(name)`` skips the test when that client is not installed (``scripts/setup-clients.sh``).
+
+``MQPROXY_BIN`` overrides the proxy executable (default: ``mqproxy`` next to the running interpreter).
+Each client process gets ``HOME`` pointing at a temp dir, because the C++ cores log under ``$HOME/logs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVERS = Path(__file__).resolve().parent / "clients"
+CLIENT_ENVS = REPO / ".clients"
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 15.0
+
+
+def proxy_executable() -> str | None:
+    configured = os.environ.get("MQPROXY_BIN")
+    if configured:
+        return configured
+    beside = Path(sys.executable).parent / "mqproxy"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mqproxy")
+
+
+class JsonLineReader:
+    """Drain a child's stdout on a thread, keeping every line and the ones that parse as JSON objects."""
+
+    def __init__(self, stream: Any) -> None:
+        self.lines: list[str] = []
+        self.events: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _run(self, stream: Any) -> None:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None
+            with self._cond:
+                self.lines.append(line)
+                if isinstance(obj, dict):
+                    self.events.append(obj)
+                self._cond.notify_all()
+        stream.close()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any] | None:
+        """Return the first event matching ``predicate``; None on timeout or end of stream."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for event in self.events:
+                    if predicate(event):
+                        return event
+                remaining = deadline - time.monotonic()
+                if self._closed or remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def tail(self, n: int = 40) -> str:
+        with self._cond:
+            return "\n".join(self.lines[-n:])
+
+
+class ProxyProcess:
+    """One ``mqproxy serve`` child. ``address`` is ``"127.0.0.1:PORT"`` once started."""
+
+    def __init__(self, executable: str, data_dir: Path, log_dir: Path) -> None:
+        self.executable = executable
+        self.data_dir = data_dir
+        self.log_dir = log_dir
+        self.address: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.reader: JsonLineReader | None = None
+        self.returncodes: list[int] = []
+        self._runs = 0
+
+    def start(self, listen: str = "127.0.0.1:0") -> str:
+        assert self.proc is None, "proxy already running"
+        self._runs += 1
+        cmd = [self.executable, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
+               "--log-format", "json"]
+        with open(self.log_dir / f"proxy-{self._runs}.stderr", "wb") as stderr:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+        self.reader = JsonLineReader(self.proc.stdout)
+        started = self.reader.wait_for(lambda e: e.get("event") == "proxy.started", START_TIMEOUT)
+        if started is None:
+            self.kill()
+            pytest.fail(f"proxy did not report proxy.started within {START_TIMEOUT} s:\n{self.diagnostics()}")
+        self.address = str(started["listen"])
+        return self.address
+
+    @property
+    def port(self) -> int:
+        assert self.address is not None
+        return int(self.address.rsplit(":", 1)[1])
+
+    def stop(self) -> int:
+        """SIGTERM and wait; fails the test if the proxy does not exit in time."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"proxy ignored SIGTERM for {STOP_TIMEOUT} s:\n{self.diagnostics()}")
+        self._finish(rc)
+        return rc
+
+    def restart(self) -> str:
+        """Graceful stop, then start again on the same data dir and port."""
+        port = self.port
+        rc = self.stop()
+        assert rc == 0, f"proxy exited with {rc} on SIGTERM:\n{self.diagnostics()}"
+        return self.start(f"127.0.0.1:{port}")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self._finish(self.proc.wait())
+
+    def _finish(self, rc: int) -> None:
+        self.returncodes.append(rc)
+        if self.reader is not None:
+            self.reader.join(5)
+        self.proc = None
+
+    def diagnostics(self) -> str:
+        stderr = ""
+        for path in sorted(self.log_dir.glob("proxy-*.stderr")):
+            stderr += path.read_text(errors="replace")[-4000:]
+        stdout = self.reader.tail() if self.reader is not None else ""
+        return f"--- proxy stdout (tail) ---\n{stdout}\n--- proxy stderr (tail) ---\n{stderr}"
+
+
+@dataclass
+class ClientRun:
+    """A running client driver; ``events`` fills in as the child prints JSON lines."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    reader: JsonLineReader
+    stderr_path: Path
+    returncode: int | None = None
+    elapsed: float = 0.0
+    _t0: float = field(default_factory=time.monotonic)
+
+    def wait(self, timeout: float) -> ClientRun:
+        try:
+            self.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.returncode = self.proc.wait()
+        self.reader.join(5)
+        self.elapsed = time.monotonic() - self._t0
+        return self
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.reader.events if e.get("event") == event]
+
+    def done(self) -> dict[str, Any] | None:
+        found = self.of("done")
+        return found[-1] if found else None
+
+    def describe(self) -> str:
+        stderr = self.stderr_path.read_text(errors="replace")[-3000:] if self.stderr_path.exists() else ""
+        return (f"{self.name}: rc={self.returncode} after {self.elapsed:.1f} s\n--- stdout (tail) ---\n"
+                f"{self.reader.tail()}\n--- stderr (tail) ---\n{stderr}")
+
+
+@dataclass
+class Client:
+    """One installed remoting client: ``argv`` runs its driver (see tests/e2e/clients/)."""
+
+    name: str
+    argv: list[str]
+    home: Path
+    workdir: Path
+    segfaults_on_exit: bool = False
+    _runs: int = 0
+
+    def spawn(self, *args: str) -> ClientRun:
+        self._runs += 1
+        stderr_path = self.workdir / f"{self.name}-{self._runs}.stderr"
+        env = dict(os.environ, HOME=str(self.home), PYTHONUNBUFFERED="1")
+        with open(stderr_path, "wb") as stderr:
+            proc = subprocess.Popen([*self.argv, *args], stdout=subprocess.PIPE, stderr=stderr,
+                                    stdin=subprocess.DEVNULL, env=env, cwd=self.workdir)
+        return ClientRun(f"{self.name} {args[0]}", proc, JsonLineReader(proc.stdout), stderr_path)
+
+    def produce(self, namesrv: str, topic: str, count: int, *, start: int = 0, tag: str = "TagA",
+                key: str = "key", body: str = "body", props: dict[str, str] | None = None,
+                timeout: float = 30.0) -> ClientRun:
+        args = ["produce", "--namesrv", namesrv, "--topic", topic, "--count", str(count),
+                "--start", str(start), "--tag", tag, "--key", key, "--body", body]
+        for k, v in (props or {}).items():
+            args += ["--prop", f"{k}={v}"]
+        return self.spawn(*args).wait(timeout)
+
+    def consume(self, namesrv: str, topic: str, group: str, expect: int, *, timeout: float = 30.0,
+                linger: float = 0.0, prop_keys: tuple[str, ...] = ()) -> ClientRun:
+        """Start a push consumer in the background; call ``.wait()`` on the result."""
+        args = ["consume", "--namesrv", namesrv, "--topic", topic, "--group", group, "--expect", str(expect),
+                "--timeout", str(timeout), "--linger", str(linger)]
+        for k in prop_keys:
+            args += ["--prop-key", k]
+        return self.spawn(*args)
+
+
+def _discover_clients(home: Path, workdir: Path) -> dict[str, Client]:
+    found: dict[str, Client] = {}
+    cpp_driver = str(DRIVERS / "cpp_client.py")
+    for name, crashes in (("py044", False), ("pycvs", True)):
+        python = CLIENT_ENVS / name / "bin" / "python"
+        if python.exists():
+            found[name] = Client(name, [str(python), cpp_driver], home, workdir, segfaults_on_exit=crashes)
+    node = shutil.which("node")
+    if node and (DRIVERS / "node_modules" / "ali-ons" / "package.json").exists():
+        found["alions"] = Client("alions", [node, str(DRIVERS / "alions.js")], home, workdir)
+    return found
+
+
+ALL_CLIENTS = ("py044", "pycvs", "alions")
+
+
+@pytest.fixture(scope="session")
+def clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Client]:
+    home = tmp_path_factory.mktemp("client-home")
+    workdir = tmp_path_factory.mktemp("client-runs")
+    return _discover_clients(home, workdir)
+
+
+@pytest.fixture(scope="session")
+def client(clients: dict[str, Client]) -> Callable[[str], Client]:
+    def get(name: str) -> Client:
+        if name not in clients:
+            pytest.skip(f"remoting client {name!r} is not installed; run scripts/setup-clients.sh")
+        return clients[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def proxy_bin() -> str:
+    exe = proxy_executable()
+    if exe is None:
+        pytest.skip("mqproxy executable not found (pip install -e . or set MQPROXY_BIN)")
+    return exe
+
+
+@pytest.fixture
+def new_proxy(
+    proxy_bin: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Callable[[], ProxyProcess]]:
+    """Factory for private, started proxies; every one is stopped at teardown."""
+    started: list[ProxyProcess] = []
+    request.node._e2e_proxies = started  # read by pytest_runtest_makereport
+    def make() -> ProxyProcess:
+        base = tmp_path_factory.mktemp("proxy")
+        (base / "data").mkdir()
+        proxy = ProxyProcess(proxy_bin, base / "data", base)
+        proxy.start()
+        started.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in started:
+        if proxy.proc is not None:
+            proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(proxy_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
+    """A proxy shared by the tests of one module (each test uses its own topics and groups)."""
+    base = tmp_path_factory.mktemp("proxy")
+    (base / "data").mkdir()
+    proc = ProxyProcess(proxy_bin, base / "data", base)
+    proc.start()
+    yield proc
+    if proc.proc is not None:
+        rc = proc.stop()
+        assert rc == 0, f"proxy exited with {rc} on SIGTERM:\n{proc.diagnostics()}"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of every proxy log the failed test used to its report."""
+    report = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        proxies = [funcargs[name] for name in ("proxy",) if isinstance(funcargs.get(name), ProxyProcess)]
+        proxies += getattr(item, "_e2e_proxies", [])
+        for n, proc in enumerate(proxies):
+            report.sections.append((f"mqproxy #{n} log", proc.diagnostics()))
+    return report

@@ -1,0 +1,49 @@
+"""Fixtures for the I/O layer: an in-process server on 127.0.0.1:0 and loopback helpers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from mqproxy.server import ServerHandle, serve
+from mqproxy.settings import Settings
+
+
+@asynccontextmanager
+async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
+    """Start :func:`serve` in a nursery, yield its handle, stop it gracefully on exit."""
+    async with trio.open_nursery() as nursery:
+        handle: ServerHandle = await nursery.start(lambda task_status: serve(
+            settings, install_signal_handlers=False, task_status=task_status))
+        try:
+            yield handle
+        finally:
+            handle.stop("test")
+
+
+@pytest.fixture
+async def server(log_sink: Any) -> AsyncIterator[ServerHandle]:
+    async with running_server(Settings.for_tests()) as handle:
+        yield handle
+
+
+async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+@pytest.fixture
+def wait_for() -> Any:
+    """Poll ``predicate()`` until true (for log events written by other tasks)."""
+    return _wait_for
+
+
+@pytest.fixture
+def start_server() -> Any:
+    """``async with start_server(settings) as handle`` runs a server with custom settings."""
+    return running_server

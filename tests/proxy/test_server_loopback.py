@@ -1,0 +1,291 @@
+"""Loopback tier: the real server on 127.0.0.1:0, real sockets, every route and every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import ssl
+import struct
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+import trio
+import trustme
+
+from mqproxy.settings import Settings
+
+pytestmark = pytest.mark.usefixtures("log_sink")
+
+
+async def _connect(handle: Any) -> trio.SocketStream:
+    return await trio.open_tcp_stream(*handle.address)
+
+
+async def _read_all(stream: trio.abc.Stream, timeout: float = 5.0) -> bytes:
+    buf = bytearray()
+    with trio.fail_after(timeout):
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                break
+            if not data:
+                break
+            buf += data
+    return bytes(buf)
+
+
+def _remoting_frame(header: dict[str, Any], body: bytes = b"") -> bytes:
+    h = json.dumps(header).encode()
+    return struct.pack(">ii", 4 + len(h) + len(body), len(h)) + h + body
+
+
+async def _http_get(stream: trio.abc.Stream, path: str, close: bool = True) -> bytes:
+    conn = "Connection: close\r\n" if close else ""
+    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n{conn}\r\n".encode())
+    if close:
+        return await _read_all(stream)
+    buf = bytearray()
+    with trio.fail_after(5):
+        while b"\r\n\r\n" not in buf or len(buf.split(b"\r\n\r\n", 1)[1]) < _content_length(buf):
+            buf += await stream.receive_some(65536)
+    return bytes(buf)
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0
+
+
+def _closed_events(sink: Any) -> list[dict[str, Any]]:
+    return sink.named("conn.closed") + sink.named("conn.rejected")
+
+
+async def test_healthz_and_404(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    reply = await _http_get(s, "/healthz")
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert reply.endswith(b'{"status":"ok"}')
+    s = await _connect(server)
+    assert (await _http_get(s, "/nope")).startswith(b"HTTP/1.1 404 ")
+    await wait_for(lambda: len(log_sink.named("conn.closed")) == 2)
+    negotiated = log_sink.named("conn.negotiated")
+    assert [e["protocol"] for e in negotiated] == ["http", "http"]
+    assert all(e["tls"] is False and e["sniff_ms"] >= 0 for e in negotiated)
+    closed = log_sink.named("conn.closed")[0]
+    assert closed["bytes_in"] > 0 and closed["bytes_out"] > 0 and closed["requests"] == 1
+    assert closed["error"] is None
+    conn_ids = {e["conn_id"] for e in log_sink.events if e["event"].startswith("conn.")}
+    assert len(conn_ids) == 2
+
+
+async def test_http_keep_alive_serves_two_requests(server: Any) -> None:
+    s = await _connect(server)
+    first = await _http_get(s, "/healthz", close=False)
+    assert first.startswith(b"HTTP/1.1 200")
+    second = await _http_get(s, "/healthz", close=True)
+    assert second.startswith(b"HTTP/1.1 200")
+
+
+async def test_metrics_endpoint_counts_connections(server: Any) -> None:
+    s = await _connect(server)
+    await _http_get(s, "/healthz")
+    s = await _connect(server)
+    await s.send_all(b"\xff\xfe garbage")
+    await _read_all(s)
+    s = await _connect(server)
+    text = (await _http_get(s, "/metrics")).decode()
+    assert 'mqproxy_connections_total{protocol="http"}' in text
+    assert 'mqproxy_negotiation_failures_total{reason="unknown_protocol"} 1.0' in text
+
+
+async def test_mqtt_connect_is_refused_with_connack(server: Any, log_sink: Any, wait_for: Any) -> None:
+    v311 = b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1"
+    s = await _connect(server)
+    await s.send_all(v311)
+    assert await _read_all(s) == b"\x20\x02\x00\x03"
+    v5 = b"\x10\x11\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x04dev1"
+    s = await _connect(server)
+    await s.send_all(v5)
+    assert await _read_all(s) == b"\x20\x03\x00\x88\x00"
+    await wait_for(lambda: len(log_sink.named("conn.closed")) == 2)
+    assert {e["error"] for e in log_sink.named("conn.closed")} == {"protocol_unavailable"}
+    assert {e["protocol"] for e in log_sink.named("conn.negotiated")} == {"mqtt"}
+
+
+async def test_grpc_preface_gets_goaway(server: Any) -> None:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    s = await _connect(server)
+    await s.send_all(client.data_to_send())
+    events = client.receive_data(await _read_all(s))
+    assert any(isinstance(e, h2.events.ConnectionTerminated) for e in events)
+
+
+async def test_proxy_protocol_v1_and_v2_set_the_peer(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    await s.send_all(b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 9876\r\n")
+    assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
+    v2 = (
+        b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + struct.pack(">H", 12)
+        + socket.inet_aton("198.51.100.9") + socket.inet_aton("127.0.0.1") + struct.pack(">HH", 5555, 9876)
+    )
+    s = await _connect(server)
+    await s.send_all(v2)
+    assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
+    await wait_for(lambda: len(log_sink.named("conn.negotiated")) == 2)
+    peers = [(e["peer"], e["proxied"]) for e in log_sink.named("conn.negotiated")]
+    assert peers == [("203.0.113.7:40000", True), ("198.51.100.9:5555", True)]
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[trustme.CA, Path, Path]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    return ca, cert_file, key_file
+
+
+async def test_tls_on_the_same_port(start_server: Any, tls_files: Any, log_sink: Any, wait_for: Any) -> None:
+    ca, cert_file, key_file = tls_files
+    settings = Settings.for_tests(tls={"cert_file": str(cert_file), "key_file": str(key_file)})
+    async with start_server(settings) as handle:
+        client_ctx = ssl.create_default_context()
+        ca.configure_trust(client_ctx)
+        client_ctx.set_alpn_protocols(["http/1.1"])
+        raw = await _connect(handle)
+        tls = trio.SSLStream(raw, client_ctx, server_hostname="localhost")
+        await tls.do_handshake()
+        assert tls.selected_alpn_protocol() == "http/1.1"
+        assert (await _http_get(tls, "/healthz")).startswith(b"HTTP/1.1 200")
+        # garbage after a ClientHello-looking record header: handshake fails, server keeps serving
+        s = await _connect(handle)
+        await s.send_all(b"\x16\x03\x01\x00\x40\x01" + b"\x00" * 64)
+        await _read_all(s)
+        s = await _connect(handle)
+        assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
+        await wait_for(lambda: len(log_sink.named("conn.rejected")) == 1)
+    negotiated = log_sink.named("conn.negotiated")
+    assert negotiated[0]["tls"] is True and negotiated[0]["alpn"] == "http/1.1"
+    assert log_sink.named("conn.rejected")[0]["reason"] == "tls_handshake_failed"
+
+
+async def test_tls_without_certificate_is_rejected(server: Any, log_sink: Any, wait_for: Any) -> None:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    tls = trio.SSLStream(await _connect(server), ctx, server_hostname="localhost")
+    with pytest.raises(trio.BrokenResourceError):
+        await tls.do_handshake()
+    await wait_for(lambda: len(log_sink.named("conn.rejected")) == 1)
+    assert log_sink.named("conn.rejected")[0]["reason"] == "tls_not_configured"
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"", "empty_connection"),
+        (bytes(random.Random(7).randrange(1, 256) for _ in range(65536)), "unknown_protocol"),
+        (b"PROXY TCP4 1.2.3.4", "eof_during_sniff"),
+        (b"\x10", "eof_during_sniff"),
+    ],
+    ids=["empty", "random-64k", "half-proxy-header", "one-byte-then-eof"],
+)
+async def test_bad_first_bytes_are_rejected_once(
+    server: Any, log_sink: Any, wait_for: Any, payload: bytes, reason: str
+) -> None:
+    s = await _connect(server)
+    if payload:
+        try:
+            await s.send_all(payload)
+        except trio.BrokenResourceError:
+            pass
+    if reason != "unknown_protocol":
+        await s.send_eof()
+    await _read_all(s)
+    await wait_for(lambda: len(_closed_events(log_sink)) == 1)
+    rejected = log_sink.named("conn.rejected")
+    assert len(rejected) == 1 and rejected[0]["reason"] == reason
+    assert rejected[0]["bytes_in"] <= len(payload)
+    s = await _connect(server)
+    assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
+
+
+async def test_silence_and_one_byte_hit_the_sniff_timeout(start_server: Any, log_sink: Any, wait_for: Any) -> None:
+    async with start_server(Settings.for_tests(server={"sniff_timeout_s": 0.3})) as handle:
+        silent = await _connect(handle)
+        one = await _connect(handle)
+        await one.send_all(b"\x00")
+        assert await _read_all(silent) == b""
+        assert await _read_all(one) == b""
+        await wait_for(lambda: len(log_sink.named("conn.rejected")) == 2)
+    assert {e["reason"] for e in log_sink.named("conn.rejected")} == {"sniff_timeout"}
+
+
+async def test_huge_remoting_length_closes_cleanly(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    await s.send_all(struct.pack(">ii", 0x7FFFFFF0, 20) + b'{"code":105,"flag":0}')
+    assert await _read_all(s) == b""
+    await wait_for(lambda: len(_closed_events(log_sink)) == 1)
+    (event,) = _closed_events(log_sink)
+    assert (event.get("error") or event.get("reason")) == "frame_too_large"
+
+
+async def test_http_header_of_one_megabyte_gets_431(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
+    try:
+        await s.send_all(request)
+    except trio.BrokenResourceError:
+        pass
+    reply = await _read_all(s)
+    assert reply.startswith(b"HTTP/1.1 431 ")
+    await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
+    assert log_sink.named("conn.closed")[0]["error"] == "bad_http_request"
+
+
+async def test_graceful_stop_closes_idle_connections_and_logs(start_server: Any, log_sink: Any, wait_for: Any) -> None:
+    async with start_server(Settings.for_tests(server={"shutdown_grace_s": 5.0})) as handle:
+        idle = await _connect(handle)
+        assert (await _http_get(idle, "/healthz", close=False)).startswith(b"HTTP/1.1 200")
+        with trio.fail_after(3):
+            handle.stop("test")
+            assert await _read_all(idle) == b""
+    names = [e["event"] for e in log_sink.events]
+    assert names.index("proxy.stopping") < names.index("proxy.stopped")
+    stopping = log_sink.named("proxy.stopping")[0]
+    assert stopping["open_connections"] == 1 and stopping["reason"] == "test"
+    assert log_sink.named("proxy.stopped")[0]["connections_total"] == 1
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.slow
+async def test_thousand_killed_connections_leak_nothing(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    await _http_get(s, "/healthz")
+    await wait_for(lambda: server.state.open_connections == 0)
+    before = _open_fds()
+    payloads = [b"", b"\x00", b"PROXY TCP4", b"\x16\x03\x01\x00\x05\x01", b"GET /healthz HTTP/1.1\r\n", b"\xff" * 100]
+    for i in range(1000):
+        sock = await _connect(server)
+        if payloads[i % len(payloads)]:
+            await sock.send_all(payloads[i % len(payloads)])
+        sock.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await sock.aclose()  # RST
+    await wait_for(lambda: server.state.open_connections == 0, timeout=30)
+    assert server.state.connections_total == 1001
+    assert _open_fds() == before
+    assert len(_closed_events(log_sink)) == 1001

@@ -1,0 +1,61 @@
+"""Fixtures for the remoting session tests: an in-memory backend, a session, and a builder that turns
+client-shaped JSON headers into decoded commands exactly as the frame codec delivers them."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand
+from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.remoting.session import RemotingSession
+
+ADVERTISED = ("10.0.0.8", 8080)
+
+WireFactory = Callable[..., RemotingCommand]
+
+
+def wire_frame(header: dict[str, Any], body: bytes = b"") -> bytes:
+    """A frame with a JSON header as the given client would write it (values keep their JSON types)."""
+    raw = json.dumps(header).encode()
+    return struct.pack(">ii", 4 + len(raw) + len(body), len(raw)) + raw + body
+
+
+@pytest.fixture
+def wire() -> WireFactory:
+    """``wire(code, ext, body=b"", **header)`` -> the command the codec decodes from that frame."""
+
+    def build(code: int, ext: dict[str, Any] | None, body: bytes = b"", **header: Any) -> RemotingCommand:
+        fields: dict[str, Any] = {"code": code, "language": "JAVA", "version": 401, "opaque": 7, "flag": 0}
+        fields.update(header)
+        if ext is not None:
+            fields["extFields"] = ext
+        (command,) = FrameDecoder().receive_data(wire_frame(fields, body))
+        return command
+
+    return build
+
+
+@pytest.fixture
+def backend() -> InMemoryBackend:
+    return InMemoryBackend(default_queue_count=4, auto_create_topics=True, store_host=ADVERTISED)
+
+
+@pytest.fixture
+def events() -> list[RequestEvent]:
+    return []
+
+
+@pytest.fixture
+def ctx() -> ServerContext:
+    return ServerContext(advertised_host=ADVERTISED[0], advertised_port=ADVERTISED[1])
+
+
+@pytest.fixture
+def session(backend: InMemoryBackend, ctx: ServerContext, events: list[RequestEvent]) -> RemotingSession:
+    return RemotingSession(backend, ctx, peer=("192.0.2.2", 50000), on_request=events.append)

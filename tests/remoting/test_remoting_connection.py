@@ -1,0 +1,230 @@
+"""serve_remoting over in-memory streams: concurrency, ordering, NOTIFY, server->client calls, closing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+import trio.testing
+
+from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.codecs.message_record import decode_records
+from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
+from mqproxy.remoting.context import RequestEvent, ServerContext
+
+
+class Client:
+    """The client end of a memory stream pair, speaking frames."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+        self.ready: list[RemotingCommand] = []
+
+    async def send(self, command: RemotingCommand) -> None:
+        await self.stream.send_all(encode_command(command))
+
+    async def receive(self) -> RemotingCommand:
+        while not self.ready:
+            data = await self.stream.receive_some(65536)
+            assert data, "server closed the stream"
+            self.ready.extend(self.decoder.receive_data(data))
+        return self.ready.pop(0)
+
+
+def pull(opaque: int, queue: int = 0, suspend_ms: str = "15000") -> RemotingCommand:
+    ext = {"consumerGroup": "G", "topic": "T", "queueId": str(queue), "queueOffset": "0", "maxMsgNums": "32",
+           "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": suspend_ms, "subscription": "*",
+           "subVersion": "0"}  # fmt: skip
+    return RemotingCommand(RequestCode.PULL_MESSAGE, opaque=opaque, ext_fields=ext)
+
+
+def send(opaque: int, queue: int, body: bytes) -> RemotingCommand:
+    ext = {"a": "PG", "b": "T", "e": str(queue), "f": "0", "g": "0", "h": "0", "i": "TAGS\x01A\x02"}
+    return RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=opaque, ext_fields=ext, body=body)
+
+
+def heartbeat(opaque: int, client_id: str) -> RemotingCommand:
+    body = json.dumps({"clientID": client_id, "consumerDataSet": [
+        {"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "subscriptionDataSet": [{"topic": "T", "subString": "*"}]}]}).encode()  # fmt: skip
+    return RemotingCommand(RequestCode.HEART_BEAT, opaque=opaque, body=body)
+
+
+@pytest.fixture
+def backend() -> InMemoryBackend:
+    return InMemoryBackend(store_host=("10.0.0.8", 8080))
+
+
+@pytest.fixture
+def registry() -> ConnectionRegistry:
+    return ConnectionRegistry()
+
+
+@pytest.fixture
+def ctx(registry: ConnectionRegistry) -> ServerContext:
+    return ServerContext("10.0.0.8", 8080, groups=registry)
+
+
+async def start(nursery: trio.Nursery, backend, ctx, **kwargs) -> tuple[Client, ConnectionStats]:
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    stats = ConnectionStats()
+    nursery.start_soon(lambda: serve_remoting(server_stream, backend, ctx, stats=stats, **kwargs))
+    return Client(client_stream), stats
+
+
+async def test_long_poll_does_not_block_and_responses_go_out_of_order(backend, ctx, autojump_clock) -> None:
+    await backend.create_topic("T", 4)
+    events: list[RequestEvent] = []
+    async with trio.open_nursery() as nursery:
+        client, stats = await start(nursery, backend, ctx, on_request=events.append)
+        await client.send(pull(1))  # held: queue 0 is empty
+        await client.send(send(2, 1, b"elsewhere"))  # queue 1 does not wake the poll
+        first = await client.receive()
+        assert (first.opaque, first.code) == (2, ResponseCode.SUCCESS)
+        await trio.sleep(3)
+        await client.send(send(3, 0, b"wake up"))
+        answers = {(await client.receive()).opaque: None for _ in range(2)}
+        assert set(answers) == {1, 3}
+        await client.stream.aclose()
+    assert stats.requests == 3 and stats.error is None
+    assert stats.bytes_in > 0 and stats.bytes_out > 0
+    by_op = {e.op: e for e in events}
+    assert by_op["PULL_MESSAGE"].latency_ms == pytest.approx(3000, abs=5)
+    assert by_op["PULL_MESSAGE"].resp_bytes > 0 and by_op["PULL_MESSAGE"].req_bytes > 0
+
+
+async def test_pull_response_over_the_wire(backend, ctx, autojump_clock) -> None:
+    await backend.create_topic("T", 4)
+    async with trio.open_nursery() as nursery:
+        client, _ = await start(nursery, backend, ctx)
+        await client.send(send(1, 0, b"body bytes"))
+        assert (await client.receive()).code == ResponseCode.SUCCESS
+        await client.send(pull(2))
+        response = await client.receive()
+        assert response.code == ResponseCode.SUCCESS
+        assert [r.body for r in decode_records(response.body)] == [b"body bytes"]
+        await client.stream.aclose()
+
+
+@pytest.mark.parametrize(
+    ("garbage", "reason"),
+    [
+        (b"\x00\x00\x00\x02xx", "bad_frame_length"),
+        (b"\x7f\xff\xff\xff", "frame_too_large"),
+        (b"\x00\x00\x00\x08\x00\x00\x00\x04{{{{", "bad_json_header"),
+        (b"\x00\x00\x00\x08\x05\x00\x00\x04abcd", "bad_serialize_type"),
+    ],
+)
+async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry) -> None:
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    client = Client(client_stream)
+    async with trio.open_nursery() as nursery:
+        result: list[ConnectionStats] = []
+
+        async def run() -> None:
+            result.append(await serve_remoting(server_stream, backend, ctx))
+
+        nursery.start_soon(run)
+        await client.send(heartbeat(1, "c@1"))
+        assert (await client.receive()).code == ResponseCode.SUCCESS
+        assert await backend.consumer_ids("G") == ["c@1"]
+        await client.stream.send_all(garbage)
+    (stats,) = result
+    assert stats.error == reason and stats.requests == 1
+    assert await backend.consumer_ids("G") == []  # its consumers were unregistered
+    assert registry.connections("G") == []
+
+
+async def test_initial_bytes_from_the_sniffer(backend, ctx) -> None:
+    frame = encode_command(send(5, 0, b"sniffed"))
+    async with trio.open_nursery() as nursery:
+        client, stats = await start(nursery, backend, ctx, initial=frame[:6])
+        await client.stream.send_all(frame[6:])
+        response = await client.receive()
+        assert (response.opaque, response.code) == (5, ResponseCode.SUCCESS)
+        await client.stream.aclose()
+    assert stats.bytes_in == len(frame)
+
+
+async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx) -> None:
+    async with trio.open_nursery() as nursery:
+        a, _ = await start(nursery, backend, ctx)
+        b, stats_b = await start(nursery, backend, ctx)
+        await a.send(heartbeat(1, "a@1"))
+        assert (await a.receive()).opaque == 1
+        await b.send(heartbeat(1, "b@1"))
+        assert (await b.receive()).opaque == 1
+        notify = await a.receive()
+        assert notify.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+        assert notify.flag == 2 and notify.ext_fields == {"consumerGroup": "G"}
+        await b.stream.aclose()  # b disconnects: a is told, b is gone from the group
+        again = await a.receive()
+        assert again.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and again.opaque != notify.opaque
+        assert await backend.consumer_ids("G") == ["a@1"]
+        await a.stream.aclose()
+    assert stats_b.error is None
+
+
+async def test_server_to_client_call_and_unmatched_responses(backend, ctx, registry) -> None:
+    async with trio.open_nursery() as nursery:
+        client, _ = await start(nursery, backend, ctx)
+        await client.send(heartbeat(1, "c@1"))
+        await client.receive()
+        # a response nobody asked for is dropped, the connection stays up
+        await client.send(RemotingCommand(ResponseCode.SUCCESS, opaque=4242, flag=1))
+        (connection,) = registry.connections("G")
+        answer: list[RemotingCommand | None] = []
+
+        async def ask() -> None:
+            command = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={"consumerGroup": "G"})
+            answer.append(await connection.call(command, 5.0))  # type: ignore[attr-defined]
+
+        nursery.start_soon(ask)
+        request = await client.receive()
+        assert request.code == RequestCode.GET_CONSUMER_RUNNING_INFO and not request.is_response
+        await client.send(RemotingCommand(ResponseCode.SUCCESS, opaque=request.opaque, flag=1, body=b"{}"))
+        with trio.fail_after(5):
+            while not answer:
+                await trio.sleep(0.01)
+        assert answer[0] is not None and answer[0].body == b"{}"
+        await client.send(send(9, 0, b"still alive"))
+        assert (await client.receive()).opaque == 9
+        await client.stream.aclose()
+
+
+async def test_idle_connection_is_closed(backend, ctx, autojump_clock) -> None:
+    async with trio.open_nursery() as nursery:
+        _, stats = await start(nursery, backend, ctx, limits=ConnectionLimits(idle_timeout_s=120))
+    assert stats.error == "idle_timeout"
+    assert trio.current_time() == pytest.approx(120, abs=0.1)
+
+
+async def test_too_many_requests_in_flight(backend, ctx, autojump_clock) -> None:
+    await backend.create_topic("T", 4)
+    async with trio.open_nursery() as nursery:
+        client, _ = await start(nursery, backend, ctx, limits=ConnectionLimits(max_in_flight=1))
+        await client.send(pull(1, suspend_ms="1000"))
+        await client.send(pull(2, queue=1, suspend_ms="1000"))
+        busy = await client.receive()
+        assert (busy.opaque, busy.code) == (2, ResponseCode.SYSTEM_BUSY)
+        assert (busy.remark or "").startswith("[OVERLOAD]")
+        held = await client.receive()
+        assert (held.opaque, held.code) == (1, ResponseCode.PULL_NOT_FOUND)
+        await client.stream.aclose()
+
+
+async def test_oneway_requests_get_no_answer(backend, ctx) -> None:
+    async with trio.open_nursery() as nursery:
+        client, stats = await start(nursery, backend, ctx)
+        oneway = send(1, 0, b"x")
+        oneway.flag = 2
+        await client.send(oneway)
+        await client.send(send(2, 0, b"y"))
+        response = await client.receive()
+        assert response.opaque == 2 and response.ext_fields["queueOffset"] == "1"
+        await client.stream.aclose()
+    assert stats.requests == 2

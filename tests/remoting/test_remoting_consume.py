@@ -1,0 +1,367 @@
+"""PULL_MESSAGE / LITE_PULL_MESSAGE and the offset requests through RemotingSession."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from mqproxy.codecs.message_record import MAGIC_V1, decode_records
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.remoting.context import ServerContext
+from mqproxy.remoting.session import RemotingSession
+
+
+def cpp_pull(**overrides: object) -> dict[str, object]:
+    """C++ 2.1 PULL_MESSAGE ext: ints for queueId/sysFlag/maxMsgNums, sysFlag 6 (suspend+subscription)."""
+    ext: dict[str, object] = {
+        "AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "c2ln",
+        "commitOffset": "0", "consumerGroup": "G", "maxMsgNums": 32, "queueId": 0, "queueOffset": "0",
+        "subVersion": "1700000000000", "subscription": "*", "suspendTimeoutMillis": "15000", "sysFlag": 6,
+        "topic": "T",
+    }  # fmt: skip
+    ext.update(overrides)
+    return ext
+
+
+def java_pull(**overrides: str) -> dict[str, str]:
+    """Java 4.9.4 push-consumer PULL_MESSAGE: strings only, no subscription (sysFlag 2)."""
+    ext = {
+        "commitOffset": "0", "consumerGroup": "G", "expressionType": "TAG", "maxMsgBytes": "262144",
+        "maxMsgNums": "32", "queueId": "0", "queueOffset": "0", "subVersion": "1700000000000",
+        "suspendTimeoutMillis": "15000", "sysFlag": "2", "topic": "T",
+    }  # fmt: skip
+    ext.update(overrides)
+    return ext
+
+
+def java_heartbeat(subscription: str = "*", client_id: str = "192.0.2.2@4242#1") -> bytes:
+    import json
+
+    return json.dumps({
+        "clientID": client_id,
+        "consumerDataSet": [{
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_PASSIVELY",
+            "groupName": "G", "messageModel": "CLUSTERING", "unitMode": False,
+            "subscriptionDataSet": [
+                {"classFilterMode": False, "codeSet": [], "expressionType": "TAG", "subString": subscription,
+                 "subVersion": 1700000000000, "tagsSet": [], "topic": "T"},
+                {"classFilterMode": False, "codeSet": [], "expressionType": "TAG", "subString": "*",
+                 "subVersion": 1700000000000, "tagsSet": [], "topic": "%RETRY%G"},
+            ],
+        }],
+        "heartbeatFingerprint": 0,
+        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
+        "withoutSub": False,
+    }).encode()  # fmt: skip
+
+
+async def create_topic_by_route(wire, session, topic: str = "T") -> None:
+    """What a consumer does first: the route lookup auto-creates the topic."""
+    response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+
+
+async def send(wire, session, body: bytes, tags: str = "TagA", queue: int = 0, **props: str) -> None:
+    properties = f"TAGS\x01{tags}\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+    ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": str(queue), "f": "0", "g": "1700000000001",
+           "h": "0", "i": properties}  # fmt: skip
+    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+
+
+async def test_produce_then_pull_returns_the_exact_record(wire, session) -> None:
+    await send(wire, session, b"payload-0", KEYS="k1 k2", UNIQ_KEY="AB" * 16, color="blue")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(), language="CPP", version=333))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response.remark == "FOUND"
+    assert response.ext_fields == {
+        "suggestWhichBrokerId": "0", "nextBeginOffset": "1", "minOffset": "0", "maxOffset": "1",
+        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+    }  # fmt: skip
+    (record,) = decode_records(response.body)
+    assert record.magic == MAGIC_V1
+    assert (record.topic, record.queue_id, record.queue_offset, record.commitlog_offset) == ("T", 0, 0, 0)
+    assert record.body == b"payload-0"
+    assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "blue"}
+    assert record.born_host == ("192.0.2.2", 50000)
+    assert record.store_host == ("10.0.0.8", 8080)
+    assert record.born_timestamp_ms == 1700000000001
+    assert (record.flag, record.sys_flag, record.reconsume_times) == (0, 0, 0)
+    assert record.store_size == len(response.body)
+
+
+async def test_pull_batches_and_next_offsets(wire, session) -> None:
+    for i in range(5):
+        await send(wire, session, b"m%d" % i)
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(maxMsgNums=2, queueOffset=1)))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"m1", b"m2"]
+    assert [r.queue_offset for r in decode_records(response.body)] == [1, 2]
+    assert response.ext_fields["nextBeginOffset"] == "3" and response.ext_fields["maxOffset"] == "5"
+
+
+async def test_tag_filter_from_the_request(wire, session) -> None:
+    for tag in ("TagA", "TagB", "TagC", "TagA"):
+        await send(wire, session, tag.encode(), tags=tag)
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA || TagC")))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"TagA", b"TagC", b"TagA"]
+    assert response.ext_fields["nextBeginOffset"] == "4"
+
+
+async def test_no_match_without_suspend_is_retry_immediately(wire, session) -> None:
+    await send(wire, session, b"b", tags="TagB")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA", sysFlag=4)))
+    assert response is not None and response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert response.ext_fields["nextBeginOffset"] == "1"
+
+
+async def test_subscription_from_the_heartbeat(wire, session) -> None:
+    for tag in ("TagA", "TagB"):
+        await send(wire, session, tag.encode(), tags=tag)
+    # no heartbeat yet: no subscription to filter by
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, java_pull()))
+    assert response is not None and response.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+    beat = await session.handle(wire(RequestCode.HEART_BEAT, None, java_heartbeat("TagB")))
+    assert beat is not None and beat.code == ResponseCode.SUCCESS
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, java_pull()))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"TagB"]
+
+
+async def test_lite_pull(wire, session) -> None:
+    await send(wire, session, b"lite")
+    ext = java_pull(sysFlag="22", maxMsgNums="10", suspendTimeoutMillis="20000", subscription="*")
+    response = await session.handle(wire(RequestCode.LITE_PULL_MESSAGE, ext))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"lite"]
+
+
+async def test_long_poll_returns_when_a_message_arrives(wire, session, autojump_clock) -> None:
+    await create_topic_by_route(wire, session)
+    result = {}
+
+    async def poll() -> None:
+        started = trio.current_time()
+        result["response"] = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull()))
+        result["waited"] = trio.current_time() - started
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poll)
+        await trio.sleep(4)
+        assert "response" not in result
+        await send(wire, session, b"late")
+    response = result["response"]
+    assert response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"late"]
+    assert 4 <= result["waited"] < 4.1
+
+
+async def test_long_poll_times_out_with_pull_not_found(wire, session, autojump_clock) -> None:
+    await create_topic_by_route(wire, session)
+    started = trio.current_time()
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="15000")))
+    assert trio.current_time() - started == pytest.approx(15.0)
+    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+    assert response.ext_fields["nextBeginOffset"] == "0"
+    assert response.ext_fields["minOffset"] == "0" and response.ext_fields["maxOffset"] == "0"
+    assert response.ext_fields["suggestWhichBrokerId"] == "0"
+
+
+async def test_long_poll_is_capped_by_the_server(wire, backend, autojump_clock) -> None:
+    session = RemotingSession(backend, ServerContext("10.0.0.8", 8080, long_poll_max_s=2.0))
+    await create_topic_by_route(wire, session)
+    started = trio.current_time()
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="3600000")))
+    assert trio.current_time() - started == pytest.approx(2.0)
+    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+
+
+async def test_without_suspend_bit_there_is_no_hold(wire, session, autojump_clock) -> None:
+    await create_topic_by_route(wire, session)
+    started = trio.current_time()
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(sysFlag=4)))
+    assert trio.current_time() == started
+    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+
+
+async def test_long_poll_skips_messages_that_do_not_match(wire, session, autojump_clock) -> None:
+    await create_topic_by_route(wire, session)
+    result = {}
+
+    async def poll() -> None:
+        result["response"] = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA")))
+        result["at"] = trio.current_time()
+
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poll)
+        await trio.sleep(3)
+        await send(wire, session, b"b", tags="TagB")
+        await trio.sleep(3)
+        assert "response" not in result  # a non-matching message does not end the hold
+        await send(wire, session, b"a", tags="TagA")
+    response = result["response"]
+    assert response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"a"]
+    assert response.ext_fields["nextBeginOffset"] == "2"
+    assert result["at"] - started == pytest.approx(6.0, abs=0.01)
+
+
+async def test_long_poll_timeout_after_non_matching_advances_the_offset(wire, session, autojump_clock) -> None:
+    await send(wire, session, b"b", tags="TagB")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA")))
+    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+    assert response.ext_fields["nextBeginOffset"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("offset", "next_offset"),
+    [("5", "2"), ("-3", "0"), (str(2**62), "2"), (str(2**63 - 1), "2")],
+)
+async def test_illegal_offsets_move(offset, next_offset, wire, session) -> None:
+    await send(wire, session, b"one")
+    await send(wire, session, b"two")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueOffset=offset)))
+    assert response is not None and response.code == ResponseCode.PULL_OFFSET_MOVED
+    assert response.ext_fields["nextBeginOffset"] == next_offset
+    assert response.ext_fields["maxOffset"] == "2"
+
+
+async def test_nonzero_offset_on_empty_queue_moves_to_zero(wire, session) -> None:
+    await send(wire, session, b"x", queue=1)  # creates T; queue 0 stays empty
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueOffset="7")))
+    assert response is not None and response.code == ResponseCode.PULL_OFFSET_MOVED
+    assert response.ext_fields["nextBeginOffset"] == "0"
+
+
+async def test_pull_offset_beyond_int64_is_a_header_error(wire, session) -> None:
+    await send(wire, session, b"x")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueOffset=str(2**63))))
+    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert "queueOffset" in (response.remark or "")
+
+
+@pytest.mark.parametrize("queue_id", [4, 99, -1])
+async def test_pull_for_a_queue_that_does_not_exist(queue_id, wire, session) -> None:
+    await send(wire, session, b"x")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueId=queue_id)))
+    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert f"queueId[{queue_id}]" in (response.remark or "")
+
+
+async def test_pull_for_an_unknown_topic(wire, session, backend) -> None:
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(topic="Nope")))
+    assert response is not None and response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert await backend.get_topic("Nope") is None
+
+
+async def test_sql92_is_refused(wire, session) -> None:
+    await send(wire, session, b"x")
+    ext = cpp_pull(expressionType="SQL92", subscription="a > 1")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert response is not None and response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+
+
+PULL_REQUIRED = ["consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
+                 "suspendTimeoutMillis"]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", PULL_REQUIRED)
+async def test_pull_missing_required_key(key, wire, session) -> None:
+    await send(wire, session, b"x")
+    ext = cpp_pull()
+    del ext[key]
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response.remark == f"header field {key!r} is missing"
+
+
+async def test_pull_commit_bit_stores_the_offset(wire, session, backend) -> None:
+    await send(wire, session, b"x")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(sysFlag=5, commitOffset="1",
+                                                                            queueOffset="1")))  # fmt: skip
+    assert response is not None
+    assert await backend.query_consumer_offset("G", "T", 0) == 1
+
+
+# --- offsets -------------------------------------------------------------------------------------------
+
+
+def offset_ext(queue: int = 0, **extra: object) -> dict[str, object]:
+    ext: dict[str, object] = {"consumerGroup": "G", "topic": "T", "queueId": queue}
+    ext.update(extra)
+    return ext
+
+
+async def test_offsets_committed_by_one_client_are_seen_by_another(wire, session, backend, ctx) -> None:
+    await send(wire, session, b"x")
+    # Java: oneway UPDATE_CONSUMER_OFFSET, all strings
+    update = wire(RequestCode.UPDATE_CONSUMER_OFFSET, {"commitOffset": "1", "consumerGroup": "G",
+                                                       "queueId": "0", "topic": "T"}, flag=2)  # fmt: skip
+    assert await session.handle(update) is None
+    other = RemotingSession(backend, ctx, peer=("192.0.2.3", 1))
+    response = await other.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(), language="CPP"))
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response.ext_fields["offset"] == "1"
+
+
+async def test_alions_negative_commit_is_ignored(wire, session, backend) -> None:
+    await send(wire, session, b"x")
+    update = wire(RequestCode.UPDATE_CONSUMER_OFFSET, offset_ext(commitOffset=-1), version=121)
+    response = await session.handle(update)
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert await backend.query_consumer_offset("G", "T", 0) is None
+
+
+async def test_query_offset_of_a_new_group(wire, session) -> None:
+    await send(wire, session, b"x", queue=0)
+    # fresh queue (never held a message): 0, like a real broker; C++/ali-ons start there
+    fresh = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(queue=1)))
+    assert fresh is not None and fresh.code == ResponseCode.SUCCESS and fresh.ext_fields["offset"] == "0"
+    # queue with history: QUERY_NOT_FOUND so the client applies ConsumeFromWhere
+    used = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(queue=0)))
+    assert used is not None and used.code == ResponseCode.QUERY_NOT_FOUND and used.remark
+    strict = offset_ext(queue=1, setZeroIfNotFound=False)
+    refused = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, strict))
+    assert refused is not None and refused.code == ResponseCode.QUERY_NOT_FOUND
+
+
+async def test_update_offset_with_bad_header(wire, session) -> None:
+    response = await session.handle(wire(RequestCode.UPDATE_CONSUMER_OFFSET, offset_ext(commitOffset="x")))
+    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert "commitOffset" in (response.remark or "")
+
+
+async def test_queue_offsets_and_store_times(wire, session, backend, autojump_clock) -> None:
+    await send(wire, session, b"x")
+    first_time = (await backend.pull("T", 0, 0, 1)).messages[0].store_timestamp_ms
+    await send(wire, session, b"y")
+    queue = {"topic": "T", "queueId": 0}
+    max_r = await session.handle(wire(RequestCode.GET_MAX_OFFSET, queue))
+    min_r = await session.handle(wire(RequestCode.GET_MIN_OFFSET, queue))
+    early = await session.handle(wire(RequestCode.GET_EARLIEST_MSG_STORETIME, queue))
+    assert max_r is not None and max_r.ext_fields["offset"] == "2"
+    assert min_r is not None and min_r.ext_fields["offset"] == "0"
+    assert early is not None and early.ext_fields["timestamp"] == str(first_time)
+    search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**queue, "timestamp": 0}))
+    assert search is not None and search.ext_fields["offset"] == "0"
+    future = {**queue, "timestamp": str(2**62)}
+    search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, future))
+    assert search is not None and search.ext_fields["offset"] == "2"
+    upper = {**queue, "timestamp": str(2**62), "boundaryType": "upper"}
+    search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, upper))
+    assert search is not None and search.ext_fields["offset"] == "1"
+    bad = {**queue, "timestamp": "0", "boundaryType": "MIDDLE"}
+    search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, bad))
+    assert search is not None and search.code == ResponseCode.INVALID_PARAMETER
+
+
+async def test_queue_offset_requests_on_unknown_queue(wire, session) -> None:
+    await send(wire, session, b"x")
+    missing = await session.handle(wire(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 9}))
+    assert missing is not None and missing.code == ResponseCode.INVALID_PARAMETER
+    unknown = await session.handle(wire(RequestCode.GET_MIN_OFFSET, {"topic": "Nope", "queueId": 0}))
+    assert unknown is not None and unknown.code == ResponseCode.TOPIC_NOT_EXIST
+    no_topic = await session.handle(wire(RequestCode.GET_MIN_OFFSET, {"queueId": 0}))
+    assert no_topic is not None and no_topic.code == ResponseCode.INVALID_PARAMETER
