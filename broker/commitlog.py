@@ -82,7 +82,9 @@ class CommitLog:
         """
         directory.mkdir(parents=True, exist_ok=True)
         log = cls(directory, segment_bytes)
-        bases = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and len(p.name) == _NAME_DIGITS)
+        bases = sorted(
+            int(p.name) for p in directory.iterdir() if p.name.isdigit() and len(p.name) == _NAME_DIGITS
+        )
         if not bases:
             bases = [0]
             log._create_segment_file(0)
@@ -233,18 +235,39 @@ class CommitLog:
             raise StoreUnavailable(f"corrupt record at commit-log offset {offset}")
         return data[HEADER_SIZE:]
 
+    def read_at(self, offset: int) -> tuple[int, bytes] | None:
+        """(frame size, payload) of the record starting at ``offset``, or None if none starts there."""
+        self._check_open()
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0 or not 0 <= offset < self._end:
+            return None
+        header = os.pread(self._fds[i], HEADER_SIZE, offset - self._bases[i])
+        if len(header) < HEADER_SIZE:
+            return None
+        length, crc = FRAME_HEADER.unpack(header)
+        if not HEADER_SIZE < length <= min(MAX_FRAME_BYTES, self._end - offset):
+            return None
+        data = os.pread(self._fds[i], length - HEADER_SIZE, offset - self._bases[i] + HEADER_SIZE)
+        if zlib.crc32(data, zlib.crc32(header[:4])) != crc:
+            return None
+        return length, data
+
     def iter_records(self, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
-        """Every record at or after ``start`` (a record boundary) as (offset, frame size, payload)."""
+        """Every record at or after ``start`` (a record boundary) as (offset, frame size, payload).
+
+        CRC-verified; a corrupt frame raises StoreUnavailable.
+        """
         i = max(0, bisect.bisect_right(self._bases, start) - 1)
         for j in range(i, len(self._bases)):
             base = self._bases[j]
             end = self._bases[j + 1] if j + 1 < len(self._bases) else self._end
-            pos = max(start, base) - base
-            limit = end - base
-            while pos < limit:
-                header = os.pread(self._fds[j], HEADER_SIZE, pos)
-                length, _ = FRAME_HEADER.unpack(header)
-                yield base + pos, length, os.pread(self._fds[j], length - HEADER_SIZE, pos + HEADER_SIZE)
+            pos = max(start, base)
+            while pos < end:
+                header = os.pread(self._fds[j], HEADER_SIZE, pos - base)
+                length = FRAME_HEADER.unpack(header)[0] if len(header) == HEADER_SIZE else 0
+                if not HEADER_SIZE < length <= end - pos:
+                    raise StoreUnavailable(f"corrupt frame header at commit-log offset {pos}")
+                yield pos, length, self.read(pos, length)
                 pos += length
 
     def segment_bases(self) -> list[int]:

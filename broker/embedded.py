@@ -7,9 +7,9 @@ Layout of ``data_dir``::
     index/               LMDB environment (see :mod:`mqproxy.broker.index`)
 
 Write path (all on the trio thread, no awaits in between, so it needs no lock): validate, assign queue
-offsets (and LMQ offsets), append the records with one ``os.write``-equivalent, then index them and
+offsets (and LMQ offsets), append the records with one ``os.pwrite``, then index them and
 advance the dispatch checkpoint in one LMDB transaction. The message is readable when ``send``
-returns.
+returns (with sync flush, already just before: readers can see a record whose fsync is pending).
 
 Flush policies:
 
@@ -22,8 +22,10 @@ Flush policies:
 Recovery: the log is scanned (CRC per record) from the segment holding the index checkpoint; a torn or
 corrupt tail is cut at the last valid record; records past the checkpoint are re-dispatched. If the
 checkpoint lies beyond the valid log (the log lost a tail the index had seen), the consume queues are
-rebuilt from the whole log. Not implemented yet: deleting old segments (retention), which would also
-raise queue min offsets.
+rebuilt from the whole log. Deleting ``index/`` is a valid (slow) repair: queues and topics are rebuilt
+from the log; committed consumer offsets are lost.
+
+Not implemented yet: deleting old segments (retention), which would also raise queue min offsets.
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ import os
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
 import structlog
 import trio
-
 from mqproxy.broker.commitlog import CommitLog, sync_fds
 from mqproxy.broker.errors import StoreUnavailable, TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
@@ -54,7 +55,13 @@ from mqproxy.broker.sending import (
     check_message,
     stored_properties,
 )
-from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, validate_topic
+from mqproxy.broker.topics import (
+    LMQ_QUEUE_ID,
+    MAX_QUEUE_COUNT,
+    TopicTable,
+    default_queue_count,
+    validate_topic,
+)
 from mqproxy.broker.types import (
     PROPERTY_TAGS,
     ConsumerInfo,
@@ -270,7 +277,16 @@ class EmbeddedStore:
     def _entries_for(
         self, record: MessageRecord, offset: int, size: int, new_queues: dict[bytes, int]
     ) -> list[Entry]:
-        """Index entries of one recovered record; advances the in-memory next offsets."""
+        """Index entries of one recovered record; advances the in-memory next offsets.
+
+        A topic the index does not know (the index was deleted) is re-created, large enough for the
+        record's queue id.
+        """
+        if self._topics.get(record.topic) is None:
+            count = max(
+                default_queue_count(record.topic, self._topics.default_queue_count), record.queue_id + 1
+            )
+            self._create(record.topic, min(count, MAX_QUEUE_COUNT))
         tag = tag_hash(record.properties.get(PROPERTY_TAGS))
         ts = record.store_timestamp_ms
         targets = [(queue_key(record.topic, record.queue_id), record.queue_offset)]
@@ -396,14 +412,45 @@ class EmbeddedStore:
             next_offsets[qid] = offset + 1
             return qid, offset
 
+        start = self._log.end
+        try:
+            entries, results = self._encode_and_write(topic, queue_id, messages, targets, assign)
+            latest = results[-1].store_timestamp_ms
+            self._index.commit(entries, new_queues.items(), self._next_qid, self._log.end, latest)
+        except BaseException:
+            # Nothing was acknowledged: forget the records and the queue ids allocated for them.
+            if self._log.end != start:
+                self._log.truncate_to(start)
+            self._next_qid = next_qid_before
+            for key, qid in new_queues.items():
+                self._qids.pop(key, None)
+                self._next_offsets.pop(qid, None)
+            raise
+        self._index_dirty = True
+        for qid, offset in next_offsets.items():
+            self._next_offsets.store(qid, offset)
+        self._waiters.notify((topic, queue_id))
+        for lmqs in targets:
+            for name in lmqs:
+                self._waiters.notify((name, LMQ_QUEUE_ID))
+        return results, self._log.end
+
+    def _encode_and_write(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        targets: list[tuple[str, ...]],
+        assign: Callable[[bytes], tuple[int, int]],
+    ) -> tuple[list[Entry], list[SendResult]]:
+        """Assign offsets, encode and append the records; return their index entries and results."""
         parent_key = queue_key(topic, queue_id)
         payloads: list[bytes] = []
-        plans: list[tuple[int, int, list[tuple[int, int]], dict[str, int], int, str | None]] = []
+        planned: list[tuple[int, int, list[tuple[int, int]], dict[str, int], int, int]] = []
         for message, lmqs in zip(messages, targets, strict=True):
             qid, queue_offset = assign(parent_key)
             lmq_slots = [assign(queue_key(name, LMQ_QUEUE_ID)) for name in lmqs]
             lmq_offsets = [offset for _, offset in lmq_slots]
-            properties = stored_properties(message.properties, lmqs, lmq_offsets)
             store_ts = self._clock.now_ms()
             payloads.append(
                 encode_message(
@@ -417,39 +464,22 @@ class EmbeddedStore:
                     reconsume_times=message.reconsume_times,
                     born_host=message.born_host,
                     lmqs=list(zip(lmqs, lmq_offsets, strict=True)),
-                    properties=properties,
+                    properties=stored_properties(message.properties, lmqs, lmq_offsets),
                     body=bytes(message.body),
                 )
             )
-            plans.append(
-                (qid, queue_offset, lmq_slots, dict(zip(lmqs, lmq_offsets, strict=True)), store_ts, message.tags)
-            )
-
-        start = self._log.end
+            lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
+            planned.append((qid, queue_offset, lmq_slots, lmq_map, store_ts, tag_hash(message.tags)))
         positions = self._log.append(payloads)
         entries: list[Entry] = []
         results: list[SendResult] = []
-        for (qid, queue_offset, lmq_slots, lmq_map, store_ts, tag), (clo, size) in zip(plans, positions, strict=True):
-            code = tag_hash(tag)
+        for (qid, queue_offset, lmq_slots, lmq_map, store_ts, code), (clo, size) in zip(
+            planned, positions, strict=True
+        ):
             entries.append((qid, queue_offset, clo, size, code, store_ts))
             entries.extend((lqid, loff, clo, size, code, store_ts) for lqid, loff in lmq_slots)
             results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
-        try:
-            self._index.commit(entries, new_queues.items(), self._next_qid, self._log.end, store_ts)
-        except BaseException:
-            self._log.truncate_to(start)
-            self._next_qid = next_qid_before
-            for key in new_queues:
-                self._qids.pop(key, None)
-            raise
-        self._index_dirty = True
-        for qid, offset in next_offsets.items():
-            self._next_offsets.store(qid, offset)
-        self._waiters.notify((topic, queue_id))
-        for lmqs in targets:
-            for name in lmqs:
-                self._waiters.notify((name, LMQ_QUEUE_ID))
-        return results, self._log.end
+        return entries, results
 
     def _lookup_qid(self, key: bytes) -> int | None:
         qid = self._qids.lookup(key)
@@ -468,6 +498,7 @@ class EmbeddedStore:
             qid = new_queues[key] = self._next_qid
             self._next_qid += 1
             self._qids.store(key, qid)
+            self._next_offsets.store(qid, 0)  # a new queue: no index lookup needed
         return qid
 
     def _next_offset(self, qid: int) -> int:
@@ -543,6 +574,19 @@ class EmbeddedStore:
             reconsume_times=record.reconsume_times,
             body_crc=record.body_crc,
         )
+
+    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+        """The message stored at ``commitlog_offset`` (from a message id), or None if none is there.
+
+        Not (yet) part of the Backend protocol; needed for VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK and
+        END_TRANSACTION, which identify messages by commit-log offset.
+        """
+        self._check_open()
+        found = self._log.read_at(commitlog_offset)
+        if found is None:
+            return None
+        size, payload = found
+        return self._stored(decode_message(payload), commitlog_offset, size)
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         self._readable(topic, queue_id)
@@ -653,4 +697,3 @@ class EmbeddedStore:
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self._consumers.info(group, client_id)
-

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import lmdb
 import orjson
-
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.types import TopicConfig
 
@@ -84,12 +83,9 @@ class Index:
         return (0, 0) if value is None else _CHECKPOINT_VALUE.unpack(value)
 
     def next_qid(self) -> int:
-        return self._get_u64(self._meta, _NEXT_QID, 1)
-
-    def _get_u64(self, db: object, key: bytes, default: int) -> int:
-        with self._env.begin(db=db) as txn:
-            value = txn.get(key)
-        return default if value is None else _U64.unpack(value)[0]
+        with self._env.begin(db=self._meta) as txn:
+            value = txn.get(_NEXT_QID)
+        return 1 if value is None else _U64.unpack(value)[0]
 
     # --- queues ---------------------------------------------------------------------------------
     def lookup_qid(self, key: bytes) -> int | None:
@@ -148,13 +144,13 @@ class Index:
         pack_key, pack_value = CQ_KEY.pack, CQ_VALUE.pack
         try:
             with self._env.begin(write=True) as txn:
+                new_queues = list(new_queues)
                 for name, qid in new_queues:
                     txn.put(name, _U64.pack(qid), db=self._qids)
                 cursor = txn.cursor(db=self._cq)
-                cursor.putmulti(
-                    [(pack_key(q, o), pack_value(c, s, t, ts)) for q, o, c, s, t, ts in entries]
-                )
-                txn.put(_NEXT_QID, _U64.pack(next_qid), db=self._meta)
+                cursor.putmulti([(pack_key(q, o), pack_value(c, s, t, ts)) for q, o, c, s, t, ts in entries])
+                if new_queues:
+                    txn.put(_NEXT_QID, _U64.pack(next_qid), db=self._meta)
                 txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_store_ms), db=self._meta)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc

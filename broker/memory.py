@@ -6,13 +6,13 @@ multi-dispatch, long polling); used by tests and by handlers that want a throwaw
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mqproxy.broker.errors import TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
 from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
+from mqproxy.broker.records import body_crc
 from mqproxy.broker.sending import (
     DEFAULT_MAX_MESSAGE_BYTES,
     StoreClock,
@@ -21,7 +21,7 @@ from mqproxy.broker.sending import (
     properties_size,
     stored_properties,
 )
-from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
+from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, validate_topic
 from mqproxy.broker.types import (
     ConsumerInfo,
     Message,
@@ -61,6 +61,7 @@ class InMemoryBackend:
         self._waiters = QueueWaiters()
         self._clock = StoreClock()
         self._next_commitlog_offset = 0
+        self._by_commitlog_offset: dict[int, StoredMessage] = {}
 
     # --- produce -------------------------------------------------------------------------------
     async def send(self, message: Message) -> SendResult:
@@ -79,12 +80,7 @@ class InMemoryBackend:
             lmq_queues = [self._queue(name, LMQ_QUEUE_ID) for name in lmqs]
             lmq_offsets = [len(q.messages) for q in lmq_queues]
             properties = stored_properties(message.properties, lmqs, lmq_offsets)
-            size = (
-                _RECORD_OVERHEAD
-                + len(message.body)
-                + len(config.name)
-                + properties_size(properties)
-            )
+            size = _RECORD_OVERHEAD + len(message.body) + len(config.name) + properties_size(properties)
             stored = StoredMessage(
                 topic=config.name,
                 queue_id=queue_id,
@@ -100,9 +96,10 @@ class InMemoryBackend:
                 store_timestamp_ms=self._clock.now_ms(),
                 store_host=self._store_host,
                 reconsume_times=message.reconsume_times,
-                body_crc=zlib.crc32(message.body) & 0x7FFFFFFF,
+                body_crc=body_crc(message.body),
             )
             self._next_commitlog_offset += size
+            self._by_commitlog_offset[stored.commitlog_offset] = stored
             queue.messages.append(stored)
             for name, q in zip(lmqs, lmq_queues, strict=True):
                 q.messages.append(stored)
@@ -153,6 +150,10 @@ class InMemoryBackend:
             position += 1
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
         return PullResult(status, tuple(found), position, 0, max_offset)
+
+    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+        """The message stored at ``commitlog_offset``, or None (see EmbeddedStore.get_message)."""
+        return self._by_commitlog_offset.get(commitlog_offset)
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         self._readable(topic, queue_id)

@@ -14,7 +14,7 @@ def out_of_range(offset: int, min_offset: int, max_offset: int) -> PullResult | 
     def result(status: PullStatus, next_offset: int) -> PullResult:
         return PullResult(status, (), next_offset, min_offset, max_offset)
 
-    if max_offset == 0 or max_offset <= min_offset:
+    if max_offset <= min_offset:  # empty queue
         if offset == max_offset:
             return result(PullStatus.NO_NEW_MSG, offset)
         return result(PullStatus.OFFSET_ILLEGAL, max_offset)

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
-
 from mqproxy.broker.errors import StoreUnavailable
 
 KIND_MESSAGE = 1
@@ -72,7 +71,7 @@ def encode_message(
     properties: Mapping[str, str],
     body: bytes,
 ) -> bytes:
-    host = born_host[0].encode()[:255]
+    host = born_host[0].encode()
     topic_b = topic.encode()
     props = orjson.dumps(dict(properties))
     parts = [
@@ -89,7 +88,7 @@ def encode_message(
         ),
         bytes((len(host),)),
         host,
-        _H.pack(born_host[1] & 0xFFFF),
+        _H.pack(born_host[1]),
         _H.pack(len(topic_b)),
         topic_b,
         _H.pack(len(lmqs)),
@@ -104,8 +103,8 @@ def encode_message(
 def decode_message(payload: bytes) -> MessageRecord:
     """Decode a payload whose frame CRC already matched; raise StoreUnavailable if it is malformed."""
     try:
-        (kind, queue_id, queue_offset, flag, sys_flag, born_ts, store_ts, reconsume, crc) = _FIXED.unpack_from(
-            payload, 0
+        (kind, queue_id, queue_offset, flag, sys_flag, born_ts, store_ts, reconsume, crc) = (
+            _FIXED.unpack_from(payload, 0)
         )
         if kind != KIND_MESSAGE:
             raise ValueError(f"unknown record kind {kind}")

@@ -29,6 +29,9 @@ def check_message(message: Message, max_message_bytes: int) -> tuple[str, ...]:
     validate_send_topic(message.topic)
     if not isinstance(message.body, bytes | bytearray | memoryview):
         raise BackendError("message body must be bytes")
+    host, port = message.born_host
+    if not isinstance(host, str) or len(host.encode(errors="replace")) > 255 or not 0 <= port <= 65535:
+        raise BackendError(f"born_host {message.born_host!r} is not a host (<= 255 bytes) and port")
     if len(message.body) > max_message_bytes:
         raise MessageTooLarge(f"body is {len(message.body)} bytes, limit {max_message_bytes}")
     try:
@@ -59,7 +62,9 @@ def check_batch(messages: Sequence[Message]) -> None:
             raise BackendError("a batch must target one queue")
 
 
-def stored_properties(properties: dict[str, str], targets: tuple[str, ...], offsets: list[int]) -> dict[str, str]:
+def stored_properties(
+    properties: dict[str, str], targets: tuple[str, ...], offsets: list[int]
+) -> dict[str, str]:
     """The properties to store: LMQ targets and their assigned offsets added (spec §9.3)."""
     if not targets:
         return dict(properties)

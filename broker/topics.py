@@ -100,8 +100,8 @@ def lmq_config(topic: str) -> TopicConfig:
 class TopicTable:
     """Topic configs by name (ordinary topics only; LMQs are implicit). Pure bookkeeping, no I/O.
 
-    ``default_queue_count`` applies to ordinary auto-created topics; ``auto_create`` governs whether
-    :meth:`resolve_for_send` may create one.
+    ``default_queue_count`` applies to ordinary topics created without a count; ``auto_create`` says
+    whether a backend may create a topic on its first send.
     """
 
     def __init__(self, default_queue_count: int, auto_create: bool) -> None:
@@ -137,11 +137,13 @@ class TopicTable:
 
     def require(self, topic: str) -> TopicConfig:
         """The existing config of a topic to read from; raises TopicNotFound/IllegalTopic."""
+        config = self._topics.get(topic)  # stored names were validated when created
+        if config is not None:
+            return config
         validate_topic(topic)
-        config = self.get(topic)
-        if config is None:
-            raise TopicNotFound(topic)
-        return config
+        if is_lmq(topic):
+            return lmq_config(topic)
+        raise TopicNotFound(topic)
 
     def pick_queue(self, config: TopicConfig, queue_id: int) -> int:
         """Resolve a send's queue id: -1 picks round-robin; others must be a writable queue."""

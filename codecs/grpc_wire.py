@@ -4,7 +4,8 @@ mqproxy.codecs.grpc_wire
 
 A sans-IO gRPC server connection over ``h2`` (shape of purerpc's ``GRPCConnection``): feed bytes with
 :meth:`GrpcServerConnection.receive_data`, get :class:`GrpcEvent` objects back, answer with
-``start_response`` / ``send_message`` / ``end_response`` and write out :meth:`~GrpcServerConnection.data_to_send`.
+``start_response`` / ``send_message`` / ``end_response`` and write out
+:meth:`~GrpcServerConnection.data_to_send`.
 
 Contracts:
 
@@ -21,6 +22,8 @@ Contracts:
 * Calls on a stream that is gone (reset by the peer, finished, connection closed) are ignored.
 * HTTP/2 connection errors raise :class:`GrpcWireError`, with the GOAWAY already queued in
   ``data_to_send()``: flush it, then close the socket.
+* :meth:`~GrpcServerConnection.shutdown` is the graceful close (GOAWAY NO_ERROR, in-flight calls finish, new
+  streams refused); :meth:`~GrpcServerConnection.close` is the hard one.
 
 Two deliberate deviations from stock ``h2`` (see :class:`_ServerH2Connection`): a client GOAWAY does not
 close the connection (python-hyper/h2 #1181; in-flight streams still finish), and a HEADERS frame over
@@ -53,6 +56,7 @@ __all__ = [
     "GrpcServerConnection",
     "GrpcStatus",
     "GrpcWireError",
+    "MAX_STATUS_MESSAGE_CHARS",
     "Metadata",
     "MessageReceived",
     "RequestEnded",
@@ -70,6 +74,9 @@ Metadata = tuple[tuple[str, str | bytes], ...]
 _PREFIX = struct.Struct(">BI")  # compressed flag, message length
 _TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
 _TIMEOUT_UNIT_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+#: Longest ``grpc-message`` sent (characters, before encoding): clients cap the header list size
+#: (grpc-python advertises 16 KiB).
+MAX_STATUS_MESSAGE_CHARS = 1024
 #: Request headers consumed by the codec, not passed on as metadata.
 _RESERVED = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"})
 
@@ -115,7 +122,7 @@ class GrpcEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestReceived(GrpcEvent):
-    """A valid call started."""
+    """A valid call started. Header values are decoded as UTF-8 (invalid bytes replaced)."""
 
     stream_id: int
     #: The ``:path``, e.g. ``/apache.rocketmq.v2.MessagingService/SendMessage``.
@@ -224,6 +231,9 @@ class _ServerH2Connection(h2.connection.H2Connection):
     exercised by ``tests/codecs/test_grpc_wire.py``.
     """
 
+    #: Set by :meth:`GrpcServerConnection.shutdown`: every new stream is refused.
+    draining = False
+
     def _receive_goaway_frame(self, frame: GoAwayFrame) -> tuple[list[Frame], list[h2.events.Event]]:
         event = h2.events.ConnectionTerminated()
         event.error_code = h2.errors._error_code_from_int(frame.error_code)
@@ -232,19 +242,27 @@ class _ServerH2Connection(h2.connection.H2Connection):
         return [], [event]
 
     def _receive_headers_frame(self, frame: HeadersFrame) -> tuple[list[Frame], list[h2.events.Event]]:
-        limit = self.local_settings.max_concurrent_streams
+        sid, limit = frame.stream_id, self.local_settings.max_concurrent_streams
         # len(self.streams) bounds the open count from above and is O(1); open_inbound_streams is O(n)
-        if frame.stream_id in self.streams or len(self.streams) < limit or self.open_inbound_streams < limit:
+        if sid in self.streams or (
+            sid > self.highest_inbound_stream_id
+            and not self.draining
+            and (len(self.streams) < limit or self.open_inbound_streams < limit)
+        ):
             return super()._receive_headers_frame(frame)
-        # Refuse: still decode the block so the HPACK dynamic table stays in sync (raises on a bomb).
+        # A new stream over the limit or while draining (REFUSED_STREAM), or HEADERS for a stream h2
+        # already forgot (STREAM_CLOSED). Either way a stream error: decode the block anyway so the HPACK
+        # dynamic table stays in sync (this raises on a bomb), then reset.
         h2.connection._decode_headers(self.decoder, frame.data)
         events = self.state_machine.process_input(h2.connection.ConnectionInputs.RECV_HEADERS)
-        if frame.stream_id % 2 == 0 or frame.stream_id <= self.highest_inbound_stream_id:
-            raise h2.exceptions.ProtocolError(f"invalid new stream id {frame.stream_id}")
-        self.highest_inbound_stream_id = frame.stream_id
-        self._closed_streams[frame.stream_id] = StreamClosedBy.SEND_RST_STREAM
-        rst = RstStreamFrame(frame.stream_id)
-        rst.error_code = ErrorCodes.REFUSED_STREAM
+        if sid % 2 == 0:
+            raise h2.exceptions.ProtocolError(f"client used even stream id {sid}")
+        rst = RstStreamFrame(sid)
+        rst.error_code = ErrorCodes.STREAM_CLOSED
+        if sid > self.highest_inbound_stream_id:
+            self.highest_inbound_stream_id = sid
+            self._closed_streams[sid] = StreamClosedBy.SEND_RST_STREAM
+            rst.error_code = ErrorCodes.REFUSED_STREAM
         return [rst], events
 
 
@@ -268,6 +286,11 @@ class _MessageReader:
     def buffered(self) -> int:
         """Bytes held for the incomplete message (0 between messages)."""
         return len(self._prefix) + self._have
+
+    @property
+    def mid_message(self) -> bool:
+        """True if a message was started but not completed."""
+        return self._expect >= 0 or bool(self._prefix)
 
     def feed(self, data: bytes) -> list[bytes]:
         """Complete messages in ``data``; raises ``_BadRequest`` on a framing violation."""
@@ -314,7 +337,14 @@ class _Stream:
 
 
 class GrpcServerConnection:
-    """Server side of one HTTP/2 connection carrying gRPC calls. See the module docstring."""
+    """Server side of one HTTP/2 connection carrying gRPC calls. See the module docstring.
+
+    ``max_message_bytes``: largest request message (RESOURCE_EXHAUSTED beyond); ``max_buffered_bytes``:
+    partial request messages held across all streams; ``max_concurrent_streams`` and
+    ``max_header_list_size``: advertised in SETTINGS and enforced (REFUSED_STREAM; GOAWAY
+    ENHANCE_YOUR_CALM); ``initial_window_bytes`` / ``connection_window_bytes``: receive windows;
+    ``max_frame_bytes``: largest inbound frame. Raises ``ValueError`` for out-of-range values.
+    """
 
     def __init__(
         self,
@@ -325,11 +355,14 @@ class GrpcServerConnection:
         max_header_list_size: int = 64 * 1024,
         initial_window_bytes: int = 1024 * 1024,
         connection_window_bytes: int = 16 * 1024 * 1024,
+        max_frame_bytes: int = 65_536,
     ) -> None:
         if min(max_message_bytes, max_buffered_bytes, max_concurrent_streams, max_header_list_size) < 1:
             raise ValueError("limits must be positive")
-        if not 65_535 <= initial_window_bytes <= 2**31 - 1 or not 65_535 <= connection_window_bytes <= 2**31 - 1:
+        if not all(65_535 <= w <= 2**31 - 1 for w in (initial_window_bytes, connection_window_bytes)):
             raise ValueError("window sizes must be within 65535..2**31-1")
+        if not 16_384 <= max_frame_bytes <= 2**24 - 1:
+            raise ValueError("max_frame_bytes must be within 16384..2**24-1")
         self.max_message_bytes = max_message_bytes
         self.max_buffered_bytes = max_buffered_bytes
         self._connection_window_bytes = connection_window_bytes
@@ -341,12 +374,15 @@ class GrpcServerConnection:
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: max_header_list_size,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: initial_window_bytes,
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: max_frame_bytes,
             },
         )
+        self._h2.max_inbound_frame_size = max_frame_bytes
         self._h2.decoder.max_header_list_size = max_header_list_size
         self._streams: dict[int, _Stream] = {}
         self._buffered = 0  # bytes of partial inbound messages, all streams
         self._closed = False
+        self._out = b""  # bytes queued outside h2 (the graceful GOAWAY), sent before h2's own
 
     # --------------------------------------------------------------------------------- inbound
 
@@ -357,7 +393,10 @@ class GrpcServerConnection:
             self._h2.increment_flow_control_window(self._connection_window_bytes - 65_535)
 
     def receive_data(self, data: bytes) -> list[GrpcEvent]:
-        """Process bytes from the client; raises :class:`GrpcWireError` on an HTTP/2 connection error."""
+        """Process bytes from the client; raises :class:`GrpcWireError` on an HTTP/2 connection error.
+
+        Returns ``[]`` once the connection is closed (by :meth:`close` or an earlier error).
+        """
         if self._closed:
             return []
         try:
@@ -433,9 +472,10 @@ class GrpcServerConnection:
             raise _BadRequest(200, GrpcStatus.UNIMPLEMENTED, f"malformed method path {path!r}")
         deadline_s = None
         if "grpc-timeout" in plain:
-            deadline_s = parse_grpc_timeout(plain["grpc-timeout"])
+            timeout = plain["grpc-timeout"]
+            deadline_s = parse_grpc_timeout(timeout)
             if deadline_s is None:
-                raise _BadRequest(200, GrpcStatus.INTERNAL, f"malformed grpc-timeout {plain['grpc-timeout']!r}")
+                raise _BadRequest(200, GrpcStatus.INTERNAL, f"malformed grpc-timeout {timeout!r}")
         encoding = plain.get("grpc-encoding", "identity")
         compressed_status = GrpcStatus.INTERNAL if encoding == "identity" else GrpcStatus.UNIMPLEMENTED
         request = RequestReceived(stream_id=sid, method=path, authority=pseudo.get(":authority", ""),
@@ -466,7 +506,7 @@ class GrpcServerConnection:
         stream = self._streams.get(sid)
         if stream is None:
             return
-        if stream.reader.buffered or stream.reader._expect >= 0:
+        if stream.reader.mid_message:
             self._reject(sid, _BadRequest(200, GrpcStatus.INTERNAL, "request ended inside a message"), events)
             return
         events.append(RequestEnded(stream_id=sid))
@@ -500,8 +540,8 @@ class GrpcServerConnection:
         if stream is None or stream.headers_sent:
             return
         stream.headers_sent = True
-        headers = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-accept-encoding", "identity"),
-                   *_encode_metadata(metadata)]
+        headers = [(":status", "200"), ("content-type", "application/grpc"),
+                   ("grpc-accept-encoding", "identity"), *_encode_metadata(metadata)]
         self._h2.send_headers(stream_id, headers)
 
     def send_message(self, stream_id: int, payload: bytes) -> None:
@@ -540,7 +580,22 @@ class GrpcServerConnection:
 
     def data_to_send(self) -> bytes:
         """Bytes to write to the socket now."""
-        return self._h2.data_to_send()
+        out, self._out = self._out + self._h2.data_to_send(), b""
+        return out
+
+    def shutdown(self) -> None:
+        """Start a graceful close: queue GOAWAY(NO_ERROR, last stream id seen) and refuse new streams.
+
+        Calls already received keep working; close the socket once :attr:`open_streams` is 0 (or the grace
+        period is over: then :meth:`close`).
+        """
+        if self._closed or self._h2.draining:
+            return
+        self._h2.draining = True
+        goaway = GoAwayFrame(0)
+        goaway.last_stream_id = self._h2.highest_inbound_stream_id
+        goaway.error_code = ErrorCodes.NO_ERROR
+        self._out += self._h2.data_to_send() + goaway.serialize()
 
     def close(self, error_code: int = 0) -> None:
         """Queue GOAWAY(error_code); every stream is dropped and later calls are ignored."""
@@ -562,6 +617,8 @@ class GrpcServerConnection:
     def _status_headers(status: int, message: str) -> list[tuple[str, str]]:
         headers = [("grpc-status", str(int(status)))]
         if message:
+            if len(message) > MAX_STATUS_MESSAGE_CHARS:
+                message = message[:MAX_STATUS_MESSAGE_CHARS - 3] + "..."
             headers.append(("grpc-message", percent_encode(message)))
         return headers
 
@@ -575,7 +632,8 @@ class GrpcServerConnection:
             return
         pending = stream.pending
         while pending:
-            size = min(self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size, len(pending))
+            window = self._h2.local_flow_control_window(sid)
+            size = min(window, self._h2.max_outbound_frame_size, len(pending))
             if size <= 0:
                 return
             self._h2.send_data(sid, bytes(pending[:size]))

@@ -144,7 +144,7 @@ def body_crc(body: bytes) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _legacy_ip(ip: str) -> bytes:
+def _ipv4_only(ip: str) -> bytes:
     """A 4-byte address for clients that cannot read IPv6 hosts (IPv4-mapped -> IPv4, else 0.0.0.0)."""
     packed = pack_ip(ip)
     if len(packed) == 4:
@@ -156,7 +156,7 @@ def _legacy_ip(ip: str) -> bytes:
 
 def _host_ip(ip: str, legacy: bool) -> bytes:
     try:
-        return _legacy_ip(ip) if legacy else pack_ip(ip)
+        return _ipv4_only(ip) if legacy else pack_ip(ip)
     except MessageIdError as exc:
         raise RecordError("bad_host", str(exc)) from None
 
@@ -208,21 +208,23 @@ def _record_parts(msg: StoredMessage, magic: int, legacy: bool) -> tuple[bytes, 
     return head, body, tail
 
 
-def encode_record(msg: StoredMessage, *, magic: int = MAGIC_V1, legacy: bool = False) -> bytes:
+def encode_record(msg: StoredMessage, *, magic: int = MAGIC_V1, legacy: bool = True) -> bytes:
     """The full record for ``msg`` as it travels in pull bodies.
 
     ``magic`` is the preferred version; a topic longer than 127 bytes always gets V2 (as the Java broker
-    does). BORNHOST_V6/STOREHOST_V6 sysFlag bits are set from the actual address families. With
-    ``legacy=True`` (C++/ali-ons consumers) hosts are always written as IPv4: IPv4-mapped addresses are
-    unwrapped, other IPv6 addresses become 0.0.0.0. BODYCRC is ``msg.body_crc`` when non-zero, else
-    computed. PREPARED_TRANSACTION_OFFSET is 0.
+    does). Hosts: with ``legacy=True`` (the default) both are written as IPv4 (IPv4-mapped addresses
+    unwrapped, other IPv6 addresses become 0.0.0.0), which every client decodes; C++ and ali-ons ignore
+    the IPv6 sysFlag bits and would misread the record otherwise. With ``legacy=False`` (modern Java
+    clients: their decoder reads both forms) IPv6 hosts are written as 16 bytes. The BORNHOST_V6 and
+    STOREHOST_V6 sysFlag bits always match what is written. BODYCRC is ``msg.body_crc`` when non-zero,
+    else computed. PREPARED_TRANSACTION_OFFSET is 0.
     """
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise ValueError(f"unknown record magic {magic:#x}")
     return b"".join(_record_parts(msg, magic, legacy))
 
 
-def encode_records(msgs: Iterable[StoredMessage], *, magic: int = MAGIC_V1, legacy: bool = False) -> bytes:
+def encode_records(msgs: Iterable[StoredMessage], *, magic: int = MAGIC_V1, legacy: bool = True) -> bytes:
     """The concatenated records of ``msgs`` (a pull/pop response body); see :func:`encode_record`."""
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise ValueError(f"unknown record magic {magic:#x}")
@@ -237,7 +239,7 @@ def _ip_text(packed: bytes) -> str:
     return str(ipaddress.ip_address(packed))
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class DecodedRecord:
     """One record read back from a pull body (every field of the wire layout)."""
 
@@ -437,9 +439,7 @@ def encode_batch_body(entries: Iterable[BatchEntry]) -> bytes:
 # --- compression -------------------------------------------------------------------------------------
 
 
-def decompress_body(
-    body: bytes, sys_flag: int, *, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
-) -> bytes:
+def decompress_body(body: bytes, sys_flag: int, *, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
     """``body`` inflated when ``sys_flag`` has COMPRESSED, else ``body`` unchanged.
 
     Only zlib (type 3, or type 0 = legacy zlib) is supported; LZ4 (1) and ZSTD (2) need packages outside

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -37,6 +37,7 @@ __all__ = [
     "RemotingCommand",
     "decode_frame",
     "encode_command",
+    "normalise_ext_fields",
 ]
 
 SERIALIZE_JSON = 0
@@ -158,7 +159,11 @@ class FrameDecoder:
         return len(self._buffer)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
-        """Add ``data`` and return every command it completes (possibly none)."""
+        """Add ``data`` and return every command it completes (possibly none).
+
+        Raises :class:`RemotingCodecError` at the first malformed frame; commands decoded before it in
+        the same call are dropped with it (the connection is closing anyway).
+        """
         if self._failed is not None:
             raise RemotingCodecError(self._failed.reason, "decoder already failed")
         # Common case: nothing buffered, so parse ``data`` in place and keep only its incomplete tail.
@@ -274,15 +279,12 @@ def _scalar_text(value: object) -> str | None:
 
 def normalise_ext_fields(raw: Mapping[str, object]) -> dict[str, str]:
     """``raw`` with every value as a string and ``None`` values dropped (the wire rule for extFields)."""
-    out: dict[str, str] = {}
-    for key, value in raw.items():
-        if type(value) is str:
-            out[key] = value
-        else:
-            text = _scalar_text(value)
-            if text is not None:
-                out[key] = text
-    return out
+    for value in raw.values():
+        if type(value) is not str:
+            break
+    else:  # all strings already (Java, Go): no copy needed for a fresh dict
+        return cast("dict[str, str]", raw if type(raw) is dict else dict(raw))
+    return {key: cast(str, _scalar_text(value)) for key, value in raw.items() if value is not None}
 
 
 def _decode_json_header(header: bytes | bytearray | memoryview, body: bytes) -> RemotingCommand:
@@ -381,23 +383,16 @@ def _binary_text(buf: bytes, pos: int, length: int, limit: int, what: str) -> st
 
 def _language_name(language: object) -> str:
     if type(language) is str:
-        return language  # type: ignore[return-value]
+        return language
     if isinstance(language, int):
         return _LANGUAGE_BY_ORDINAL.get(int(language), "OTHER")
     return str(language)
 
 
-def _string_ext(ext: Mapping[str, object]) -> Mapping[str, object]:
-    for value in ext.values():
-        if type(value) is not str:
-            return normalise_ext_fields(ext)
-    return ext
-
-
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     header: dict[str, object] = {
         "code": cmd.code,
-        "extFields": _string_ext(cmd.ext_fields),
+        "extFields": normalise_ext_fields(cmd.ext_fields),
         "flag": cmd.flag,
         "language": _language_name(cmd.language),
         "opaque": cmd.opaque,
@@ -406,10 +401,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    try:
-        return orjson.dumps(header)
-    except orjson.JSONEncodeError as exc:
-        raise RemotingCodecError("bad_command", str(exc)) from None
+    return orjson.dumps(header)
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -422,9 +414,9 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
         b"",  # extFields length, filled in below
     ]
     ext_size = 0
-    for key, value in _string_ext(cmd.ext_fields).items():
+    for key, value in normalise_ext_fields(cmd.ext_fields).items():
         key_bytes = key.encode("utf-8")
-        value_bytes = str(value).encode("utf-8")
+        value_bytes = value.encode("utf-8")
         if len(key_bytes) > _I16_MAX:
             raise RemotingCodecError("bad_command", "extFields key longer than 32767 bytes")
         parts += (_I16.pack(len(key_bytes)), key_bytes, _I32.pack(len(value_bytes)), value_bytes)
@@ -450,23 +442,33 @@ def encode_command(cmd: RemotingCommand, *, max_frame_bytes: int = DEFAULT_MAX_F
     its own type byte). Non-string ``ext_fields`` values are written as strings. Raises
     :class:`RemotingCodecError` (``bad_command``, ``frame_too_large``) for a command that cannot be sent.
     """
-    if cmd.serialize_type == SERIALIZE_ROCKETMQ and _fits_binary(cmd):
-        header = _encode_binary_header(cmd)
-        serialize_type = SERIALIZE_ROCKETMQ
-    else:
-        header = _encode_json_header(cmd)
-        serialize_type = SERIALIZE_JSON
-    header_len = len(header)
-    if header_len > MAX_HEADER_BYTES:
-        raise RemotingCodecError("bad_command", f"header of {header_len} bytes does not fit 24 bits")
-    length = 4 + header_len + len(cmd.body)
-    if length + 4 > max_frame_bytes:
-        raise RemotingCodecError("frame_too_large", f"frame of {length + 4} bytes > limit {max_frame_bytes}")
+    if not (
+        isinstance(cmd.code, int)
+        and isinstance(cmd.opaque, int)
+        and isinstance(cmd.flag, int)
+        and isinstance(cmd.version, int)
+    ):
+        raise RemotingCodecError("bad_command", "code, opaque, flag and version must be integers")
     try:
-        prefix = _PREFIX.pack(length, serialize_type << 24 | header_len)
-    except struct.error as exc:  # pragma: no cover - guarded by the checks above
-        raise RemotingCodecError("bad_command", str(exc)) from None
-    return b"".join((prefix, header, cmd.body))
+        if cmd.serialize_type == SERIALIZE_ROCKETMQ and _fits_binary(cmd):
+            header = _encode_binary_header(cmd)
+            serialize_type = SERIALIZE_ROCKETMQ
+        else:
+            header = _encode_json_header(cmd)
+            serialize_type = SERIALIZE_JSON
+        body = cmd.body
+        header_len = len(header)
+        if header_len > MAX_HEADER_BYTES:
+            raise RemotingCodecError("bad_command", f"header of {header_len} bytes does not fit 24 bits")
+        length = 4 + header_len + len(body)
+        if length + 4 > max_frame_bytes:
+            raise RemotingCodecError(
+                "frame_too_large", f"frame of {length + 4} bytes > limit {max_frame_bytes}"
+            )
+        return b"".join((_PREFIX.pack(length, serialize_type << 24 | header_len), header, body))
+    except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
+        # orjson.JSONEncodeError is a TypeError; wrong field types end up here too
+        raise RemotingCodecError("bad_command", f"{type(exc).__name__}: {exc}") from None
 
 
 def serialize_type_name(serialize_type: int) -> str:

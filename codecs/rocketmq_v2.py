@@ -13,7 +13,10 @@ declared in a compact proto-like line format parsed by :func:`_build_file`:
     [repeated|optional|oneof <group>] <type> <name> = <number>
     map<string,string> <name> = <number>
 
-Message classes come from ``message_factory.GetMessageClass``; decoding bad bytes raises
+Public API: one module attribute per message (``SendMessageRequest``, ``TelemetryCommand``, …; the
+``Message`` type is ``RmqMessage`` so it does not shadow protobuf's base class), ``Duration``/``Timestamp``
+from the same pool, the enums below, :data:`METHODS` (``:path`` -> :class:`MethodInfo`), :data:`POOL` and
+:func:`message_class`. Classes come from ``message_factory.GetMessageClass``; decoding bad bytes raises
 ``google.protobuf.message.DecodeError`` (the service layer decides what to answer).
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory, timestamp_pb2
 from google.protobuf.message import Message
@@ -229,8 +233,9 @@ MESSAGES: Mapping[str, str] = {
     "SystemProperties": """optional string tag = 1; repeated string keys = 2; string message_id = 3;
         Digest body_digest = 4; Encoding body_encoding = 5; MessageType message_type = 6;
         Timestamp born_timestamp = 7; string born_host = 8; optional Timestamp store_timestamp = 9;
-        string store_host = 10; optional Timestamp delivery_timestamp = 11; optional string receipt_handle = 12;
-        int32 queue_id = 13; optional int64 queue_offset = 14; optional Duration invisible_duration = 15;
+        string store_host = 10; optional Timestamp delivery_timestamp = 11;
+        optional string receipt_handle = 12; int32 queue_id = 13; optional int64 queue_offset = 14;
+        optional Duration invisible_duration = 15;
         optional int32 delivery_attempt = 16; optional string message_group = 17;
         optional string trace_context = 18; optional Duration orphaned_transaction_recovery_duration = 19;
         optional DeadLetterQueue dead_letter_queue = 20; optional string lite_topic = 21;
@@ -247,7 +252,8 @@ MESSAGES: Mapping[str, str] = {
         UA user_agent = 7; Metric metric = 8; map<string,string> client_properties = 9""",
     "Publishing": "repeated Resource topics = 1; int32 max_body_size = 2; bool validate_message_type = 3",
     "Subscription": """optional Resource group = 1; repeated SubscriptionEntry subscriptions = 2;
-        optional bool fifo = 3; optional int32 receive_batch_size = 4; optional Duration long_polling_timeout = 5;
+        optional bool fifo = 3; optional int32 receive_batch_size = 4;
+        optional Duration long_polling_timeout = 5;
         optional int32 lite_subscription_quota = 6; optional int32 max_lite_topic_size = 7""",
     "Metric": "bool on = 1; optional Endpoints endpoints = 2",
     "OffsetOption": """oneof offset_type OffsetOption.Policy policy = 1; oneof offset_type int64 offset = 2;
@@ -256,13 +262,14 @@ MESSAGES: Mapping[str, str] = {
     "QueryRouteRequest": "Resource topic = 1; Endpoints endpoints = 2",
     "QueryRouteResponse": "Status status = 1; repeated MessageQueue message_queues = 2",
     "SendMessageRequest": "repeated Message messages = 1",
-    "SendResultEntry": """Status status = 1; string message_id = 2; string transaction_id = 3; int64 offset = 4;
-        string recall_handle = 5""",
+    "SendResultEntry": """Status status = 1; string message_id = 2; string transaction_id = 3;
+        int64 offset = 4; string recall_handle = 5""",
     "SendMessageResponse": "Status status = 1; repeated SendResultEntry entries = 2",
     "QueryAssignmentRequest": "Resource topic = 1; Resource group = 2; Endpoints endpoints = 3",
     "QueryAssignmentResponse": "Status status = 1; repeated Assignment assignments = 2",
     "ReceiveMessageRequest": """Resource group = 1; MessageQueue message_queue = 2;
-        FilterExpression filter_expression = 3; int32 batch_size = 4; optional Duration invisible_duration = 5;
+        FilterExpression filter_expression = 3; int32 batch_size = 4;
+        optional Duration invisible_duration = 5;
         bool auto_renew = 6; optional Duration long_polling_timeout = 7; optional string attempt_id = 8""",
     "ReceiveMessageResponse": """oneof content Status status = 1; oneof content Message message = 2;
         oneof content Timestamp delivery_timestamp = 3""",
@@ -313,8 +320,9 @@ MESSAGES: Mapping[str, str] = {
     "QueryOffsetResponse": "Status status = 1; int64 offset = 2",
     "RecallMessageRequest": "Resource topic = 1; string recall_handle = 2",
     "RecallMessageResponse": "Status status = 1; string message_id = 2",
-    "SyncLiteSubscriptionRequest": """LiteSubscriptionAction action = 1; Resource topic = 2; Resource group = 3;
-        repeated string lite_topic_set = 4; optional int64 version = 5; optional OffsetOption offset_option = 6""",
+    "SyncLiteSubscriptionRequest": """LiteSubscriptionAction action = 1; Resource topic = 2;
+        Resource group = 3; repeated string lite_topic_set = 4; optional int64 version = 5;
+        optional OffsetOption offset_option = 6""",
     "SyncLiteSubscriptionResponse": "Status status = 1",
 }
 
@@ -358,7 +366,9 @@ _SCALARS: Mapping[str, int] = {
     "string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "bool": _F.TYPE_BOOL, "int32": _F.TYPE_INT32,
     "int64": _F.TYPE_INT64, "float": _F.TYPE_FLOAT,
 }
-_WELL_KNOWN: Mapping[str, str] = {"Duration": ".google.protobuf.Duration", "Timestamp": ".google.protobuf.Timestamp"}
+_WELL_KNOWN: Mapping[str, str] = {
+    "Duration": ".google.protobuf.Duration", "Timestamp": ".google.protobuf.Timestamp",
+}
 
 
 def _camel(name: str) -> str:
@@ -481,71 +491,76 @@ METHODS: Mapping[str, MethodInfo] = {
     for m in POOL.FindServiceByName(SERVICE).methods
 }
 
-Duration = message_class("google.protobuf.Duration")
-Timestamp = message_class("google.protobuf.Timestamp")
+def _dynamic(name: str) -> Any:
+    """A message class typed ``Any``: its fields exist only at runtime, so static checkers cannot see them."""
+    return message_class(name)
 
-FilterExpression = message_class("FilterExpression")
-RetryPolicy = message_class("RetryPolicy")
-ExponentialBackoff = message_class("ExponentialBackoff")
-CustomizedBackoff = message_class("CustomizedBackoff")
-Resource = message_class("Resource")
-SubscriptionEntry = message_class("SubscriptionEntry")
-Address = message_class("Address")
-Endpoints = message_class("Endpoints")
-Broker = message_class("Broker")
-MessageQueue = message_class("MessageQueue")
-Digest = message_class("Digest")
-SystemProperties = message_class("SystemProperties")
-DeadLetterQueue = message_class("DeadLetterQueue")
-RmqMessage = message_class("Message")  # "Message" would shadow google.protobuf.message.Message
-Assignment = message_class("Assignment")
-Status = message_class("Status")
-UA = message_class("UA")
-Settings = message_class("Settings")
-Publishing = message_class("Publishing")
-Subscription = message_class("Subscription")
-Metric = message_class("Metric")
-OffsetOption = message_class("OffsetOption")
-QueryRouteRequest = message_class("QueryRouteRequest")
-QueryRouteResponse = message_class("QueryRouteResponse")
-SendMessageRequest = message_class("SendMessageRequest")
-SendResultEntry = message_class("SendResultEntry")
-SendMessageResponse = message_class("SendMessageResponse")
-QueryAssignmentRequest = message_class("QueryAssignmentRequest")
-QueryAssignmentResponse = message_class("QueryAssignmentResponse")
-ReceiveMessageRequest = message_class("ReceiveMessageRequest")
-ReceiveMessageResponse = message_class("ReceiveMessageResponse")
-AckMessageEntry = message_class("AckMessageEntry")
-AckMessageRequest = message_class("AckMessageRequest")
-AckMessageResultEntry = message_class("AckMessageResultEntry")
-AckMessageResponse = message_class("AckMessageResponse")
-ForwardMessageToDeadLetterQueueRequest = message_class("ForwardMessageToDeadLetterQueueRequest")
-ForwardMessageToDeadLetterQueueResponse = message_class("ForwardMessageToDeadLetterQueueResponse")
-HeartbeatRequest = message_class("HeartbeatRequest")
-HeartbeatResponse = message_class("HeartbeatResponse")
-EndTransactionRequest = message_class("EndTransactionRequest")
-EndTransactionResponse = message_class("EndTransactionResponse")
-PrintThreadStackTraceCommand = message_class("PrintThreadStackTraceCommand")
-ReconnectEndpointsCommand = message_class("ReconnectEndpointsCommand")
-ThreadStackTrace = message_class("ThreadStackTrace")
-VerifyMessageCommand = message_class("VerifyMessageCommand")
-VerifyMessageResult = message_class("VerifyMessageResult")
-RecoverOrphanedTransactionCommand = message_class("RecoverOrphanedTransactionCommand")
-NotifyUnsubscribeLiteCommand = message_class("NotifyUnsubscribeLiteCommand")
-TelemetryCommand = message_class("TelemetryCommand")
-NotifyClientTerminationRequest = message_class("NotifyClientTerminationRequest")
-NotifyClientTerminationResponse = message_class("NotifyClientTerminationResponse")
-ChangeInvisibleDurationRequest = message_class("ChangeInvisibleDurationRequest")
-ChangeInvisibleDurationResponse = message_class("ChangeInvisibleDurationResponse")
-PullMessageRequest = message_class("PullMessageRequest")
-PullMessageResponse = message_class("PullMessageResponse")
-UpdateOffsetRequest = message_class("UpdateOffsetRequest")
-UpdateOffsetResponse = message_class("UpdateOffsetResponse")
-GetOffsetRequest = message_class("GetOffsetRequest")
-GetOffsetResponse = message_class("GetOffsetResponse")
-QueryOffsetRequest = message_class("QueryOffsetRequest")
-QueryOffsetResponse = message_class("QueryOffsetResponse")
-RecallMessageRequest = message_class("RecallMessageRequest")
-RecallMessageResponse = message_class("RecallMessageResponse")
-SyncLiteSubscriptionRequest = message_class("SyncLiteSubscriptionRequest")
-SyncLiteSubscriptionResponse = message_class("SyncLiteSubscriptionResponse")
+
+Duration = _dynamic("google.protobuf.Duration")
+Timestamp = _dynamic("google.protobuf.Timestamp")
+
+FilterExpression = _dynamic("FilterExpression")
+RetryPolicy = _dynamic("RetryPolicy")
+ExponentialBackoff = _dynamic("ExponentialBackoff")
+CustomizedBackoff = _dynamic("CustomizedBackoff")
+Resource = _dynamic("Resource")
+SubscriptionEntry = _dynamic("SubscriptionEntry")
+Address = _dynamic("Address")
+Endpoints = _dynamic("Endpoints")
+Broker = _dynamic("Broker")
+MessageQueue = _dynamic("MessageQueue")
+Digest = _dynamic("Digest")
+SystemProperties = _dynamic("SystemProperties")
+DeadLetterQueue = _dynamic("DeadLetterQueue")
+RmqMessage = _dynamic("Message")  # "Message" would shadow google.protobuf.message.Message
+Assignment = _dynamic("Assignment")
+Status = _dynamic("Status")
+UA = _dynamic("UA")
+Settings = _dynamic("Settings")
+Publishing = _dynamic("Publishing")
+Subscription = _dynamic("Subscription")
+Metric = _dynamic("Metric")
+OffsetOption = _dynamic("OffsetOption")
+QueryRouteRequest = _dynamic("QueryRouteRequest")
+QueryRouteResponse = _dynamic("QueryRouteResponse")
+SendMessageRequest = _dynamic("SendMessageRequest")
+SendResultEntry = _dynamic("SendResultEntry")
+SendMessageResponse = _dynamic("SendMessageResponse")
+QueryAssignmentRequest = _dynamic("QueryAssignmentRequest")
+QueryAssignmentResponse = _dynamic("QueryAssignmentResponse")
+ReceiveMessageRequest = _dynamic("ReceiveMessageRequest")
+ReceiveMessageResponse = _dynamic("ReceiveMessageResponse")
+AckMessageEntry = _dynamic("AckMessageEntry")
+AckMessageRequest = _dynamic("AckMessageRequest")
+AckMessageResultEntry = _dynamic("AckMessageResultEntry")
+AckMessageResponse = _dynamic("AckMessageResponse")
+ForwardMessageToDeadLetterQueueRequest = _dynamic("ForwardMessageToDeadLetterQueueRequest")
+ForwardMessageToDeadLetterQueueResponse = _dynamic("ForwardMessageToDeadLetterQueueResponse")
+HeartbeatRequest = _dynamic("HeartbeatRequest")
+HeartbeatResponse = _dynamic("HeartbeatResponse")
+EndTransactionRequest = _dynamic("EndTransactionRequest")
+EndTransactionResponse = _dynamic("EndTransactionResponse")
+PrintThreadStackTraceCommand = _dynamic("PrintThreadStackTraceCommand")
+ReconnectEndpointsCommand = _dynamic("ReconnectEndpointsCommand")
+ThreadStackTrace = _dynamic("ThreadStackTrace")
+VerifyMessageCommand = _dynamic("VerifyMessageCommand")
+VerifyMessageResult = _dynamic("VerifyMessageResult")
+RecoverOrphanedTransactionCommand = _dynamic("RecoverOrphanedTransactionCommand")
+NotifyUnsubscribeLiteCommand = _dynamic("NotifyUnsubscribeLiteCommand")
+TelemetryCommand = _dynamic("TelemetryCommand")
+NotifyClientTerminationRequest = _dynamic("NotifyClientTerminationRequest")
+NotifyClientTerminationResponse = _dynamic("NotifyClientTerminationResponse")
+ChangeInvisibleDurationRequest = _dynamic("ChangeInvisibleDurationRequest")
+ChangeInvisibleDurationResponse = _dynamic("ChangeInvisibleDurationResponse")
+PullMessageRequest = _dynamic("PullMessageRequest")
+PullMessageResponse = _dynamic("PullMessageResponse")
+UpdateOffsetRequest = _dynamic("UpdateOffsetRequest")
+UpdateOffsetResponse = _dynamic("UpdateOffsetResponse")
+GetOffsetRequest = _dynamic("GetOffsetRequest")
+GetOffsetResponse = _dynamic("GetOffsetResponse")
+QueryOffsetRequest = _dynamic("QueryOffsetRequest")
+QueryOffsetResponse = _dynamic("QueryOffsetResponse")
+RecallMessageRequest = _dynamic("RecallMessageRequest")
+RecallMessageResponse = _dynamic("RecallMessageResponse")
+SyncLiteSubscriptionRequest = _dynamic("SyncLiteSubscriptionRequest")
+SyncLiteSubscriptionResponse = _dynamic("SyncLiteSubscriptionResponse")

@@ -1,14 +1,64 @@
-"""Route entry for RocketMQ remoting connections: hands the stream to the remoting session driver."""
+"""Route entry for RocketMQ remoting connections: hands the stream to the remoting session driver.
+
+One :class:`~mqproxy.remoting.context.ServerContext` (with the process-wide consumer-group registry)
+is shared by every remoting connection of a server; it is built on first use from the settings.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import trio
 
-from mqproxy.context import ConnectionContext
+from mqproxy.context import ConnectionContext, ServerState
 from mqproxy.negotiation import Detected
+from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
+from mqproxy.remoting.context import RequestEvent, ServerContext
+
+_KEY = "remoting"
+
+
+def remoting_context(server: ServerState) -> ServerContext:
+    """The server's shared remoting context (created once)."""
+    existing = server.registries.get(_KEY)
+    if existing is None:
+        settings = server.settings
+        host, port = server.advertised
+        existing = ServerContext(
+            advertised_host=host,
+            advertised_port=port,
+            groups=ConnectionRegistry(),
+            auto_create_topics=settings.store.auto_create_topics,
+            default_queue_count=settings.store.default_queue_count,
+            max_pull_batch=settings.remoting.max_pull_batch,
+            long_poll_max_s=settings.remoting.long_poll_max_s,
+        )
+        server.registries[_KEY] = existing
+    return existing
 
 
 async def serve_remoting_connection(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
-    from mqproxy.remoting.connection import serve_remoting
+    settings = ctx.settings
+    limits = ConnectionLimits(
+        max_frame_bytes=settings.remoting.max_frame_bytes,
+        idle_timeout_s=settings.server.idle_timeout_s,
+    )
 
-    await serve_remoting(stream, ctx)
+    def on_request(event: RequestEvent) -> None:
+        ctx.request_event(**dataclasses.asdict(event))
+
+    stats = ConnectionStats()
+    try:
+        await serve_remoting(
+            stream,
+            ctx.backend,
+            remoting_context(ctx.server),
+            peer=ctx.peer,
+            on_request=on_request,
+            stats=stats,
+            log=ctx.log,
+            limits=limits,
+        )
+    finally:
+        ctx.error = ctx.error or stats.error
+        ctx.detail = ctx.detail or stats.detail

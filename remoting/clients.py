@@ -8,10 +8,12 @@ Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3)
   enums, Java/ali-ons their names). Records the client id on the session, registers every consumer
   group with its subscriptions, ensures ``%RETRY%<group>`` (one queue), and sends
   NOTIFY_CONSUMER_IDS_CHANGED to the group's other connections when membership changed. Repeated
-  identical heartbeats are idempotent.
+  identical heartbeats are idempotent; a group this client announced before on this connection and
+  no longer lists is left (as if it had sent UNREGISTER_CLIENT).
 * UNREGISTER_CLIENT (35): removes ``clientID`` from the named consumer group and notifies the rest.
 * GET_CONSUMER_LIST_BY_GROUP (38): ``{"consumerIdList": [...]}`` of live members, or SYSTEM_ERROR
   "no consumer for this group" like a Java broker.
+* CHECK_CLIENT_CONFIG (46): SUCCESS for TAG subscriptions, SUBSCRIPTION_PARSE_FAILED otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
-
 from mqproxy.broker.topics import RETRY_PREFIX
 from mqproxy.broker.types import ConsumerInfo, Subscription
 from mqproxy.codecs.remoting import RemotingCommand
@@ -107,6 +108,10 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
     named = [c.group for c in consumers] + [p for p in producers if p != _INNER_PRODUCER]
     note.group = named[0] if named else None
     backend, groups = session.backend, session.ctx.groups
+    announced = {info.group for info in consumers}
+    dropped = sorted(g for g, cid in session.memberships if cid == client_id and g not in announced)
+    for group in dropped:  # the client stopped consuming this group without UNREGISTER_CLIENT
+        await _leave(session, group, client_id)
     for info in consumers:
         retry_topic = RETRY_PREFIX + info.group
         if retry_topic not in session.ensured_topics:
@@ -123,13 +128,17 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
 async def unregister_client(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_unregister_header(request.ext_fields)
     note.group = header.consumer_group or header.producer_group
-    group = header.consumer_group
-    if group is not None:
-        session.ctx.groups.leave(group, header.client_id, session.conn)
-        session.memberships.discard((group, header.client_id))
-        if await session.backend.unregister_consumer(group, header.client_id):
-            session.ctx.groups.notify_changed(group, session.conn)
+    if header.consumer_group is not None:
+        await _leave(session, header.consumer_group, header.client_id)
     return Reply(ResponseCode.SUCCESS)
+
+
+async def _leave(session: RemotingSession, group: str, client_id: str) -> None:
+    """Remove ``client_id`` from ``group`` and tell the group's other connections."""
+    session.ctx.groups.leave(group, client_id, session.conn)
+    session.memberships.discard((group, client_id))
+    if await session.backend.unregister_consumer(group, client_id):
+        session.ctx.groups.notify_changed(group, session.conn)
 
 
 async def get_consumer_list(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
@@ -139,3 +148,24 @@ async def get_consumer_list(session: RemotingSession, request: RemotingCommand, 
     if not ids:
         return Reply(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group[:255]}")
     return Reply(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
+
+
+async def check_client_config(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    """CHECK_CLIENT_CONFIG (46): Java consumers ask it at start for non-TAG subscriptions; only TAG
+    expressions are evaluated here, so anything else is refused up front (SUBSCRIPTION_PARSE_FAILED)."""
+    try:
+        data = orjson.loads(request.body) if request.body else {}
+    except orjson.JSONDecodeError:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, "client config body is not JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError(ResponseCode.INVALID_PARAMETER, "client config body is not a JSON object")
+    group = data.get("group")
+    note.group = group if isinstance(group, str) else None
+    subscription = data.get("subscriptionData")
+    kind = subscription.get("expressionType") if isinstance(subscription, dict) else None
+    if kind is not None and str(kind).upper() != "TAG":
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"expression type {str(kind)[:32]!r} is not supported, only TAG",
+        )
+    return Reply(ResponseCode.SUCCESS)

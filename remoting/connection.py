@@ -14,7 +14,7 @@ connections. Entry point (the only thing the server calls)::
         initial: bytes = b"",               # bytes the protocol sniffer already read
         on_request: RequestCallback = ignore_request,
         stats: ConnectionStats | None = None,   # filled in live; also returned
-        log: structlog BoundLogger | None = None,
+        log: structlog BoundLogger | None = None,   # for internal.error (bind conn_id on it)
         limits: ConnectionLimits = ConnectionLimits(),
     ) -> ConnectionStats
 
@@ -39,7 +39,6 @@ from typing import Any, Protocol
 
 import structlog
 import trio
-
 from mqproxy.broker.backend import Backend
 from mqproxy.codecs.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -154,18 +153,12 @@ class RemotingConnection:
     """The write side and server->client calls of one connection (a :class:`GroupPeer`)."""
 
     def __init__(
-        self,
-        stream: trio.abc.Stream,
-        nursery: trio.Nursery,
-        stats: ConnectionStats,
-        limits: ConnectionLimits,
-        log: Any,
+        self, stream: trio.abc.Stream, nursery: trio.Nursery, stats: ConnectionStats, limits: ConnectionLimits
     ) -> None:
         self.stream = stream
         self.nursery = nursery
         self.stats = stats
         self.limits = limits
-        self.log = log
         self.session: RemotingSession | None = None
         self.last_activity = trio.current_time()
         self.closed = False
@@ -217,6 +210,8 @@ class RemotingConnection:
         self._calls[opaque] = send
         try:
             await self.write(encode_command(command))
+            if self.closed:
+                return None
             with trio.move_on_after(timeout_s):
                 return await receive.receive()
             return None
@@ -225,8 +220,7 @@ class RemotingConnection:
 
     def deliver_response(self, response: RemotingCommand) -> None:
         channel = self._calls.pop(response.opaque, None)
-        if channel is None:
-            self.log.debug("remoting.unmatched_response", opaque=response.opaque, code=response.code)
+        if channel is None:  # late (timed out) or never asked for: dropped, like a Java peer does
             return
         try:
             channel.send_nowait(response)
@@ -258,12 +252,12 @@ async def serve_remoting(
     connection: RemotingConnection | None = None
 
     async def serve_request(
-        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int
+        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, busy: bool
     ) -> None:
         nonlocal in_flight
         started = trio.current_time()
         try:
-            if in_flight > limits.max_in_flight:
+            if busy:
                 handled = session.reject(request, ResponseCode.SYSTEM_BUSY, _OVERLOAD_REMARK)
             else:
                 handled = await session.dispatch(request)
@@ -275,14 +269,15 @@ async def serve_remoting(
             latency_ms = (trio.current_time() - started) * 1000.0
             on_request(handled.event(latency_ms=latency_ms, req_bytes=size, resp_bytes=resp_bytes))
         finally:
-            in_flight -= 1
+            if not busy:
+                in_flight -= 1
 
     try:
         async with trio.open_nursery() as nursery:
-            connection = RemotingConnection(stream, nursery, stats, limits, log)
-            session = RemotingSession(backend, ctx, conn=connection, peer=peer, on_request=on_request)
+            connection = RemotingConnection(stream, nursery, stats, limits)
+            session = RemotingSession(backend, ctx, conn=connection, peer=peer, log=log)
             connection.session = session
-            data = initial
+            data: bytes | bytearray = initial
             while True:
                 if data:
                     stats.bytes_in += len(data)
@@ -291,7 +286,6 @@ async def serve_remoting(
                     try:
                         commands = decoder.receive_data(data)
                     except RemotingCodecError as exc:
-                        log.debug("remoting.bad_frame", reason=exc.reason, detail=exc.detail)
                         connection.fail(exc.reason, exc.detail or None)
                         break
                     consumed = before + len(data) - decoder.buffered
@@ -300,10 +294,12 @@ async def serve_remoting(
                             connection.deliver_response(command)
                             continue
                         stats.requests += 1
-                        in_flight += 1
+                        busy = in_flight >= limits.max_in_flight
+                        if not busy:
+                            in_flight += 1
                         # exact for one frame per read; pipelined frames share the read's bytes evenly
                         size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
-                        nursery.start_soon(serve_request, connection, session, command, size)
+                        nursery.start_soon(serve_request, connection, session, command, size, busy)
                 data = await _receive(connection)
                 if not data:
                     break
@@ -317,7 +313,7 @@ async def serve_remoting(
     return stats
 
 
-async def _receive(conn: RemotingConnection) -> bytes:
+async def _receive(conn: RemotingConnection) -> bytes | bytearray:
     """The next bytes from the peer; b"" at EOF, at idle timeout or when the connection failed."""
     idle = conn.limits.idle_timeout_s
     while not conn.closed:

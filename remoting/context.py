@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mqproxy.codecs.message_id import MessageIdError, pack_ip
+from mqproxy.remoting.locks import QueueLockTable
 
 #: The broker name and cluster every route names (one logical broker: this proxy, spec §8.3).
 BROKER_NAME = "broker-a"
@@ -65,6 +66,8 @@ class ServerContext:
     advertised_host: str
     advertised_port: int
     groups: GroupMembership = field(default_factory=NullGroups)
+    #: Orderly consumers' queue locks (LOCK_BATCH_MQ), server-wide.
+    locks: QueueLockTable = field(default_factory=QueueLockTable)
     auto_create_topics: bool = True
     #: Queues of an auto-created topic when the request names no count; also TBW102's count.
     default_queue_count: int = 4

@@ -2,12 +2,12 @@
 mqproxy.remoting.offsets
 ~~~~~~~~~~~~~~~~~~~~~~~~
 
-Consumer offsets and queue offsets (spec §3.4–§3.7).
+Consumer offsets and queue offsets (spec §3.4-§3.7).
 
-* QUERY_CONSUMER_OFFSET (14): the committed offset; for a group that never committed, ``0`` when the
-  queue has never held a message (what a real broker answers on a fresh queue, and what C++/ali-ons
-  expect), else QUERY_NOT_FOUND (22) so the client applies its ConsumeFromWhere policy (or
-  ``setZeroIfNotFound=false`` was sent).
+* QUERY_CONSUMER_OFFSET (14): the committed offset; for a group that never committed, ``0`` while the
+  queue still holds offset 0 (the broker rule of spec §3.4: a new group reads a queue from its start
+  while nothing was deleted), else QUERY_NOT_FOUND (22) so the client applies its ConsumeFromWhere
+  policy; always 22 when the request says ``setZeroIfNotFound=false``.
 * UPDATE_CONSUMER_OFFSET (15): stores ``commitOffset``; negative values (ali-ons sends -1 for queues
   it never consumed) are acknowledged and ignored. Usually oneway.
 * GET_MAX_OFFSET (30), GET_MIN_OFFSET (31): ``offset``; GET_EARLIEST_MSG_STORETIME (32): ``timestamp``.
@@ -43,7 +43,7 @@ async def query_consumer_offset(session: RemotingSession, request: RemotingComma
     offset = await backend.query_consumer_offset(header.consumer_group, header.topic, header.queue_id)
     if offset is not None and offset >= 0:
         return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
-    if header.set_zero_if_not_found and await backend.max_offset(header.topic, header.queue_id) == 0:
+    if header.set_zero_if_not_found and await backend.min_offset(header.topic, header.queue_id) <= 0:
         return Reply(ResponseCode.SUCCESS, {"offset": "0"})
     return Reply(ResponseCode.QUERY_NOT_FOUND, remark=_NOT_FOUND_REMARK)
 

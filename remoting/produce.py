@@ -11,10 +11,11 @@ Checks, in the broker's order and with its codes: topic longer than 127 bytes or
 -> INVALID_PARAMETER; a malformed batch body -> MESSAGE_ILLEGAL. Nothing is stored unless every check
 passed (a batch is stored all-or-nothing by the backend).
 
-Bodies and sysFlag bits (compression, transaction) are stored as received. A message without
-``UNIQ_KEY`` (ali-ons) gets one, stored with it and returned as ``transactionId``. A ``%RETRY%`` send
-whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>``. ``INNER_MULTI_DISPATCH`` names the
-``%LMQ%`` queues that also index the message (spec §9.3).
+Bodies and sysFlag bits (compression) are stored as received. Transactional half messages (sysFlag
+PREPARED or ``TRAN_MSG=true``) are refused with NO_PERMISSION: END_TRANSACTION is not implemented.
+A message without ``UNIQ_KEY`` (ali-ons) gets one, stored with it and returned as ``transactionId``.
+A ``%RETRY%`` send whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>``.
+``INNER_MULTI_DISPATCH`` names the ``%LMQ%`` queues that also index the message (spec §9.3).
 
 Response header: ``msgId`` (offset message id from the advertised host and the commit-log offset;
 comma-joined for a batch), ``queueId``, ``queueOffset`` (first message), ``transactionId``.
@@ -46,6 +47,8 @@ from mqproxy.broker.types import (
 from mqproxy.codecs.message_id import MessageIdError, new_uniq_key, offset_msg_id
 from mqproxy.codecs.message_record import (
     MAX_PROPERTIES_BYTES,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
     RecordError,
     decode_batch_body,
     decode_properties,
@@ -59,6 +62,8 @@ from mqproxy.remoting.reply import Note, Reply
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
 
+#: Property marking a transactional half message (``MessageConst.PROPERTY_TRANSACTION_PREPARED``).
+PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
 #: Retry limit when the request carries none (subscription-group default ``retryMaxTimes``).
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16
 _uniq_counter = itertools.count()
@@ -106,6 +111,7 @@ async def _send_single(
     note.group, note.topic = header.producer_group, header.topic
     _check_topic(header.topic)
     properties = _properties(header.properties)
+    _refuse_half_message(header, properties)
     uniq_key = _ensure_uniq_key(session, properties)
     topic, queue_id = header.topic, header.queue_id
     if topic.startswith(RETRY_PREFIX):
@@ -134,6 +140,15 @@ def _check_topic(topic: str) -> None:
         raise RequestError(ResponseCode.INVALID_PARAMETER, f"illegal topic: {exc}") from None
     if is_send_forbidden(topic):
         raise RequestError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+
+
+def _refuse_half_message(header: SendHeader, properties: dict[str, str]) -> None:
+    """Transactional half messages need END_TRANSACTION and check-back, which this server does not
+    implement: refuse them like a broker with ``rejectTransactionMessage`` rather than deliver a message
+    that may later be rolled back."""
+    prepared = header.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+    if prepared or properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+        raise RequestError(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
 
 
 def _check_properties_size(properties: dict[str, str]) -> None:

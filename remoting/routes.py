@@ -9,6 +9,7 @@ every known client parses, spec §5.2).
 
 Unknown topics: auto-created when the server allows it (``%RETRY%``/``%DLQ%`` with one queue), else
 TOPIC_NOT_EXIST (17) with the name server's remark, which makes producers fall back to ``TBW102``.
+A consumer group's ``%RETRY%<group>`` route is always served (consumers ask it before heartbeating).
 ``TBW102`` always has a route (perm 7: read, write, inherit).
 """
 
@@ -17,16 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import orjson
-
 from mqproxy.broker.errors import IllegalTopic
-from mqproxy.broker.topics import AUTO_CREATE_TEMPLATE_TOPIC, validate_topic
+from mqproxy.broker.topics import AUTO_CREATE_TEMPLATE_TOPIC, RETRY_PREFIX, validate_topic
 from mqproxy.broker.types import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.remoting.context import BROKER_NAME, CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_topic_header
-
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -79,7 +78,8 @@ async def get_route(session: RemotingSession, request: RemotingCommand, note: No
             config = await backend.create_topic(topic, ctx.default_queue_count)
         perm = PERM_READ | PERM_WRITE | PERM_INHERIT
     elif config is None:
-        if not ctx.auto_create_topics:
+        # a group's retry topic always exists for its consumers (the broker creates it per group)
+        if not (ctx.auto_create_topics or topic.startswith(RETRY_PREFIX)):
             raise _not_found(topic)
         config = await backend.create_topic(topic, None)
     return Reply(ResponseCode.SUCCESS, body=route_body(config, ctx.advertised_address, perm=perm))

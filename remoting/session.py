@@ -24,14 +24,12 @@ all become error responses (SYSTEM_ERROR for bugs, logged as ``internal.error``)
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import structlog
 import trio
-
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.errors import (
     BackendError,
@@ -43,12 +41,12 @@ from mqproxy.broker.errors import (
 )
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-from mqproxy.remoting import clients, consume, offsets, produce, routes
+from mqproxy.remoting import clients, consume, locks, offsets, produce, routes
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
 
-__all__ = ["Handled", "Note", "RemotingSession", "Reply"]
+__all__ = ["HANDLERS", "Handled", "RemotingSession"]
 
 _log = structlog.get_logger("mqproxy.remoting")
 
@@ -72,6 +70,9 @@ HANDLERS: Final[dict[int, Handler]] = {
     RequestCode.HEART_BEAT: clients.heart_beat,
     RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list,
+    RequestCode.CHECK_CLIENT_CONFIG: clients.check_client_config,
+    RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
+    RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
 }
 
 #: BackendError subclass -> response code (spec §2, §3.2, §3.3). Others: SYSTEM_ERROR.
@@ -156,7 +157,9 @@ class RemotingSession:
     """Protocol state of one remoting connection.
 
     ``conn`` is the opaque token :class:`~mqproxy.remoting.context.GroupMembership` knows this
-    connection by; ``peer`` is the client address (born host of messages without one).
+    connection by; ``peer`` is the client address (born host of messages without one);
+    ``on_request`` receives the ``request`` event of :meth:`handle`; ``log`` (a structlog logger,
+    ideally bound to the connection) gets ``internal.error`` for handler bugs.
     """
 
     def __init__(
@@ -167,8 +170,10 @@ class RemotingSession:
         conn: object | None = None,
         peer: tuple[str, int] = ("127.0.0.1", 0),
         on_request: RequestCallback = ignore_request,
+        log: Any = None,
     ) -> None:
         self.backend = backend
+        self.log = _log if log is None else log
         self.ctx = ctx
         self.conn: object = self if conn is None else conn
         self.peer = peer
@@ -179,6 +184,8 @@ class RemotingSession:
         self.version: int | None = None
         #: (consumer group, client id) pairs this connection registered with the backend.
         self.memberships: set[tuple[str, str]] = set()
+        #: (consumer group, client id) pairs that took queue locks through this connection.
+        self.lock_holders: set[tuple[str, str]] = set()
         #: Retry topics already ensured by this session (avoids a create per heartbeat).
         self.ensured_topics: set[str] = set()
         self._next_opaque = 0
@@ -257,12 +264,7 @@ class RemotingSession:
         except BackendError as exc:
             return backend_error_reply(exc)
         except Exception as exc:  # a handler bug must not kill the connection
-            _log.error(
-                "internal.error",
-                exc_info="".join(traceback.format_exception(exc)),
-                op=op_name(request.code),
-                client_id=self.client_id,
-            )
+            self.log.error("internal.error", exc_info=exc, op=op_name(request.code), client_id=self.client_id)
             return Reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"[:512])
 
     def _response(self, request: RemotingCommand, reply: Reply) -> RemotingCommand:
@@ -275,13 +277,17 @@ class RemotingSession:
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def close(self) -> None:
-        """The connection ended: unregister its consumers and notify the groups' other members.
+        """The connection ended: release its queue locks, unregister its consumers and notify the
+        groups' other members.
 
         Idempotent. A membership another connection has taken over (client reconnected) is left alone.
         """
         if self._closed:
             return
         self._closed = True
+        for group, client_id in self.lock_holders:
+            self.ctx.locks.release_client(group, client_id)
+        self.lock_holders.clear()
         for group, client_id in sorted(self.memberships):
             if not self.ctx.groups.leave(group, client_id, self.conn):
                 continue

@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Final
-
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from typing import Any, Final
 
 from mqproxy.spark_etl import transforms
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 __all__ = ["QUARANTINE", "SUMMARY_FILE", "TABLES", "BatchSummary", "build_tables", "read_raw", "run_batch"]
 
@@ -88,7 +87,7 @@ def _write_summary(spark: SparkSession, output: str, summary: BatchSummary) -> N
         Path(output.removeprefix("file:")).joinpath(SUMMARY_FILE).write_text(text, encoding="utf-8")
         return
     # Remote filesystem: write through Hadoop so any supported URI works.
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark.sparkContext._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(f"{output.rstrip('/')}/{SUMMARY_FILE}")
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
     stream = fs.create(hadoop_path, True)

@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch = sub.add_parser("batch", help="logs -> Parquet tables partitioned by date")
     batch.add_argument("--input", required=True, help="log file or directory (local path or Hadoop URI)")
     batch.add_argument("--output", required=True, help="directory for the tables")
-    batch.add_argument("--top-clients", type=int, default=50, help="clients kept per day (default: %(default)s)")
+    batch.add_argument(
+        "--top-clients", type=int, default=50, help="clients kept per day (default: %(default)s)"
+    )
     common(batch)
 
     stream = sub.add_parser("stream", help="per-protocol/minute rollup over a growing log directory")
@@ -60,9 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pyspark.sql import SparkSession
-
     from mqproxy.spark_etl.session import build_session
+    from pyspark.sql import SparkSession
 
     # Stop the session at the end only if this call created it (an embedding process keeps its own).
     owned = SparkSession.getActiveSession() is None

@@ -1,7 +1,9 @@
 """HTML report with PNG charts from the batch (or streaming) Parquet tables.
 
 :func:`load_report_data` collects the small aggregate tables to the driver; the ``plot_*``
-functions turn them into matplotlib figures (the notebook calls the same functions);
+functions turn them into matplotlib figures (the notebook calls the same functions). Figures are
+built with ``matplotlib.figure.Figure`` and saved through the Agg canvas: no pyplot, no global
+backend switch, so importing this module leaves a notebook's inline backend alone.
 :func:`write_report` renders ``report.html`` plus its charts in ``<name>_files/*.png`` beside it.
 Only ``rollup_minute`` is required; sections whose table is missing (streaming output has no
 ``top_clients``, for instance) are left out.
@@ -15,22 +17,17 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from pyspark.errors import AnalysisException  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from mqproxy.spark_etl.batch import SUMMARY_FILE  # noqa: E402
+import matplotlib.dates as mdates
+from matplotlib.figure import Figure
+from mqproxy.spark_etl.batch import SUMMARY_FILE
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
 
 __all__ = [
     "Change",
@@ -47,6 +44,7 @@ __all__ = [
 
 Row = dict[str, Any]
 
+_EPOCH: Final = datetime(1970, 1, 1)
 _COLORS: Final = {"remoting": "#1f77b4", "mqtt": "#2ca02c", "grpc": "#ff7f0e", "http": "#9467bd"}
 _FALLBACK_COLORS: Final = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
@@ -79,7 +77,18 @@ def _rows(spark: SparkSession, path: str, order: Sequence[Any], limit: int | Non
     df = df.orderBy(*order)
     if limit is not None:
         df = df.limit(limit)
-    return [row.asDict() for row in df.collect()]
+    # Collect timestamps as epoch microseconds: PySpark would convert them to the Python process's
+    # local zone, and the report is in UTC.
+    stamps = {f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)}
+    df = df.select(*[F.unix_micros(c).alias(c) if c in stamps else F.col(c) for c in df.columns])
+    rows = []
+    for row in df.collect():
+        values = row.asDict()
+        for name in stamps:
+            if values[name] is not None:
+                values[name] = _EPOCH + timedelta(microseconds=values[name])
+        rows.append(values)
+    return rows
 
 
 def _read_summary(tables_dir: str) -> dict[str, Any] | None:
@@ -146,9 +155,13 @@ def plot_throughput(data: ReportData) -> Figure:
     _, req_bytes = _series(data, "req_bytes")
     _, resp_bytes = _series(data, "resp_bytes")
     protocols = data.protocols
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, layout="constrained")
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
     top.stackplot(
-        minutes, *[reqs[p] for p in protocols], labels=protocols, colors=[_color(p, protocols) for p in protocols]
+        minutes,
+        *[reqs[p] for p in protocols],
+        labels=protocols,
+        colors=[_color(p, protocols) for p in protocols],
     )
     top.set_ylabel("requests / minute")
     top.set_title("Throughput")
@@ -166,15 +179,17 @@ def plot_latency(data: ReportData) -> Figure:
     """p50/p95/p99 request latency per minute, one panel per protocol (log scale)."""
     protocols = [p for p in data.protocols if any(r["requests"] for r in data.rollup if r["protocol"] == p)]
     panels = max(1, len(protocols))
-    fig, axes = plt.subplots(panels, 1, figsize=(11, 2.6 * panels + 0.6), sharex=True, layout="constrained")
-    axes_list = list(axes) if panels > 1 else [axes]
+    fig = Figure(figsize=(11, 2.6 * panels + 0.6), layout="constrained")
+    axes_list = list(fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0])
     minutes: list[datetime] = []
     for ax, protocol in zip(axes_list, protocols, strict=False):
         rows = [r for r in data.rollup if r["protocol"] == protocol and r["requests"]]
         minutes = [r["minute"] for r in rows]
         color = _color(protocol, data.protocols)
         for pct, style, width in (("p50", ":", 1.2), ("p95", "--", 1.2), ("p99", "-", 1.8)):
-            ax.plot(minutes, [r[f"latency_{pct}"] for r in rows], style, color=color, linewidth=width, label=pct)
+            ax.plot(
+                minutes, [r[f"latency_{pct}"] for r in rows], style, color=color, linewidth=width, label=pct
+            )
         ax.set_yscale("log")
         ax.set_ylabel(f"{protocol}\nlatency ms")
         ax.legend(loc="upper left", ncols=3, frameon=False)
@@ -188,7 +203,8 @@ def plot_errors(data: ReportData) -> Figure:
     """Request error rate (%) per protocol, and failed connections, per minute."""
     minutes, _ = _series(data, "requests")
     protocols = data.protocols
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, layout="constrained")
+    fig = Figure(figsize=(11, 6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
     for p in protocols:
         rows = [r for r in data.rollup if r["protocol"] == p and r["requests"]]
         top.plot(
@@ -223,7 +239,8 @@ def plot_protocol_mix(data: ReportData) -> Figure:
         t["connections"] += row["connections_opened"]
         t["bytes"] += row["req_bytes"] + row["resp_bytes"]
     measures = ("requests", "connections", "bytes")
-    fig, ax = plt.subplots(figsize=(11, 3.2), layout="constrained")
+    fig = Figure(figsize=(11, 3.2), layout="constrained")
+    ax = fig.subplots()
     left = [0.0] * len(measures)
     for p in protocols:
         shares = []
@@ -285,7 +302,9 @@ _METRIC_LABELS: Final = {
 }
 
 
-def notable_changes(data: ReportData, *, baseline: int = 5, threshold: float = 2.5, limit: int = 8) -> list[Change]:
+def notable_changes(
+    data: ReportData, *, baseline: int = 5, threshold: float = 2.5, limit: int = 8
+) -> list[Change]:
     """Onsets of shifts: minutes where requests/min, error rate or p99 latency of a protocol moved
     by ``threshold``x or more against the median of its previous ``baseline`` minutes.
 
@@ -330,7 +349,7 @@ th:first-child,td:first-child{text-align:left} th{background:#fafafa}
 
 def _fmt(value: Any) -> str:
     if value is None:
-        return "–"
+        return "-"
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int):
@@ -358,7 +377,7 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
     minutes = sorted({r["minute"] for r in data.rollup})
     cards = [
         ("requests", _fmt(requests)),
-        ("request error rate", f"{100.0 * errors / requests:.2f}%" if requests else "–"),
+        ("request error rate", f"{100.0 * errors / requests:.2f}%" if requests else "-"),
         ("connections", _fmt(sum(r["connections_opened"] for r in data.rollup))),
         ("payload", f"{sum(r['req_bytes'] + r['resp_bytes'] for r in data.rollup) / 1e6:,.1f} MB"),
         ("protocols", ", ".join(data.protocols)),
@@ -368,7 +387,7 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
         f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
-        f"<p class='sub'>{_fmt(minutes[0])} – {_fmt(minutes[-1])} UTC, {len(minutes)} minutes</p>",
+        f"<p class='sub'>{_fmt(minutes[0])} - {_fmt(minutes[-1])} UTC, {len(minutes)} minutes</p>",
         "<div class='cards'>",
         *(f"<div class='card'><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>" for k, v in cards),
         "</div>",
@@ -393,8 +412,15 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
         parts.append(
             _table(
                 data.ops[:10],
-                [("protocol", "protocol"), ("op", "op"), ("code", "code"), ("requests", "requests"),
-                 ("latency_p50", "p50 ms"), ("latency_p99", "p99 ms"), ("error_rate", "error rate")],
+                [
+                    ("protocol", "protocol"),
+                    ("op", "op"),
+                    ("code", "code"),
+                    ("requests", "requests"),
+                    ("latency_p50", "p50 ms"),
+                    ("latency_p99", "p99 ms"),
+                    ("error_rate", "error rate"),
+                ],
             )
         )
         failing = sorted((r for r in data.ops if r["errors"]), key=lambda r: (-r["error_rate"], r["op"]))
@@ -402,8 +428,13 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
         parts.append(
             _table(
                 failing[:10],
-                [("protocol", "protocol"), ("op", "op"), ("errors", "errors"), ("requests", "requests"),
-                 ("error_rate", "error rate")],
+                [
+                    ("protocol", "protocol"),
+                    ("op", "op"),
+                    ("errors", "errors"),
+                    ("requests", "requests"),
+                    ("error_rate", "error rate"),
+                ],
             )
         )
     if data.top_clients:
@@ -411,9 +442,16 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
         parts.append(
             _table(
                 [r for r in data.top_clients if r["rank"] <= 10],
-                [("date", "date"), ("client_id", "client"), ("client_version", "version"),
-                 ("tenant", "tenant"), ("requests", "requests"), ("connections", "connections"),
-                 ("error_rate", "error rate"), ("latency_p99", "p99 ms")],
+                [
+                    ("date", "date"),
+                    ("client_id", "client"),
+                    ("client_version", "version"),
+                    ("tenant", "tenant"),
+                    ("requests", "requests"),
+                    ("connections", "connections"),
+                    ("error_rate", "error rate"),
+                    ("latency_p99", "p99 ms"),
+                ],
             )
         )
     if data.tenants:
@@ -421,8 +459,14 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
         parts.append(
             _table(
                 data.tenants[:10],
-                [("date", "date"), ("tenant", "tenant"), ("clients", "clients"), ("requests", "requests"),
-                 ("req_bytes", "bytes in"), ("resp_bytes", "bytes out")],
+                [
+                    ("date", "date"),
+                    ("tenant", "tenant"),
+                    ("clients", "clients"),
+                    ("requests", "requests"),
+                    ("req_bytes", "bytes in"),
+                    ("resp_bytes", "bytes out"),
+                ],
             )
         )
     if data.negotiation_failures:
@@ -430,8 +474,13 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
         parts.append(
             _table(
                 data.negotiation_failures,
-                [("date", "date"), ("reason", "reason"), ("failures", "failures"),
-                 ("peer_hosts", "peer hosts"), ("sniff_ms_p50", "sniff p50 ms")],
+                [
+                    ("date", "date"),
+                    ("reason", "reason"),
+                    ("failures", "failures"),
+                    ("peer_hosts", "peer hosts"),
+                    ("sniff_ms_p50", "sniff p50 ms"),
+                ],
             )
         )
     parts.append("</body></html>\n")
@@ -453,12 +502,8 @@ def write_report(data: ReportData, output: Path) -> list[Path]:
     pngs: list[Path] = []
     urls: dict[str, str] = {}
     for name, plot in _CHARTS.items():
-        fig = plot(data)
-        try:
-            png = chart_dir / f"{name}.png"
-            fig.savefig(png, dpi=110)
-        finally:
-            plt.close(fig)
+        png = chart_dir / f"{name}.png"
+        plot(data).savefig(png, dpi=110)
         pngs.append(png)
         urls[name] = f"{chart_dir.name}/{png.name}"
     output.write_text(render_html(data, urls), encoding="utf-8")

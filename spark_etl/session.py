@@ -77,6 +77,7 @@ def build_session(
         .config("spark.sql.debug.maxToStringFields", "200")
     )
     cores = _local_parallelism(master)
+    partitions: int | None = shuffle_partitions
     if cores is not None:
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
@@ -84,8 +85,6 @@ def build_session(
         )
         partitions = shuffle_partitions or max(2, cores)
         builder = builder.config("spark.default.parallelism", str(partitions))
-    else:
-        partitions = shuffle_partitions
     if partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
     for key, value in (conf or {}).items():

@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
-
 from mqproxy.spark_etl import transforms
 from mqproxy.spark_etl.batch import QUARANTINE
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 __all__ = ["ROLLUP", "StreamQueries", "read_stream", "start_stream"]
 
@@ -40,13 +39,13 @@ class StreamQueries:
     rollup: StreamingQuery
     quarantine: StreamingQuery
 
-    def await_termination(self, timeout: float | None = None) -> None:
-        """Block until both queries stop (``available_now``) or ``timeout`` seconds pass."""
+    def await_termination(self, timeout: int | None = None) -> None:
+        """Block until both queries stop (``available_now``), or each for ``timeout`` seconds."""
         for query in (self.rollup, self.quarantine):
             if timeout is None:
                 query.awaitTermination()
             else:
-                query.awaitTermination(timeout)
+                query.awaitTermination(int(timeout))
 
     def stop(self) -> None:
         """Stop both queries; committed output and checkpoints stay consistent."""
@@ -54,7 +53,9 @@ class StreamQueries:
             query.stop()
 
 
-def read_stream(spark: SparkSession, input_path: str, *, max_files_per_trigger: int | None = None) -> DataFrame:
+def read_stream(
+    spark: SparkSession, input_path: str, *, max_files_per_trigger: int | None = None
+) -> DataFrame:
     """Streaming DataFrame over a directory of JSON-lines files (or one local file's directory,
     filtered to that file's name), read PERMISSIVEly with the explicit schema."""
     reader = (

@@ -62,9 +62,19 @@ _OPS: Final[dict[str, tuple[tuple[str, int | None], ...]]] = {
 }
 _ERROR_STATUS: Final = {"remoting": "SYSTEM_ERROR", "mqtt": "UNSPECIFIED_ERROR", "grpc": "INTERNAL"}
 _OK_STATUS: Final = {"remoting": "SUCCESS", "mqtt": "SUCCESS", "grpc": "OK"}
-_VERSIONS: Final = {"remoting": ("JAVA/V4_9_4", "CPP/63", "NODE/V4_3_0"), "mqtt": ("3.1.1", "5.0"), "grpc": ("JAVA/5.0.7",)}
+_VERSIONS: Final = {
+    "remoting": ("JAVA/V4_9_4", "CPP/63", "NODE/V4_3_0"),
+    "mqtt": ("3.1.1", "5.0"),
+    "grpc": ("JAVA/5.0.7",),
+}
 _GROUPS: Final = ("GID_orders", "GID_payments", "GID_audit", "GID_search")
-_UNICODE_IDS: Final = ("capteur-température-7", "设备-温度-01", "🚀-rocket", "Ωmega\u00a0sensor", "naïve—client")
+_UNICODE_IDS: Final = (
+    "capteur-température-7",
+    "设备-温度-01",
+    "🚀-rocket",
+    "Ωmega\u00a0sensor",
+    "naïve—client",
+)
 _REJECT_REASONS: Final = ("sniff_timeout", "unknown_protocol", "tls_handshake_failed", "eof_during_sniff")
 
 
@@ -157,7 +167,9 @@ def _connection(rng: random.Random, number: int, opts: CorpusOptions) -> list[Ev
         oneway = not failed and protocol == "mqtt" and op == "PUBLISH" and rng.random() < 0.5
         req_bytes = rng.randrange(40, 4096)
         resp_bytes = 0 if oneway else rng.randrange(20, 512)
-        latency = round(rng.lognormvariate(0.5, 0.8) * (8.0 if failed else 1.0) * (15.0 if incident else 1.0), 3)
+        latency = round(
+            rng.lognormvariate(0.5, 0.8) * (8.0 if failed else 1.0) * (15.0 if incident else 1.0), 3
+        )
         bytes_in += req_bytes
         bytes_out += resp_bytes
         events.append(

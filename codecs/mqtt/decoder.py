@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mqproxy.codecs.mqtt.encoding import Reader, decode_text
+from mqproxy.codecs.mqtt.encoding import Reader
 from mqproxy.codecs.mqtt.errors import MqttCodecError, malformed, protocol_error
 from mqproxy.codecs.mqtt.packets import (
     MQTT_5,
@@ -44,7 +44,7 @@ from mqproxy.codecs.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from mqproxy.codecs.mqtt.properties import NO_PROPERTIES, PropertyContext, Properties, decode_properties
+from mqproxy.codecs.mqtt.properties import NO_PROPERTIES, Properties, PropertyContext, decode_properties
 from mqproxy.codecs.mqtt.reason_codes import (
     AUTH_REASON_CODES,
     CONNACK_REASON_CODES,
@@ -65,8 +65,12 @@ MAX_PACKET_SIZE = 1 + 4 + 268_435_455
 _QOS = (QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE)
 _PROTOCOL_NAMES = {3: "MQIsdp", 4: "MQTT", 5: "MQTT"}
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
-_V311_SUBACK = {0x00: ReasonCode.GRANTED_QOS_0, 0x01: ReasonCode.GRANTED_QOS_1,
-                0x02: ReasonCode.GRANTED_QOS_2, 0x80: ReasonCode.UNSPECIFIED_ERROR}
+_V311_SUBACK = {
+    0x00: ReasonCode.GRANTED_QOS_0,
+    0x01: ReasonCode.GRANTED_QOS_1,
+    0x02: ReasonCode.GRANTED_QOS_2,
+    0x80: ReasonCode.UNSPECIFIED_ERROR,
+}
 
 
 class MqttDecoder:
@@ -81,6 +85,7 @@ class MqttDecoder:
         self._level = protocol_level
         self._server_side = protocol_level is None
         self._connected = False
+        self._ready = protocol_level is not None  # PUBLISH may arrive (level known, CONNECT seen if needed)
         self._buffer = bytearray()
         self._error: MqttCodecError | None = None
 
@@ -101,7 +106,9 @@ class MqttDecoder:
         try:
             while pos < end:
                 first = buffer[pos]
-                self._check_first_byte(first)
+                # Fast path: a PUBLISH with valid flags once PUBLISH is allowed; anything else is checked.
+                if first & 0xF0 != 0x30 or first & 0x06 == 0x06 or first & 0x0E == 0x08 or not self._ready:
+                    self._check_first_byte(first)
                 length = 0
                 index = pos + 1
                 for shift in (0, 7, 14, 21):
@@ -125,7 +132,7 @@ class MqttDecoder:
                 if pos + total > end:
                     return packets
                 pos += total
-                if first >> 4 == PacketType.PUBLISH:
+                if first & 0xF0 == 0x30:
                     packets.append(_decode_publish(first, buffer, index, pos, self._level == MQTT_5))
                 else:
                     packets.append(self._decode(first, bytes(buffer[index:pos])))
@@ -162,6 +169,7 @@ class MqttDecoder:
         if kind == PacketType.CONNECT:
             packet: Packet = self._decode_connect(Reader(body))
             self._connected = True
+            self._ready = True
             return packet
         level = self._level
         if level is None:
@@ -253,7 +261,10 @@ def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: boo
     pos = topic_end + 2 if qos else topic_end
     if pos > end:
         raise malformed("PUBLISH shorter than its topic and packet identifier")
-    topic = decode_text(bytes(buffer[start + 2 : topic_end]))
+    try:
+        topic = buffer[start + 2 : topic_end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise malformed("invalid UTF-8 topic name") from None
     packet_id = None
     if qos:
         packet_id = (buffer[topic_end] << 8) | buffer[topic_end + 1]
@@ -270,10 +281,18 @@ def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: boo
     if not topic:
         if properties.topic_alias is None:
             raise protocol_error("PUBLISH with an empty topic and no topic alias")
-    elif "+" in topic or "#" in topic:
+    elif "+" in topic or "#" in topic or "\x00" in topic:
+        if "\x00" in topic:
+            raise malformed("topic name contains U+0000")
         validate_topic_name(topic)
     return Publish(
-        topic, bytes(buffer[pos:end]), _QOS[qos], bool(first & 0x01), bool(first & 0x08), packet_id, properties
+        topic,
+        bytes(buffer[pos:end]),
+        _QOS[qos],
+        bool(first & 0x01),
+        bool(first & 0x08),
+        packet_id,
+        properties,
     )
 
 
@@ -314,9 +333,11 @@ def _decode_subscribe(flags: int, reader: Reader, v5: bool) -> Subscribe:
         no_local = bool(options & 0x04)
         if no_local and parsed.share_group is not None:
             raise protocol_error("no local on a shared subscription")
-        topics.append(SubscribeTopic(
-            topic_filter, QoS(qos), no_local, bool(options & 0x08), RetainHandling(retain_handling)
-        ))
+        topics.append(
+            SubscribeTopic(
+                topic_filter, QoS(qos), no_local, bool(options & 0x08), RetainHandling(retain_handling)
+            )
+        )
     if not topics:
         raise protocol_error("SUBSCRIBE with no topic filter")
     return Subscribe(packet_id, tuple(topics), properties)

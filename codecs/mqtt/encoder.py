@@ -1,7 +1,8 @@
 """`encode(packet, protocol_level)`: one typed packet to its bytes.
 
 The encoder refuses (MqttCodecError, same reason code as the decoder would use) any packet the decoder would
-refuse, so whatever it emits decodes back to an equal packet. At levels 3 and 4 it translates CONNACK and SUBACK
+refuse, so whatever it emits decodes back to an equal packet. At levels 3 and 4 it translates CONNACK and
+SUBACK
 reason codes to 3.1.1 return codes and drops what 3.1.1 cannot carry (properties, the reason codes of
 PUBACK..PUBCOMP, UNSUBACK and DISCONNECT); AUTH has no 3.1.1 form and is refused. It does not know the peer's
 Maximum Packet Size: the caller compares `len()` of the result.
@@ -22,7 +23,6 @@ from mqproxy.codecs.mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
-    PacketType,
     PingReq,
     PingResp,
     PubAck,
@@ -32,8 +32,8 @@ from mqproxy.codecs.mqtt.packets import (
     PubRel,
     SubAck,
     Subscribe,
-    Unsubscribe,
     UnsubAck,
+    Unsubscribe,
 )
 from mqproxy.codecs.mqtt.properties import NO_PROPERTIES, PropertyContext, encode_properties
 from mqproxy.codecs.mqtt.reason_codes import (
@@ -130,8 +130,10 @@ def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
             raise malformed("PUBLISH with DUP set at QoS 0")
         first |= 0x08
     topic = packet.topic
-    if topic or not v5 or packet.properties.topic_alias is None:
+    if topic:
         validate_topic_name(topic)
+    elif not v5 or packet.properties.topic_alias is None:
+        raise protocol_error("PUBLISH with an empty topic and no topic alias")
     body = encode_utf8(topic)
     if qos:
         body += _packet_id(packet.packet_id)

@@ -215,8 +215,21 @@ class Auth:
 
 
 Packet = (
-    Connect | Connack | Publish | PubAck | PubRec | PubRel | PubComp | Subscribe | SubAck | Unsubscribe
-    | UnsubAck | PingReq | PingResp | Disconnect | Auth
+    Connect
+    | Connack
+    | Publish
+    | PubAck
+    | PubRec
+    | PubRel
+    | PubComp
+    | Subscribe
+    | SubAck
+    | Unsubscribe
+    | UnsubAck
+    | PingReq
+    | PingResp
+    | Disconnect
+    | Auth
 )
 """Any MQTT control packet."""
 

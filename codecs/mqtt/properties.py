@@ -1,8 +1,9 @@
-"""MQTT 5.0 properties (section 2.2.2): every identifier, its data type, where it may appear, and `Properties`.
+"""MQTT 5.0 properties (section 2.2.2): each identifier, its data type, where it may appear; `Properties`.
 
 On decode, an identifier that is unknown or not allowed in the packet, or a value of the wrong type, is a
 Malformed Packet (0x81); a repeated property other than User Property (and Subscription Identifier in a
-PUBLISH), or an out-of-range value, is a Protocol Error (0x82).
+PUBLISH), or an out-of-range value, is a Protocol Error (0x82); a Response Topic that is not a valid topic
+name is 0x90 Topic Name Invalid. Encoding refuses the same.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mqproxy.codecs.mqtt.encoding import (
     encode_varint,
 )
 from mqproxy.codecs.mqtt.errors import malformed, protocol_error
+from mqproxy.codecs.mqtt.topics import validate_topic_name
 
 
 class PropertyType(Enum):
@@ -106,8 +108,11 @@ _ACKS_WITH_REASON_STRING = frozenset(
 
 
 def _spec(
-    pid: PropertyId, ptype: PropertyType, contexts: frozenset[PropertyContext] | set[PropertyContext],
-    minimum: int = 0, maximum: int | None = None,
+    pid: PropertyId,
+    ptype: PropertyType,
+    contexts: frozenset[PropertyContext] | set[PropertyContext],
+    minimum: int = 0,
+    maximum: int | None = None,
 ) -> PropertySpec:
     return PropertySpec(pid, pid.name.lower(), ptype, frozenset(contexts), minimum, maximum)
 
@@ -148,7 +153,10 @@ PROPERTY_SPECS: Final[dict[int, PropertySpec]] = {
 """Every MQTT 5.0 property, by identifier."""
 
 _TYPE_MAXIMUM = {
-    _T.BYTE: 0xFF, _T.TWO_BYTE_INT: 0xFFFF, _T.FOUR_BYTE_INT: 0xFFFF_FFFF, _T.VARINT: 268_435_455,
+    _T.BYTE: 0xFF,
+    _T.TWO_BYTE_INT: 0xFFFF,
+    _T.FOUR_BYTE_INT: 0xFFFF_FFFF,
+    _T.VARINT: 268_435_455,
 }
 
 
@@ -236,6 +244,8 @@ def decode_properties(reader: Reader, context: PropertyContext) -> Properties:
             value = sub.varint()
         elif ptype is _T.UTF8:
             value = sub.utf8()
+            if pid == PropertyId.RESPONSE_TOPIC:
+                validate_topic_name(value)
         elif ptype is _T.BINARY:
             value = sub.binary()
         else:
@@ -270,7 +280,11 @@ def encode_properties(properties: Properties, context: PropertyContext) -> bytes
         if context not in spec.contexts:
             raise malformed(f"property {spec.id.name} is not allowed in {context.name}")
         items = value if attribute in ("subscription_identifiers", "user_properties") else (value,)
-        if attribute == "subscription_identifiers" and len(items) > 1 and context is not PropertyContext.PUBLISH:
+        if (
+            attribute == "subscription_identifiers"
+            and len(items) > 1
+            and context is not PropertyContext.PUBLISH
+        ):
             raise protocol_error(f"SUBSCRIPTION_IDENTIFIER repeated in {context.name}")
         for item in items:
             out += encode_varint(spec.id)
@@ -281,6 +295,8 @@ def encode_properties(properties: Properties, context: PropertyContext) -> bytes
 def _encode_value(spec: PropertySpec, value: Any) -> bytes:
     ptype = spec.type
     if ptype is _T.UTF8:
+        if spec.id == PropertyId.RESPONSE_TOPIC:
+            validate_topic_name(value)
         return encode_utf8(value)
     if ptype is _T.BINARY:
         return encode_binary(value)

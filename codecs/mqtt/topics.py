@@ -3,7 +3,7 @@
 Rules enforced:
 - a topic name (PUBLISH, will) is non-empty and has no `+` or `#` -> else 0x90 Topic Name Invalid;
 - a topic filter is non-empty; `+` fills a whole level; `#` fills the whole last level -> else 0x8F;
-- `$share/<group>/<filter>`: the group is non-empty without `/`, `+`, `#`, and the filter is valid -> else 0x8F.
+- `$share/<group>/<filter>`: the group is non-empty without `/`, `+`, `#`; the filter is valid -> else 0x8F.
 UTF-8 validity and U+0000 are checked where the string is decoded (encoding.py), as for every string.
 """
 

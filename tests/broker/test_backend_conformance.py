@@ -9,16 +9,18 @@ from typing import Any
 
 import pytest
 import trio
-
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.errors import IllegalTopic, MessageTooLarge, QueueNotFound, TopicNotFound
+from mqproxy.broker.errors import BackendError, IllegalTopic, MessageTooLarge, QueueNotFound, TopicNotFound
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     ConsumerInfo,
     Message,
+    PullResult,
     PullStatus,
     Subscription,
     TagFilter,
@@ -76,14 +78,23 @@ async def test_send_then_pull_round_trips_every_field(make_backend: MakeBackend)
         assert (result.next_offset, result.min_offset, result.max_offset) == (1, 0, 1)
         (m,) = result.messages
         assert m.body == b"\x00payload\xff"
-        assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == ("Orders", 2, 0, sent.commitlog_offset)
-        assert m.flag == 7 and m.sys_flag == 0x4 and m.reconsume_times == 3
+        assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == (
+            "Orders",
+            2,
+            0,
+            sent.commitlog_offset,
+        )
+        assert m.flag == 7
+        assert m.sys_flag == 0x4
+        assert m.reconsume_times == 3
         assert dict(m.properties) == {"TAGS": "A", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"}
-        assert m.born_timestamp_ms == 1_700_000_000_123 and m.born_host == ("192.168.1.5", 40000)
+        assert m.born_timestamp_ms == 1_700_000_000_123
+        assert m.born_host == ("192.168.1.5", 40000)
         assert m.store_host == ("10.0.0.9", 10911)
         assert m.store_timestamp_ms == sent.store_timestamp_ms
         assert m.body_crc == 0x7FFFFFFF & __import__("zlib").crc32(b"\x00payload\xff")
-        assert m.store_size > len(m.body) and m.tags == "A"
+        assert m.store_size > len(m.body)
+        assert m.tags == "A"
 
 
 async def test_offsets_are_per_queue_and_commitlog_offsets_unique(make_backend: MakeBackend) -> None:
@@ -91,13 +102,27 @@ async def test_offsets_are_per_queue_and_commitlog_offsets_unique(make_backend: 
         results = [await backend.send(msg(queue_id=i % 2, body=bytes([i]))) for i in range(6)]
         assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2, 2]
         clos = [r.commitlog_offset for r in results]
-        assert clos == sorted(clos) and len(set(clos)) == 6
+        assert clos == sorted(clos)
+        assert len(set(clos)) == 6
         assert await backend.max_offset("T", 0) == 3
         assert await backend.max_offset("T", 1) == 3
         assert await backend.min_offset("T", 0) == 0
         assert await backend.max_offset("T", 3) == 0
         got = await backend.pull("T", 1, 0, 32)
         assert [m.body for m in got.messages] == [b"\x01", b"\x03", b"\x05"]
+
+
+async def test_get_message_by_commitlog_offset(make_backend: MakeBackend) -> None:
+    async with make_backend() as backend:
+        sent = [await backend.send(msg(body=bytes([i]) * 10, queue_id=i % 2)) for i in range(5)]
+        for i, result in enumerate(sent):
+            stored = await backend.get_message(result.commitlog_offset)  # type: ignore[attr-defined]
+            assert stored is not None
+            assert (stored.body, stored.queue_id, stored.queue_offset) == (bytes([i]) * 10, i % 2, i // 2)
+            assert stored.commitlog_offset == result.commitlog_offset
+        assert await backend.get_message(sent[1].commitlog_offset + 1) is None  # type: ignore[attr-defined]
+        assert await backend.get_message(-1) is None  # type: ignore[attr-defined]
+        assert await backend.get_message(10**12) is None  # type: ignore[attr-defined]
 
 
 async def test_queue_minus_one_spreads_over_queues(make_backend: MakeBackend) -> None:
@@ -120,7 +145,8 @@ async def test_pull_status_table(make_backend: MakeBackend) -> None:
         beyond = await backend.pull("T", 0, 9, 32)
         assert (beyond.status, beyond.next_offset) == (PullStatus.OFFSET_ILLEGAL, 3)
         middle = await backend.pull("T", 0, 1, 32)
-        assert [m.queue_offset for m in middle.messages] == [1, 2] and middle.next_offset == 3
+        assert [m.queue_offset for m in middle.messages] == [1, 2]
+        assert middle.next_offset == 3
 
 
 async def test_pull_honours_max_count_and_max_bytes(make_backend: MakeBackend) -> None:
@@ -128,10 +154,12 @@ async def test_pull_honours_max_count_and_max_bytes(make_backend: MakeBackend) -
         for i in range(10):
             await backend.send(msg(queue_id=0, body=bytes(1000) + bytes([i])))
         two = await backend.pull("T", 0, 0, 2)
-        assert [m.queue_offset for m in two.messages] == [0, 1] and two.next_offset == 2
+        assert [m.queue_offset for m in two.messages] == [0, 1]
+        assert two.next_offset == 2
         one_size = two.messages[0].store_size
         capped = await backend.pull("T", 0, 0, 32, max_bytes=3 * one_size + 10)
-        assert [m.queue_offset for m in capped.messages] == [0, 1, 2] and capped.next_offset == 3
+        assert [m.queue_offset for m in capped.messages] == [0, 1, 2]
+        assert capped.next_offset == 3
         tiny = await backend.pull("T", 0, 4, 32, max_bytes=1)
         assert [m.queue_offset for m in tiny.messages] == [4], "at least one message is always returned"
 
@@ -142,13 +170,15 @@ async def test_tag_filter(make_backend: MakeBackend) -> None:
         for t in tags:
             await backend.send(msg(queue_id=0, properties={"TAGS": t} if t else {}))
         ab = await backend.pull("T", 0, 0, 32, tag_filter=TagFilter.parse("A || C"))
-        assert [m.queue_offset for m in ab.messages] == [0, 3, 4] and ab.next_offset == 5
+        assert [m.queue_offset for m in ab.messages] == [0, 3, 4]
+        assert ab.next_offset == 5
         everything = await backend.pull("T", 0, 0, 32, tag_filter=TagFilter.parse("*"))
         assert len(everything.messages) == 5
         none = await backend.pull("T", 0, 0, 32, tag_filter=TagFilter.parse("Z"))
         assert (none.status, none.next_offset, none.messages) == (PullStatus.NO_MATCHED_MSG, 5, ())
         first_b = await backend.pull("T", 0, 0, 1, tag_filter=TagFilter.parse("B"))
-        assert [m.queue_offset for m in first_b.messages] == [1] and first_b.next_offset == 2
+        assert [m.queue_offset for m in first_b.messages] == [1]
+        assert first_b.next_offset == 2
 
 
 async def test_auto_create_and_queue_counts(make_backend: MakeBackend) -> None:
@@ -156,17 +186,20 @@ async def test_auto_create_and_queue_counts(make_backend: MakeBackend) -> None:
         assert await backend.get_topic("New") is None
         await backend.send(msg("New"))
         new = await backend.get_topic("New")
-        assert new is not None and (new.read_queues, new.write_queues) == (6, 6)
+        assert new is not None
+        assert (new.read_queues, new.write_queues) == (6, 6)
         for name in ("%RETRY%g1", "%DLQ%g1"):
             await backend.send(msg(name))
             config = await backend.get_topic(name)
-            assert config is not None and config.write_queues == 1
+            assert config is not None
+            assert config.write_queues == 1
         explicit = await backend.create_topic("Eight", 8)
         assert explicit.write_queues == 8
         again = await backend.create_topic("Eight", 2)
         assert again.write_queues == 8, "create_topic is idempotent"
         lmq = await backend.get_topic("%LMQ%x")
-        assert lmq is not None and lmq.read_queues == 1
+        assert lmq is not None
+        assert lmq.read_queues == 1
 
 
 async def test_no_auto_create(make_backend: MakeBackend) -> None:
@@ -219,6 +252,13 @@ async def test_too_large(make_backend: MakeBackend) -> None:
             await backend.send(msg(body=bytes(1001)))
         with pytest.raises(MessageTooLarge):
             await backend.send(msg(properties={"K": "v" * 40000}))
+
+
+@pytest.mark.parametrize("host", [("h", -1), ("h", 65536), ("x" * 256, 1)])
+async def test_bad_born_host(make_backend: MakeBackend, host: tuple[str, int]) -> None:
+    async with make_backend() as backend:
+        with pytest.raises(BackendError, match="born_host"):
+            await backend.send(msg(born_host=host))
 
 
 async def test_batch_is_atomic_and_consecutive(make_backend: MakeBackend) -> None:
@@ -359,8 +399,80 @@ async def test_lmq_wakes_long_poll(make_backend: MakeBackend) -> None:
     ("topic", "dispatch"),
     [("Parent", ("notlmq",)), ("Parent", ("%LMQ%",)), ("Parent", ("%LMQ%a/b",)), ("%RETRY%g", ("%LMQ%a",))],
 )
-async def test_lmq_dispatch_rejected(make_backend: MakeBackend, topic: str, dispatch: tuple[str, ...]) -> None:
+async def test_lmq_dispatch_rejected(
+    make_backend: MakeBackend, topic: str, dispatch: tuple[str, ...]
+) -> None:
     async with make_backend() as backend:
         with pytest.raises(IllegalTopic):
             await backend.send(msg(topic, dispatch=dispatch))
         assert await backend.get_topic(topic) is None, "nothing is created for a refused message"
+
+
+_op = st.one_of(
+    st.tuples(
+        st.just("send"),
+        st.sampled_from(["A", "B"]),
+        st.integers(-1, 1),
+        st.sampled_from([None, "x", "y"]),
+        st.lists(st.sampled_from(["%LMQ%p", "%LMQ%q"]), max_size=2),
+        st.integers(1, 3),
+    ),
+    st.tuples(
+        st.just("pull"),
+        st.sampled_from(["A", "B", "%LMQ%p", "%LMQ%q"]),
+        st.integers(0, 1),
+        st.integers(0, 6),
+        st.sampled_from([None, "x", "y || x", "*"]),
+        st.integers(1, 4),
+    ),
+)
+
+
+def _view(result: PullResult) -> tuple[object, ...]:
+    """A pull result without the store-specific fields (commit-log offset, size, timestamps)."""
+    return (
+        result.status,
+        result.next_offset,
+        result.min_offset,
+        result.max_offset,
+        tuple((m.topic, m.queue_id, m.queue_offset, m.body, dict(m.properties)) for m in result.messages),
+    )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_op, max_size=25))
+def test_embedded_store_matches_the_memory_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Any]
+) -> None:
+    data_dir = tmp_path_factory.mktemp("model")
+
+    async def run() -> None:
+        model = InMemoryBackend(default_queue_count=2)
+        async with open_embedded_store(data_dir, default_queue_count=2, segment_bytes=4096) as store:
+            for n, (kind, topic, queue_id, a, b, c) in enumerate(ops):
+                if kind == "send":
+                    body, properties = f"{n}".encode() * c, {"TAGS": a} if a else {}
+                    expected = await model.send(
+                        Message(topic, body, queue_id, properties=dict(properties), dispatch=tuple(b))
+                    )
+                    got = await store.send(
+                        Message(topic, body, queue_id, properties=dict(properties), dispatch=tuple(b))
+                    )
+                    assert (got.queue_id, got.queue_offset, got.lmq_offsets) == (
+                        expected.queue_id,
+                        expected.queue_offset,
+                        expected.lmq_offsets,
+                    )
+                else:
+                    tag_filter = TagFilter.parse(b) if b else None
+                    outcomes: list[object] = []
+                    for backend in (model, store):
+                        try:
+                            outcomes.append(
+                                _view(await backend.pull(topic, queue_id, a, c, tag_filter=tag_filter))
+                            )
+                        except (TopicNotFound, QueueNotFound) as exc:
+                            outcomes.append(type(exc))
+                    assert outcomes[0] == outcomes[1]
+
+    trio.run(run)

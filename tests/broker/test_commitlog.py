@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mqproxy.broker.commitlog import CommitLog, frame, segment_name
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.records import decode_message, encode_message
@@ -48,14 +47,16 @@ def test_segments_roll_and_reopen(tmp_path: Path) -> None:
     log, _, _ = open_log(tmp_path)
     positions = [log.append([p])[0] for p in payloads(100, 400)]
     bases = log.segment_bases()
-    assert len(bases) > 5 and bases[0] == 0
+    assert len(bases) > 5
+    assert bases[0] == 0
     assert sorted(os.listdir(tmp_path)) == [segment_name(b) for b in bases]
     for base in bases[1:]:
         assert base in {o for o, _ in positions}, "a segment starts at a record"
     end = log.end
     log.close()
     log, seen, truncated = open_log(tmp_path)
-    assert truncated == 0 and log.end == end
+    assert truncated == 0
+    assert log.end == end
     assert [o for o, _, _ in seen] == [o for o, _ in positions], "scan_from=0 re-reads every segment"
     assert all(log.read(o, s) == payloads(100, 400)[i] for i, (o, s) in enumerate(positions))
     assert [o for o, _, _ in log.iter_records(positions[50][0])] == [o for o, _ in positions[50:]]
@@ -110,7 +111,8 @@ def test_crc_corruption_cuts_there_and_drops_later_segments(tmp_path: Path) -> N
     data[victim - seg_base + 20] ^= 0xFF
     path.write_bytes(bytes(data))
     log, seen, truncated = open_log(tmp_path)
-    assert len(seen) == 12 and log.end == victim
+    assert len(seen) == 12
+    assert log.end == victim
     assert truncated == total - victim
     assert [b for b in log.segment_bases()] == [b for b in bases if b <= victim]
     assert log.append([b"next"])[0][0] == victim, "appends continue at the cut"
@@ -130,7 +132,7 @@ def test_read_verifies_crc(tmp_path: Path) -> None:
     log.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(garbage=st.binary(min_size=1, max_size=300))
 def test_garbage_tail_never_breaks_open(tmp_path_factory: pytest.TempPathFactory, garbage: bytes) -> None:
     path = tmp_path_factory.mktemp("log")
@@ -162,8 +164,10 @@ def test_record_codec_round_trip() -> None:
     )
     record = decode_message(payload)
     assert (record.topic, record.queue_id, record.queue_offset, record.flag) == ("T", 3, 99, -1)
-    assert record.born_host == ("::1", 65535) and record.lmqs == (("%LMQ%a", 7),)
-    assert record.properties == {"TAGS": "x", "ü": "\x01\x02"} and record.body == b"\x00body"
+    assert record.born_host == ("::1", 65535)
+    assert record.lmqs == (("%LMQ%a", 7),)
+    assert record.properties == {"TAGS": "x", "ü": "\x01\x02"}
+    assert record.body == b"\x00body"
     with pytest.raises(StoreUnavailable):
         decode_message(payload[:-1])
     with pytest.raises(StoreUnavailable):
@@ -176,3 +180,18 @@ def test_record_decoder_only_raises_store_unavailable(data: bytes) -> None:
         decode_message(data)
     except StoreUnavailable:
         pass
+
+
+def test_iter_records_verifies_every_frame(tmp_path: Path) -> None:
+    log, _, _ = open_log(tmp_path)
+    positions = log.append(payloads(4, 30))
+    assert [(o, s) for o, s, _ in log.iter_records()] == positions
+    fd = os.open(tmp_path / segment_name(0), os.O_RDWR)
+    os.pwrite(fd, b"\xff", positions[1][0] + 12)  # payload byte of record 1
+    with pytest.raises(StoreUnavailable, match="corrupt record"):
+        list(log.iter_records())
+    os.pwrite(fd, b"\x7f", positions[1][0])  # absurd length of record 1
+    with pytest.raises(StoreUnavailable, match="frame header"):
+        list(log.iter_records())
+    os.close(fd)
+    log.close()

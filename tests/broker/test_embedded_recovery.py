@@ -4,26 +4,35 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from structlog.testing import capture_logs
-
 from mqproxy.broker.commitlog import segment_name
 from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.index import Index
 from mqproxy.broker.types import Message, PullStatus
+from structlog.testing import capture_logs
 
 
-def recovered_event(logs: list[dict[str, Any]]) -> dict[str, Any]:
+def _counting(calls: list[int], real: Callable[[int], None]) -> Callable[[int], None]:
+    def fdatasync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    return fdatasync
+
+
+def recovered_event(logs: list[MutableMapping[str, Any]]) -> MutableMapping[str, Any]:
     (event,) = [e for e in logs if e["event"] == "store.recovered"]
     for field in ("data_dir", "records", "truncated_bytes", "rebuilt_entries", "duration_ms"):
         assert field in event
@@ -67,20 +76,22 @@ async def test_restart_loses_nothing(tmp_path: Path) -> None:
     event = recovered_event(logs)
     assert event["log_level"] == "info"
     assert (event["truncated_bytes"], event["rebuilt_entries"]) == (0, 0)
-    assert event["data_dir"] == str(tmp_path) and event["records"] > 0
+    assert event["data_dir"] == str(tmp_path)
+    assert event["records"] > 0
 
 
 async def test_torn_tail_garbage_is_truncated(tmp_path: Path) -> None:
     await fill(tmp_path, 10)
-    with open(segments(tmp_path)[-1], "ab") as f:
-        f.write(b"\x00\x00\x01\x00garbage-half-record")
+    last = segments(tmp_path)[-1]
+    last.write_bytes(last.read_bytes() + b"\x00\x00\x01\x00garbage-half-record")
     with capture_logs() as logs:
         async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
             assert len(await bodies(store)) == 10
             await store.send(Message("T", b"new", queue_id=0))
             assert (await bodies(store))[-1] == b"new"
     event = recovered_event(logs)
-    assert event["truncated_bytes"] == 23 and event["log_level"] == "warning"
+    assert event["truncated_bytes"] == 23
+    assert event["log_level"] == "warning"
 
 
 async def test_record_cut_in_half_rebuilds_the_index(tmp_path: Path) -> None:
@@ -95,7 +106,8 @@ async def test_record_cut_in_half_rebuilds_the_index(tmp_path: Path) -> None:
             assert await store.max_offset("%LMQ%room", 0) == 3, "message 9 was also in the LMQ; it is gone"
             assert (await store.send(Message("T", b"x", queue_id=0))).queue_offset == 9
     event = recovered_event(logs)
-    assert event["truncated_bytes"] > 0 and event["rebuilt_entries"] == 9 + 3
+    assert event["truncated_bytes"] > 0
+    assert event["rebuilt_entries"] == 9 + 3
 
 
 async def test_crc_corruption_in_the_tail(tmp_path: Path) -> None:
@@ -129,6 +141,18 @@ async def test_index_behind_the_log_is_redispatched(tmp_path: Path) -> None:
     assert recovered_event(logs)["rebuilt_entries"] == 12 + 4
 
 
+async def test_deleted_index_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    await fill(tmp_path, 12, default_queue_count=3)
+    shutil.rmtree(tmp_path / "index")
+    async with open_embedded_store(tmp_path, segment_bytes=8192) as store:
+        assert await bodies(store) == [f"m{i}".encode() * 20 for i in range(12)]
+        topic = await store.get_topic("T")
+        assert topic is not None
+        assert topic.write_queues == 4, "default count (4) covers queue 0"
+        assert await store.max_offset("%LMQ%room", 0) == 4
+        assert await store.query_consumer_offset("G", "T", 0) is None
+
+
 async def test_rewound_checkpoint_redispatch_is_idempotent(tmp_path: Path) -> None:
     offsets = await fill(tmp_path, 12)
     index = Index(tmp_path / "index")
@@ -141,7 +165,9 @@ async def test_rewound_checkpoint_redispatch_is_idempotent(tmp_path: Path) -> No
     assert recovered_event(logs)["rebuilt_entries"] == 6 + 2
 
 
-async def test_store_time_never_goes_back_across_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_store_time_never_goes_back_across_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with open_embedded_store(tmp_path) as store:
         first = await store.send(Message("T", b"a", queue_id=0))
     monkeypatch.setattr(time, "time_ns", lambda: 1_000_000_000)  # the wall clock stepped back to 1970
@@ -173,7 +199,7 @@ async def test_concurrent_sync_sends_share_fsyncs(tmp_path: Path, monkeypatch: p
     real = os.fdatasync
     async with open_embedded_store(tmp_path, flush="sync") as store:
         await store.create_topic("T", 4)
-        monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+        monkeypatch.setattr(os, "fdatasync", _counting(calls, real))
         acked: list[int] = []
 
         async def sender(i: int) -> None:
@@ -191,8 +217,10 @@ async def test_async_flush_syncs_periodically(
 ) -> None:
     calls: list[int] = []
     real = os.fdatasync
-    async with open_embedded_store(tmp_path, flush="async", flush_interval_ms=200, fsync_in_thread=False) as store:
-        monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    async with open_embedded_store(
+        tmp_path, flush="async", flush_interval_ms=200, fsync_in_thread=False
+    ) as store:
+        monkeypatch.setattr(os, "fdatasync", _counting(calls, real))
         await store.send(Message("T", b"x"))
         assert calls == [], "async flush acknowledges before fsync"
         await trio.sleep(0.25)
@@ -201,7 +229,9 @@ async def test_async_flush_syncs_periodically(
         assert len(calls) == 1, "nothing new, no fsync"
 
 
-async def test_failed_fsync_makes_the_store_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failed_fsync_makes_the_store_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def failing(fd: int) -> None:
         raise OSError(errno.EIO, "I/O error")
 
@@ -212,6 +242,28 @@ async def test_failed_fsync_makes_the_store_unavailable(tmp_path: Path, monkeypa
         with pytest.raises(StoreUnavailable):
             await store.send(Message("T", b"y"))
         monkeypatch.undo()
+
+
+async def test_failed_index_write_rolls_the_append_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_embedded_store(tmp_path) as store:
+        await store.send(Message("T", b"kept", queue_id=0))
+        end_before = store._log.end
+
+        def broken(*args: object) -> None:
+            raise StoreUnavailable("index write failed: disk full")
+
+        monkeypatch.setattr(store._index, "commit", broken)
+        with pytest.raises(StoreUnavailable, match="disk full"):
+            await store.send(Message("T", b"lost", queue_id=0, dispatch=("%LMQ%fresh",)))
+        assert store._log.end == end_before, "the unacknowledged record was cut off"
+        monkeypatch.undo()
+        retry = await store.send(Message("T", b"retry", queue_id=0, dispatch=("%LMQ%fresh",)))
+        assert (retry.queue_offset, retry.lmq_offsets) == (1, {"%LMQ%fresh": 0})
+    async with open_embedded_store(tmp_path) as store:
+        assert await bodies(store) == [b"kept", b"retry"]
+        assert [m.body for m in (await store.pull("%LMQ%fresh", 0, 0, 10)).messages] == [b"retry"]
 
 
 async def test_closed_store_and_second_opener(tmp_path: Path) -> None:
@@ -263,7 +315,7 @@ _WRITER = textwrap.dedent(
                 while True:
                     body = f"{w}-{i}".encode() * 8
                     r = await store.send(Message("K", body, queue_id=w % 4, dispatch=(f"%LMQ%w{w}",)))
-                    print(w, r.queue_id, r.queue_offset, r.commitlog_offset, body.decode(), flush=True)
+                    print(w, r.queue_id, r.queue_offset, r.commitlog_offset, body.decode(), "ok", flush=True)
                     i += 1
             async with trio.open_nursery() as n:
                 for w in range(8):
@@ -275,22 +327,32 @@ _WRITER = textwrap.dedent(
 
 
 @pytest.mark.slow
-async def test_sigkill_mid_load_keeps_every_acked_message(tmp_path: Path) -> None:
+def test_sigkill_mid_load_keeps_every_acked_message(tmp_path: Path) -> None:
+    """Sync test: it drives a subprocess with blocking calls, then checks the store under trio.run."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
-    time.sleep(2.0)
+    assert proc.stdout is not None
+    lines: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(lines) < 400 and time.monotonic() < deadline:  # let it run under load, then kill mid-write
+        lines.append(proc.stdout.readline())
     os.kill(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate()
-    acked = [line.split() for line in out.decode().splitlines() if line.count(" ") == 4]
-    assert len(acked) > 100, f"only {len(acked)} acked"
-    print(f"acked before SIGKILL: {len(acked)}")
+    lines += proc.stdout.read().splitlines(keepends=True)
+    proc.wait()
+    # A line cut by the kill lacks the trailing "ok" and does not count as acknowledged.
+    acked = [line.split()[:5] for line in b"".join(lines).decode().splitlines() if line.endswith(" ok")]
+    assert len(acked) >= 300, f"only {len(acked)} acked"  # the first line is the store.recovered log
+    trio.run(_check_acked, tmp_path, acked)
+
+
+async def _check_acked(tmp_path: Path, acked: list[list[str]]) -> None:
     async with open_embedded_store(tmp_path, segment_bytes=256 * 1024) as store:
         for queue_id in range(4):
             pulled = await store.pull("K", queue_id, 0, 100_000, max_bytes=1 << 30)
             by_offset = {m.queue_offset: m for m in pulled.messages}
             assert sorted(by_offset) == list(range(len(by_offset))), "offsets are contiguous"
-            for w, q, qoff, clo, body in acked:
+            for _, q, qoff, clo, body in acked:
                 if int(q) == queue_id:
                     m = by_offset[int(qoff)]
                     assert (m.commitlog_offset, m.body) == (int(clo), body.encode())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from mqproxy.broker.errors import BackendError, IllegalTopic
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.topics import (
@@ -40,7 +39,8 @@ def test_validate_topic_only_raises_illegal_topic(name: str) -> None:
         validate_topic(name)
     except IllegalTopic:
         return
-    assert name and len(name.encode()) <= 255
+    assert name
+    assert len(name.encode()) <= 255
     assert set(name) <= set("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -55,7 +55,8 @@ def test_defaults_and_forbidden() -> None:
     assert default_queue_count("%RETRY%g", 8) == 1
     assert default_queue_count("%DLQ%g", 8) == 1
     assert default_queue_count("Orders", 8) == 8
-    assert is_send_forbidden("SCHEDULE_TOPIC_XXXX") and is_send_forbidden("RMQ_SYS_TRANS_HALF_TOPIC")
+    assert is_send_forbidden("SCHEDULE_TOPIC_XXXX")
+    assert is_send_forbidden("RMQ_SYS_TRANS_HALF_TOPIC")
     assert not is_send_forbidden("TBW102")
 
 

@@ -61,14 +61,19 @@ GOLDEN_V1_RECORD = bytes.fromhex(
     "0000000000001000"  # PHYSICALOFFSET 4096
     "00000000"  # SYSFLAG
     "0000018bcfe56800"  # BORNTIMESTAMP 1700000000000
-    "c0000202" "0000d431"  # BORNHOST 192.0.2.2:54321
+    "c0000202"
+    "0000d431"  # BORNHOST 192.0.2.2:54321
     "0000018bcfe56be8"  # STORETIMESTAMP 1700000001000
-    "7f000001" "00002a9f"  # STOREHOST 127.0.0.1:10911
+    "7f000001"
+    "00002a9f"  # STOREHOST 127.0.0.1:10911
     "00000000"  # RECONSUMETIMES
     "0000000000000000"  # PREPARED_TRANSACTION_OFFSET
-    "00000005" + b"hello".hex()  # BODY
-    + "09" + b"TopicTest".hex()  # TOPIC (1-byte length)
-    + "0016" + b"TAGS\x01TagA\x02UNIQ_KEY\x01AB\x02".hex()  # PROPERTIES
+    "00000005"
+    + b"hello".hex()  # BODY
+    + "09"
+    + b"TopicTest".hex()  # TOPIC (1-byte length)
+    + "0016"
+    + b"TAGS\x01TagA\x02UNIQ_KEY\x01AB\x02".hex()  # PROPERTIES
 )
 
 
@@ -78,7 +83,12 @@ def test_golden_v1_ipv4_record() -> None:
     assert record.store_size == 127
     assert record.magic == MAGIC_V1
     assert record.body_crc == zlib.crc32(b"hello") & 0x7FFFFFFF
-    assert (record.topic, record.queue_id, record.queue_offset, record.commitlog_offset) == ("TopicTest", 3, 17, 4096)
+    assert (record.topic, record.queue_id, record.queue_offset, record.commitlog_offset) == (
+        "TopicTest",
+        3,
+        17,
+        4096,
+    )
     assert record.born_host == ("192.0.2.2", 54321)
     assert record.store_host == ("127.0.0.1", 10911)
     assert record.properties == {"TAGS": "TagA", "UNIQ_KEY": "AB"}
@@ -118,9 +128,9 @@ def test_record_round_trip(magic: int, born: tuple[str, int], store: tuple[str, 
         _msg(body=b"", properties={}, queue_offset=18, commitlog_offset=2**40, topic="主题"),
         _msg(body=bytes(range(256)) * 10, properties={"KEYS": "a b c", "ключ": "значение"}, body_crc=12345),
     ]
-    data = encode_records(msgs, magic=magic)
+    data = encode_records(msgs, magic=magic, legacy=False)
     decoded = decode_records(data)
-    assert [len(encode_record(m, magic=magic)) for m in msgs] == [r.store_size for r in decoded]
+    assert [len(encode_record(m, magic=magic, legacy=False)) for m in msgs] == [r.store_size for r in decoded]
     assert sum(r.store_size for r in decoded) == len(data)
     for msg, record in zip(msgs, decoded, strict=True):
         assert record.magic == magic
@@ -142,19 +152,22 @@ def test_record_round_trip(magic: int, born: tuple[str, int], store: tuple[str, 
         assert bool(record.sys_flag & SYSFLAG_BORNHOST_V6) == (":" in msg.born_host[0])
         assert bool(record.sys_flag & SYSFLAG_STOREHOST_V6) == (":" in msg.store_host[0])
         assert record.sys_flag & ~0x30 == msg.sys_flag & ~0x30
-    round_tripped = decode_records(encode_records([r.to_stored_message() for r in decoded], magic=magic))
+    round_tripped = decode_records(
+        encode_records([r.to_stored_message() for r in decoded], magic=magic, legacy=False)
+    )
     assert round_tripped == decoded
 
 
 def test_stale_v6_bits_are_corrected() -> None:
-    (record,) = decode_records(encode_record(_msg(sys_flag=SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)))
+    flags = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+    (record,) = decode_records(encode_record(_msg(sys_flag=flags), legacy=False))
     assert record.sys_flag == 0
     assert record.born_host == ("192.0.2.2", 54321)
 
 
-def test_legacy_mode_writes_ipv4_hosts() -> None:
+def test_default_writes_ipv4_hosts_only() -> None:
     msg = _msg(born_host=("::ffff:192.0.2.9", 7), store_host=("2001:db8::5", 8080), topic="T")
-    (record,) = decode_records(encode_record(msg, legacy=True))
+    (record,) = decode_records(encode_record(msg))
     assert record.magic == MAGIC_V1
     assert record.sys_flag & 0x30 == 0
     assert record.born_host == ("192.0.2.9", 7)
@@ -188,7 +201,7 @@ def test_record_error_is_a_codec_error() -> None:
 
 
 def test_truncated_at_every_offset() -> None:
-    data = GOLDEN_V1_RECORD + encode_record(_msg(born_host=("2001:db8::1", 1), topic="X"))
+    data = GOLDEN_V1_RECORD + encode_record(_msg(born_host=("2001:db8::1", 1), topic="X"), legacy=False)
     boundary = len(GOLDEN_V1_RECORD)
     for cut in range(1, len(data)):
         if cut == boundary:
@@ -229,24 +242,29 @@ def test_bad_record_fields(offset: int, value: bytes, reason: str) -> None:
     assert info.value.reason == reason
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=300))
-def test_random_record_bytes_raise_only_record_error(data: bytes) -> None:
+DECODE_REASONS = {"truncated_record", "bad_record_size", "bad_magic", "bad_record_field"}
+
+
+def _decode_reason(data: bytes) -> str | None:
     try:
         decode_records(data)
     except RecordError as exc:
-        assert exc.reason
+        return exc.reason
+    return None
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_record_bytes_raise_only_record_error(data: bytes) -> None:
+    assert _decode_reason(data) in DECODE_REASONS | {None}
+
+
+@settings(max_examples=150, deadline=None)
 @given(st.integers(0, len(GOLDEN_V1_RECORD) - 1), st.integers(0, 255))
 def test_mutated_record_raises_only_record_error(index: int, byte: int) -> None:
     data = bytearray(GOLDEN_V1_RECORD)
     data[index] = byte
-    try:
-        decode_records(bytes(data))
-    except RecordError as exc:
-        assert exc.reason
+    assert _decode_reason(bytes(data)) in DECODE_REASONS | {None}
 
 
 # --- properties --------------------------------------------------------------------------------------
@@ -290,7 +308,7 @@ def test_properties_decoding(text: str, expected: dict[str, str]) -> None:
 _property_text = st.text(st.characters(exclude_characters="\x01\x02"), min_size=1, max_size=10)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(_property_text, _property_text, max_size=8))
 def test_properties_round_trip(props: dict[str, str]) -> None:
     assert decode_properties(encode_properties(props)) == props
@@ -304,9 +322,7 @@ GOLDEN_BATCH = bytes.fromhex(
     "00000000"  # MAGIC
     "00000000"  # BODYCRC
     "00000001"  # FLAG
-    "00000003" + b"one".hex()
-    + "0007" + b"TAGS\x01A\x02".hex()
-    + "00000016"  # TOTALSIZE 22 = 20 + 0 + 2 + 0
+    "00000003" + b"one".hex() + "0007" + b"TAGS\x01A\x02".hex() + "00000016"  # TOTALSIZE 22 = 20 + 0 + 2 + 0
     "00000000"
     "00000000"
     "00000000"
@@ -324,7 +340,8 @@ def test_golden_batch() -> None:
 
 def test_batch_round_trip() -> None:
     entries = [
-        BatchEntry(bytes([i]) * i, i, {"UNIQ_KEY": f"U{i}", "WAIT": "true", "KEYS": "k ключ"}) for i in range(50)
+        BatchEntry(bytes([i]) * i, i, {"UNIQ_KEY": f"U{i}", "WAIT": "true", "KEYS": "k ключ"})
+        for i in range(50)
     ]
     assert decode_batch_body(encode_batch_body(entries)) == entries
 
@@ -360,14 +377,15 @@ def test_batch_invalid_utf8_properties() -> None:
     assert info.value.reason == "bad_properties"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_batch_bytes_raise_only_record_error(data: bytes) -> None:
+    reason: str | None = None
     try:
-        for entry in decode_batch_body(data):
-            assert isinstance(entry.body, bytes)
+        decode_batch_body(data)
     except RecordError as exc:
-        assert exc.reason
+        reason = exc.reason
+    assert reason in (None, "truncated_batch", "bad_properties")
 
 
 # --- compression -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Golden bytes for every MQTT packet type at 3.1.1 (and 3.1) and 5.0, written by hand from the specification."""
+"""Golden bytes for every MQTT packet type at 3.1.1 (and 3.1) and 5.0, hand-written from the specification."""
 
 from __future__ import annotations
 
@@ -44,7 +44,11 @@ GOLDEN_V311: list[tuple[str, Packet, bytes]] = [
     (
         "connect-will-credentials",
         Connect(
-            "c", clean_start=False, keep_alive=10, username="u", password=b"p",
+            "c",
+            clean_start=False,
+            keep_alive=10,
+            username="u",
+            password=b"p",
             will=Will("w/t", b"bye", QoS.AT_LEAST_ONCE, retain=True),
         ),
         h("101d 00044d515454 04 ec 000a 000163 0003772f74 0003627965 000175 000170"),
@@ -88,7 +92,9 @@ CONNECT_V5_FULL = Connect(
     username="user",
     password=b"\x01\x02\x03",
     will=Will(
-        "t", b"", QoS.EXACTLY_ONCE,
+        "t",
+        b"",
+        QoS.EXACTLY_ONCE,
         properties=Properties(payload_format_indicator=1, will_delay_interval=5),
     ),
     properties=Properties(session_expiry_interval=120, receive_maximum=20, user_properties=(("k", "v"),)),
@@ -129,7 +135,9 @@ GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
         "connack-properties",
         Connack(
             session_present=True,
-            properties=Properties(assigned_client_identifier="abc", receive_maximum=10, topic_alias_maximum=5),
+            properties=Properties(
+                assigned_client_identifier="abc", receive_maximum=10, topic_alias_maximum=5
+            ),
         ),
         h("200f 0100 0c 120003616263 21000a 220005"),
     ),
@@ -170,7 +178,10 @@ GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
             1,
             (
                 SubscribeTopic(
-                    "a/+", QoS.AT_LEAST_ONCE, no_local=True, retain_as_published=True,
+                    "a/+",
+                    QoS.AT_LEAST_ONCE,
+                    no_local=True,
+                    retain_as_published=True,
                     retain_handling=RetainHandling.DO_NOT_SEND,
                 ),
                 SubscribeTopic("$share/g/x"),
@@ -181,7 +192,9 @@ GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
     ),
     (
         "suback",
-        SubAck(1, (R.GRANTED_QOS_1, R.GRANTED_QOS_0, R.NOT_AUTHORIZED, R.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)),
+        SubAck(
+            1, (R.GRANTED_QOS_1, R.GRANTED_QOS_0, R.NOT_AUTHORIZED, R.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
+        ),
         h("9007 0001 00 010087a2"),
     ),
     ("unsubscribe", Unsubscribe(2, ("a/+",)), h("a208 0002 00 0003612f2b")),
@@ -198,7 +211,10 @@ GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
     ("auth-success", Auth(), h("f000")),
     (
         "auth-continue",
-        Auth(R.CONTINUE_AUTHENTICATION, Properties(authentication_method="SCRA", authentication_data=b"\x01\x02")),
+        Auth(
+            R.CONTINUE_AUTHENTICATION,
+            Properties(authentication_method="SCRA", authentication_data=b"\x01\x02"),
+        ),
         h("f00e 18 0c 15000453435241 1600020102"),
     ),
 ]
@@ -290,5 +306,9 @@ def test_v311_drops_what_it_cannot_carry() -> None:
     assert encode(UnsubAck(7, (R.NO_SUBSCRIPTION_EXISTED,), props), 4) == h("b002 0007")
     assert encode(Disconnect(R.SERVER_SHUTTING_DOWN, props), 4) == h("e000")
     assert encode(Publish("a", b"", properties=Properties(message_expiry_interval=3)), 4) == h("3003 000161")
-    options = SubscribeTopic("a", QoS.AT_LEAST_ONCE, no_local=True, retain_handling=RetainHandling.DO_NOT_SEND)
-    assert encode(Subscribe(1, (options,), Properties(subscription_identifiers=(3,))), 4) == h("8206 0001 000161 01")
+    options = SubscribeTopic(
+        "a", QoS.AT_LEAST_ONCE, no_local=True, retain_handling=RetainHandling.DO_NOT_SEND
+    )
+    assert encode(Subscribe(1, (options,), Properties(subscription_identifiers=(3,))), 4) == h(
+        "8206 0001 000161 01"
+    )

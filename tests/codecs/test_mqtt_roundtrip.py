@@ -50,9 +50,7 @@ from mqproxy.codecs.mqtt.reason_codes import (
 )
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
-plain_level = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00+#/"), max_size=6
-)
+plain_level = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00+#/"), max_size=6)
 topic_names = st.lists(plain_level, min_size=1, max_size=4).map("/".join).filter(bool)
 packet_ids = st.integers(min_value=1, max_value=0xFFFF)
 qos = st.sampled_from(list(QoS))
@@ -94,14 +92,20 @@ def properties(draw: st.DrawFn, context: PropertyContext) -> Properties:
         if spec.id == PropertyId.USER_PROPERTY:
             values["user_properties"] = tuple(draw(st.lists(st.tuples(text, text), min_size=1, max_size=3)))
             continue
-        if spec.type in (PropertyType.UTF8, PropertyType.BINARY):
+        if spec.id == PropertyId.RESPONSE_TOPIC:
+            value = draw(topic_names)
+        elif spec.type in (PropertyType.UTF8, PropertyType.BINARY):
             value = draw(_VALUE_STRATEGIES[spec.type])
         else:
-            value = draw(st.integers(spec.minimum, _INT_MAXIMUM[spec.type] if spec.maximum is None else spec.maximum))
+            value = draw(
+                st.integers(spec.minimum, _INT_MAXIMUM[spec.type] if spec.maximum is None else spec.maximum)
+            )
         if spec.id == PropertyId.SUBSCRIPTION_IDENTIFIER:
             count = 3 if context is PropertyContext.PUBLISH else 1
-            values["subscription_identifiers"] = (value, *draw(st.lists(
-                st.integers(1, 268_435_455), max_size=count - 1)))
+            values["subscription_identifiers"] = (
+                value,
+                *draw(st.lists(st.integers(1, 268_435_455), max_size=count - 1)),
+            )
             continue
         values[spec.attribute] = value
     return Properties(**values)
@@ -119,14 +123,27 @@ def reasons(level: int, allowed: frozenset[ReasonCode]) -> st.SearchStrategy[Rea
 def connects(draw: st.DrawFn, level: int) -> Connect:
     will = None
     if draw(st.booleans()):
-        will = Will(draw(topic_names), draw(payloads), draw(qos), draw(st.booleans()),
-                    draw(props(level, PropertyContext.WILL)))
+        will = Will(
+            draw(topic_names),
+            draw(payloads),
+            draw(qos),
+            draw(st.booleans()),
+            draw(props(level, PropertyContext.WILL)),
+        )
     username = draw(st.none() | text)
     password = draw(st.none() | st.binary(max_size=8))
     if level != 5 and username is None:
         password = None
-    return Connect(draw(text), level, draw(st.booleans()), draw(st.integers(0, 0xFFFF)), username, password,
-                   will, draw(props(level, PropertyContext.CONNECT)))
+    return Connect(
+        draw(text),
+        level,
+        draw(st.booleans()),
+        draw(st.integers(0, 0xFFFF)),
+        username,
+        password,
+        will,
+        draw(props(level, PropertyContext.CONNECT)),
+    )
 
 
 @st.composite
@@ -134,9 +151,18 @@ def connacks(draw: st.DrawFn, level: int) -> Connack:
     if level == 5:
         reason = draw(st.sampled_from(sorted(CONNACK_REASON_CODES)))
     else:
-        reason = draw(st.sampled_from([ReasonCode.SUCCESS, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
-                                       ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, ReasonCode.SERVER_UNAVAILABLE,
-                                       ReasonCode.BAD_USER_NAME_OR_PASSWORD, ReasonCode.NOT_AUTHORIZED]))
+        reason = draw(
+            st.sampled_from(
+                [
+                    ReasonCode.SUCCESS,
+                    ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                    ReasonCode.SERVER_UNAVAILABLE,
+                    ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+                    ReasonCode.NOT_AUTHORIZED,
+                ]
+            )
+        )
     session_present = draw(st.booleans()) and not reason.is_error
     return Connack(session_present, reason, draw(props(level, PropertyContext.CONNACK)))
 
@@ -148,8 +174,15 @@ def publishes(draw: st.DrawFn, level: int) -> Publish:
     topic = draw(topic_names)
     if properties_.topic_alias is not None and draw(st.booleans()):
         topic = ""
-    return Publish(topic, draw(payloads), q, draw(st.booleans()), bool(q) and draw(st.booleans()),
-                   draw(packet_ids) if q else None, properties_)
+    return Publish(
+        topic,
+        draw(payloads),
+        q,
+        draw(st.booleans()),
+        bool(q) and draw(st.booleans()),
+        draw(packet_ids) if q else None,
+        properties_,
+    )
 
 
 @st.composite
@@ -158,14 +191,19 @@ def subscribe_topics(draw: st.DrawFn, level: int) -> SubscribeTopic:
     if level != 5:
         return SubscribeTopic(topic_filter, draw(qos))
     no_local = draw(st.booleans()) and not topic_filter.startswith("$share/")
-    return SubscribeTopic(topic_filter, draw(qos), no_local, draw(st.booleans()),
-                          draw(st.sampled_from(list(RetainHandling))))
+    return SubscribeTopic(
+        topic_filter, draw(qos), no_local, draw(st.booleans()), draw(st.sampled_from(list(RetainHandling)))
+    )
 
 
 def packets(level: int) -> st.SearchStrategy[Packet]:
     ctx = PropertyContext
-    v311_suback = [ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2,
-                   ReasonCode.UNSPECIFIED_ERROR]
+    v311_suback = [
+        ReasonCode.GRANTED_QOS_0,
+        ReasonCode.GRANTED_QOS_1,
+        ReasonCode.GRANTED_QOS_2,
+        ReasonCode.UNSPECIFIED_ERROR,
+    ]
     suback_codes = st.sampled_from(sorted(SUBACK_REASON_CODES) if level == 5 else v311_suback)
     options = [
         connects(level),
@@ -175,16 +213,32 @@ def packets(level: int) -> st.SearchStrategy[Packet]:
         st.builds(PubRec, packet_ids, reasons(level, PUBACK_REASON_CODES), props(level, ctx.PUBREC)),
         st.builds(PubRel, packet_ids, reasons(level, PUBREL_REASON_CODES), props(level, ctx.PUBREL)),
         st.builds(PubComp, packet_ids, reasons(level, PUBREL_REASON_CODES), props(level, ctx.PUBCOMP)),
-        st.builds(Subscribe, packet_ids, st.lists(subscribe_topics(level), min_size=1, max_size=4).map(tuple),
-                  props(level, ctx.SUBSCRIBE)),
-        st.builds(SubAck, packet_ids, st.lists(suback_codes, min_size=1, max_size=4).map(tuple),
-                  props(level, ctx.SUBACK)),
-        st.builds(Unsubscribe, packet_ids, st.lists(topic_filters(), min_size=1, max_size=4).map(tuple),
-                  props(level, ctx.UNSUBSCRIBE)),
-        st.builds(UnsubAck, packet_ids,
-                  st.lists(st.sampled_from(sorted(UNSUBACK_REASON_CODES)), min_size=1, max_size=4).map(tuple)
-                  if level == 5 else st.just(()),
-                  props(level, ctx.UNSUBACK)),
+        st.builds(
+            Subscribe,
+            packet_ids,
+            st.lists(subscribe_topics(level), min_size=1, max_size=4).map(tuple),
+            props(level, ctx.SUBSCRIBE),
+        ),
+        st.builds(
+            SubAck,
+            packet_ids,
+            st.lists(suback_codes, min_size=1, max_size=4).map(tuple),
+            props(level, ctx.SUBACK),
+        ),
+        st.builds(
+            Unsubscribe,
+            packet_ids,
+            st.lists(topic_filters(), min_size=1, max_size=4).map(tuple),
+            props(level, ctx.UNSUBSCRIBE),
+        ),
+        st.builds(
+            UnsubAck,
+            packet_ids,
+            st.lists(st.sampled_from(sorted(UNSUBACK_REASON_CODES)), min_size=1, max_size=4).map(tuple)
+            if level == 5
+            else st.just(()),
+            props(level, ctx.UNSUBACK),
+        ),
         st.just(PingReq()),
         st.just(PingResp()),
         st.builds(Disconnect, reasons(level, DISCONNECT_REASON_CODES), props(level, ctx.DISCONNECT)),
@@ -217,7 +271,9 @@ def test_roundtrip_v5(sequence: list[Packet], step: int) -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(connect=connects(5), rest=st.lists(packets(5).filter(lambda p: not isinstance(p, Connect)), max_size=4))
+@given(
+    connect=connects(5), rest=st.lists(packets(5).filter(lambda p: not isinstance(p, Connect)), max_size=4)
+)
 def test_roundtrip_server_side_v5(connect: Connect, rest: list[Packet]) -> None:
     decoder = MqttDecoder(MAX_PACKET_SIZE)
     stream = encode(connect, 5) + b"".join(encode(packet, 5) for packet in rest)

@@ -14,7 +14,9 @@ from mqproxy.codecs.mqtt import (
 )
 
 
-@pytest.mark.parametrize("topic", ["a", "a/b", "/", "a//b", "/a", "$SYS/broker/load", "$share/g/a", " ", "ü/€"])
+@pytest.mark.parametrize(
+    "topic", ["a", "a/b", "/", "a//b", "/a", "$SYS/broker/load", "$share/g/a", " ", "ü/€"]
+)
 def test_valid_topic_names(topic: str) -> None:
     validate_topic_name(topic)
 
@@ -55,8 +57,24 @@ def test_has_wildcards() -> None:
 
 @pytest.mark.parametrize(
     "topic_filter",
-    ["", "a#", "#/a", "a/#/b", "a/b#", "+a", "a/+b", "sport+", "##", "++",
-     "$share/g", "$share/g/", "$share//a", "$share/g+/a", "$share/#/a", "$share/"],
+    [
+        "",
+        "a#",
+        "#/a",
+        "a/#/b",
+        "a/b#",
+        "+a",
+        "a/+b",
+        "sport+",
+        "##",
+        "++",
+        "$share/g",
+        "$share/g/",
+        "$share//a",
+        "$share/g+/a",
+        "$share/#/a",
+        "$share/",
+    ],
 )
 def test_invalid_topic_filters(topic_filter: str) -> None:
     with pytest.raises(MqttCodecError) as info:

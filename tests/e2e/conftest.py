@@ -5,7 +5,8 @@
 * ``clients``: the installed remoting clients by name (``py044``, ``pycvs``, ``alions``);
   ``client(name)`` skips the test when that client is not installed (``scripts/setup-clients.sh``).
 
-``MQPROXY_BIN`` overrides the proxy executable (default: ``mqproxy`` next to the running interpreter).
+``E2E_MQPROXY_BIN`` overrides the proxy executable (default: ``mqproxy`` next to the running interpreter;
+the name avoids the ``MQPROXY_`` prefix, which the proxy reads as configuration).
 Each client process gets ``HOME`` pointing at a temp dir, because the C++ cores log under ``$HOME/logs``.
 """
 
@@ -34,7 +35,7 @@ STOP_TIMEOUT = 15.0
 
 
 def proxy_executable() -> str | None:
-    configured = os.environ.get("MQPROXY_BIN")
+    configured = os.environ.get("E2E_MQPROXY_BIN")
     if configured:
         return configured
     beside = Path(sys.executable).parent / "mqproxy"
@@ -116,7 +117,8 @@ class ProxyProcess:
         started = self.reader.wait_for(lambda e: e.get("event") == "proxy.started", START_TIMEOUT)
         if started is None:
             self.kill()
-            pytest.fail(f"proxy did not report proxy.started within {START_TIMEOUT} s:\n{self.diagnostics()}")
+            pytest.fail(f"proxy did not report proxy.started within {START_TIMEOUT} s (exit status "
+                        f"{self.returncodes[-1]}):\n{self.diagnostics()}")
         self.address = str(started["listen"])
         return self.address
 
@@ -250,9 +252,6 @@ def _discover_clients(home: Path, workdir: Path) -> dict[str, Client]:
     return found
 
 
-ALL_CLIENTS = ("py044", "pycvs", "alions")
-
-
 @pytest.fixture(scope="session")
 def clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Client]:
     home = tmp_path_factory.mktemp("client-home")
@@ -274,7 +273,7 @@ def client(clients: dict[str, Client]) -> Callable[[str], Client]:
 def proxy_bin() -> str:
     exe = proxy_executable()
     if exe is None:
-        pytest.skip("mqproxy executable not found (pip install -e . or set MQPROXY_BIN)")
+        pytest.skip("mqproxy executable not found (pip install -e . or set E2E_MQPROXY_BIN)")
     return exe
 
 

@@ -80,7 +80,7 @@ def finished(client: Any, run: Any, timeout: float = 60.0) -> list[Event]:
 
 def consume(client: Any, namesrv: str, topic: str, group: str, expect: int, *, linger: float = 0.0) -> Any:
     """Start a push consumer that reports the user properties ``send_batch`` sets."""
-    return client.consume(namesrv, topic, group, expect, timeout=40, linger=linger, prop_keys=PROP_KEYS)
+    return client.consume(namesrv, topic, group, expect, timeout=20, linger=linger, prop_keys=PROP_KEYS)
 
 
 def seqs_of(received: list[Event]) -> list[int]:

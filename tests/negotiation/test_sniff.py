@@ -8,7 +8,7 @@ import ssl
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from mqproxy.codecs.proxy_protocol import parse_proxy_header
 from mqproxy.negotiation import (
@@ -355,6 +355,8 @@ _near_golden = st.builds(
 )
 
 
+# No hypothesis deadline: timing varies on shared cores; these tests check correctness only.
+@settings(deadline=None)
 @given(data=st.one_of(st.binary(max_size=2 * MAX_SNIFF_BYTES_NEEDED), _near_golden))
 def test_fuzz_sniff_is_total_and_bounded(data: bytes) -> None:
     verdict = sniff(data)
@@ -368,6 +370,7 @@ def test_fuzz_sniff_is_total_and_bounded(data: bytes) -> None:
             assert not isinstance(one, NeedMore)
 
 
+@settings(deadline=None)
 @given(
     data=st.one_of(st.binary(max_size=2 * MAX_SNIFF_BYTES_NEEDED), _near_golden),
     allowed=st.frozensets(st.sampled_from(list(Protocol))),
@@ -380,6 +383,49 @@ def test_fuzz_sniff_respects_allowed(data: bytes, allowed: frozenset[Protocol]) 
     elif isinstance(verdict, Unknown):
         assert verdict.reason == "unknown_protocol"
         assert verdict.detail.isprintable()
+
+
+@settings(deadline=None)
+@given(
+    data=st.one_of(st.binary(max_size=MAX_SNIFF_BYTES_NEEDED), _near_golden),
+    extra=st.binary(min_size=1, max_size=MAX_SNIFF_BYTES_NEEDED),
+)
+def test_fuzz_detectors_are_monotone(data: bytes, extra: bytes) -> None:
+    """Growing a prefix never revokes a decision (the I/O layer and the first-byte table rely on it)."""
+    for detect in DETECTORS.values():
+        before, after = detect(data), detect(data + extra)
+        if isinstance(before, Unknown):
+            assert isinstance(after, Unknown)
+        elif isinstance(before, Detected):
+            assert after == before
+
+
+def _reference_sniff(data: bytes, allowed: frozenset[Protocol]) -> Detected | NeedMore | Unknown:
+    """The contract spelled out: ask every allowed detector, in DETECTORS order."""
+    verdicts = [detect(data) for p, detect in DETECTORS.items() if p in allowed]
+    detected = [v for v in verdicts if isinstance(v, Detected)]
+    if detected:
+        return detected[0]
+    if any(isinstance(v, NeedMore) for v in verdicts) and len(data) < MAX_SNIFF_BYTES_NEEDED:
+        return NeedMore()
+    return Unknown("unknown_protocol", f"{len(data)} bytes: {data[:16].hex(' ')}")
+
+
+@settings(deadline=None)
+@given(
+    data=st.one_of(st.binary(max_size=2 * MAX_SNIFF_BYTES_NEEDED), _near_golden),
+    allowed=st.frozensets(st.sampled_from(list(Protocol))),
+)
+def test_fuzz_sniff_matches_reference(data: bytes, allowed: frozenset[Protocol]) -> None:
+    assert sniff(data, allowed) == _reference_sniff(data, allowed)
+
+
+def test_every_first_byte_matches_reference() -> None:
+    tails = (b"", bytes(9), b"\x00\x04MQTT\x04" + bytes(9), b"ET / HTTP/1.1", b"\x03\x01\x02\x00\x01")
+    for first in range(256):
+        for tail in tails:
+            data = bytes([first]) + tail
+            assert sniff(data) == _reference_sniff(data, ALL), data
 
 
 # -- purity ----------------------------------------------------------------------------------------------

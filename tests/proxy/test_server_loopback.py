@@ -289,3 +289,33 @@ async def test_thousand_killed_connections_leak_nothing(server: Any, log_sink: A
     assert server.state.connections_total == 1001
     assert _open_fds() == before
     assert len(_closed_events(log_sink)) == 1001
+
+
+async def _remoting_call(stream: trio.abc.Stream, header: dict[str, Any], body: bytes = b"") -> tuple[dict[str, Any], bytes]:
+    await stream.send_all(_remoting_frame(header, body))
+    buf = bytearray()
+    with trio.fail_after(5):
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack_from(">i", buf)[0]:
+            buf += await stream.receive_some(65536)
+    total, header_len = struct.unpack_from(">ii", buf)
+    header_len &= 0xFFFFFF
+    return json.loads(buf[8 : 8 + header_len]), bytes(buf[8 + header_len : 4 + total])
+
+
+async def test_remoting_frame_is_routed_and_answered_as_name_server(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    header, body = await _remoting_call(
+        s, {"code": 105, "language": "JAVA", "version": 401, "opaque": 7, "flag": 0, "extFields": {"topic": "T1"}}
+    )
+    assert (header["code"], header["opaque"], header["flag"] & 1) == (0, 7, 1)
+    route = json.loads(body)
+    host, port = server.address
+    assert route["brokerDatas"][0]["brokerAddrs"]["0"] == f"{host}:{port}"
+    unknown, _ = await _remoting_call(s, {"code": 99999, "opaque": 8, "flag": 0, "extFields": {}})
+    assert unknown["code"] == 3 and "99999" in unknown["remark"]
+    await s.aclose()
+    await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
+    requests = log_sink.named("request")
+    assert [(r["op"], r["outcome"]) for r in requests] == [("GET_ROUTEINFO_BY_TOPIC", "ok"), ("UNKNOWN_99999", "error")]
+    closed = log_sink.named("conn.closed")[0]
+    assert closed["protocol"] == "remoting" and closed["requests"] == 2 and closed["error"] is None

@@ -6,7 +6,6 @@ import json
 
 import orjson
 import pytest
-
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
@@ -44,7 +43,8 @@ class FakePeer:
 
 async def test_route_for_a_new_topic_points_at_the_proxy(wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, version=401))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert b'"brokerAddrs":{"0":"10.0.0.8:8080"}' in response.body
     assert orjson.loads(response.body) == {
         "brokerDatas": [{"brokerAddrs": {"0": "10.0.0.8:8080"}, "brokerName": "broker-a",
@@ -57,35 +57,50 @@ async def test_route_for_a_new_topic_points_at_the_proxy(wire, session, backend)
     assert await backend.get_topic("T") is not None
 
 
-@pytest.mark.parametrize(("topic", "perm", "queues"), [("TBW102", 7, 4), ("%RETRY%G", 6, 1), ("%DLQ%G", 6, 1)])
+@pytest.mark.parametrize(
+    ("topic", "perm", "queues"), [("TBW102", 7, 4), ("%RETRY%G", 6, 1), ("%DLQ%G", 6, 1)]
+)
 async def test_route_for_special_topics(topic, perm, queues, wire, session) -> None:
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     (queue_data,) = orjson.loads(response.body)["queueDatas"]
-    assert (queue_data["perm"], queue_data["readQueueNums"], queue_data["writeQueueNums"]) == (perm, queues, queues)
+    assert (queue_data["perm"], queue_data["readQueueNums"], queue_data["writeQueueNums"]) == (
+        perm,
+        queues,
+        queues,
+    )
 
 
 async def test_route_without_auto_create(wire) -> None:
     backend = InMemoryBackend(auto_create_topics=False)
     session = RemotingSession(backend, ServerContext("10.0.0.8", 8080, auto_create_topics=False))
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}))
-    assert response is not None and response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response is not None
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
     assert response.remark == "No topic route info in name server for the topic: T"
     assert response.body == b""
     template = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}))
-    assert template is not None and template.code == ResponseCode.SUCCESS
+    assert template is not None
+    assert template.code == ResponseCode.SUCCESS
+    retry = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%G"}))
+    assert retry is not None
+    assert retry.code == ResponseCode.SUCCESS
+    assert await backend.get_topic("T") is None
 
 
 @pytest.mark.parametrize("topic", ["bad topic", "", "x" * 300])
 async def test_route_for_an_illegal_topic(topic, wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
-    assert response is not None and response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response is not None
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
     assert await backend.get_topic(topic) is None
 
 
 async def test_route_without_topic(wire, session) -> None:
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {}))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert response.remark == "header field 'topic' is missing"
 
 
@@ -95,8 +110,9 @@ async def test_route_without_topic(wire, session) -> None:
 async def test_java_heartbeat_without_ext_fields(wire, session, backend, events) -> None:
     body = json.dumps({
         "clientID": "192.0.2.2@4242#99", "heartbeatFingerprint": 0, "withoutSub": False,
-        "consumerDataSet": [{"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_PASSIVELY",
-                             "groupName": "G", "messageModel": "CLUSTERING", "unitMode": False,
+        "consumerDataSet": [{"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                             "consumeType": "CONSUME_PASSIVELY", "groupName": "G",
+                             "messageModel": "CLUSTERING", "unitMode": False,
                              "subscriptionDataSet": [{"classFilterMode": False, "codeSet": [],
                                                       "expressionType": "TAG", "subString": "*",
                                                       "subVersion": 1, "tagsSet": [], "topic": "T"}]}],
@@ -105,10 +121,13 @@ async def test_java_heartbeat_without_ext_fields(wire, session, backend, events)
     request = wire(RequestCode.HEART_BEAT, None, body)
     assert request.ext_fields == {}
     response = await session.handle(request)
-    assert response is not None and response.code == ResponseCode.SUCCESS and response.remark == ""
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
+    assert response.remark == ""
     assert await backend.consumer_ids("G") == ["192.0.2.2@4242#99"]
     retry = await backend.get_topic("%RETRY%G")
-    assert retry is not None and retry.write_queues == 1
+    assert retry is not None
+    assert retry.write_queues == 1
     assert session.client_id == "192.0.2.2@4242#99"
     assert (events[-1].op, events[-1].client_id, events[-1].group) == ("HEART_BEAT", "192.0.2.2@4242#99", "G")
 
@@ -117,7 +136,8 @@ async def test_cpp_heartbeat_with_integer_enums(wire, session, backend) -> None:
     request = wire(RequestCode.HEART_BEAT, {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "x"},
                    heartbeat("127.0.0.1@77#DEFAULT", enums="ints"), language="CPP", version=333)  # fmt: skip
     response = await session.handle(request)
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     info = await backend.consumer_info("G", "127.0.0.1@77#DEFAULT")
     assert info is not None
     assert (info.consume_type, info.message_model) == ("CONSUME_PASSIVELY", "CLUSTERING")
@@ -126,9 +146,11 @@ async def test_cpp_heartbeat_with_integer_enums(wire, session, backend) -> None:
 
 async def test_alions_heartbeat_with_enum_names(wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.HEART_BEAT, {}, heartbeat("192.0.2.2@5"), version=121))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     info = await backend.consumer_info("G", "192.0.2.2@5")
-    assert info is not None and (info.consume_type, info.message_model) == ("CONSUME_ACTIVELY", "BROADCASTING")
+    assert info is not None
+    assert (info.consume_type, info.message_model) == ("CONSUME_ACTIVELY", "BROADCASTING")
 
 
 @pytest.mark.parametrize(
@@ -142,9 +164,11 @@ async def test_alions_heartbeat_with_enum_names(wire, session, backend) -> None:
 )  # fmt: skip
 async def test_malformed_heartbeat(body, wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.HEART_BEAT, None, body))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert response.remark
-    assert await backend.consumer_ids("G") == [] and session.memberships == set()
+    assert await backend.consumer_ids("G") == []
+    assert session.memberships == set()
 
 
 async def test_consumer_list(wire, backend) -> None:
@@ -153,10 +177,12 @@ async def test_consumer_list(wire, backend) -> None:
     assert await first.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2"))) is not None
     assert await second.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1"))) is not None
     response = await first.handle(wire(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert orjson.loads(response.body) == {"consumerIdList": ["a@1", "b@2"]}
     empty = await first.handle(wire(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "Other"}))
-    assert empty is not None and empty.code == ResponseCode.SYSTEM_ERROR
+    assert empty is not None
+    assert empty.code == ResponseCode.SYSTEM_ERROR
     assert empty.remark == "no consumer for this group, Other"
 
 
@@ -178,7 +204,8 @@ async def test_notify_other_members_on_join_unregister_and_close(wire, backend) 
     # UNREGISTER_CLIENT as C++ sends it (the unused group is "")
     unregister = {"clientID": "b@2", "producerGroup": "", "consumerGroup": "G"}
     response = await b.handle(wire(RequestCode.UNREGISTER_CLIENT, unregister, language="CPP"))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert (peer_a.notified, peer_c.notified) == (["G", "G", "G"], ["G"])
     assert await backend.consumer_ids("G") == ["a@1", "c@3"]
     # connection A ends without unregistering
@@ -189,10 +216,14 @@ async def test_notify_other_members_on_join_unregister_and_close(wire, backend) 
 
 
 async def test_unregister_producer_only(wire, session, backend) -> None:
-    response = await session.handle(wire(RequestCode.UNREGISTER_CLIENT, {"clientID": "x@1", "producerGroup": "PG"}))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    response = await session.handle(
+        wire(RequestCode.UNREGISTER_CLIENT, {"clientID": "x@1", "producerGroup": "PG"})
+    )
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     missing = await session.handle(wire(RequestCode.UNREGISTER_CLIENT, {"producerGroup": "PG"}))
-    assert missing is not None and missing.code == ResponseCode.INVALID_PARAMETER
+    assert missing is not None
+    assert missing.code == ResponseCode.INVALID_PARAMETER
     assert "clientID" in (missing.remark or "")
 
 
@@ -211,14 +242,24 @@ async def test_closing_an_old_connection_keeps_a_reconnected_client(wire, backen
 # --- generic behaviour ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("code", "op"), [(9999, "UNKNOWN_9999"), (41, "LOCK_BATCH_MQ"), (-5, "UNKNOWN_-5")])
+@pytest.mark.parametrize(
+    ("code", "op"), [(9999, "UNKNOWN_9999"), (37, "END_TRANSACTION"), (-5, "UNKNOWN_-5")]
+)
 async def test_unknown_code(code, op, wire, session, events) -> None:
     response = await session.handle(wire(code, {"x": 1}, opaque=1234))
     assert response is not None
-    assert (response.code, response.opaque, response.flag) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, 1234, 1)
+    assert (response.code, response.opaque, response.flag) == (
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        1234,
+        1,
+    )
     assert response.remark == f" request type {code} not supported"
     assert response.ext_fields == {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-    assert (events[-1].op, events[-1].status, events[-1].outcome) == (op, "REQUEST_CODE_NOT_SUPPORTED", "error")
+    assert (events[-1].op, events[-1].status, events[-1].outcome) == (
+        op,
+        "REQUEST_CODE_NOT_SUPPORTED",
+        "error",
+    )
 
 
 async def test_oneway_unknown_code_is_not_answered(wire, session) -> None:
@@ -231,11 +272,13 @@ async def test_handler_bug_becomes_system_error(wire, session, backend, monkeypa
 
     monkeypatch.setattr(backend, "get_topic", broken)
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}))
-    assert response is not None and response.code == ResponseCode.SYSTEM_ERROR
+    assert response is not None
+    assert response.code == ResponseCode.SYSTEM_ERROR
     assert response.remark == "RuntimeError: boom"
     monkeypatch.undo()
     again = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}))
-    assert again is not None and again.code == ResponseCode.SUCCESS
+    assert again is not None
+    assert again.code == ResponseCode.SUCCESS
 
 
 async def test_store_unavailable_maps_to_service_not_available(wire, session, backend, monkeypatch) -> None:
@@ -245,7 +288,8 @@ async def test_store_unavailable_maps_to_service_not_available(wire, session, ba
     monkeypatch.setattr(backend, "send", closed)
     ext = {"a": "PG", "b": "T", "e": "0", "f": "0", "g": "0", "h": "0"}
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
-    assert response is not None and response.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert response is not None
+    assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert response.remark == "StoreUnavailable: store is closing"
 
 
@@ -258,4 +302,23 @@ async def test_response_header_is_json_with_server_version(wire, session) -> Non
     header_len = int.from_bytes(frame[4:8], "big")
     assert frame[4] == 0  # serialize type JSON in the top byte
     header = orjson.loads(frame[8 : 8 + header_len])
-    assert header["version"] == 479 and header["language"] == "JAVA" and header["opaque"] == 3
+    assert header["version"] == 479
+    assert header["language"] == "JAVA"
+    assert header["opaque"] == 3
+
+
+async def test_heartbeat_without_a_group_leaves_it(wire, backend) -> None:
+    registry = ConnectionRegistry()
+    ctx = ServerContext("10.0.0.8", 8080, groups=registry)
+    watcher, leaver = FakePeer(), FakePeer()
+    a = RemotingSession(backend, ctx, conn=watcher)
+    b = RemotingSession(backend, ctx, conn=leaver)
+    await a.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1")))
+    await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2")))
+    assert watcher.notified == ["G"]
+    # b's consumer of G shut down; its process keeps heartbeating for another group only
+    await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2", group="H")))
+    assert await backend.consumer_ids("G") == ["a@1"]
+    assert await backend.consumer_ids("H") == ["b@2"]
+    assert watcher.notified == ["G", "G"]
+    assert registry.connections("G") == [watcher]

@@ -7,7 +7,6 @@ import json
 import pytest
 import trio
 import trio.testing
-
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
@@ -90,11 +89,14 @@ async def test_long_poll_does_not_block_and_responses_go_out_of_order(backend, c
         answers = {(await client.receive()).opaque: None for _ in range(2)}
         assert set(answers) == {1, 3}
         await client.stream.aclose()
-    assert stats.requests == 3 and stats.error is None
-    assert stats.bytes_in > 0 and stats.bytes_out > 0
+    assert stats.requests == 3
+    assert stats.error is None
+    assert stats.bytes_in > 0
+    assert stats.bytes_out > 0
     by_op = {e.op: e for e in events}
     assert by_op["PULL_MESSAGE"].latency_ms == pytest.approx(3000, abs=5)
-    assert by_op["PULL_MESSAGE"].resp_bytes > 0 and by_op["PULL_MESSAGE"].req_bytes > 0
+    assert by_op["PULL_MESSAGE"].resp_bytes > 0
+    assert by_op["PULL_MESSAGE"].req_bytes > 0
 
 
 async def test_pull_response_over_the_wire(backend, ctx, autojump_clock) -> None:
@@ -134,7 +136,8 @@ async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry) -
         assert await backend.consumer_ids("G") == ["c@1"]
         await client.stream.send_all(garbage)
     (stats,) = result
-    assert stats.error == reason and stats.requests == 1
+    assert stats.error == reason
+    assert stats.requests == 1
     assert await backend.consumer_ids("G") == []  # its consumers were unregistered
     assert registry.connections("G") == []
 
@@ -160,10 +163,12 @@ async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx) -> None:
         assert (await b.receive()).opaque == 1
         notify = await a.receive()
         assert notify.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
-        assert notify.flag == 2 and notify.ext_fields == {"consumerGroup": "G"}
+        assert notify.flag == 2
+        assert notify.ext_fields == {"consumerGroup": "G"}
         await b.stream.aclose()  # b disconnects: a is told, b is gone from the group
         again = await a.receive()
-        assert again.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and again.opaque != notify.opaque
+        assert again.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+        assert again.opaque != notify.opaque
         assert await backend.consumer_ids("G") == ["a@1"]
         await a.stream.aclose()
     assert stats_b.error is None
@@ -178,19 +183,24 @@ async def test_server_to_client_call_and_unmatched_responses(backend, ctx, regis
         await client.send(RemotingCommand(ResponseCode.SUCCESS, opaque=4242, flag=1))
         (connection,) = registry.connections("G")
         answer: list[RemotingCommand | None] = []
+        answered = trio.Event()
 
         async def ask() -> None:
-            command = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={"consumerGroup": "G"})
+            command = RemotingCommand(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={"consumerGroup": "G"}
+            )
             answer.append(await connection.call(command, 5.0))  # type: ignore[attr-defined]
+            answered.set()
 
         nursery.start_soon(ask)
         request = await client.receive()
-        assert request.code == RequestCode.GET_CONSUMER_RUNNING_INFO and not request.is_response
+        assert request.code == RequestCode.GET_CONSUMER_RUNNING_INFO
+        assert not request.is_response
         await client.send(RemotingCommand(ResponseCode.SUCCESS, opaque=request.opaque, flag=1, body=b"{}"))
         with trio.fail_after(5):
-            while not answer:
-                await trio.sleep(0.01)
-        assert answer[0] is not None and answer[0].body == b"{}"
+            await answered.wait()
+        assert answer[0] is not None
+        assert answer[0].body == b"{}"
         await client.send(send(9, 0, b"still alive"))
         assert (await client.receive()).opaque == 9
         await client.stream.aclose()
@@ -225,6 +235,25 @@ async def test_oneway_requests_get_no_answer(backend, ctx) -> None:
         await client.send(oneway)
         await client.send(send(2, 0, b"y"))
         response = await client.receive()
-        assert response.opaque == 2 and response.ext_fields["queueOffset"] == "1"
+        assert response.opaque == 2
+        assert response.code == ResponseCode.SUCCESS
+        await trio.testing.wait_all_tasks_blocked()
+        stored = (await backend.pull("T", 0, 0, 32)).messages
+        assert sorted(m.body for m in stored) == [b"x", b"y"]  # requests run concurrently: any order
         await client.stream.aclose()
     assert stats.requests == 2
+
+
+async def test_frames_split_across_reads_are_measured_exactly(backend, ctx) -> None:
+    events: list[RequestEvent] = []
+    first, second = encode_command(send(1, 0, b"one")), encode_command(send(2, 1, b"two" * 50))
+    async with trio.open_nursery() as nursery:
+        client, stats = await start(nursery, backend, ctx, on_request=events.append)
+        for byte in first + second:  # one byte per read
+            await client.stream.send_all(bytes([byte]))
+        responses = {(await client.receive()).opaque for _ in range(2)}
+        await client.stream.aclose()
+    assert responses == {1, 2}
+    assert sorted(e.req_bytes for e in events) == sorted([len(first), len(second)])
+    assert stats.bytes_in == len(first) + len(second)
+    assert stats.bytes_out == sum(e.resp_bytes for e in events)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import trio
-
 from mqproxy.codecs.message_record import MAGIC_V1, decode_records
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting.context import ServerContext
@@ -58,7 +57,8 @@ def java_heartbeat(subscription: str = "*", client_id: str = "192.0.2.2@4242#1")
 async def create_topic_by_route(wire, session, topic: str = "T") -> None:
     """What a consumer does first: the route lookup auto-creates the topic."""
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
 
 
 async def send(wire, session, body: bytes, tags: str = "TagA", queue: int = 0, **props: str) -> None:
@@ -66,13 +66,15 @@ async def send(wire, session, body: bytes, tags: str = "TagA", queue: int = 0, *
     ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": str(queue), "f": "0", "g": "1700000000001",
            "h": "0", "i": properties}  # fmt: skip
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
 
 
 async def test_produce_then_pull_returns_the_exact_record(wire, session) -> None:
     await send(wire, session, b"payload-0", KEYS="k1 k2", UNIQ_KEY="AB" * 16, color="blue")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(), language="CPP", version=333))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert response.remark == "FOUND"
     assert response.ext_fields == {
         "suggestWhichBrokerId": "0", "nextBeginOffset": "1", "minOffset": "0", "maxOffset": "1",
@@ -94,17 +96,20 @@ async def test_pull_batches_and_next_offsets(wire, session) -> None:
     for i in range(5):
         await send(wire, session, b"m%d" % i)
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(maxMsgNums=2, queueOffset=1)))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert [r.body for r in decode_records(response.body)] == [b"m1", b"m2"]
     assert [r.queue_offset for r in decode_records(response.body)] == [1, 2]
-    assert response.ext_fields["nextBeginOffset"] == "3" and response.ext_fields["maxOffset"] == "5"
+    assert response.ext_fields["nextBeginOffset"] == "3"
+    assert response.ext_fields["maxOffset"] == "5"
 
 
 async def test_tag_filter_from_the_request(wire, session) -> None:
     for tag in ("TagA", "TagB", "TagC", "TagA"):
         await send(wire, session, tag.encode(), tags=tag)
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA || TagC")))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert [r.body for r in decode_records(response.body)] == [b"TagA", b"TagC", b"TagA"]
     assert response.ext_fields["nextBeginOffset"] == "4"
 
@@ -112,7 +117,8 @@ async def test_tag_filter_from_the_request(wire, session) -> None:
 async def test_no_match_without_suspend_is_retry_immediately(wire, session) -> None:
     await send(wire, session, b"b", tags="TagB")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA", sysFlag=4)))
-    assert response is not None and response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert response is not None
+    assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
     assert response.ext_fields["nextBeginOffset"] == "1"
 
 
@@ -121,11 +127,14 @@ async def test_subscription_from_the_heartbeat(wire, session) -> None:
         await send(wire, session, tag.encode(), tags=tag)
     # no heartbeat yet: no subscription to filter by
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, java_pull()))
-    assert response is not None and response.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+    assert response is not None
+    assert response.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
     beat = await session.handle(wire(RequestCode.HEART_BEAT, None, java_heartbeat("TagB")))
-    assert beat is not None and beat.code == ResponseCode.SUCCESS
+    assert beat is not None
+    assert beat.code == ResponseCode.SUCCESS
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, java_pull()))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert [r.body for r in decode_records(response.body)] == [b"TagB"]
 
 
@@ -133,7 +142,8 @@ async def test_lite_pull(wire, session) -> None:
     await send(wire, session, b"lite")
     ext = java_pull(sysFlag="22", maxMsgNums="10", suspendTimeoutMillis="20000", subscription="*")
     response = await session.handle(wire(RequestCode.LITE_PULL_MESSAGE, ext))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert [r.body for r in decode_records(response.body)] == [b"lite"]
 
 
@@ -162,9 +172,11 @@ async def test_long_poll_times_out_with_pull_not_found(wire, session, autojump_c
     started = trio.current_time()
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="15000")))
     assert trio.current_time() - started == pytest.approx(15.0)
-    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+    assert response is not None
+    assert response.code == ResponseCode.PULL_NOT_FOUND
     assert response.ext_fields["nextBeginOffset"] == "0"
-    assert response.ext_fields["minOffset"] == "0" and response.ext_fields["maxOffset"] == "0"
+    assert response.ext_fields["minOffset"] == "0"
+    assert response.ext_fields["maxOffset"] == "0"
     assert response.ext_fields["suggestWhichBrokerId"] == "0"
 
 
@@ -174,7 +186,8 @@ async def test_long_poll_is_capped_by_the_server(wire, backend, autojump_clock) 
     started = trio.current_time()
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="3600000")))
     assert trio.current_time() - started == pytest.approx(2.0)
-    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+    assert response is not None
+    assert response.code == ResponseCode.PULL_NOT_FOUND
 
 
 async def test_without_suspend_bit_there_is_no_hold(wire, session, autojump_clock) -> None:
@@ -182,7 +195,8 @@ async def test_without_suspend_bit_there_is_no_hold(wire, session, autojump_cloc
     started = trio.current_time()
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(sysFlag=4)))
     assert trio.current_time() == started
-    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+    assert response is not None
+    assert response.code == ResponseCode.PULL_NOT_FOUND
 
 
 async def test_long_poll_skips_messages_that_do_not_match(wire, session, autojump_clock) -> None:
@@ -190,7 +204,9 @@ async def test_long_poll_skips_messages_that_do_not_match(wire, session, autojum
     result = {}
 
     async def poll() -> None:
-        result["response"] = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA")))
+        result["response"] = await session.handle(
+            wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA"))
+        )
         result["at"] = trio.current_time()
 
     started = trio.current_time()
@@ -208,10 +224,13 @@ async def test_long_poll_skips_messages_that_do_not_match(wire, session, autojum
     assert result["at"] - started == pytest.approx(6.0, abs=0.01)
 
 
-async def test_long_poll_timeout_after_non_matching_advances_the_offset(wire, session, autojump_clock) -> None:
+async def test_long_poll_timeout_after_non_matching_advances_the_offset(
+    wire, session, autojump_clock
+) -> None:
     await send(wire, session, b"b", tags="TagB")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(subscription="TagA")))
-    assert response is not None and response.code == ResponseCode.PULL_NOT_FOUND
+    assert response is not None
+    assert response.code == ResponseCode.PULL_NOT_FOUND
     assert response.ext_fields["nextBeginOffset"] == "1"
 
 
@@ -223,7 +242,8 @@ async def test_illegal_offsets_move(offset, next_offset, wire, session) -> None:
     await send(wire, session, b"one")
     await send(wire, session, b"two")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueOffset=offset)))
-    assert response is not None and response.code == ResponseCode.PULL_OFFSET_MOVED
+    assert response is not None
+    assert response.code == ResponseCode.PULL_OFFSET_MOVED
     assert response.ext_fields["nextBeginOffset"] == next_offset
     assert response.ext_fields["maxOffset"] == "2"
 
@@ -231,14 +251,16 @@ async def test_illegal_offsets_move(offset, next_offset, wire, session) -> None:
 async def test_nonzero_offset_on_empty_queue_moves_to_zero(wire, session) -> None:
     await send(wire, session, b"x", queue=1)  # creates T; queue 0 stays empty
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueOffset="7")))
-    assert response is not None and response.code == ResponseCode.PULL_OFFSET_MOVED
+    assert response is not None
+    assert response.code == ResponseCode.PULL_OFFSET_MOVED
     assert response.ext_fields["nextBeginOffset"] == "0"
 
 
 async def test_pull_offset_beyond_int64_is_a_header_error(wire, session) -> None:
     await send(wire, session, b"x")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueOffset=str(2**63))))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert "queueOffset" in (response.remark or "")
 
 
@@ -246,13 +268,15 @@ async def test_pull_offset_beyond_int64_is_a_header_error(wire, session) -> None
 async def test_pull_for_a_queue_that_does_not_exist(queue_id, wire, session) -> None:
     await send(wire, session, b"x")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(queueId=queue_id)))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert f"queueId[{queue_id}]" in (response.remark or "")
 
 
 async def test_pull_for_an_unknown_topic(wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(topic="Nope")))
-    assert response is not None and response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response is not None
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
     assert await backend.get_topic("Nope") is None
 
 
@@ -260,7 +284,8 @@ async def test_sql92_is_refused(wire, session) -> None:
     await send(wire, session, b"x")
     ext = cpp_pull(expressionType="SQL92", subscription="a > 1")
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
-    assert response is not None and response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert response is not None
+    assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 
 PULL_REQUIRED = ["consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
@@ -273,7 +298,8 @@ async def test_pull_missing_required_key(key, wire, session) -> None:
     ext = cpp_pull()
     del ext[key]
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert response.remark == f"header field {key!r} is missing"
 
 
@@ -302,7 +328,8 @@ async def test_offsets_committed_by_one_client_are_seen_by_another(wire, session
     assert await session.handle(update) is None
     other = RemotingSession(backend, ctx, peer=("192.0.2.3", 1))
     response = await other.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(), language="CPP"))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert response.ext_fields["offset"] == "1"
 
 
@@ -310,26 +337,38 @@ async def test_alions_negative_commit_is_ignored(wire, session, backend) -> None
     await send(wire, session, b"x")
     update = wire(RequestCode.UPDATE_CONSUMER_OFFSET, offset_ext(commitOffset=-1), version=121)
     response = await session.handle(update)
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert await backend.query_consumer_offset("G", "T", 0) is None
 
 
-async def test_query_offset_of_a_new_group(wire, session) -> None:
+async def test_query_offset_of_a_new_group(wire, session, backend, monkeypatch) -> None:
     await send(wire, session, b"x", queue=0)
-    # fresh queue (never held a message): 0, like a real broker; C++/ali-ons start there
-    fresh = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(queue=1)))
-    assert fresh is not None and fresh.code == ResponseCode.SUCCESS and fresh.ext_fields["offset"] == "0"
-    # queue with history: QUERY_NOT_FOUND so the client applies ConsumeFromWhere
-    used = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(queue=0)))
-    assert used is not None and used.code == ResponseCode.QUERY_NOT_FOUND and used.remark
+    # offset 0 still readable (fresh or with history): 0, as a real broker answers (spec §3.4)
+    for queue in (0, 1):
+        fresh = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(queue=queue)))
+        assert fresh is not None
+        assert fresh.code == ResponseCode.SUCCESS
+        assert fresh.ext_fields["offset"] == "0"
     strict = offset_ext(queue=1, setZeroIfNotFound=False)
     refused = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, strict))
-    assert refused is not None and refused.code == ResponseCode.QUERY_NOT_FOUND
+    assert refused is not None
+    assert refused.code == ResponseCode.QUERY_NOT_FOUND
+
+    async def trimmed(topic: str, queue_id: int) -> int:  # the head of the queue was deleted
+        return 1
+
+    monkeypatch.setattr(backend, "min_offset", trimmed)
+    used = await session.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(queue=0)))
+    assert used is not None
+    assert used.code == ResponseCode.QUERY_NOT_FOUND
+    assert used.remark
 
 
 async def test_update_offset_with_bad_header(wire, session) -> None:
     response = await session.handle(wire(RequestCode.UPDATE_CONSUMER_OFFSET, offset_ext(commitOffset="x")))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert "commitOffset" in (response.remark or "")
 
 
@@ -341,27 +380,37 @@ async def test_queue_offsets_and_store_times(wire, session, backend, autojump_cl
     max_r = await session.handle(wire(RequestCode.GET_MAX_OFFSET, queue))
     min_r = await session.handle(wire(RequestCode.GET_MIN_OFFSET, queue))
     early = await session.handle(wire(RequestCode.GET_EARLIEST_MSG_STORETIME, queue))
-    assert max_r is not None and max_r.ext_fields["offset"] == "2"
-    assert min_r is not None and min_r.ext_fields["offset"] == "0"
-    assert early is not None and early.ext_fields["timestamp"] == str(first_time)
+    assert max_r is not None
+    assert max_r.ext_fields["offset"] == "2"
+    assert min_r is not None
+    assert min_r.ext_fields["offset"] == "0"
+    assert early is not None
+    assert early.ext_fields["timestamp"] == str(first_time)
     search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**queue, "timestamp": 0}))
-    assert search is not None and search.ext_fields["offset"] == "0"
+    assert search is not None
+    assert search.ext_fields["offset"] == "0"
     future = {**queue, "timestamp": str(2**62)}
     search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, future))
-    assert search is not None and search.ext_fields["offset"] == "2"
+    assert search is not None
+    assert search.ext_fields["offset"] == "2"
     upper = {**queue, "timestamp": str(2**62), "boundaryType": "upper"}
     search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, upper))
-    assert search is not None and search.ext_fields["offset"] == "1"
+    assert search is not None
+    assert search.ext_fields["offset"] == "1"
     bad = {**queue, "timestamp": "0", "boundaryType": "MIDDLE"}
     search = await session.handle(wire(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, bad))
-    assert search is not None and search.code == ResponseCode.INVALID_PARAMETER
+    assert search is not None
+    assert search.code == ResponseCode.INVALID_PARAMETER
 
 
 async def test_queue_offset_requests_on_unknown_queue(wire, session) -> None:
     await send(wire, session, b"x")
     missing = await session.handle(wire(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": 9}))
-    assert missing is not None and missing.code == ResponseCode.INVALID_PARAMETER
+    assert missing is not None
+    assert missing.code == ResponseCode.INVALID_PARAMETER
     unknown = await session.handle(wire(RequestCode.GET_MIN_OFFSET, {"topic": "Nope", "queueId": 0}))
-    assert unknown is not None and unknown.code == ResponseCode.TOPIC_NOT_EXIST
+    assert unknown is not None
+    assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
     no_topic = await session.handle(wire(RequestCode.GET_MIN_OFFSET, {"queueId": 0}))
-    assert no_topic is not None and no_topic.code == ResponseCode.INVALID_PARAMETER
+    assert no_topic is not None
+    assert no_topic.code == ResponseCode.INVALID_PARAMETER

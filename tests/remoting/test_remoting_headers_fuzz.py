@@ -6,7 +6,6 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -29,7 +28,8 @@ def test_lenient_booleans(raw, expected) -> None:
 def test_bad_booleans(raw) -> None:
     with pytest.raises(HeaderError) as info:
         Fields({"k": raw}).boolean("k")
-    assert info.value.key == "k" and info.value.code == ResponseCode.INVALID_PARAMETER
+    assert info.value.key == "k"
+    assert info.value.code == ResponseCode.INVALID_PARAMETER
 
 
 def test_integers() -> None:
@@ -49,8 +49,8 @@ def test_send_header_short_and_long_keys_agree() -> None:
     long = {"producerGroup": "PG", "topic": "T", "queueId": "1", "sysFlag": "0", "bornTimestamp": "9",
             "flag": "2", "properties": "A\x01b\x02", "reconsumeTimes": "1", "maxReconsumeTimes": "3",
             "defaultTopicQueueNums": "8"}  # fmt: skip
-    short = {"a": "PG", "b": "T", "e": "1", "f": "0", "g": "9", "h": "2", "i": "A\x01b\x02", "j": "1", "l": "3",
-             "d": "8"}  # fmt: skip
+    short = {"a": "PG", "b": "T", "e": "1", "f": "0", "g": "9", "h": "2", "i": "A\x01b\x02", "j": "1",
+             "l": "3", "d": "8"}  # fmt: skip
     assert parse_send_header(long, short_keys=False) == parse_send_header(short, short_keys=True)
 
 
@@ -58,8 +58,11 @@ def test_pull_header_defaults() -> None:
     header = parse_pull_header({"consumerGroup": "G", "topic": "T", "queueId": "0", "queueOffset": "0",
                                 "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
                                 "suspendTimeoutMillis": "15000"})  # fmt: skip
-    assert header.suspend and not header.has_subscription and not header.has_commit_offset
-    assert header.expression_type == "TAG" and header.max_msg_bytes is None
+    assert header.suspend
+    assert not header.has_subscription
+    assert not header.has_commit_offset
+    assert header.expression_type == "TAG"
+    assert header.max_msg_bytes is None
 
 
 KEYS = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "topic", "queueId", "queueOffset",
@@ -75,6 +78,9 @@ VALUES = st.one_of(
 BODIES = st.one_of(
     st.binary(max_size=64),
     st.just(b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T"}]}]}'),
+    st.just(b'{"consumerGroup":"G","clientId":"c","mqSet":[{"topic":"T","brokerName":"b","queueId":1}]}'),
+    st.just(b'{"consumerGroup":"G","clientId":"c","mqSet":[{"topic":"T","brokerName":"b","queueId":-1}]}'),
+    st.just(b'{"clientId":"c","group":"G","subscriptionData":{"expressionType":"SQL92","subString":"a>1"}}'),
 )
 
 
@@ -96,7 +102,9 @@ async def test_fuzzed_requests_never_hit_a_handler_bug(code, ext, body, flag) ->
     if flag == 2:
         assert response is None
     else:
-        assert response is not None and response.is_response and response.opaque == 1
+        assert response is not None
+        assert response.is_response
+        assert response.opaque == 1
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in response.ext_fields.items())
         assert {"MSG_REGION", "TRACE_ON"} <= set(response.ext_fields)
         if response.code not in (ResponseCode.SUCCESS, 19, 20, 21, 22):

@@ -6,7 +6,6 @@ import re
 import struct
 
 import pytest
-
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.types import PullStatus
 from mqproxy.codecs.message_record import BatchEntry, encode_batch_body
@@ -76,7 +75,8 @@ async def test_cpp_send_message_v1_with_int_ext_fields(wire, session, backend, e
     response = await session.handle(request, req_bytes=321)
     assert response is not None
     assert response.code == ResponseCode.SUCCESS
-    assert response.opaque == 0 and response.flag == 1
+    assert response.opaque == 0
+    assert response.flag == 1
     assert response.ext_fields == {
         # 10.0.0.8 : 8080 : commit-log offset 0
         "msgId": "0A00000800001F900000000000000000",
@@ -98,13 +98,15 @@ async def test_cpp_send_message_v1_with_int_ext_fields(wire, session, backend, e
     (event,) = events
     assert (event.op, event.code, event.status, event.outcome) == ("SEND_MESSAGE", 10, "SUCCESS", "ok")
     assert (event.group, event.topic, event.req_bytes, event.client_version) == ("PG", "T", 321, "CPP/63")
-    assert event.resp_bytes > 0 and event.latency_ms >= 0
+    assert event.resp_bytes > 0
+    assert event.latency_ms >= 0
 
 
 async def test_alions_send_v2_gets_a_generated_uniq_key(wire, session, backend) -> None:
     request = wire(RequestCode.SEND_MESSAGE_V2, alions_send_v2(), b"ons body", version=121)
     response = await session.handle(request)
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     transaction_id = response.ext_fields["transactionId"]
     assert re.fullmatch(r"[0-9A-F]{32}", transaction_id)
     assert transaction_id.startswith("0A000008")  # the advertised IP, like a Java client's own IP
@@ -115,29 +117,36 @@ async def test_alions_send_v2_gets_a_generated_uniq_key(wire, session, backend) 
     assert stored.born_timestamp_ms == 1700000000123
     # a second send gets a different key
     again = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, alions_send_v2(), b"x", version=121))
-    assert again is not None and again.ext_fields["transactionId"] != transaction_id
-    assert again.ext_fields["queueOffset"] == "1" and again.ext_fields["msgId"] != response.ext_fields["msgId"]
+    assert again is not None
+    assert again.ext_fields["transactionId"] != transaction_id
+    assert again.ext_fields["queueOffset"] == "1"
+    assert again.ext_fields["msgId"] != response.ext_fields["msgId"]
 
 
 async def test_java_send_v2_keeps_its_uniq_key_and_sys_flag(wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(f="1"), b"x\x9c"))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert response.ext_fields["transactionId"] == "FD00000000000000000000000000000200001C5E3F1A2B3C0000"
     (stored,) = (await backend.pull("T", 0, 0, 1)).messages
-    assert stored.sys_flag == 1 and stored.body == b"x\x9c"  # compressed bodies are stored as received
+    assert stored.sys_flag == 1
+    assert stored.body == b"x\x9c"
 
 
 async def test_negative_queue_id_lets_the_backend_choose(wire, session) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(e="-1")))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert 0 <= int(response.ext_fields["queueId"]) < 4
 
 
 async def test_auto_created_topic_uses_default_topic_queue_nums(wire, session, backend) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(b="Fresh", d="2")))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     config = await backend.get_topic("Fresh")
-    assert config is not None and config.write_queues == 2
+    assert config is not None
+    assert config.write_queues == 2
 
 
 async def test_batch_send(wire, session, backend) -> None:
@@ -148,9 +157,11 @@ async def test_batch_send(wire, session, backend) -> None:
     ]
     ext = java_send_v2(e="3", i="UNIQ_KEY\x01" + "EE" * 16 + "\x02WAIT\x01true\x02", m="true")
     response = await session.handle(wire(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(entries)))
-    assert response is not None and response.code == ResponseCode.SUCCESS, response
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS, response.remark
     msg_ids = response.ext_fields["msgId"].split(",")
-    assert len(msg_ids) == 3 and len(set(msg_ids)) == 3
+    assert len(msg_ids) == 3
+    assert len(set(msg_ids)) == 3
     assert response.ext_fields["queueId"] == "3"
     assert response.ext_fields["queueOffset"] == "0"
     assert response.ext_fields["transactionId"] == "EE" * 16
@@ -158,22 +169,26 @@ async def test_batch_send(wire, session, backend) -> None:
     assert [m.body for m in stored] == [b"one", b"two", b"three"]
     assert [m.queue_offset for m in stored] == [0, 1, 2]
     assert stored[0].properties["UNIQ_KEY"] == "AA" * 16
-    assert stored[1].flag == 5 and stored[1].properties["KEYS"] == "k"
+    assert stored[1].flag == 5
+    assert stored[1].properties["KEYS"] == "k"
     assert all(re.fullmatch(r"[0-9A-F]{32}", m.properties["UNIQ_KEY"]) for m in stored)
 
 
 async def test_send_to_retry_topic_past_max_reconsume_goes_to_dlq(wire, session, backend) -> None:
     ext = java_send_v2(b="%RETRY%G", e="0", j="17", l="16")
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"poison"))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     (stored,) = (await backend.pull("%DLQ%G", 0, 0, 1)).messages
-    assert stored.body == b"poison" and stored.reconsume_times == 17
+    assert stored.body == b"poison"
+    assert stored.reconsume_times == 17
 
 
 async def test_lmq_dispatch_property_indexes_the_message(wire, session, backend) -> None:
     ext = java_send_v2(i="INNER_MULTI_DISPATCH\x01%LMQ%a,%LMQ%b\x02")
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"fan-out"))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     for lmq in ("%LMQ%a", "%LMQ%b"):
         (stored,) = (await backend.pull(lmq, 0, 0, 1)).messages
         assert stored.body == b"fan-out"
@@ -197,7 +212,8 @@ async def _assert_untouched(backend: InMemoryBackend) -> None:
 @pytest.fixture
 async def stored_first(wire, session) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(), b"keep me"))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
 
 
 @pytest.mark.parametrize("key", V1_REQUIRED)
@@ -217,15 +233,18 @@ async def test_v2_missing_required_key(key, wire, session, backend, stored_first
     ext = java_send_v2()
     del ext[key]
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"never"))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert key in (response.remark or "")
-    assert events[-1].outcome == "error" and events[-1].status == "INVALID_PARAMETER"
+    assert events[-1].outcome == "error"
+    assert events[-1].status == "INVALID_PARAMETER"
     await _assert_untouched(backend)
 
 
 async def test_send_without_ext_fields_at_all(wire, session, backend, stored_first) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, None, b"never"))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     await _assert_untouched(backend)
 
 
@@ -244,7 +263,8 @@ async def test_send_without_ext_fields_at_all(wire, session, backend, stored_fir
 )
 async def test_ill_typed_numbers(override, key, problem, wire, session, backend, stored_first) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, alions_send_v2(**override), b"never"))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert (response.remark or "").startswith(f"header field {key!r} {problem}")
     await _assert_untouched(backend)
 
@@ -252,7 +272,8 @@ async def test_ill_typed_numbers(override, key, problem, wire, session, backend,
 async def test_number_where_a_string_is_expected_is_coerced(wire, session, backend) -> None:
     # fastjson-style leniency: a numeric topic is the topic "123"
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, alions_send_v2(b=123, a=7)))
-    assert response is not None and response.code == ResponseCode.SUCCESS
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
     assert (await backend.max_offset("123", 2)) == 1
 
 
@@ -270,7 +291,8 @@ async def test_number_where_a_string_is_expected_is_coerced(wire, session, backe
 )
 async def test_illegal_topics(topic, code, wire, session, backend, stored_first) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(b=topic), b"never"))
-    assert response is not None and response.code == code
+    assert response is not None
+    assert response.code == code
     assert response.remark
     assert await backend.get_topic(topic) is None or topic == "SCHEDULE_TOPIC_XXXX"
     await _assert_untouched(backend)
@@ -278,7 +300,8 @@ async def test_illegal_topics(topic, code, wire, session, backend, stored_first)
 
 async def test_queue_out_of_range(wire, session, backend, stored_first) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(e="9"), b"never"))
-    assert response is not None and response.code == ResponseCode.INVALID_PARAMETER
+    assert response is not None
+    assert response.code == ResponseCode.INVALID_PARAMETER
     assert "9" in (response.remark or "")
     await _assert_untouched(backend)
 
@@ -286,14 +309,16 @@ async def test_queue_out_of_range(wire, session, backend, stored_first) -> None:
 async def test_properties_too_long(wire, session, backend, stored_first) -> None:
     ext = java_send_v2(i="big\x01" + "v" * 40000 + "\x02")
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"never"))
-    assert response is not None and response.code == ResponseCode.MESSAGE_ILLEGAL
+    assert response is not None
+    assert response.code == ResponseCode.MESSAGE_ILLEGAL
     assert "properties" in (response.remark or "")
     await _assert_untouched(backend)
 
 
 async def test_body_too_large(wire, backend, ctx, stored_first, session) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(), b"x" * (4 * 2**20 + 1)))
-    assert response is not None and response.code == ResponseCode.MESSAGE_ILLEGAL
+    assert response is not None
+    assert response.code == ResponseCode.MESSAGE_ILLEGAL
     assert "MessageTooLarge" in (response.remark or "")
     await _assert_untouched(backend)
 
@@ -302,7 +327,8 @@ async def test_unknown_topic_without_auto_create(wire, events) -> None:
     backend = InMemoryBackend(auto_create_topics=False)
     session = RemotingSession(backend, ServerContext("10.0.0.8", 8080, auto_create_topics=False))
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(b="Nope"), b"never"))
-    assert response is not None and response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response is not None
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
     assert "Nope" in (response.remark or "")
     assert await backend.get_topic("Nope") is None
 
@@ -326,7 +352,8 @@ def _batch_entry(body: bytes, props: bytes) -> bytes:
 )
 async def test_malformed_batch_body(body, wire, session, backend, stored_first) -> None:
     response = await session.handle(wire(RequestCode.SEND_BATCH_MESSAGE, java_send_v2(e="0", m="true"), body))
-    assert response is not None and response.code == ResponseCode.MESSAGE_ILLEGAL
+    assert response is not None
+    assert response.code == ResponseCode.MESSAGE_ILLEGAL
     assert (response.remark or "").startswith("bad batch body")
     await _assert_untouched(backend)
 
@@ -334,14 +361,16 @@ async def test_malformed_batch_body(body, wire, session, backend, stored_first) 
 async def test_batch_to_retry_topic_is_refused(wire, session, backend) -> None:
     body = encode_batch_body([BatchEntry(b"x", 0, {})])
     response = await session.handle(wire(RequestCode.SEND_BATCH_MESSAGE, java_send_v2(b="%RETRY%G"), body))
-    assert response is not None and response.code == ResponseCode.MESSAGE_ILLEGAL
+    assert response is not None
+    assert response.code == ResponseCode.MESSAGE_ILLEGAL
 
 
 async def test_oneway_send_is_stored_but_not_answered(wire, session, backend, events) -> None:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(), b"fire", flag=2))
     assert response is None
     assert (await backend.max_offset("T", 0)) == 1
-    assert events[-1].outcome == "oneway" and events[-1].resp_bytes == 0
+    assert events[-1].outcome == "oneway"
+    assert events[-1].resp_bytes == 0
 
 
 def test_request_event_fields_are_in_the_log_schema() -> None:
@@ -353,3 +382,18 @@ def test_request_event_fields_are_in_the_log_schema() -> None:
     names = {f.name for f in dataclasses.fields(RequestEvent)}
     assert names <= set(schema["properties"])
     assert set(schema["x-events"]["request"]["required"]) - {"conn_id", "protocol"} <= names
+
+
+@pytest.mark.parametrize(
+    "override",
+    [{"f": "4"}, {"f": "5"}, {"i": "TRAN_MSG\x01true\x02PGROUP\x01PG\x02"}],
+    ids=["prepared", "prepared-compressed", "tran-msg-property"],
+)
+async def test_transactional_half_messages_are_refused(
+    override, wire, session, backend, stored_first
+) -> None:
+    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, java_send_v2(**override), b"half"))
+    assert response is not None
+    assert response.code == ResponseCode.NO_PERMISSION
+    assert response.remark == "the broker sending transaction message is forbidden"
+    await _assert_untouched(backend)

@@ -8,15 +8,25 @@ from datetime import date
 from typing import Any
 
 import pytest
-
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import SUMMARY_FILE, TABLES
 
 pytestmark = pytest.mark.spark
 
 ROLLUP_METRICS = (
-    "requests", "errors", "oneway", "error_rate", "req_bytes", "resp_bytes", "latency_p50", "latency_p95",
-    "latency_p99", "connections_opened", "connections_closed", "connection_errors", "conn_bytes_in",
+    "requests",
+    "errors",
+    "oneway",
+    "error_rate",
+    "req_bytes",
+    "resp_bytes",
+    "latency_p50",
+    "latency_p95",
+    "latency_p99",
+    "connections_opened",
+    "connections_closed",
+    "connection_errors",
+    "conn_bytes_in",
     "conn_bytes_out",
 )
 
@@ -69,11 +79,18 @@ def test_connections_one_row_per_connection_with_skew_kept(spark: Any, batch_run
     closed = {e["conn_id"]: e for e in events if e["event"] == "conn.closed"}
     assert Counter(r.state for r in rows.values()) == {"rejected": len(rejected), "closed": len(closed)}
     for conn_id, reason in rejected.items():
-        assert rows[conn_id].rejected_reason == reason and rows[conn_id].protocol is None
+        assert rows[conn_id].rejected_reason == reason
+        assert rows[conn_id].protocol is None
     for conn_id, e in closed.items():
         row = rows[conn_id]
         assert (row.protocol, row.bytes_in, row.bytes_out, row.duration_ms, row.requests, row.error) == (
-            e["protocol"], e["bytes_in"], e["bytes_out"], e["duration_ms"], e["requests"], e["error"])
+            e["protocol"],
+            e["bytes_in"],
+            e["bytes_out"],
+            e["duration_ms"],
+            e["requests"],
+            e["error"],
+        )
     skewed = [r for r in rows.values() if r.closed_at is not None and r.closed_at < r.accepted_at]
     assert skewed, "the corpus has clock-skewed closes"
     assert all(r.duration_ms > 0 for r in skewed)
@@ -88,8 +105,12 @@ def test_requests_carry_tenant_group_else_client_id(spark: Any, batch_run: Any) 
 
 
 def test_tenants_match_the_reference(spark: Any, batch_run: Any) -> None:
-    got = {(r.date, r.tenant): {k: r[k] for k in ("requests", "errors", "clients", "req_bytes", "resp_bytes",
-                                                   "bytes")} for r in _table(spark, batch_run, "tenants")}
+    got = {
+        (r.date, r.tenant): {
+            k: r[k] for k in ("requests", "errors", "clients", "req_bytes", "resp_bytes", "bytes")
+        }
+        for r in _table(spark, batch_run, "tenants")
+    }
     assert got == synthetic.expected_tenant_traffic(batch_run.events)
 
 
@@ -103,9 +124,12 @@ def test_top_clients_match_the_reference_with_unicode_ids(spark: Any, batch_run:
 
 
 def test_negotiation_failures_match_the_reference(spark: Any, batch_run: Any) -> None:
-    got = {(r.date, r.reason): {k: r[k] for k in ("failures", "peer_hosts", "sniff_ms_p50", "sniff_ms_max",
-                                                   "bytes_in")}
-           for r in _table(spark, batch_run, "negotiation_failures")}
+    got = {
+        (r.date, r.reason): {
+            k: r[k] for k in ("failures", "peer_hosts", "sniff_ms_p50", "sniff_ms_max", "bytes_in")
+        }
+        for r in _table(spark, batch_run, "negotiation_failures")
+    }
     assert got == synthetic.expected_negotiation_failures(batch_run.events)
 
 

@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the etl extra is not installed")
 
-from jsonschema import Draft202012Validator  # noqa: E402
-from pyspark.sql.types import (  # noqa: E402
+from jsonschema import Draft202012Validator
+from mqproxy.spark_etl import schema, synthetic
+from pyspark.sql.types import (
     BooleanType,
     DoubleType,
     LongType,
@@ -19,10 +20,13 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-from mqproxy.spark_etl import schema, synthetic  # noqa: E402
-
 JSON_SCHEMA = schema.load_json_schema()
-EXPECTED_TYPE = {"integer": LongType(), "number": DoubleType(), "boolean": BooleanType(), "object": StringType()}
+EXPECTED_TYPE = {
+    "integer": LongType(),
+    "number": DoubleType(),
+    "boolean": BooleanType(),
+    "object": StringType(),
+}
 
 
 def _expected(prop: dict[str, Any]) -> tuple[Any, bool]:
@@ -48,7 +52,8 @@ def test_required_fields_are_not_nullable_and_null_unions_are() -> None:
     columns = {f.name: f for f in schema.EVENT_SCHEMA.fields}
     assert [n for n, f in columns.items() if not f.nullable] == ["ts", "level", "event"]
     assert columns["ts"].dataType == TimestampType()
-    assert columns["protocol"].nullable and columns["client_id"].nullable
+    assert columns["protocol"].nullable
+    assert columns["client_id"].nullable
 
 
 def test_fields_the_transforms_read_exist_with_the_expected_types() -> None:
@@ -70,18 +75,31 @@ def test_the_translation_fails_loudly_on_constructs_it_cannot_map() -> None:
     renamed = json.loads(json.dumps(JSON_SCHEMA))
     renamed["properties"]["latency_us"] = renamed["properties"].pop("latency_ms")
     columns = {f.name for f in schema.struct_from_json_schema(renamed).fields}
-    assert "latency_ms" in schema.USED_FIELDS and "latency_ms" not in columns
+    assert "latency_ms" in schema.USED_FIELDS
+    assert "latency_ms" not in columns
 
 
 def test_event_types_come_from_x_events() -> None:
-    assert {"conn.accepted", "conn.negotiated", "conn.rejected", "conn.closed", "request"} <= schema.EVENT_TYPES
+    assert {
+        "conn.accepted",
+        "conn.negotiated",
+        "conn.rejected",
+        "conn.closed",
+        "request",
+    } <= schema.EVENT_TYPES
 
 
 def test_generated_events_validate_against_the_json_schema() -> None:
     validator = Draft202012Validator(JSON_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
     opts = synthetic.CorpusOptions(skew_ratio=0.2, unicode_ratio=0.5, reject_ratio=0.2, seed=5)
     events = list(synthetic.iter_events(120, opts))
-    assert {e["event"] for e in events} == {"conn.accepted", "conn.negotiated", "conn.rejected", "conn.closed", "request"}
+    assert {e["event"] for e in events} == {
+        "conn.accepted",
+        "conn.negotiated",
+        "conn.rejected",
+        "conn.closed",
+        "request",
+    }
     for event in events:
         line = json.loads(synthetic.encode(event))
         errors = [e.message for e in validator.iter_errors(line)]

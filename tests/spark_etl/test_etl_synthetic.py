@@ -7,7 +7,6 @@ from datetime import UTC, date, datetime, timedelta
 
 import orjson
 import pytest
-
 from mqproxy.spark_etl import synthetic
 
 
@@ -35,25 +34,42 @@ def test_same_seed_same_corpus_other_seed_other_corpus() -> None:
 
 
 def test_encode_renders_utc_iso_with_z_and_keeps_unicode() -> None:
-    event = {"ts": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC), "level": "info", "event": "request",
-             "client_id": "设备-温度-01"}
+    event = {
+        "ts": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+        "level": "info",
+        "event": "request",
+        "client_id": "设备-温度-01",
+    }
     line = synthetic.encode(event)
     assert line.endswith(b"\n")
-    assert orjson.loads(line) == {"ts": "2026-01-02T03:04:05.000006Z", "level": "info", "event": "request",
-                                  "client_id": "设备-温度-01"}
+    assert orjson.loads(line) == {
+        "ts": "2026-01-02T03:04:05.000006Z",
+        "level": "info",
+        "event": "request",
+        "client_id": "设备-温度-01",
+    }
 
 
 def test_every_connection_is_accepted_then_negotiated_or_rejected() -> None:
-    events = list(synthetic.iter_events(200, synthetic.CorpusOptions(reject_ratio=0.3, skew_ratio=0.5, seed=2)))
+    events = list(
+        synthetic.iter_events(200, synthetic.CorpusOptions(reject_ratio=0.3, skew_ratio=0.5, seed=2))
+    )
     by_conn: dict[str, list[str]] = {}
     for e in events:
         by_conn.setdefault(e["conn_id"], []).append(e["event"])
     assert len(by_conn) == 200
     for kinds in by_conn.values():
         assert kinds[0] == "conn.accepted"
-        assert kinds[1:] == ["conn.rejected"] or (kinds[1] == "conn.negotiated" and kinds[-1] == "conn.closed")
-    skewed = [e for e in events if e["event"] == "conn.closed" and e["duration_ms"] > 0
-              and e["ts"] < next(a["ts"] for a in events if a["conn_id"] == e["conn_id"])]
+        assert kinds[1:] == ["conn.rejected"] or (
+            kinds[1] == "conn.negotiated" and kinds[-1] == "conn.closed"
+        )
+    skewed = [
+        e
+        for e in events
+        if e["event"] == "conn.closed"
+        and e["duration_ms"] > 0
+        and e["ts"] < next(a["ts"] for a in events if a["conn_id"] == e["conn_id"])
+    ]
     assert skewed, "skew_ratio=0.5 must stamp some closes before their accepts"
 
 
@@ -61,11 +77,26 @@ def test_reference_rollup_on_a_hand_made_minute() -> None:
     t = datetime(2026, 11, 22, 14, 5, 0, tzinfo=UTC)
     events = [
         {"ts": t, "event": "conn.negotiated", "protocol": "grpc"},
-        *({"ts": t + timedelta(seconds=i % 40), "event": "request", "protocol": "grpc", "outcome": outcome,
-           "latency_ms": float(i), "req_bytes": 10, "resp_bytes": 1}
-          for i, outcome in zip(range(1, 101), ["ok"] * 90 + ["error"] * 5 + ["oneway"] * 5, strict=True)),
-        {"ts": t + timedelta(seconds=55), "event": "conn.closed", "protocol": "grpc", "bytes_in": 7,
-         "bytes_out": 3, "error": "reset"},
+        *(
+            {
+                "ts": t + timedelta(seconds=i % 40),
+                "event": "request",
+                "protocol": "grpc",
+                "outcome": outcome,
+                "latency_ms": float(i),
+                "req_bytes": 10,
+                "resp_bytes": 1,
+            }
+            for i, outcome in zip(range(1, 101), ["ok"] * 90 + ["error"] * 5 + ["oneway"] * 5, strict=True)
+        ),
+        {
+            "ts": t + timedelta(seconds=55),
+            "event": "conn.closed",
+            "protocol": "grpc",
+            "bytes_in": 7,
+            "bytes_out": 3,
+            "error": "reset",
+        },
         {"ts": t, "event": "conn.rejected", "reason": "sniff_timeout"},
     ]
     (key,) = synthetic.expected_minute_rollup(events)
@@ -80,9 +111,13 @@ def test_reference_rollup_on_a_hand_made_minute() -> None:
 
 def test_reference_top_clients_orders_by_requests_then_id() -> None:
     t = datetime(2026, 11, 22, tzinfo=UTC)
-    events = [{"ts": t, "event": "request", "client_id": c, "conn_id": k}
-              for c, k in [("b", "1"), ("b", "2"), ("a", "3"), ("é", "4"), ("é", "4"), ("z", "5")]]
-    assert synthetic.expected_top_clients(events, 3) == {date(2026, 11, 22): [("b", 2, 2), ("é", 2, 1), ("a", 1, 1)]}
+    events = [
+        {"ts": t, "event": "request", "client_id": c, "conn_id": k}
+        for c, k in [("b", "1"), ("b", "2"), ("a", "3"), ("é", "4"), ("é", "4"), ("z", "5")]
+    ]
+    assert synthetic.expected_top_clients(events, 3) == {
+        date(2026, 11, 22): [("b", 2, 2), ("é", 2, 1), ("a", 1, 1)]
+    }
 
 
 @pytest.mark.parametrize("ratio", [0.0, 1.0])

@@ -1,0 +1,139 @@
+"""
+mqproxy.remoting.locks
+~~~~~~~~~~~~~~~~~~~~~~
+
+LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42), spec §3.15: orderly consumers lock the queues they were
+assigned before consuming them, so that one queue is consumed by one client at a time.
+
+Body ``{"consumerGroup","clientId","onlyThisBroker","mqSet":[{"topic","brokerName","queueId"}]}``.
+LOCK answers ``{"lockOKMQSet":[...]}``: the requested queues this client now holds (a queue held by
+another client whose lock has not expired is left out). Locks live
+:data:`LOCK_TTL_S` seconds unless renewed (clients re-lock every 20 s); a connection that ends releases
+its clients' locks at once. UNLOCK releases the client's locks (often oneway).
+
+:class:`QueueLockTable` is server-wide, in-memory state (one logical broker: this proxy), kept by
+:class:`~mqproxy.remoting.context.ServerContext`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+import trio
+from mqproxy.codecs.remoting import RemotingCommand
+from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.reply import Note, Reply
+
+if TYPE_CHECKING:
+    from mqproxy.remoting.session import RemotingSession
+
+#: Lifetime of a lock that is not renewed (``rocketmq.broker.rebalance.lockMaxLiveTime``).
+LOCK_TTL_S: Final = 60.0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class QueueRef:
+    """A MessageQueue as the client names it."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+
+@dataclass(slots=True)
+class _Lock:
+    client_id: str
+    expires_at: float
+
+
+class QueueLockTable:
+    """(group, queue) -> holder. Pure bookkeeping: callers pass the current time."""
+
+    def __init__(self, ttl_s: float = LOCK_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._locks: dict[tuple[str, QueueRef], _Lock] = {}
+
+    def lock(self, group: str, client_id: str, queues: list[QueueRef], now: float) -> list[QueueRef]:
+        """Lock (or renew) every queue free for ``client_id``; return the ones it holds, in order."""
+        held: list[QueueRef] = []
+        for queue in queues:
+            key = (group, queue)
+            current = self._locks.get(key)
+            if current is None or current.client_id == client_id or current.expires_at <= now:
+                self._locks[key] = _Lock(client_id, now + self.ttl_s)
+                held.append(queue)
+        return held
+
+    def unlock(self, group: str, client_id: str, queues: list[QueueRef]) -> None:
+        for queue in queues:
+            key = (group, queue)
+            current = self._locks.get(key)
+            if current is not None and current.client_id == client_id:
+                del self._locks[key]
+
+    def release_client(self, group: str, client_id: str) -> None:
+        """Drop every lock ``client_id`` holds in ``group`` (its connection ended)."""
+        for key in [k for k, v in self._locks.items() if k[0] == group and v.client_id == client_id]:
+            del self._locks[key]
+
+    def holder(self, group: str, queue: QueueRef, now: float) -> str | None:
+        current = self._locks.get((group, queue))
+        if current is None or current.expires_at <= now:
+            return None
+        return current.client_id
+
+
+def _bad(problem: str) -> RequestError:
+    return RequestError(ResponseCode.INVALID_PARAMETER, f"lock request body {problem}")
+
+
+def parse_lock_body(body: bytes) -> tuple[str, str, list[QueueRef]]:
+    """(consumer group, client id, queues) of a LOCK/UNLOCK_BATCH_MQ body."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise _bad("is not JSON") from None
+    if not isinstance(data, dict):
+        raise _bad("is not a JSON object")
+    group, client_id = data.get("consumerGroup"), data.get("clientId")
+    if not isinstance(group, str) or not group:
+        raise _bad("lacks 'consumerGroup'")
+    if not isinstance(client_id, str) or not client_id:
+        raise _bad("lacks 'clientId'")
+    raw = data.get("mqSet") or []
+    if not isinstance(raw, list):
+        raise _bad("has a malformed 'mqSet'")
+    return group, client_id, [_queue(item) for item in raw]
+
+
+def _queue(item: Any) -> QueueRef:
+    if not isinstance(item, dict):
+        raise _bad("has a malformed 'mqSet' entry")
+    topic, broker, queue_id = item.get("topic"), item.get("brokerName"), item.get("queueId")
+    if not isinstance(topic, str) or not isinstance(broker, str):
+        raise _bad("has a 'mqSet' entry without topic/brokerName")
+    if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id < 2**31:
+        raise _bad("has a 'mqSet' entry with a bad queueId")
+    return QueueRef(topic, broker, queue_id)
+
+
+async def lock_batch_mq(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    group, client_id, queues = parse_lock_body(request.body)
+    note.group = group
+    held = session.ctx.locks.lock(group, client_id, queues, trio.current_time())
+    session.lock_holders.add((group, client_id))
+    body = orjson.dumps({"lockOKMQSet": [q.to_json() for q in held]})
+    return Reply(ResponseCode.SUCCESS, body=body)
+
+
+async def unlock_batch_mq(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    group, client_id, queues = parse_lock_body(request.body)
+    note.group = group
+    session.ctx.locks.unlock(group, client_id, queues)
+    return Reply(ResponseCode.SUCCESS)

@@ -1,0 +1,100 @@
+"""The ``mqproxy serve`` command as a newcomer runs it: a real process, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _start(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp_path / "stdout.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
+         *extra],
+        stdout=log.open("wb"), stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
+    )
+    return proc, log
+
+
+def _events(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def _wait_started(proc: subprocess.Popen[bytes], log: Path) -> tuple[str, int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for event in _events(log):
+            if event["event"] == "proxy.started":
+                host, port = event["listen"].rsplit(":", 1)
+                return host, int(port)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    raise AssertionError("proxy.started never logged")
+
+
+def _get(addr: tuple[str, int], path: str) -> bytes:
+    with socket.create_connection(addr, timeout=5) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_answers_healthz_and_stops_gracefully_on_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, log = _start(tmp_path)
+    try:
+        addr = _wait_started(proc, log)
+        assert addr[0] == "127.0.0.1" and addr[1] > 0
+        assert _get(addr, "/healthz").startswith(b"HTTP/1.1 200 OK")
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+    names = [e["event"] for e in _events(log)]
+    assert names.index("store.recovered") < names.index("proxy.started") < names.index("proxy.stopping")
+    assert names[-1] == "proxy.stopped"
+    assert next(e for e in _events(log) if e["event"] == "proxy.stopping")["reason"] == sig.name
+    assert (tmp_path / "data").is_dir()
+
+
+def test_unknown_config_key_is_a_clear_startup_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[store]\nflsh = 'sync'\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqproxy", "serve", "--config", str(cfg)], capture_output=True, timeout=30
+    )
+    assert proc.returncode == 2
+    assert b"store.flsh" in proc.stderr
+
+
+def test_env_override_out_of_range_names_the_key(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0"],
+        capture_output=True, timeout=30, env={**os.environ, "MQPROXY_SERVER_SNIFF_TIMEOUT_S": "0"},
+    )
+    assert proc.returncode == 2
+    assert b"server.sniff_timeout_s" in proc.stderr
+
+
+def test_busy_port_fails_with_a_message(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "mqproxy", "serve", "--listen", f"127.0.0.1:{port}", "--data-dir",
+             str(tmp_path / "d")], capture_output=True, timeout=30,
+        )
+    assert proc.returncode == 1
+    assert b"cannot start" in proc.stderr

@@ -1,0 +1,84 @@
+"""The HTML report and its PNG charts, from the shared batch run (which has a gRPC incident)."""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mqproxy.spark_etl import report
+
+pytestmark = pytest.mark.spark
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_MAGIC
+    assert head[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
+
+
+def test_report_data_is_utc_and_complete(spark: Any, batch_run: Any) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    minutes = sorted({r["minute"] for r in data.rollup})
+    first_event = min(e["ts"] for e in batch_run.events).replace(second=0, microsecond=0, tzinfo=None)
+    assert minutes[0] == first_event
+    assert set(data.protocols) == {"remoting", "mqtt", "grpc"}
+    assert data.summary is not None
+    assert data.summary["malformed"] == 7
+    assert data.top_clients
+    assert data.negotiation_failures
+    assert data.ops
+    assert data.tenants
+
+
+def test_notable_changes_point_at_the_incident_onset(spark: Any, batch_run: Any) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    changes = report.notable_changes(data)
+    onsets = {(c.minute, c.protocol, c.metric) for c in changes}
+    assert (datetime(2026, 11, 22, 23, 57), "grpc", "latency_p99") in onsets
+    incident = next(c for c in changes if c.metric == "latency_p99" and c.protocol == "grpc")
+    assert incident.factor > 5
+    assert incident.describe().startswith("2026-11-22 23:57 grpc p99 latency:")
+
+
+def test_write_report_produces_html_and_readable_pngs(spark: Any, batch_run: Any, tmp_path: Path) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    html_path = tmp_path / "report.html"
+    pngs = report.write_report(data, html_path)
+    assert [p.name for p in pngs] == ["throughput.png", "latency.png", "errors.png", "protocol_mix.png"]
+    for png in pngs:
+        width, height = _png_size(png)
+        assert width >= 1000, png
+        assert height >= 300, png
+        assert png.stat().st_size > 10_000, "a chart with data, not an empty canvas"
+    page = html_path.read_text(encoding="utf-8")
+    for png in pngs:
+        assert f"src='report_files/{png.name}'" in page
+    for heading in (
+        "What changed",
+        "Throughput",
+        "Latency percentiles",
+        "Errors over time",
+        "Protocol mix",
+        "Top clients",
+        "Bytes per tenant",
+        "Negotiation failures",
+        "Slowest request kinds",
+    ):
+        assert f">{heading}" in page, heading
+    assert "grpc p99 latency" in page
+    assert "<script" not in page
+
+
+def test_html_escapes_client_ids(spark: Any, batch_run: Any) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    data.top_clients = [dict(data.top_clients[0], client_id="<b>évil</b>", rank=1)]
+    page = report.render_html(data, {})
+    assert "&lt;b&gt;évil&lt;/b&gt;" in page
+    assert "<b>évil" not in page
