@@ -18,6 +18,8 @@ from pathlib import Path
 
 import structlog
 import trio
+import trio.lowlevel
+
 from mqproxy.broker.embedded import CACHE_SIZE, open_embedded_store
 from mqproxy.broker.index import Index
 from mqproxy.broker.types import Message
@@ -60,6 +62,38 @@ async def send_bench(root: Path, size: int, flush: str, tasks: int, total: int, 
         f"{rate:>9.0f} msg/s  ({elapsed * 1e6 / (per_task * tasks):6.1f} µs/msg, fsyncs={fsyncs})"
     )
     return rate
+
+
+async def loop_stall_bench(root: Path, in_thread: bool, total: int) -> None:
+    """Worst event-loop stall seen by a probe task while 16 tasks send with sync flush."""
+    data_dir = root / f"stall-{in_thread}"
+    stalls: list[float] = []
+    async with open_embedded_store(data_dir, flush="sync", fsync_in_thread=in_thread) as store:
+        await store.create_topic("S", 4)
+
+        async def worker(w: int) -> None:
+            for _ in range(total // 16):
+                await store.send(Message("S", b"x" * 128, queue_id=w % 4))
+
+        async def probe() -> None:
+            while True:
+                start = time.perf_counter()
+                await trio.lowlevel.checkpoint()
+                stalls.append(time.perf_counter() - start)
+
+        async with trio.open_nursery() as outer:
+            outer.start_soon(probe)
+            async with trio.open_nursery() as nursery:
+                for w in range(16):
+                    nursery.start_soon(worker, w)
+            outer.cancel_scope.cancel()
+    shutil.rmtree(data_dir)
+    stalls.sort()
+    print(
+        f"loop stall during sync sends, fsync_in_thread={in_thread!s:<5}: "
+        f"p50 {stalls[len(stalls) // 2] * 1e6:.0f} µs, p99 {stalls[int(len(stalls) * 0.99)] * 1e6:.0f} µs, "
+        f"max {stalls[-1] * 1e3:.1f} ms"
+    )
 
 
 async def pull_bench(root: Path, total: int) -> None:
@@ -159,6 +193,10 @@ async def main(quick: bool, only: str | None) -> None:
         if only == "lmq":
             await lmq_bench(root, int(100_000 * scale))
             return
+        if only == "stall":
+            for in_thread in (False, True):
+                await loop_stall_bench(root, in_thread, int(4000 * scale))
+            return
         if only == "recovery":
             await recovery_bench(root, int(100_000 * scale))
             return
@@ -168,6 +206,8 @@ async def main(quick: bool, only: str | None) -> None:
             for tasks in (1, 16):
                 for in_thread in (False, True):
                     await send_bench(root, size, "sync", tasks, int(4000 * scale) // 16 * 16, in_thread)
+        for in_thread in (False, True):
+            await loop_stall_bench(root, in_thread, int(4000 * scale))
         await pull_bench(root, int(50000 * scale))
         await recovery_bench(root, int(100_000 * scale))
         await lmq_bench(root, int(100_000 * scale))
@@ -178,6 +218,6 @@ async def main(quick: bool, only: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one fifth of the default sizes")
-    parser.add_argument("--only", choices=["lmq", "recovery"], help="run one part")
+    parser.add_argument("--only", choices=["lmq", "recovery", "stall"], help="run one part")
     args = parser.parse_args()
     trio.run(main, args.quick, args.only)

@@ -9,7 +9,7 @@ offset of its frame: unique, dense across segments and stable across restarts. A
 two segments: an append that does not fit in the current segment starts a new one (a record larger
 than a whole segment gets a segment of its own).
 
-Blocking file I/O; the caller decides where it runs. Writes are plain ``os.write`` (they survive the
+Blocking file I/O; the caller decides where it runs. Writes are plain ``os.pwrite`` (they survive the
 process being killed); :meth:`CommitLog.sync` makes them survive an OS crash.
 """
 

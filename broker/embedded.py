@@ -42,6 +42,7 @@ from typing import Literal
 
 import structlog
 import trio
+
 from mqproxy.broker.commitlog import CommitLog, sync_fds
 from mqproxy.broker.errors import StoreUnavailable, TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry

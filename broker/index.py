@@ -27,6 +27,7 @@ from pathlib import Path
 
 import lmdb
 import orjson
+
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.types import TopicConfig
 
@@ -197,11 +198,6 @@ class Index:
             return [TopicConfig(name=k.decode(), **orjson.loads(v)) for k, v in txn.cursor()]
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def stats(self) -> dict[str, int]:
-        info = self._env.info()
-        stat = self._env.stat()
-        return {"map_size": info["map_size"], "last_pgno": info["last_pgno"], "psize": stat["psize"]}
-
     def sync(self) -> None:
         """Flush the environment to disk (releases the GIL; may run in a worker thread)."""
         self._env.sync(True)

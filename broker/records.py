@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
+
 from mqproxy.broker.errors import StoreUnavailable
 
 KIND_MESSAGE = 1

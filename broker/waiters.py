@@ -1,7 +1,7 @@
 """Long-poll wake-ups: one lazily created :class:`trio.Event` per queue that currently has waiters.
 
-Idle queues cost nothing; an event is dropped as soon as it fires, so a million light queues with no
-pending pulls hold no objects here.
+Idle queues cost nothing; an event is dropped as soon as it fires or its last waiter leaves, so a million
+light queues with no pending pulls hold no objects here.
 """
 
 from __future__ import annotations
@@ -42,8 +42,13 @@ class QueueWaiters:
             event = self._events.get(key)
             if event is None:
                 event = self._events[key] = trio.Event()
-            with trio.move_on_at(deadline):
-                await event.wait()
+            try:
+                with trio.move_on_at(deadline):
+                    await event.wait()
+            finally:
+                # A timed-out or cancelled last waiter must not leave the event behind.
+                if self._events.get(key) is event and event.statistics().tasks_waiting == 0:
+                    del self._events[key]
             if ready():
                 return True
             if trio.current_time() >= deadline:

@@ -224,16 +224,17 @@ def _parse_v2(data: bytes) -> ProxyHeader | None:
     total = V2_FIXED_HEADER + ((data[14] << 8) | data[15])
     if total > MAX_V2_HEADER:
         raise ProxyProtocolError(f"v2 header of {total} bytes exceeds the {MAX_V2_HEADER}-byte limit")
-    if n < total:
-        return None
     # Combinations §2.2 does not list fall back to UNSPEC: block skipped, real endpoints used.
     family, addr_len = _V2_FAMILIES.get(fam, ("UNKNOWN", 0))
-    if command == _CMD_LOCAL or family == "UNKNOWN":
+    skip_block = command == _CMD_LOCAL or family == "UNKNOWN"
+    if not skip_block and total - V2_FIXED_HEADER < addr_len:
+        raise ProxyProtocolError(f"v2 length {total - V2_FIXED_HEADER} too short for {family} addresses")
+    if n < total:
+        return None
+    if skip_block:
         # §2.2: LOCAL (and UNSPEC) — discard the whole block and use the real endpoints.
         return ProxyHeader(2, "LOCAL" if command == _CMD_LOCAL else "PROXY", family, None, None, total, {})
     header = bytes(data[:total])
-    if total - V2_FIXED_HEADER < addr_len:
-        raise ProxyProtocolError(f"v2 length {total - V2_FIXED_HEADER} too short for {family} addresses")
     source, destination = _v2_addresses(header, addr_len)
     tlvs = _v2_tlvs(header, V2_FIXED_HEADER + addr_len)
     return ProxyHeader(2, "PROXY", family, source, destination, total, tlvs)

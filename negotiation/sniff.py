@@ -105,7 +105,8 @@ def detect_remoting(data: bytes) -> Verdict:
 
     Checks: length > 4; serialize type 0 (JSON) or 1 (ROCKETMQ binary); headerLen <= length - 4. A JSON
     header (§1.2) must open an object — ``{`` then ``"`` or ``}``, JSON whitespace allowed around the
-    brace (jsoncpp, fastjson and ali-ons all emit ``{"code"…``; jsoncpp ends the text with ``"\\n"``).
+    brace (jsoncpp, fastjson and ali-ons all emit ``{"code"…``; jsoncpp ends the text with ``"\\n"``);
+    the ``"`` must fall within the first :data:`MAX_SNIFF_BYTES_NEEDED` bytes.
     A binary header (§1.3) must be at least 21 bytes with a known LanguageCode (§1.5), only flag
     bits 0-1 set (§1.4) and a remark length within the header. The length is read unsigned and not
     capped: a plausible frame with a huge length is still remoting, so the remoting codec can close it

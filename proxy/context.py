@@ -83,6 +83,8 @@ class ConnectionContext:
         """Count one request and log a ``request`` event, sampled by ``log.request_sample_rate``."""
         self.requests += 1
         op = str(fields.get("op", "?"))
+        if op.startswith("UNKNOWN_"):
+            op = "UNKNOWN"  # bounded label set: unknown codes share one series
         protocol = self.protocol or "unknown"
         self.server.metrics.requests.labels(protocol, op, fields.get("outcome", "ok")).inc()
         latency_ms = fields.get("latency_ms")

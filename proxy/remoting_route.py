@@ -58,6 +58,7 @@ async def serve_remoting_connection(stream: trio.abc.Stream, ctx: ConnectionCont
             stats=stats,
             log=ctx.log,
             limits=limits,
+            draining=ctx.draining,
         )
     finally:
         ctx.error = ctx.error or stats.error

@@ -14,14 +14,15 @@ import trio
 from mqproxy.context import ConnectionContext
 from mqproxy.http import serve_http
 from mqproxy.negotiation import Detected, Protocol
-from mqproxy.refusal import refuse_grpc, refuse_mqtt
+from mqproxy.refusal import refuse_grpc
+from mqproxy.mqtt.connection import serve_mqtt
 from mqproxy.remoting_route import serve_remoting_connection
 
 Handler = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[None]]
 
 ROUTES: Mapping[Protocol, Handler] = {
     Protocol.REMOTING: serve_remoting_connection,
-    Protocol.MQTT: refuse_mqtt,
+    Protocol.MQTT: serve_mqtt,
     Protocol.GRPC: refuse_grpc,
     Protocol.HTTP: serve_http,
 }

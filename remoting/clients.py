@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
+
 from mqproxy.broker.topics import RETRY_PREFIX
 from mqproxy.broker.types import ConsumerInfo, Subscription
 from mqproxy.codecs.remoting import RemotingCommand
@@ -128,6 +129,7 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
 async def unregister_client(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_unregister_header(request.ext_fields)
     note.group = header.consumer_group or header.producer_group
+    session.client_id = session.client_id or header.client_id
     if header.consumer_group is not None:
         await _leave(session, header.consumer_group, header.client_id)
     return Reply(ResponseCode.SUCCESS)

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import structlog
 import trio
+
 from mqproxy.broker.backend import Backend
 from mqproxy.codecs.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -242,14 +243,25 @@ async def serve_remoting(
     stats: ConnectionStats | None = None,
     log: Any = None,
     limits: ConnectionLimits | None = None,
+    draining: trio.Event | None = None,
 ) -> ConnectionStats:
-    """Serve remoting requests on ``stream`` until it ends; see the module docstring."""
+    """Serve remoting requests on ``stream`` until it ends; see the module docstring.
+
+    When ``draining`` is set (server shutdown) no further frames are read; requests already in flight
+    run to completion (the server bounds that with its grace period), then the call returns.
+    """
     stats = ConnectionStats() if stats is None else stats
     limits = ConnectionLimits() if limits is None else limits
     log = structlog.get_logger("mqproxy.remoting") if log is None else log
     decoder = FrameDecoder(limits.max_frame_bytes)
     in_flight = 0
     connection: RemotingConnection | None = None
+    read_scope: trio.CancelScope | None = None
+
+    async def stop_reading_on_drain(event: trio.Event) -> None:
+        await event.wait()
+        if read_scope is not None:
+            read_scope.cancel()
 
     async def serve_request(
         conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, busy: bool
@@ -277,6 +289,8 @@ async def serve_remoting(
             connection = RemotingConnection(stream, nursery, stats, limits)
             session = RemotingSession(backend, ctx, conn=connection, peer=peer, log=log)
             connection.session = session
+            if draining is not None:
+                nursery.start_soon(stop_reading_on_drain, draining)
             data: bytes | bytearray = initial
             while True:
                 if data:
@@ -300,9 +314,17 @@ async def serve_remoting(
                         # exact for one frame per read; pipelined frames share the read's bytes evenly
                         size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
                         nursery.start_soon(serve_request, connection, session, command, size, busy)
-                data = await _receive(connection)
+                if draining is not None and draining.is_set():
+                    break
+                data = b""
+                with trio.CancelScope() as read_scope:
+                    data = await _receive(connection)
+                read_scope = None
                 if not data:
                     break
+            if draining is not None and draining.is_set():
+                while in_flight:
+                    await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
     finally:
         if connection is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import trio
+
 from mqproxy.broker.types import PullResult, PullStatus, TagFilter
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand

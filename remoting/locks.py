@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 import trio
+
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.remoting.errors import RequestError

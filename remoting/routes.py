@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import orjson
+
 from mqproxy.broker.errors import IllegalTopic
 from mqproxy.broker.topics import AUTO_CREATE_TEMPLATE_TOPIC, RETRY_PREFIX, validate_topic
 from mqproxy.broker.types import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import structlog
 import trio
+
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.errors import (
     BackendError,

@@ -265,13 +265,21 @@ def decode_properties(reader: Reader, context: PropertyContext) -> Properties:
         values["user_properties"] = tuple(user_properties)
     if subscription_ids:
         values["subscription_identifiers"] = tuple(subscription_ids)
-    return Properties(**values)
+    properties = Properties(**values)
+    _check_authentication(properties)
+    return properties
+
+
+def _check_authentication(properties: Properties) -> None:
+    if properties.authentication_data is not None and properties.authentication_method is None:
+        raise protocol_error("authentication data without an authentication method")
 
 
 def encode_properties(properties: Properties, context: PropertyContext) -> bytes:
     """The property length and list for `properties`, in identifier order; refuses what decode refuses."""
     if properties is NO_PROPERTIES:
         return b"\x00"
+    _check_authentication(properties)
     out = bytearray()
     for attribute, spec in _ATTRIBUTE_SPEC.items():
         value = getattr(properties, attribute)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.errors import BackendError, IllegalTopic, MessageTooLarge, QueueNotFound, TopicNotFound
@@ -338,6 +339,42 @@ async def test_long_poll_ignores_other_queues_then_times_out(
         assert waited == pytest.approx(15, abs=0.01)
 
 
+async def test_concurrent_producers_and_long_polling_consumers(make_backend: MakeBackend) -> None:
+    """No lost wake-ups: consumers that long-poll each queue see every message, in offset order."""
+    async with make_backend() as backend:
+        await backend.create_topic("T", 2)
+        received: dict[int, list[bytes]] = {0: [], 1: []}
+
+        async def producer(p: int) -> None:
+            for i in range(25):
+                await backend.send(msg(queue_id=(p + i) % 2, body=f"{p}:{i}".encode()))
+                if i % 5 == 0:
+                    await trio.sleep(0.001)
+
+        async def consumer(queue_id: int) -> None:
+            offset = 0
+            while len(received[queue_id]) < 100:
+                if not await backend.wait_for_message("T", queue_id, offset, 5):
+                    continue
+                result = await backend.pull("T", queue_id, offset, 7)
+                assert [m.queue_offset for m in result.messages] == list(range(offset, result.next_offset))
+                received[queue_id] += [m.body for m in result.messages]
+                offset = result.next_offset
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for queue_id in (0, 1):
+                    nursery.start_soon(consumer, queue_id)
+                for p in range(8):
+                    nursery.start_soon(producer, p)
+        everything = sorted(received[0] + received[1])
+        assert everything == sorted(f"{p}:{i}".encode() for p in range(8) for i in range(25))
+        for p in range(8):  # each producer's messages keep their order within a queue
+            for queue_id in (0, 1):
+                mine = [b for b in received[queue_id] if b.startswith(f"{p}:".encode())]
+                assert mine == sorted(mine, key=lambda b: int(b.split(b":")[1]))
+
+
 async def test_long_poll_is_cancellable(make_backend: MakeBackend) -> None:
     async with make_backend() as backend:
         await backend.create_topic("T", 1)
@@ -425,6 +462,7 @@ _op = st.one_of(
         st.sampled_from([None, "x", "y || x", "*"]),
         st.integers(1, 4),
     ),
+    st.tuples(st.just("restart"), st.none(), st.none(), st.none(), st.none(), st.none()),
 )
 
 
@@ -441,25 +479,33 @@ def _view(result: PullResult) -> tuple[object, ...]:
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(_op, max_size=25))
-def test_embedded_store_matches_the_memory_model(
+def test_embedded_store_matches_the_memory_model_across_restarts(
     tmp_path_factory: pytest.TempPathFactory, ops: list[Any]
 ) -> None:
     data_dir = tmp_path_factory.mktemp("model")
 
     async def run() -> None:
         model = InMemoryBackend(default_queue_count=2)
-        async with open_embedded_store(data_dir, default_queue_count=2, segment_bytes=4096) as store:
+        async with AsyncExitStack() as stack:
+            store = await stack.enter_async_context(
+                open_embedded_store(data_dir, default_queue_count=2, segment_bytes=4096)
+            )
             for n, (kind, topic, queue_id, a, b, c) in enumerate(ops):
-                if kind == "send":
-                    body, properties = f"{n}".encode() * c, {"TAGS": a} if a else {}
-                    expected = await model.send(
-                        Message(topic, body, queue_id, properties=dict(properties), dispatch=tuple(b))
+                if kind == "restart":
+                    await stack.aclose()
+                    store = await stack.enter_async_context(
+                        open_embedded_store(data_dir, default_queue_count=2, segment_bytes=4096)
                     )
+                elif kind == "send":
+                    body, properties = f"{n}".encode() * c, {"TAGS": a} if a else {}
                     got = await store.send(
                         Message(topic, body, queue_id, properties=dict(properties), dispatch=tuple(b))
                     )
-                    assert (got.queue_id, got.queue_offset, got.lmq_offsets) == (
-                        expected.queue_id,
+                    # The model follows the store's queue choice (round-robin restarts with the process).
+                    expected = await model.send(
+                        Message(topic, body, got.queue_id, properties=dict(properties), dispatch=tuple(b))
+                    )
+                    assert (got.queue_offset, got.lmq_offsets) == (
                         expected.queue_offset,
                         expected.lmq_offsets,
                     )

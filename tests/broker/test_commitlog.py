@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from mqproxy.broker.commitlog import CommitLog, frame, segment_name
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.records import decode_message, encode_message

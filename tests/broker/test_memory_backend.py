@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
+
 from mqproxy.broker.errors import BackendError, IllegalTopic
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.topics import (
@@ -15,6 +18,7 @@ from mqproxy.broker.topics import (
     validate_topic,
 )
 from mqproxy.broker.types import Message
+from mqproxy.broker.waiters import QueueWaiters
 
 
 @pytest.mark.parametrize(
@@ -88,3 +92,25 @@ async def test_duplicate_dispatch_targets_collapse() -> None:
     result = await backend.send(Message("P", b"x", dispatch=("%LMQ%a", "%LMQ%a")))
     assert result.lmq_offsets == {"%LMQ%a": 0}
     assert await backend.max_offset("%LMQ%a", 0) == 1
+
+
+async def test_waiters_leave_nothing_behind(autojump_clock: trio.testing.MockClock) -> None:
+    waiters = QueueWaiters()
+    assert await waiters.wait("k", lambda: False, 5) is False
+    with trio.move_on_after(1):
+        await waiters.wait("k2", lambda: False, 30)
+    assert waiters._events == {}
+    async with trio.open_nursery() as nursery:
+        results: list[bool] = []
+        state = {"ready": False}
+
+        async def one() -> None:
+            results.append(await waiters.wait("k", lambda: state["ready"], 30))
+
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+        await trio.sleep(1)
+        state["ready"] = True
+        waiters.notify("k")
+    assert results == [True, True]
+    assert waiters._events == {}

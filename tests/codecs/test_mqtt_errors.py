@@ -24,6 +24,7 @@ from mqproxy.codecs.mqtt import (
     Will,
     encode,
 )
+from mqproxy.codecs.mqtt.reason_codes import CONNACK_REASON_CODES, DISCONNECT_REASON_CODES
 
 R = ReasonCode
 MALFORMED = R.MALFORMED_PACKET
@@ -417,3 +418,11 @@ def test_fuzz_mutated_golden_raises_only_codec_error(base: tuple[int, bytes], in
         return
     for packet in packets:  # whatever decodes must re-encode and decode to itself
         assert MqttDecoder(1024, protocol_level=level).receive_data(encode(packet, level)) == [packet]
+
+
+def test_every_reason_code_can_be_sent() -> None:
+    """Errors in a CONNECT fit a CONNACK; every other decode error fits a DISCONNECT."""
+    for name, level, raw, _ in BAD_INPUTS:
+        error = decode_error(raw, level)
+        allowed = CONNACK_REASON_CODES if name.startswith("connect-") else DISCONNECT_REASON_CODES
+        assert error.reason_code in allowed, name

@@ -36,6 +36,14 @@ from mqproxy.codecs.mqtt import (
     Will,
     encode,
 )
+from mqproxy.codecs.mqtt.encoding import Reader
+from mqproxy.codecs.mqtt.properties import (
+    PROPERTY_SPECS,
+    PropertyContext,
+    PropertyType,
+    decode_properties,
+    encode_properties,
+)
 
 mqtt = pytest.importorskip("paho.mqtt.client")
 paho_properties = pytest.importorskip("paho.mqtt.properties")
@@ -312,3 +320,77 @@ def test_our_v311_refusal_parses_in_paho() -> None:
     )
     assert seen[0][0] == "connect"
     assert seen[0][2] == 0x86  # paho maps 3.1.1 return code 4 to the MQTT 5 reason code
+
+
+_PAHO_TYPES = {
+    "Byte": PropertyType.BYTE,
+    "Two Byte Integer": PropertyType.TWO_BYTE_INT,
+    "Four Byte Integer": PropertyType.FOUR_BYTE_INT,
+    "Variable Byte Integer": PropertyType.VARINT,
+    "Binary Data": PropertyType.BINARY,
+    "UTF-8 Encoded String": PropertyType.UTF8,
+    "UTF-8 String Pair": PropertyType.STRING_PAIR,
+}
+
+
+def _context(paho_packet_type: int) -> PropertyContext:
+    return (
+        PropertyContext.WILL
+        if paho_packet_type == PacketTypes.WILLMESSAGE
+        else PropertyContext(paho_packet_type)
+    )
+
+
+def test_property_table_matches_paho() -> None:
+    """Identifiers, names, data types and allowed packets agree with paho's independent table."""
+    table = paho_properties.Properties(PacketTypes.PUBLISH)
+    assert set(table.properties) == set(PROPERTY_SPECS)
+    for name, pid in table.names.items():
+        spec = PROPERTY_SPECS[pid]
+        paho_type, paho_packets = table.properties[pid]
+        assert spec.id.name == name.upper().replace(" ", "_").replace("-", "_"), name
+        assert spec.type is _PAHO_TYPES[table.types[paho_type]], name
+        assert spec.contexts == {_context(packet) for packet in paho_packets}, name
+
+
+_PAHO_SAMPLES: list[tuple[str, Any, Properties]] = [
+    ("PayloadFormatIndicator", 1, Properties(payload_format_indicator=1)),
+    ("MessageExpiryInterval", 3600, Properties(message_expiry_interval=3600)),
+    ("ContentType", "application/json", Properties(content_type="application/json")),
+    ("ResponseTopic", "reply/here", Properties(response_topic="reply/here")),
+    ("CorrelationData", b"\x00\x01", Properties(correlation_data=b"\x00\x01")),
+    ("SubscriptionIdentifier", 16_384, Properties(subscription_identifiers=(16_384,))),
+    ("SessionExpiryInterval", 0xFFFFFFFF, Properties(session_expiry_interval=0xFFFFFFFF)),
+    ("AssignedClientIdentifier", "auto-1", Properties(assigned_client_identifier="auto-1")),
+    ("ServerKeepAlive", 60, Properties(server_keep_alive=60)),
+    ("AuthenticationMethod", "SCRAM-SHA-1", Properties(authentication_method="SCRAM-SHA-1")),
+    ("RequestProblemInformation", 0, Properties(request_problem_information=0)),
+    ("WillDelayInterval", 30, Properties(will_delay_interval=30)),
+    ("RequestResponseInformation", 1, Properties(request_response_information=1)),
+    ("ResponseInformation", "resp/", Properties(response_information="resp/")),
+    ("ServerReference", "other:1883", Properties(server_reference="other:1883")),
+    ("ReasonString", "ünïcode", Properties(reason_string="ünïcode")),
+    ("ReceiveMaximum", 100, Properties(receive_maximum=100)),
+    ("TopicAliasMaximum", 10, Properties(topic_alias_maximum=10)),
+    ("TopicAlias", 9, Properties(topic_alias=9)),
+    ("MaximumQoS", 1, Properties(maximum_qos=1)),
+    ("RetainAvailable", 0, Properties(retain_available=0)),
+    ("UserProperty", ("key", "välue"), Properties(user_properties=(("key", "välue"),))),
+    ("MaximumPacketSize", 268_435_460, Properties(maximum_packet_size=268_435_460)),
+    ("WildcardSubscriptionAvailable", 1, Properties(wildcard_subscription_available=1)),
+    ("SubscriptionIdentifierAvailable", 0, Properties(subscription_identifier_available=0)),
+    ("SharedSubscriptionAvailable", 1, Properties(shared_subscription_available=1)),
+]
+
+
+@pytest.mark.parametrize(("paho_name", "value", "ours"), _PAHO_SAMPLES, ids=[s[0] for s in _PAHO_SAMPLES])
+def test_each_property_packs_like_paho(paho_name: str, value: Any, ours: Properties) -> None:
+    table = paho_properties.Properties(PacketTypes.PUBLISH)
+    pid = table.getIdentFromName(paho_name)
+    packet_type = table.properties[pid][1][0]
+    theirs = paho_properties.Properties(packet_type)
+    setattr(theirs, paho_name, value)
+    context = _context(packet_type)
+    packed = bytes(theirs.pack())
+    assert decode_properties(Reader(packed), context) == ours
+    assert encode_properties(ours, context) == packed

@@ -34,7 +34,6 @@ GOLDEN_PROPERTIES: list[tuple[str, Any, PropertyContext, str]] = [
     ("assigned_client_identifier", "id", C.CONNACK, "12 00026964"),
     ("server_keep_alive", 60, C.CONNACK, "13 003c"),
     ("authentication_method", "m", C.AUTH, "15 00016d"),
-    ("authentication_data", b"d", C.CONNECT, "16 000164"),
     ("request_problem_information", 0, C.CONNECT, "17 00"),
     ("will_delay_interval", 5, C.WILL, "18 00000005"),
     ("request_response_information", 1, C.CONNECT, "19 01"),
@@ -56,7 +55,8 @@ GOLDEN_PROPERTIES: list[tuple[str, Any, PropertyContext, str]] = [
 
 def test_every_property_has_a_golden_case_and_a_field() -> None:
     fields = {field.name for field in dataclasses.fields(Properties)}
-    assert {attribute for attribute, *_ in GOLDEN_PROPERTIES} == fields
+    covered = {attribute for attribute, *_ in GOLDEN_PROPERTIES} | {"authentication_data"}  # see below
+    assert covered == fields
     assert set(PROPERTY_SPECS) == {int(pid) for pid in PropertyId}
     assert len(PROPERTY_SPECS) == 27
 
@@ -70,6 +70,16 @@ def test_property_golden(attribute: str, value: Any, context: PropertyContext, r
     reader = Reader(encoded)
     assert decode_properties(reader, context) == properties
     assert reader.remaining == 0
+
+
+def test_authentication_data_with_method() -> None:
+    properties = Properties(authentication_method="m", authentication_data=b"d")
+    encoded = encode_properties(properties, C.CONNECT)
+    assert encoded == bytes.fromhex("08 15 00016d 16 000164")
+    assert decode_properties(Reader(encoded), C.CONNECT) == properties
+    with pytest.raises(MqttCodecError) as info:
+        encode_properties(Properties(authentication_data=b"d"), C.CONNACK)
+    assert info.value.reason_code == ReasonCode.PROTOCOL_ERROR
 
 
 def test_empty_properties() -> None:
@@ -102,6 +112,7 @@ def test_subscription_identifiers_repeat_only_in_publish() -> None:
         ("08 1f0001611f000162", C.DISCONNECT, ReasonCode.PROTOCOL_ERROR),  # reason string twice
         ("06 080003612f23", C.PUBLISH, ReasonCode.TOPIC_NAME_INVALID),  # response topic "a/#"
         ("03 080000", C.WILL, ReasonCode.TOPIC_NAME_INVALID),  # empty response topic
+        ("04 16000164", C.CONNECT, ReasonCode.PROTOCOL_ERROR),  # authentication data without method
     ],
 )
 def test_bad_properties(raw_hex: str, context: PropertyContext, reason_code: ReasonCode) -> None:

@@ -108,6 +108,8 @@ def properties(draw: st.DrawFn, context: PropertyContext) -> Properties:
             )
             continue
         values[spec.attribute] = value
+    if "authentication_data" in values:  # data needs a method
+        values.setdefault("authentication_method", draw(text))
     return Properties(**values)
 
 

@@ -7,6 +7,7 @@ import ipaddress
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mqproxy.codecs.proxy_protocol import (
     MAX_V1_HEADER,
     MAX_V2_HEADER,
@@ -276,6 +277,19 @@ def test_rejects(data: bytes) -> None:
         parse_proxy_header(data)
     assert info.value.reason == "bad_proxy_header"
     assert str(info.value)
+
+
+@pytest.mark.parametrize("fam", ["11", "12", "21", "22", "31", "32"])
+def test_v2_short_address_block_rejected_from_fixed_header(fam: str) -> None:
+    fixed = bytes.fromhex(SIG + "21" + fam + "000b")
+    with pytest.raises(ProxyProtocolError, match="too short"):
+        parse_proxy_header(fixed)
+    # LOCAL discards the block, so any length is fine.
+    local = bytes.fromhex(SIG + "20" + fam + "000b") + bytes(11)
+    assert parse_proxy_header(local[:-1]) is None
+    header = parse_proxy_header(local)
+    assert header is not None
+    assert (header.command, header.source, header.consumed) == ("LOCAL", None, 27)
 
 
 def test_v1_without_crlf_needs_more_until_107_bytes() -> None:

@@ -7,9 +7,13 @@ import random
 import ssl
 from pathlib import Path
 
+import h2.connection
+import h11
+import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mqproxy.codecs.proxy_protocol import parse_proxy_header
 from mqproxy.negotiation import (
     ALL,
@@ -37,9 +41,34 @@ def _client_hello(**options: object) -> bytes:
         ctx.set_alpn_protocols(options["alpn"])  # type: ignore[arg-type]
     outgoing = ssl.MemoryBIO()
     tls = ctx.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="mq.example.test")
-    with pytest.raises(ssl.SSLWantReadError):
+    try:
         tls.do_handshake()
-    return outgoing.read()
+    except ssl.SSLWantReadError:  # waiting for the ServerHello: the ClientHello is in `outgoing`
+        return outgoing.read()
+    raise AssertionError("handshake cannot complete without a server")
+
+
+def _paho_connect(protocol: int) -> bytes:
+    """The CONNECT paho-mqtt would write first, captured before its socket layer (no socket)."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="mqproxy-test", protocol=protocol)
+    client.username_pw_set("user", "secret")
+    client.will_set("devices/mqproxy-test/status", b"offline", qos=1, retain=True)
+    packets: list[bytes] = []
+    client._packet_queue = lambda command, packet, mid, qos, info=None: packets.append(bytes(packet))  # type: ignore[method-assign]
+    client._send_connect(60)
+    return packets[0]
+
+
+def _h2_client_preface() -> bytes:
+    """What the h2 library (as gRPC-over-h2 clients) writes first: preface, SETTINGS."""
+    conn = h2.connection.H2Connection()
+    conn.initiate_connection()
+    return conn.data_to_send()
+
+
+def _h11_request(method: str, target: str) -> bytes:
+    conn = h11.Connection(h11.CLIENT)
+    return conn.send(h11.Request(method=method, target=target, headers=[("Host", "127.0.0.1")]))
 
 
 # -- golden first bytes ---------------------------------------------------------------------------------
@@ -117,6 +146,12 @@ GOLDEN: list[tuple[str, bytes, Protocol, int, dict[str, object]]] = [
     ("http-get", HTTP_GET, Protocol.HTTP, 5, {"method": "GET"}),
     ("http-post", HTTP_POST, Protocol.HTTP, 6, {"method": "POST"}),
     ("http-options", HTTP_OPTIONS, Protocol.HTTP, 9, {"method": "OPTIONS"}),
+    ("paho-mqtt-3.1", _paho_connect(mqtt.MQTTv31), Protocol.MQTT, 11, {"mqtt_level": 3}),
+    ("paho-mqtt-3.1.1", _paho_connect(mqtt.MQTTv311), Protocol.MQTT, 9, {"mqtt_level": 4}),
+    ("paho-mqtt-5", _paho_connect(mqtt.MQTTv5), Protocol.MQTT, 9, {"mqtt_level": 5}),
+    ("h2-library", _h2_client_preface(), Protocol.GRPC, 24, {}),
+    ("h11-get", _h11_request("GET", "/healthz"), Protocol.HTTP, 5, {"method": "GET"}),
+    ("h11-put", _h11_request("PUT", "http://x/y"), Protocol.HTTP, 5, {"method": "PUT"}),
     ("proxy-v1", PROXY_V1, Protocol.PROXY, 6, {"proxy_version": 1}),
     ("proxy-v2", PROXY_V2, Protocol.PROXY, 12, {"proxy_version": 2}),
 ]

@@ -319,3 +319,26 @@ async def test_remoting_frame_is_routed_and_answered_as_name_server(server: Any,
     assert [(r["op"], r["outcome"]) for r in requests] == [("GET_ROUTEINFO_BY_TOPIC", "ok"), ("UNKNOWN_99999", "error")]
     closed = log_sink.named("conn.closed")[0]
     assert closed["protocol"] == "remoting" and closed["requests"] == 2 and closed["error"] is None
+
+
+async def test_graceful_stop_lets_an_in_flight_long_poll_finish(start_server: Any, log_sink: Any) -> None:
+    async with start_server(Settings.for_tests(server={"shutdown_grace_s": 10.0})) as handle:
+        s = await _connect(handle)
+        await _remoting_call(s, {"code": 105, "opaque": 1, "flag": 0, "extFields": {"topic": "Drain"}})
+        pull = {"code": 11, "opaque": 2, "flag": 0, "extFields": {
+            "consumerGroup": "G", "topic": "Drain", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+            "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "1000", "subscription": "*",
+            "subVersion": "0"}}
+        await s.send_all(_remoting_frame(pull))
+        await trio.sleep(0.2)  # the pull is now held by the long poll
+        handle.stop("test")
+        started = trio.current_time()
+        reply = await _read_all(s)
+        waited = trio.current_time() - started
+    total, header_len = struct.unpack_from(">ii", reply)
+    header = json.loads(reply[8 : 8 + (header_len & 0xFFFFFF)])
+    assert (header["code"], header["opaque"]) == (19, 2)  # PULL_NOT_FOUND after the hold, not a cut
+    assert len(reply) == 4 + total  # one answer, then a clean close
+    assert waited < 5
+    closed = log_sink.named("conn.closed")
+    assert closed[0]["error"] is None and closed[0]["requests"] == 2

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand
 from mqproxy.remoting.context import RequestEvent, ServerContext

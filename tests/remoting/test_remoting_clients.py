@@ -6,6 +6,7 @@ import json
 
 import orjson
 import pytest
+
 from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode

@@ -7,6 +7,7 @@ import json
 import pytest
 import trio
 import trio.testing
+
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command

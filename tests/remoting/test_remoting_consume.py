@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+
 from mqproxy.codecs.message_record import MAGIC_V1, decode_records
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting.context import ServerContext

@@ -7,6 +7,7 @@ import json
 import orjson
 import pytest
 import trio
+
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting.locks import QueueRef
 from mqproxy.remoting.session import RemotingSession

@@ -6,6 +6,7 @@ import re
 import struct
 
 import pytest
+
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.types import PullStatus
 from mqproxy.codecs.message_record import BatchEntry, encode_batch_body

@@ -1,0 +1,827 @@
+"""Pop consumption: pop, ack, change-invisible, peek and revive (spec §3.16–3.20, §6).
+
+Normal pop (RocketMQ 5 semantics): popping commits the group's consume offset past the popped
+messages at once and writes a checkpoint (CK) naming them; an ack writes an ack record. A CK whose
+invisible time passed with offsets un-acked is *revived*: those messages are re-written to the pop retry
+topic ``%RETRY%<group>_<topic>`` (queue 0, ``reconsume_times + 1``, ``1ST_POP_TIME`` kept) — or to
+``%DLQ%<group>`` after ``max_reconsume_times`` — and later pops deliver them again. Change-invisible
+writes a one-message CK starting at the message's offset (pop time now) and acks the old handle.
+
+Durability: CK, ack and revive-done records live in :data:`REVIVE_TOPIC` (``revive_queues`` queues,
+JSON bodies, tags ``ck`` / ``ack`` / ``done``; a CK and everything about it share one revive queue).
+Per revive queue the consumer offset of :data:`REVIVE_GROUP` marks the oldest record of a still-open
+CK; :meth:`PopService.start` replays from there, so un-acked messages revive after a restart and acked
+ones do not.
+
+Order pop (``order=True``, revive queue 999): a queue is blocked for the group while it has in-flight
+un-acked messages; acks commit the consume offset in order; when the invisible time passes the same
+messages are delivered again (attempt count + 1). Order in-flight state is in memory: after a restart
+the un-acked messages are simply delivered again from the committed offset.
+
+Receipt handles are the remoting ``extraInfo`` string (spec §6.2), see :class:`Receipt`.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+import structlog
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.errors import BackendError, StoreUnavailable, TopicNotFound
+from mqproxy.broker.internal_topics import (
+    PROPERTY_FIRST_POP_TIME,
+    REVIVE_GROUP,
+    REVIVE_TOPIC,
+    Clock,
+    copy_message,
+    ensure_topic,
+    wall_clock_ms,
+)
+from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
+from mqproxy.broker.service_errors import (
+    InvalidArgument,
+    MalformedReceipt,
+    MessageAlreadyAcked,
+    OffsetOutOfRange,
+    ReceiptExpired,
+)
+from mqproxy.broker.topics import RETRY_PREFIX
+from mqproxy.broker.types import PROPERTY_TAGS, Message, PullStatus, StoredMessage, TagFilter
+
+MAX_POP_BATCH = 32
+DEFAULT_REVIVE_QUEUES = 8
+POP_ORDER_REVIVE_QID = 999
+#: Probability that a pop reads the retry topic before the normal queues (``popFromRetryProbability``).
+RETRY_FIRST_PROBABILITY = 0.2
+RETRY_NORMAL = 0
+RETRY_V1 = 1
+RETRY_V2 = 2
+#: Closed checkpoints remembered to tell "already acked" from "expired" (bounded memory).
+_CLOSED_MEMORY = 65536
+_REPLAY_BATCH = 256
+_COMMIT_EVERY_MS = 1000
+_RETRY_PAUSE_S = 1.0
+_TAG_CK, _TAG_ACK, _TAG_DONE = "ck", "ack", "done"
+
+_log = structlog.get_logger("mqproxy.pop")
+
+
+class InitMode(enum.IntEnum):
+    """Where a group without a committed offset starts (PopMessageRequestHeader ``initMode``)."""
+
+    MIN = 0
+    MAX = 1
+
+
+class AckOutcome(enum.Enum):
+    ACKED = "acked"
+    ALREADY_ACKED = "already_acked"  # a repeated ack: a no-op, as the broker answers SUCCESS
+
+
+def pop_retry_topic(group: str, topic: str, flag: int = RETRY_V1) -> str:
+    """``%RETRY%<group>_<topic>`` (V1, default) or ``%RETRY%<group>+<topic>`` (V2)."""
+    return f"{RETRY_PREFIX}{group}{'+' if flag == RETRY_V2 else '_'}{topic}"
+
+
+@dataclass(slots=True, frozen=True)
+class Receipt:
+    """A popped message's handle: the ``POP_CK`` / ``extraInfo`` string of spec §6.2.
+
+    ``ckOffset popTime invisibleTime reviveQid retryFlag brokerName queueId offset``; the topic and
+    group are not in it (requests carry them) — :meth:`real_topic` rebuilds the topic acks go to.
+    """
+
+    ck_offset: int
+    pop_time_ms: int
+    invisible_ms: int
+    revive_qid: int
+    retry_flag: int
+    broker_name: str
+    queue_id: int
+    offset: int
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.pop_time_ms + self.invisible_ms
+
+    @property
+    def is_order(self) -> bool:
+        return self.revive_qid == POP_ORDER_REVIVE_QID
+
+    def real_topic(self, group: str, topic: str) -> str:
+        """The topic the message is stored in: ``topic`` or its pop retry topic (per the retry flag)."""
+        if self.retry_flag == RETRY_NORMAL or topic.startswith(RETRY_PREFIX):
+            return topic
+        return pop_retry_topic(group, topic, self.retry_flag)
+
+    def encode(self) -> str:
+        return (
+            f"{self.ck_offset} {self.pop_time_ms} {self.invisible_ms} {self.revive_qid} "
+            f"{self.retry_flag} {self.broker_name} {self.queue_id} {self.offset}"
+        )
+
+    @classmethod
+    def decode(cls, text: str) -> Receipt:
+        """Parse an 8-field handle (extra trailing fields, as the Java proxy adds, are ignored)."""
+        if not isinstance(text, str) or len(text) > 1024:
+            raise MalformedReceipt("receipt handle is not a string of at most 1024 characters")
+        fields = text.split(" ")
+        if len(fields) < 8:
+            raise MalformedReceipt(f"receipt handle has {len(fields)} fields, expected 8")
+        numbers = [*fields[0:5], *fields[6:8]]
+        if not all(n.lstrip("-").isdigit() and n.isascii() for n in numbers):
+            raise MalformedReceipt("receipt handle has a non-numeric field")
+        ck, pop_time, invisible, rq, flag, queue_id, offset = map(int, numbers)
+        if min(ck, pop_time, invisible, rq, queue_id, offset) < 0 or flag not in (0, 1, 2):
+            raise MalformedReceipt("receipt handle has a field out of range")
+        return cls(ck, pop_time, invisible, rq, flag, fields[5], queue_id, offset)
+
+
+@dataclass(slots=True, frozen=True)
+class PoppedMessage:
+    """One popped message. ``message`` is as stored (its topic may be the pop retry topic); ``topic``
+    is the topic the consumer asked for (what protocol layers should present)."""
+
+    message: StoredMessage
+    receipt: Receipt
+    topic: str
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self.message.reconsume_times + 1
+
+
+@dataclass(slots=True, frozen=True)
+class PopResult:
+    """What a pop returns, with the POP_MESSAGE response-header strings (spec §6.3)."""
+
+    messages: tuple[PoppedMessage, ...]
+    pop_time_ms: int
+    invisible_ms: int
+    revive_qid: int
+    rest: int
+    start_offsets: dict[tuple[int, int], int] = field(default_factory=dict)
+    msg_offsets: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    order_counts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+
+    def start_offset_info(self) -> str:
+        return ";".join(f"{flag} {qid} {start}" for (flag, qid), start in self.start_offsets.items())
+
+    def msg_offset_info(self) -> str:
+        return ";".join(
+            f"{flag} {qid} {','.join(map(str, offs))}" for (flag, qid), offs in self.msg_offsets.items()
+        )
+
+    def order_count_info(self) -> str:
+        """Per message ``<flag> qo<queueId>%<offset> <count>`` (the per-message form of spec §6.3)."""
+        parts = []
+        for (flag, qid), counts in self.order_counts.items():
+            offsets = self.msg_offsets.get((flag, qid), [])
+            parts += [f"{flag} qo{qid}%{o} {c}" for o, c in zip(offsets, counts, strict=False)]
+        return ";".join(parts)
+
+
+CkKey = tuple[str, str, int, int, int]  # group, stored topic, queue id, start offset, pop time
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    key: CkKey
+    deadline_ms: int
+    invisible_ms: int
+    revive_qid: int
+    retry_flag: int
+    record_offset: int
+    offsets: set[int]
+    acked: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _OrderFlight:
+    pop_time_ms: int
+    deadline_ms: int
+    offsets: list[int]
+    acked: set[int] = field(default_factory=set)
+    attempts: dict[int, int] = field(default_factory=dict)
+
+
+class PopService:
+    def __init__(
+        self,
+        backend: Backend,
+        retry: RetryService,
+        *,
+        revive_queues: int = DEFAULT_REVIVE_QUEUES,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        now_ms: Clock = wall_clock_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not 1 <= revive_queues <= 64:
+            raise ValueError("revive_queues must be in 1..64")
+        self._backend = backend
+        self._retry = retry
+        self.revive_queues = revive_queues
+        self.max_reconsume_times = max_reconsume_times
+        self._now_ms = now_ms
+        self._rng = rng or random.Random()
+        self._cks: dict[CkKey, _Checkpoint] = {}
+        self._closed: OrderedDict[CkKey, str] = OrderedDict()  # key -> "acked" | "revived"
+        self._open_by_rq: list[dict[CkKey, int]] = [{} for _ in range(revive_queues)]
+        self._heap: list[tuple[int, CkKey]] = []
+        self._orders: dict[tuple[str, str, int], _OrderFlight] = {}
+        self._attempts: dict[tuple[str, str, int, int], int] = {}  # order attempts survive re-pops
+        self._locks: dict[tuple[str, str, int], trio.Lock] = {}
+        self._wake = trio.Event()
+        self._counter = 0
+        self._started = False
+        self._last_commit_ms = 0
+        self.revived = 0  # messages revived since start (for metrics/tests)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Create the revive topic and replay open checkpoints (idempotent)."""
+        if self._started:
+            return
+        await ensure_topic(self._backend, REVIVE_TOPIC, self.revive_queues)
+        for rq in range(self.revive_queues):
+            await self._replay(rq)
+        self._started = True
+
+    async def _replay(self, rq: int) -> None:
+        committed = await self._backend.query_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq)
+        offset = await self._backend.min_offset(REVIVE_TOPIC, rq) if committed is None else committed
+        while True:
+            result = await self._backend.pull(REVIVE_TOPIC, rq, offset, _REPLAY_BATCH)
+            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
+                offset = result.next_offset
+                continue
+            if not result.messages:
+                return
+            for record in result.messages:
+                self._apply(record)
+            offset = result.next_offset
+
+    def _apply(self, record: StoredMessage) -> None:
+        try:
+            data = orjson.loads(record.body)
+            key: CkKey = (data["g"], data["t"], int(data["q"]), int(data["so"]), int(data["pt"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return
+        tag = record.tags
+        if tag == _TAG_CK:
+            ck = _Checkpoint(
+                key=key,
+                deadline_ms=key[4] + int(data["it"]),
+                invisible_ms=int(data["it"]),
+                revive_qid=record.queue_id,
+                retry_flag=int(data.get("rf", 0)),
+                record_offset=record.queue_offset,
+                offsets=set(map(int, data["o"])),
+            )
+            self._open(ck)
+        elif tag == _TAG_ACK:
+            ck = self._cks.get(key)
+            if ck is not None:
+                ck.acked.add(int(data["o"]))
+                if ck.acked >= ck.offsets:
+                    self._close(ck, "acked")
+        elif tag == _TAG_DONE:
+            ck = self._cks.get(key)
+            if ck is not None:
+                self._close(ck, "revived")
+
+    def _open(self, ck: _Checkpoint) -> None:
+        self._cks[ck.key] = ck
+        self._open_by_rq[ck.revive_qid][ck.key] = ck.record_offset
+        heapq.heappush(self._heap, (ck.deadline_ms, ck.key))
+        if self._heap[0][1] == ck.key:
+            self._wake.set()
+
+    def _close(self, ck: _Checkpoint, why: str) -> None:
+        self._cks.pop(ck.key, None)
+        self._open_by_rq[ck.revive_qid].pop(ck.key, None)
+        self._closed[ck.key] = why
+        if len(self._closed) > _CLOSED_MEMORY:
+            self._closed.popitem(last=False)
+
+    @property
+    def in_flight(self) -> int:
+        """Un-acked popped messages (normal pop) plus order in-flight ones."""
+        normal = sum(len(ck.offsets - ck.acked) for ck in self._cks.values())
+        return normal + sum(len(set(f.offsets) - f.acked) for f in self._orders.values())
+
+    # --- pop -----------------------------------------------------------------------------------
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int | None,
+        max_count: int,
+        invisible_ms: int,
+        *,
+        tag_filter: TagFilter | None = None,
+        order: bool = False,
+        init_mode: InitMode = InitMode.MIN,
+        poll_s: float = 0.0,
+        broker_name: str = "",
+    ) -> PopResult:
+        """Pop up to ``max_count`` (1..32) messages of ``topic`` for ``group`` from ``queue_id`` (None:
+        all queues, random start, plus the pop retry topic unless ``order``), invisible for
+        ``invisible_ms``. Waits up to ``poll_s`` for messages when none are ready (long polling).
+
+        Raises TopicNotFound, QueueNotFound, InvalidArgument.
+        """
+        if not group:
+            raise InvalidArgument("consumer group is empty")
+        if not 1 <= max_count <= MAX_POP_BATCH:
+            raise InvalidArgument(f"max message count {max_count} outside 1..{MAX_POP_BATCH}")
+        if not 0 < invisible_ms < 2**40:
+            raise InvalidArgument(f"invisible time {invisible_ms} ms must be positive")
+        if " " in broker_name:
+            raise InvalidArgument("broker name must not contain spaces")
+        await self.start()
+        config = await self._backend.get_topic(topic)
+        if config is None:
+            raise TopicNotFound(topic)
+        queues = max(config.read_queues, config.write_queues)
+        if queue_id is None or queue_id < 0:
+            first = self._rng.randrange(queues)
+            qids = [(first + i) % queues for i in range(queues)]
+        else:
+            if queue_id >= queues:
+                from mqproxy.broker.errors import QueueNotFound
+
+                raise QueueNotFound(f"{topic} has no queue {queue_id}")
+            qids = [queue_id]
+        sources = [(topic, qid, RETRY_NORMAL) for qid in qids]
+        if not order:
+            retry = pop_retry_topic(group, topic)
+            if await self._backend.get_topic(retry) is not None:
+                if self._rng.random() < RETRY_FIRST_PROBABILITY:
+                    sources.insert(0, (retry, 0, RETRY_V1))
+                else:
+                    sources.append((retry, 0, RETRY_V1))
+        deadline = trio.current_time() + max(poll_s, 0.0)
+        while True:
+            result = await self._pop_sources(
+                group, topic, sources, max_count, invisible_ms, tag_filter, order, init_mode, broker_name
+            )
+            if result.messages or trio.current_time() >= deadline:
+                return result
+            await self._wait_any(group, sources, deadline, order, init_mode)
+
+    async def _pop_sources(
+        self,
+        group: str,
+        topic: str,
+        sources: Sequence[tuple[str, int, int]],
+        max_count: int,
+        invisible_ms: int,
+        tag_filter: TagFilter | None,
+        order: bool,
+        init_mode: InitMode,
+        broker_name: str,
+    ) -> PopResult:
+        now = self._now_ms()
+        rq = POP_ORDER_REVIVE_QID if order else self._next_rq()
+        out: list[PoppedMessage] = []
+        starts: dict[tuple[int, int], int] = {}
+        offsets: dict[tuple[int, int], list[int]] = {}
+        counts: dict[tuple[int, int], list[int]] = {}
+        rest = 0
+        for stored_topic, qid, flag in sources:
+            want = max_count - len(out)
+            if want <= 0:
+                rest += await self._rest(group, stored_topic, qid, init_mode)
+                continue
+            async with self._lock(group, stored_topic, qid):
+                if order:
+                    got, start, attempt_counts, left = await self._pop_order(
+                        group, stored_topic, qid, want, invisible_ms, tag_filter, init_mode, now
+                    )
+                else:
+                    got, start, left = await self._pop_queue(
+                        group, stored_topic, qid, flag, want, invisible_ms, tag_filter, init_mode, now, rq
+                    )
+                    attempt_counts = []
+            rest += left
+            if not got:
+                continue
+            starts[(flag, qid)] = start
+            offsets[(flag, qid)] = [m.queue_offset for m in got]
+            if order:
+                counts[(flag, qid)] = attempt_counts
+            for m in got:
+                receipt = Receipt(start, now, invisible_ms, rq, flag, broker_name, qid, m.queue_offset)
+                out.append(PoppedMessage(m, receipt, topic))
+        return PopResult(tuple(out), now, invisible_ms, rq, rest, starts, offsets, counts)
+
+    def _next_rq(self) -> int:
+        self._counter += 1
+        return self._counter % self.revive_queues
+
+    def _lock(self, group: str, topic: str, qid: int) -> trio.Lock:
+        key = (group, topic, qid)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = trio.Lock()
+        return lock
+
+    async def _offset(self, group: str, topic: str, qid: int, init_mode: InitMode) -> int:
+        """The group's consume offset on the queue, initialised (and committed) per ``init_mode``."""
+        committed = await self._backend.query_consumer_offset(group, topic, qid)
+        if committed is not None:
+            return committed
+        low = await self._backend.min_offset(topic, qid)
+        if init_mode is InitMode.MAX and not topic.startswith(RETRY_PREFIX):
+            start = max(low, await self._backend.max_offset(topic, qid) - 1)
+        else:
+            start = low
+        await self._backend.commit_consumer_offset(group, topic, qid, start)
+        return start
+
+    async def _read(
+        self, group: str, topic: str, qid: int, offset: int, count: int, tag_filter: TagFilter | None
+    ) -> tuple[list[StoredMessage], int, int]:
+        """(messages, next offset, max offset) from ``offset``, jumping over an illegal offset."""
+        result = await self._backend.pull(topic, qid, offset, count, tag_filter=tag_filter)
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            offset = result.next_offset
+            result = await self._backend.pull(topic, qid, offset, count, tag_filter=tag_filter)
+        next_offset = max(offset, result.next_offset)
+        return list(result.messages), next_offset, result.max_offset
+
+    async def _pop_queue(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        flag: int,
+        count: int,
+        invisible_ms: int,
+        tag_filter: TagFilter | None,
+        init_mode: InitMode,
+        now: int,
+        rq: int,
+    ) -> tuple[list[StoredMessage], int, int]:
+        """Pop from one queue: write the CK, then commit the offset. Returns (messages, start, rest)."""
+        offset = await self._offset(group, topic, qid, init_mode)
+        messages, next_offset, max_offset = await self._read(group, topic, qid, offset, count, tag_filter)
+        if messages:
+            start = messages[0].queue_offset
+            pop_time = now
+            while (group, topic, qid, start, pop_time) in self._cks:
+                pop_time += 1
+            await self._write_ck(group, topic, qid, start, pop_time, invisible_ms, rq, flag, messages)
+        else:
+            start = offset
+        if next_offset != offset:
+            await self._backend.commit_consumer_offset(group, topic, qid, next_offset)
+        return messages, start, max(0, max_offset - next_offset)
+
+    async def _write_ck(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        start: int,
+        pop_time: int,
+        invisible_ms: int,
+        rq: int,
+        flag: int,
+        messages: Sequence[StoredMessage],
+    ) -> _Checkpoint:
+        offsets = [m.queue_offset for m in messages]
+        body = {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time, "it": invisible_ms}
+        body |= {"rf": flag, "o": offsets}
+        sent = await self._record(rq, _TAG_CK, body)
+        ck = _Checkpoint(
+            key=(group, topic, qid, start, pop_time),
+            deadline_ms=pop_time + invisible_ms,
+            invisible_ms=invisible_ms,
+            revive_qid=rq,
+            retry_flag=flag,
+            record_offset=sent,
+            offsets=set(offsets),
+        )
+        self._open(ck)
+        return ck
+
+    async def _record(self, rq: int, tag: str, body: dict[str, object]) -> int:
+        result = await self._backend.send(
+            Message(topic=REVIVE_TOPIC, body=orjson.dumps(body), queue_id=rq, properties={PROPERTY_TAGS: tag})
+        )
+        return result.queue_offset
+
+    async def _rest(self, group: str, topic: str, qid: int, init_mode: InitMode) -> int:
+        committed = await self._backend.query_consumer_offset(group, topic, qid)
+        high = await self._backend.max_offset(topic, qid)
+        if committed is None:
+            committed = await self._backend.min_offset(topic, qid)
+        return max(0, high - committed)
+
+    # --- order pop -----------------------------------------------------------------------------
+    async def _pop_order(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        count: int,
+        invisible_ms: int,
+        tag_filter: TagFilter | None,
+        init_mode: InitMode,
+        now: int,
+    ) -> tuple[list[StoredMessage], int, list[int], int]:
+        key = (group, topic, qid)
+        flight = self._orders.get(key)
+        if flight is not None:
+            if set(flight.offsets) - flight.acked and now < flight.deadline_ms:
+                return [], 0, [], 0  # blocked: in-flight messages not acked yet
+            del self._orders[key]
+        offset = await self._offset(group, topic, qid, init_mode)
+        messages, next_offset, max_offset = await self._read(group, topic, qid, offset, count, tag_filter)
+        if not messages:
+            if next_offset != offset:
+                await self._backend.commit_consumer_offset(group, topic, qid, next_offset)
+            return [], offset, [], 0
+        flight = _OrderFlight(now, now + invisible_ms, [m.queue_offset for m in messages])
+        attempts = []
+        for m in messages:
+            n = self._attempts.get((group, topic, qid, m.queue_offset), -1) + 1
+            self._attempts[(group, topic, qid, m.queue_offset)] = n
+            flight.attempts[m.queue_offset] = n
+            attempts.append(n)
+        self._orders[key] = flight
+        return messages, messages[0].queue_offset, attempts, max(0, max_offset - next_offset)
+
+    async def _ack_order(self, group: str, topic: str, receipt: Receipt) -> AckOutcome:
+        key = (group, topic, receipt.queue_id)
+        flight = self._orders.get(key)
+        if flight is None or flight.pop_time_ms != receipt.pop_time_ms or receipt.offset not in flight.offsets:
+            raise ReceiptExpired("order receipt does not match the queue's in-flight messages")
+        if receipt.offset in flight.acked:
+            return AckOutcome.ALREADY_ACKED
+        flight.acked.add(receipt.offset)
+        # Commit in order: up to the first un-acked in-flight offset.
+        commit = None
+        for offset in flight.offsets:
+            if offset not in flight.acked:
+                break
+            commit = offset + 1
+            self._attempts.pop((group, topic, receipt.queue_id, offset), None)
+        if commit is not None:
+            current = await self._backend.query_consumer_offset(group, topic, receipt.queue_id) or 0
+            if commit > current:
+                await self._backend.commit_consumer_offset(group, topic, receipt.queue_id, commit)
+        if flight.acked >= set(flight.offsets):
+            del self._orders[key]
+        return AckOutcome.ACKED
+
+    # --- ack / change invisible ----------------------------------------------------------------
+    async def _check_range(self, topic: str, queue_id: int, offset: int) -> None:
+        low = await self._backend.min_offset(topic, queue_id)  # raises TopicNotFound / QueueNotFound
+        high = await self._backend.max_offset(topic, queue_id)
+        if not low <= offset < high:
+            raise OffsetOutOfRange(f"offset {offset} outside [{low}, {high}) of {topic}:{queue_id}")
+
+    def _find(self, group: str, topic: str, receipt: Receipt) -> tuple[_Checkpoint | None, str | None]:
+        key = (group, topic, receipt.queue_id, receipt.ck_offset, receipt.pop_time_ms)
+        ck = self._cks.get(key)
+        if ck is not None and receipt.offset not in ck.offsets:
+            raise MalformedReceipt(f"offset {receipt.offset} is not in the receipt's checkpoint")
+        return ck, (None if ck is not None else self._closed.get(key))
+
+    async def ack(self, group: str, topic: str, receipt: Receipt | str) -> AckOutcome:
+        """Ack one popped message. ``topic`` is the consumer's topic (the retry flag picks the real one).
+
+        Raises MalformedReceipt, ReceiptExpired (revived or superseded), OffsetOutOfRange,
+        TopicNotFound / QueueNotFound; a repeated ack is a no-op (:attr:`AckOutcome.ALREADY_ACKED`).
+        """
+        await self.start()
+        if isinstance(receipt, str):
+            receipt = Receipt.decode(receipt)
+        real = receipt.real_topic(group, topic)
+        await self._check_range(real, receipt.queue_id, receipt.offset)
+        if receipt.is_order:
+            return await self._ack_order(group, real, receipt)
+        ck, closed = self._find(group, real, receipt)
+        if ck is None:
+            if closed == "acked":
+                return AckOutcome.ALREADY_ACKED
+            raise ReceiptExpired("the receipt's checkpoint was revived or replaced")
+        if receipt.offset in ck.acked:
+            return AckOutcome.ALREADY_ACKED
+        await self._ack_record(ck, receipt.offset)
+        return AckOutcome.ACKED
+
+    async def _ack_record(self, ck: _Checkpoint, offset: int) -> None:
+        group, topic, qid, start, pop_time = ck.key
+        await self._record(ck.revive_qid, _TAG_ACK, {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time,
+                                                     "o": offset})
+        ck.acked.add(offset)
+        if ck.acked >= ck.offsets:
+            self._close(ck, "acked")
+
+    async def change_invisible(
+        self, group: str, topic: str, receipt: Receipt | str, invisible_ms: int
+    ) -> Receipt:
+        """Make the message invisible for ``invisible_ms`` from now; returns its new receipt.
+
+        Raises MessageAlreadyAcked, ReceiptExpired, MalformedReceipt, OffsetOutOfRange, InvalidArgument.
+        """
+        if not 0 <= invisible_ms < 2**40:
+            raise InvalidArgument(f"invisible time {invisible_ms} ms out of range")
+        await self.start()
+        if isinstance(receipt, str):
+            receipt = Receipt.decode(receipt)
+        real = receipt.real_topic(group, topic)
+        await self._check_range(real, receipt.queue_id, receipt.offset)
+        now = self._now_ms()
+        if receipt.is_order:
+            flight = self._orders.get((group, real, receipt.queue_id))
+            if flight is None or flight.pop_time_ms != receipt.pop_time_ms or receipt.offset not in flight.offsets:
+                raise ReceiptExpired("order receipt does not match the queue's in-flight messages")
+            if receipt.offset in flight.acked:
+                raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
+            flight.deadline_ms = now + invisible_ms
+            return Receipt(
+                receipt.ck_offset, flight.pop_time_ms, flight.deadline_ms - flight.pop_time_ms,
+                receipt.revive_qid, receipt.retry_flag, receipt.broker_name, receipt.queue_id, receipt.offset,
+            )
+        ck, closed = self._find(group, real, receipt)
+        if ck is None:
+            if closed == "acked":
+                raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
+            raise ReceiptExpired("the receipt's checkpoint was revived or replaced")
+        if receipt.offset in ck.acked:
+            raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
+        stored = await self._backend.pull(real, receipt.queue_id, receipt.offset, 1)
+        if not stored.messages or stored.messages[0].queue_offset != receipt.offset:
+            raise OffsetOutOfRange(f"no message at offset {receipt.offset}")
+        pop_time = now
+        while (group, real, receipt.queue_id, receipt.offset, pop_time) in self._cks:
+            pop_time += 1
+        rq = self._next_rq()
+        await self._write_ck(
+            group, real, receipt.queue_id, receipt.offset, pop_time, invisible_ms, rq, ck.retry_flag,
+            stored.messages,
+        )
+        await self._ack_record(ck, receipt.offset)
+        if self._closed.get(ck.key) == "acked":
+            self._closed[ck.key] = "changed"
+        return Receipt(
+            receipt.offset, pop_time, invisible_ms, rq, receipt.retry_flag, receipt.broker_name,
+            receipt.queue_id, receipt.offset,
+        )
+
+    # --- peek / notification -------------------------------------------------------------------
+    async def peek(
+        self, group: str, topic: str, queue_id: int | None, max_count: int, *, tag_filter: TagFilter | None = None
+    ) -> list[StoredMessage]:
+        """Messages from the group's consume offset(s), without popping them (PEEK_MESSAGE)."""
+        if not 1 <= max_count <= MAX_POP_BATCH:
+            raise InvalidArgument(f"max message count {max_count} outside 1..{MAX_POP_BATCH}")
+        config = await self._backend.get_topic(topic)
+        if config is None:
+            raise TopicNotFound(topic)
+        qids = range(max(config.read_queues, config.write_queues)) if queue_id is None else [queue_id]
+        out: list[StoredMessage] = []
+        for qid in qids:
+            if len(out) >= max_count:
+                break
+            committed = await self._backend.query_consumer_offset(group, topic, qid)
+            offset = await self._backend.min_offset(topic, qid) if committed is None else committed
+            messages, _, _ = await self._read(group, topic, qid, offset, max_count - len(out), tag_filter)
+            out.extend(messages)
+        return out
+
+    async def has_message(self, group: str, topic: str, queue_id: int | None) -> bool:
+        """True if a queue (or the pop retry topic) has messages past the group's offset (NOTIFICATION)."""
+        config = await self._backend.get_topic(topic)
+        if config is None:
+            raise TopicNotFound(topic)
+        qids = range(max(config.read_queues, config.write_queues)) if queue_id is None else [queue_id]
+        targets = [(topic, qid) for qid in qids]
+        retry = pop_retry_topic(group, topic)
+        if await self._backend.get_topic(retry) is not None:
+            targets.append((retry, 0))
+        for name, qid in targets:
+            if await self._rest(group, name, qid, InitMode.MIN) > 0:
+                return True
+        return False
+
+    async def _wait_any(
+        self,
+        group: str,
+        sources: Sequence[tuple[str, int, int]],
+        deadline: float,
+        order: bool,
+        init_mode: InitMode,
+    ) -> None:
+        """Sleep until one source queue grows past the group's offset, or ``deadline``."""
+        targets = []
+        for topic, qid, _ in sources:
+            committed = await self._backend.query_consumer_offset(group, topic, qid)
+            offset = committed if committed is not None else await self._backend.max_offset(topic, qid)
+            targets.append((topic, qid, offset))
+        timeout = deadline - trio.current_time()
+        if order:  # an order queue also unblocks when its in-flight messages expire
+            timeout = min(timeout, 1.0)
+        if timeout <= 0:
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def watch(topic: str, qid: int, offset: int) -> None:
+                if await self._backend.wait_for_message(topic, qid, offset, timeout):
+                    nursery.cancel_scope.cancel()
+
+            for target in targets:
+                nursery.start_soon(watch, *target)
+
+    # --- revive --------------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Revive expired checkpoints until cancelled."""
+        await self.start()
+        task_status.started()
+        while True:
+            await self.revive_due()
+            await self._commit_progress(force=False)
+            self._wake = trio.Event()
+            delay = (self._heap[0][0] - self._now_ms()) / 1000 if self._heap else math.inf
+            with trio.move_on_after(max(delay, 0)):
+                await self._wake.wait()
+
+    async def revive_due(self) -> int:
+        """Revive every open checkpoint whose invisible time has passed; returns messages revived."""
+        count = 0
+        while self._heap and self._heap[0][0] <= self._now_ms():
+            _, key = heapq.heappop(self._heap)
+            ck = self._cks.get(key)
+            if ck is None or ck.deadline_ms > self._now_ms():
+                continue
+            try:
+                count += await self._revive(ck)
+            except StoreUnavailable as exc:
+                _log.warning("internal.error", exception=f"pop revive: {exc}")
+                heapq.heappush(self._heap, (self._now_ms() + int(_RETRY_PAUSE_S * 1000), key))
+                await trio.sleep(_RETRY_PAUSE_S)
+        return count
+
+    async def _revive(self, ck: _Checkpoint) -> int:
+        group, topic, qid, start, pop_time = ck.key
+        original = topic
+        if ck.retry_flag != RETRY_NORMAL:
+            # The stored topic is already the pop retry topic: revive back into it.
+            retry = topic
+        else:
+            retry = pop_retry_topic(group, original)
+        revived = 0
+        for offset in sorted(ck.offsets - ck.acked):
+            try:
+                result = await self._backend.pull(topic, qid, offset, 1)
+            except StoreUnavailable:
+                raise
+            except BackendError:
+                continue
+            if not result.messages or result.messages[0].queue_offset != offset:
+                continue
+            message = result.messages[0]
+            if message.reconsume_times >= self.max_reconsume_times:
+                await self._retry.dead_letter(group, message)
+            else:
+                props = dict(message.properties)
+                props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
+                await ensure_topic(self._backend, retry, 1)
+                await self._backend.send(
+                    copy_message(
+                        message, topic=retry, queue_id=0, properties=props,
+                        reconsume_times=message.reconsume_times + 1,
+                    )
+                )
+            revived += 1
+        await self._record(ck.revive_qid, _TAG_DONE, {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time})
+        if ck.key in self._cks:
+            self._close(ck, "revived")
+        self.revived += revived
+        return revived
+
+    async def _commit_progress(self, *, force: bool) -> None:
+        """Commit each revive queue's replay start: its oldest open checkpoint record."""
+        now = self._now_ms()
+        if not force and now - self._last_commit_ms < _COMMIT_EVERY_MS:
+            return
+        self._last_commit_ms = now
+        for rq, open_cks in enumerate(self._open_by_rq):
+            mark = min(open_cks.values(), default=None)
+            if mark is None:
+                mark = await self._backend.max_offset(REVIVE_TOPIC, rq)
+            await self._backend.commit_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq, mark)

@@ -1,0 +1,29 @@
+"""Limits and defaults of the MQTT gateway (no ``[mqtt]`` settings section exists yet: these are fixed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MqttConfig:
+    #: Largest packet accepted from a client (CONNACK Maximum Packet Size in MQTT 5).
+    max_packet_size: int = 1024 * 1024
+    #: Un-acked QoS 1/2 PUBLISHes the server accepts from a client (CONNACK Receive Maximum).
+    receive_maximum: int = 64
+    #: Un-acked QoS 1/2 PUBLISHes sent to a client that announced no Receive Maximum (3.1.1).
+    default_send_quota: int = 64
+    maximum_qos: int = 2
+    topic_alias_maximum: int = 16
+    #: Server Keep Alive imposed on MQTT 5 clients; None accepts the client's value.
+    server_keep_alive: int | None = None
+    connect_timeout_s: float = 10.0
+    #: A client that has not taken written bytes for this long is disconnected (slow consumer).
+    write_timeout_s: float = 30.0
+    #: Outgoing packets buffered per connection before delivery waits (the LMQ keeps the rest).
+    send_buffer_packets: int = 1024
+    pull_batch: int = 32
+    #: Longest single long-poll on an LMQ before re-checking.
+    poll_interval_s: float = 30.0
+    #: Topic filters refused at SUBSCRIBE (reason 0x87 Not authorized; 0x80 in 3.1.1).
+    deny_subscribe: tuple[str, ...] = ()

@@ -1,0 +1,629 @@
+"""One MQTT network connection: the route handler :func:`serve_mqtt`.
+
+Tasks per connection (one nursery): the packet reader (this task), a writer that coalesces queued packets
+into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_timeout_s`` is a slow
+consumer and is disconnected), a drain watcher, and one delivery reader per subscription (pull from the
+subscription's LMQ at the session cursor, long-poll the store when caught up, push PUBLISHes inside the
+in-flight window). Offsets of QoS 1/2 deliveries advance on PUBACK / PUBCOMP, of QoS 0 on write.
+
+Closing: MQTT 5 peers get a DISCONNECT (or, while connecting, a CONNACK) with the reason code first; 3.1.1
+peers are closed silently, except for an unsupported protocol level (CONNACK 0x01). The session is then
+detached (ended or persisted) and the will is published unless the client sent a normal DISCONNECT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections.abc import Callable
+
+import trio
+
+from mqproxy.broker.errors import BackendError, MessageTooLarge
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.codecs.mqtt import (
+    MQTT_5,
+    NO_PROPERTIES,
+    Connack,
+    Connect,
+    Disconnect,
+    MqttCodecError,
+    MqttDecoder,
+    Packet,
+    PacketType,
+    PACKET_TYPES,
+    PingReq,
+    PingResp,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    QoS,
+    ReasonCode,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+    encode,
+    parse_topic_filter,
+    topic_matches,
+)
+from mqproxy.context import ConnectionContext
+from mqproxy.mqtt.gateway import Gateway, gateway_for, now_ms, reader_filter
+from mqproxy.mqtt.mapping import decode_properties
+from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
+from mqproxy.mqtt.state import SubscriptionSpec
+from mqproxy.negotiation import Detected
+
+_READ_BYTES = 65536
+_COALESCE = 256
+_CLEANUP_S = 5.0
+
+
+class _Close(Exception):
+    """End the connection: ``reason_code`` goes in a DISCONNECT (MQTT 5) or CONNACK (before CONNACK)."""
+
+    def __init__(self, reason_code: ReasonCode | None, error: str | None, detail: str | None = None) -> None:
+        super().__init__(error or "closed")
+        self.reason_code = reason_code
+        self.error = error
+        self.detail = detail
+
+
+def _error_name(code: ReasonCode) -> str:
+    return {
+        ReasonCode.MALFORMED_PACKET: "malformed_packet",
+        ReasonCode.PROTOCOL_ERROR: "protocol_error",
+        ReasonCode.PACKET_TOO_LARGE: "packet_too_large",
+    }.get(code, code.name.lower())
+
+
+def _is_error(status: str) -> bool:
+    code = ReasonCode.__members__.get(status)
+    return code is not None and code.is_error
+
+
+class MqttConnection:
+    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway) -> None:
+        self.stream = stream
+        self.ctx = ctx
+        self.gateway = gateway
+        self.config = gateway.config
+        self.level = 4
+        self.decoder = MqttDecoder(self.config.max_packet_size)
+        self.connected = False
+        self.session: Session | None = None
+        self.client_id = ""
+        self.will: Will | None = None
+        self.keep_alive = 0
+        self.client_max_packet: int | None = None
+        self.aliases: dict[int, str] = {}
+        self.normal_disconnect = False
+        self.will_on_disconnect = False
+        self.detached = trio.Event()
+        self._send, self._receive = trio.open_memory_channel[bytes](self.config.send_buffer_packets)
+        self._writer_done = trio.Event()
+        self._read_scope = trio.CancelScope()
+        self._kicked: _Close | None = None
+        self._readers: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        close = _Close(None, None)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._watch_drain)
+                try:
+                    close = await self._read_loop()
+                finally:
+                    for scope in self._readers.values():
+                        scope.cancel()
+                    self._final_packet(close)
+                    self._send.close()
+                    with trio.move_on_after(1.0):
+                        await self._writer_done.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            if close.error and self.ctx.error is None:
+                self.ctx.error = close.error
+                self.ctx.detail = close.detail
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + _CLEANUP_S
+                try:
+                    await self._detach()
+                finally:
+                    self.detached.set()
+
+    def kick(self, reason_code: ReasonCode | None, error: str | None, detail: str | None = None) -> None:
+        """Ask the connection to close (takeover, drain, slow consumer, store failure)."""
+        if self._kicked is None:
+            self._kicked = _Close(reason_code, error, detail)
+        self._read_scope.cancel()
+
+    async def _watch_drain(self) -> None:
+        await self.ctx.draining.wait()
+        self.ctx.detail = self.ctx.detail or "server shutting down"
+        self.kick(ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
+
+    def _final_packet(self, close: _Close) -> None:
+        if close.reason_code is None:
+            return
+        packet: Packet | None = None
+        if not self.connected:
+            if self.level == MQTT_5 or close.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
+                packet = Connack(False, close.reason_code)
+        elif self.level == MQTT_5:
+            packet = Disconnect(close.reason_code)
+        if packet is not None:
+            try:
+                self._send.send_nowait(encode(packet, self.level))
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def _writer(self) -> None:
+        receive = self._receive
+        try:
+            async for first in receive:
+                chunks = [first]
+                while len(chunks) < _COALESCE:
+                    try:
+                        chunks.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                with trio.move_on_after(self.config.write_timeout_s) as scope:
+                    await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else first)
+                if scope.cancelled_caught:
+                    self.kick(None, "slow_consumer", f"peer took no data for {self.config.write_timeout_s}s")
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.kick(None, "connection_reset", str(exc) or type(exc).__name__)
+        finally:
+            receive.close()
+            self._writer_done.set()
+
+    async def send(self, packet: Packet) -> None:
+        await self._send.send(encode(packet, self.level))
+
+    async def _detach(self) -> None:
+        session = self.session
+        if session is None:
+            return
+        gateway = self.gateway
+        try:
+            if session.connection is self:
+                session.connection = None
+                session.wake_all()
+                await gateway.detached(session)
+            if self.will is not None and (not self.normal_disconnect or self.will_on_disconnect):
+                await self._publish_will(session)
+        except BackendError as exc:
+            self.ctx.error = self.ctx.error or "store_failed"
+            self.ctx.detail = str(exc)
+
+    async def _publish_will(self, session: Session) -> None:
+        will = self.will
+        assert will is not None
+        delay = will.properties.will_delay_interval or 0 if self.level == MQTT_5 else 0
+        if session.persistent and not session.ended and delay > 0:
+            if session.expiry_interval != NEVER_EXPIRES:
+                delay = min(delay, session.expiry_interval)
+            epoch = session.epoch
+
+            async def fire() -> None:
+                if session.ended or (session.connection is None and session.epoch == epoch):
+                    await self._store_will(will)
+
+            self.gateway.call_later(delay, fire)
+            return
+        await self._store_will(will)
+
+    async def _store_will(self, will: Will) -> None:
+        await self.gateway.publish(
+            will.topic, will.payload, int(will.qos), will.retain, will.properties, self.client_id, self.ctx.peer
+        )
+
+    # --- reading ------------------------------------------------------------------------------
+    async def _read_loop(self) -> _Close:
+        with self._read_scope:
+            try:
+                await self._read_packets()
+            except _Close as close:
+                return close
+            except MqttCodecError as exc:
+                return _Close(exc.reason_code, _error_name(exc.reason_code), exc.reason)
+            except BackendError as exc:
+                return _Close(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                return self._kicked or _Close(None, "connection_reset", str(exc) or type(exc).__name__)
+        return self._kicked or _Close(None, None)
+
+    def _timeout(self) -> float:
+        if not self.connected:
+            return self.config.connect_timeout_s
+        if self.keep_alive == 0:
+            return float("inf")
+        return self.keep_alive * 1.5
+
+    async def _read_packets(self) -> None:
+        while True:
+            data = b""
+            with trio.move_on_after(self._timeout()) as scope:
+                try:
+                    data = await self.stream.receive_some(_READ_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    raise _Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
+            if scope.cancelled_caught:
+                if not self.connected:
+                    raise _Close(None, "connect_timeout", f"no CONNECT within {self.config.connect_timeout_s}s")
+                raise _Close(ReasonCode.KEEP_ALIVE_TIMEOUT, "keepalive_timeout", f"keep alive {self.keep_alive}s")
+            if not data:
+                if self.connected and not self.normal_disconnect:
+                    self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"
+                raise _Close(None, None)
+            try:
+                packets = self.decoder.receive_data(data)
+            except MqttCodecError:
+                if self.decoder.protocol_level is not None:
+                    self.level = self.decoder.protocol_level
+                raise
+            for packet in packets:
+                started = time.perf_counter()
+                status = "SUCCESS"
+                outcome = "ok"
+                topic: str | None = None
+                try:
+                    status, topic = await self._handle(packet)
+                except _Close as close:
+                    status = close.reason_code.name if close.reason_code is not None else "CLOSED"
+                    outcome = "error"
+                    raise
+                finally:
+                    kind = PACKET_TYPES[type(packet)]
+                    if kind is not PacketType.PINGREQ:
+                        self.ctx.request_event(
+                            op=kind.name,
+                            code=int(kind),
+                            status=status,
+                            outcome="error" if outcome == "error" or _is_error(status) else "ok",
+                            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                            client_id=self.client_id or None,
+                            topic=topic,
+                        )
+                if self.normal_disconnect:
+                    raise _Close(None, None)
+
+    async def _handle(self, packet: Packet) -> tuple[str, str | None]:
+        """Handle one packet; returns (status for the request event, topic)."""
+        if isinstance(packet, Publish):
+            return await self._on_publish(packet)
+        if isinstance(packet, Connect):
+            return await self._on_connect(packet), None
+        session = self.session
+        assert session is not None  # the decoder refuses anything before CONNECT
+        if isinstance(packet, PubAck | PubComp):
+            if session.finish(packet.packet_id) is None:
+                return "PACKET_IDENTIFIER_NOT_FOUND", None
+            await session.commit_offsets(self.gateway.backend)
+            return "SUCCESS", None
+        if isinstance(packet, PubRec):
+            entry = session.inflight.get(packet.packet_id)
+            if entry is None:
+                await self.send(PubRel(packet.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+                return "PACKET_IDENTIFIER_NOT_FOUND", None
+            if packet.reason_code.is_error:
+                session.finish(packet.packet_id)
+                return packet.reason_code.name, None
+            entry.released = True
+            await self.send(PubRel(packet.packet_id))
+            return "SUCCESS", None
+        if isinstance(packet, PubRel):
+            if packet.packet_id in session.awaiting_rel:
+                session.awaiting_rel.discard(packet.packet_id)
+                await self.send(PubComp(packet.packet_id))
+                return "SUCCESS", None
+            await self.send(PubComp(packet.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return "PACKET_IDENTIFIER_NOT_FOUND", None
+        if isinstance(packet, Subscribe):
+            return await self._on_subscribe(packet)
+        if isinstance(packet, Unsubscribe):
+            return await self._on_unsubscribe(packet)
+        if isinstance(packet, PingReq):
+            await self.send(PingResp())
+            return "SUCCESS", None
+        if isinstance(packet, Disconnect):
+            return self._on_disconnect(packet), None
+        raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client")
+
+    # --- CONNECT ------------------------------------------------------------------------------
+    async def _on_connect(self, packet: Connect) -> str:
+        self.level = packet.protocol_level
+        v5 = self.level == MQTT_5
+        config = self.config
+        client_id = packet.client_id
+        assigned: str | None = None
+        if not client_id:
+            if not packet.clean_start and not v5:
+                raise _Close(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client_id_rejected", "empty client id with clean session 0")
+            client_id = assigned = "mqproxy-" + secrets.token_hex(8)
+        props = packet.properties
+        if v5:
+            expiry = props.session_expiry_interval or 0
+            send_quota = props.receive_maximum or 65535
+            self.client_max_packet = props.maximum_packet_size
+        else:
+            expiry = 0 if packet.clean_start else NEVER_EXPIRES
+            send_quota = config.default_send_quota
+        if packet.will is not None and packet.will.qos > config.maximum_qos:
+            raise _Close(ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", "will QoS above the server maximum")
+        self.keep_alive = packet.keep_alive
+        server_keep_alive = None
+        if v5 and config.server_keep_alive is not None:
+            self.keep_alive = server_keep_alive = config.server_keep_alive
+        self.client_id = client_id
+        gateway = self.gateway
+        await gateway.ready()
+        previous = gateway.sessions.get(client_id)
+        if previous is not None and previous.connection is not None:
+            old: MqttConnection = previous.connection
+            old.kick(ReasonCode.SESSION_TAKEN_OVER, "session_taken_over", f"client id reused by {self.ctx.conn_id}")
+            with trio.move_on_after(_CLEANUP_S):
+                await old.detached.wait()
+        session, present = await gateway.open_session(client_id, packet.clean_start, expiry, send_quota)
+        if session.connection is not None:  # the old connection did not let go in time
+            raise _Close(ReasonCode.SERVER_BUSY, "takeover_timeout", "previous connection still attached")
+        session.connection = self
+        self.session = session
+        self.will = packet.will
+        connack_props = NO_PROPERTIES
+        if v5:
+            connack_props = Properties(
+                receive_maximum=config.receive_maximum,
+                maximum_packet_size=config.max_packet_size,
+                topic_alias_maximum=config.topic_alias_maximum,
+                maximum_qos=config.maximum_qos if config.maximum_qos < 2 else None,
+                assigned_client_identifier=assigned,
+                server_keep_alive=server_keep_alive,
+            )
+        await self.send(Connack(present, ReasonCode.SUCCESS, connack_props))
+        self.connected = True
+        for entry in list(session.inflight.values()):
+            if entry.released:
+                await self.send(PubRel(entry.packet_id))
+            else:
+                await self.send(dataclasses.replace(entry.publish, dup=True))
+        for topic_filter in session.subscriptions:
+            self._start_reader(topic_filter)
+        return "SUCCESS"
+
+    def _on_disconnect(self, packet: Disconnect) -> str:
+        session = self.session
+        assert session is not None
+        new_expiry = packet.properties.session_expiry_interval
+        if new_expiry is not None:
+            if session.expiry_interval == 0 and new_expiry != 0:
+                raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", "session expiry set at DISCONNECT after 0")
+            session.expiry_interval = new_expiry
+        self.normal_disconnect = True
+        self.will_on_disconnect = packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        return packet.reason_code.name
+
+    # --- PUBLISH from the client ----------------------------------------------------------------
+    async def _on_publish(self, packet: Publish) -> tuple[str, str | None]:
+        session = self.session
+        assert session is not None
+        topic = packet.topic
+        props = packet.properties
+        if props.topic_alias is not None:
+            alias = props.topic_alias
+            if alias > self.config.topic_alias_maximum:
+                raise _Close(ReasonCode.TOPIC_ALIAS_INVALID, "topic_alias_invalid", f"topic alias {alias}")
+            if topic:
+                self.aliases[alias] = topic
+            else:
+                known = self.aliases.get(alias)
+                if known is None:
+                    raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unknown topic alias {alias}")
+                topic = known
+            props = dataclasses.replace(props, topic_alias=None)
+        elif not topic:
+            raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", "empty topic without topic alias")
+        qos = int(packet.qos)
+        if qos > self.config.maximum_qos:
+            raise _Close(ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", f"PUBLISH at QoS {qos}")
+        packet_id = packet.packet_id
+        if qos == 2:
+            assert packet_id is not None
+            if packet_id in session.awaiting_rel:
+                await self.send(PubRec(packet_id))
+                return "DUPLICATE", topic
+            if len(session.awaiting_rel) >= self.config.receive_maximum:
+                raise _Close(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive_maximum_exceeded", f"{len(session.awaiting_rel)} QoS 2 in flight")
+        reason = ReasonCode.SUCCESS
+        if props.payload_format_indicator == 1:
+            try:
+                packet.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                reason = ReasonCode.PAYLOAD_FORMAT_INVALID
+        if reason == ReasonCode.SUCCESS:
+            if props.subscription_identifiers:
+                props = dataclasses.replace(props, subscription_identifiers=())
+            try:
+                await self.gateway.publish(topic, packet.payload, qos, packet.retain, props, self.client_id, self.ctx.peer)
+            except BackendError as exc:
+                if self.level != MQTT_5:
+                    raise _Close(None, "store_failed", str(exc)) from None
+                reason = ReasonCode.QUOTA_EXCEEDED if isinstance(exc, MessageTooLarge) else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
+        if qos == 1:
+            assert packet_id is not None
+            await self.send(PubAck(packet_id, reason))
+        elif qos == 2:
+            assert packet_id is not None
+            if not reason.is_error:
+                session.awaiting_rel.add(packet_id)
+            await self.send(PubRec(packet_id, reason))
+        return reason.name, topic
+
+    # --- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------------
+    async def _on_subscribe(self, packet: Subscribe) -> tuple[str, str | None]:
+        session = self.session
+        assert session is not None
+        v5 = self.level == MQTT_5
+        config = self.config
+        sub_id = packet.properties.subscription_identifiers[0] if packet.properties.subscription_identifiers else None
+        codes: list[ReasonCode] = []
+        retained: list[tuple[SubscriptionSpec, str]] = []
+        for wanted in packet.topics:
+            try:
+                parsed = parse_topic_filter(wanted.topic_filter)
+            except MqttCodecError:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                continue
+            if wanted.topic_filter in config.deny_subscribe:
+                codes.append(ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                continue
+            if parsed.share_group is not None:
+                if wanted.no_local:
+                    raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", "no-local on a shared subscription")
+                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                continue
+            granted = min(int(wanted.qos), config.maximum_qos)
+            spec = SubscriptionSpec(
+                wanted.topic_filter, granted, wanted.no_local, wanted.retain_as_published, int(wanted.retain_handling), sub_id
+            )
+            new = await self.gateway.subscribe(session, spec)
+            codes.append(ReasonCode(granted))
+            if new:
+                self._start_reader(wanted.topic_filter)
+            if spec.retain_handling == 0 or (spec.retain_handling == 1 and new):
+                retained.append((spec, parsed.filter))
+        await self.send(SubAck(packet.packet_id, tuple(codes)))
+        for spec, inner in retained:
+            for message in self.gateway.retained.matching(inner):
+                publish = self._make_publish(message.topic, message.payload, message.qos, True, message.properties, message.store_timestamp_ms, spec)
+                if publish is not None:
+                    await self._push(publish, None, 0)
+        first = packet.topics[0].topic_filter if packet.topics else None
+        worst = next((c for c in codes if c.is_error), None)
+        return (worst.name if worst is not None else "SUCCESS"), first
+
+    async def _on_unsubscribe(self, packet: Unsubscribe) -> tuple[str, str | None]:
+        session = self.session
+        assert session is not None
+        codes: list[ReasonCode] = []
+        for topic_filter in packet.topic_filters:
+            scope = self._readers.pop(topic_filter, None)
+            if scope is not None:
+                scope.cancel()
+            existed = await self.gateway.unsubscribe(session, topic_filter)
+            codes.append(ReasonCode.SUCCESS if existed else ReasonCode.NO_SUBSCRIPTION_EXISTED)
+        await self.send(UnsubAck(packet.packet_id, tuple(codes) if self.level == MQTT_5 else ()))
+        return "SUCCESS", packet.topic_filters[0] if packet.topic_filters else None
+
+    # --- delivery -----------------------------------------------------------------------------
+    def _start_reader(self, topic_filter: str) -> None:
+        assert self._nursery is not None
+        scope = trio.CancelScope()
+        self._readers[topic_filter] = scope
+        self._nursery.start_soon(self._reader, topic_filter, scope)
+
+    async def _reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+        session = self.session
+        assert session is not None
+        backend = self.gateway.backend
+        inner = reader_filter(topic_filter)
+        with scope:
+            try:
+                while True:
+                    spec = session.subscriptions.get(topic_filter)
+                    cursor = session.cursors.get(topic_filter)
+                    if spec is None or cursor is None or session.connection is not self:
+                        return
+                    start = cursor.next_offset
+                    result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, start, self.config.pull_batch)
+                    if not result.messages:
+                        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:
+                            cursor.next_offset = result.next_offset
+                            if result.next_offset > start:
+                                cursor.complete(result.next_offset - 1)  # the gap is gone from the store
+                            continue
+                        await backend.wait_for_message(cursor.lmq, LMQ_QUEUE_ID, start, self.config.poll_interval_s)
+                        continue
+                    offset = start
+                    for message in result.messages:
+                        await self._deliver(spec, inner, cursor, message, offset)
+                        offset += 1
+                        cursor.next_offset = offset
+                    await session.commit_offsets(backend)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            except BackendError as exc:
+                self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+
+    async def _deliver(self, spec: SubscriptionSpec, inner: str, cursor: Cursor, message: StoredMessage, offset: int) -> None:
+        session = self.session
+        assert session is not None
+        attrs = decode_properties(message.properties)
+        if (
+            attrs is None
+            or not topic_matches(inner, attrs.topic)
+            or (spec.no_local and attrs.client_id == session.client_id)
+        ):
+            cursor.complete(offset)
+            return
+        retain = attrs.retain and spec.retain_as_published
+        publish = self._make_publish(attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec)
+        if publish is None:
+            cursor.complete(offset)
+            return
+        await self._push(publish, cursor, offset)
+
+    def _make_publish(
+        self, topic: str, payload: bytes, qos: int, retain: bool, props: Properties, store_ms: int, spec: SubscriptionSpec
+    ) -> Publish | None:
+        """The PUBLISH for one subscriber, or None if the message expired."""
+        expiry = props.message_expiry_interval
+        if expiry is not None:
+            remaining = expiry - (now_ms() - store_ms) // 1000
+            if remaining <= 0:
+                return None
+            props = dataclasses.replace(props, message_expiry_interval=remaining)
+        if self.level != MQTT_5:
+            props = NO_PROPERTIES
+        elif spec.subscription_id is not None:
+            props = dataclasses.replace(props, subscription_identifiers=(spec.subscription_id,))
+        granted = QoS(min(qos, spec.qos, self.config.maximum_qos))
+        return Publish(topic, payload, granted, retain, False, 1 if granted else None, props)
+
+    async def _push(self, publish: Publish, cursor: Cursor | None, offset: int) -> None:
+        session = self.session
+        assert session is not None
+        data = encode(publish, self.level)
+        if self.client_max_packet is not None and len(data) > self.client_max_packet:
+            if cursor is not None:
+                cursor.complete(offset)  # [MQTT-3.1.2-25]: discard what the client cannot take
+            return
+        if publish.qos == QoS.AT_MOST_ONCE:
+            await self._send.send(data)
+            if cursor is not None:
+                cursor.complete(offset)
+            return
+        await session.acquire_slot()
+        if session.connection is not self:
+            raise trio.ClosedResourceError("session detached")
+        factory: Callable[[int], Publish] = lambda packet_id: dataclasses.replace(publish, packet_id=packet_id)
+        entry = session.add_inflight(factory, cursor, offset)
+        await self.send(entry.publish)
+
+
+async def serve_mqtt(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+    """Route handler: serve one MQTT connection until it closes."""
+    connection = MqttConnection(stream, ctx, gateway_for(ctx.server))
+    await connection.run()

@@ -1,0 +1,269 @@
+"""The process-wide MQTT gateway: sessions by client id, the wildcard index, retained messages, timers.
+
+One :class:`Gateway` per server (``ServerState.registries["mqtt"]``, see :func:`gateway_for`). It is loaded
+lazily by the first MQTT connection: persistent sessions and retained messages are replayed from the store.
+
+Publishing (:meth:`Gateway.publish`) stores a message once in its parent topic and dispatches it into the
+topic's LMQ, the LMQ of every subscribed wildcard filter that matches, and the retained queue when RETAIN
+is set (RIP-28). Readers are woken by the store's long-poll (RIP-33 notify → pull → push).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.broker.types import Message, SendResult
+from mqproxy.codecs.mqtt import Properties, parse_topic_filter
+from mqproxy.mqtt.config import MqttConfig
+from mqproxy.mqtt.mapping import RETAINED_LMQ, encode_properties, lmq_name, parent_topic
+from mqproxy.mqtt.retained import RetainedStore
+from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
+from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+from mqproxy.mqtt.subscriptions import SubscriptionIndex
+
+_log = structlog.get_logger("mqproxy.mqtt")
+_KEY = "mqtt"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def reader_filter(topic_filter: str) -> str:
+    """The filter a subscription reads (``$share/g/f`` → ``f``)."""
+    return parse_topic_filter(topic_filter).filter
+
+
+class Gateway:
+    def __init__(self, backend: Backend, config: MqttConfig, draining: trio.Event | None = None) -> None:
+        self.backend = backend
+        self.config = config
+        self.index = SubscriptionIndex()
+        self.retained = RetainedStore()
+        self.sessions: dict[str, Session] = {}
+        self._state = SessionStateStore(backend)
+        self._draining = draining or trio.Event()
+        self._loaded = trio.Event()
+        self._loading = False
+        self._load_error: BaseException | None = None
+        self._timers: list[tuple[float, int, Callable[[], Awaitable[None]]]] = []
+        self._timer_seq = itertools.count()
+        self._timer_changed = trio.Event()
+        self._timer_task_started = False
+
+    # --- start-up -----------------------------------------------------------------------------
+    async def ready(self) -> None:
+        """Load persisted state once (the first caller does it; others wait)."""
+        if self._loaded.is_set():
+            if self._load_error is not None:
+                raise self._load_error
+            return
+        if self._loading:
+            await self._loaded.wait()
+            if self._load_error is not None:
+                raise self._load_error
+            return
+        self._loading = True
+        try:
+            await self._load()
+        except BaseException as exc:
+            self._load_error = exc
+            raise
+        finally:
+            self._loaded.set()
+
+    async def _load(self) -> None:
+        await self.retained.load(self.backend)
+        snapshots = await self._state.load()
+        now = now_ms()
+        for snapshot in snapshots.values():
+            disconnected = snapshot.disconnected_at_ms if snapshot.disconnected_at_ms is not None else now
+            if snapshot.expiry_interval != NEVER_EXPIRES and disconnected + snapshot.expiry_interval * 1000 <= now:
+                await self._state.save(SessionSnapshot(snapshot.client_id, 0, deleted=True))
+                continue
+            session = Session(snapshot.client_id, snapshot.expiry_interval, self.config.default_send_quota)
+            for spec in snapshot.subscriptions:
+                await self._add_subscription(session, spec, resume=True)
+            self.sessions[session.client_id] = session
+            self._schedule_expiry(session, disconnected)
+
+    # --- publishing ---------------------------------------------------------------------------
+    def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
+        targets = [lmq_name(topic)]
+        targets.extend(lmq_name(f) for f in self.index.match(topic))
+        if retain:
+            targets.append(RETAINED_LMQ)
+        return tuple(targets)
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        client_id: str,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> SendResult:
+        """Store one MQTT publish once and dispatch it to every LMQ that serves a matching subscription."""
+        message = Message(
+            topic=parent_topic(topic),
+            body=payload,
+            properties=encode_properties(topic, qos, client_id, retain, properties),
+            born_timestamp_ms=now_ms(),
+            born_host=born_host,
+            dispatch=self.dispatch_targets(topic, retain),
+        )
+        result = await self.backend.send(message)
+        if retain:
+            self.retained.set(topic, payload, qos, properties, result.store_timestamp_ms)
+        return result
+
+    # --- sessions -----------------------------------------------------------------------------
+    async def open_session(self, client_id: str, clean_start: bool, expiry_interval: int, send_quota: int) -> tuple[Session, bool]:
+        """The session for a CONNECT and whether one was present (False after a clean start)."""
+        existing = self.sessions.get(client_id)
+        if existing is not None and clean_start:
+            await self.discard(existing)
+            existing = None
+        if existing is not None:
+            existing.expiry_interval = expiry_interval
+            existing.send_quota = send_quota
+            existing.epoch += 1
+            if existing.persistent:
+                await self._state.save(existing.snapshot())
+            return existing, True
+        session = Session(client_id, expiry_interval, send_quota)
+        session.epoch = 1
+        self.sessions[client_id] = session
+        if session.persistent:
+            await self._state.save(session.snapshot())
+        return session, False
+
+    async def discard(self, session: Session) -> None:
+        """End a session: drop its subscriptions from the index and its durable snapshot."""
+        if session.ended:
+            return
+        session.ended = True
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        for topic_filter in list(session.subscriptions):
+            self._forget_subscription(session, topic_filter)
+        session.wake_all()
+        await self._state.save(SessionSnapshot(session.client_id, 0, deleted=True))
+
+    async def detached(self, session: Session) -> None:
+        """A connection left ``session``: end it (expiry 0) or persist it and start its expiry timer."""
+        await session.commit_offsets(self.backend)
+        if not session.persistent:
+            await self.discard(session)
+            return
+        disconnected = now_ms()
+        await self._state.save(session.snapshot(disconnected))
+        self._schedule_expiry(session, disconnected)
+
+    def _schedule_expiry(self, session: Session, disconnected_ms: int) -> None:
+        if session.expiry_interval == NEVER_EXPIRES:
+            return
+        epoch = session.epoch
+        delay = max(0.0, (disconnected_ms + session.expiry_interval * 1000 - now_ms()) / 1000)
+
+        async def expire() -> None:
+            if session.connection is None and session.epoch == epoch and not session.ended:
+                await self.discard(session)
+
+        self.call_later(delay, expire)
+
+    async def persist(self, session: Session) -> None:
+        if session.persistent:
+            await self._state.save(session.snapshot())
+
+    # --- subscriptions ------------------------------------------------------------------------
+    async def subscribe(self, session: Session, spec: SubscriptionSpec) -> bool:
+        """Add or replace a subscription; True if it is new. Persists the session snapshot."""
+        new = spec.topic_filter not in session.subscriptions
+        if new:
+            await self._add_subscription(session, spec, resume=False)
+        else:
+            session.subscriptions[spec.topic_filter] = spec
+        await self.persist(session)
+        return new
+
+    async def _add_subscription(self, session: Session, spec: SubscriptionSpec, *, resume: bool) -> None:
+        inner = reader_filter(spec.topic_filter)
+        lmq = lmq_name(inner)
+        offset: int | None = None
+        if resume:
+            offset = await self.backend.query_consumer_offset(session.group, lmq, LMQ_QUEUE_ID)
+        if offset is None:
+            offset = await self.backend.max_offset(lmq, LMQ_QUEUE_ID)
+            if session.persistent:
+                await self.backend.commit_consumer_offset(session.group, lmq, LMQ_QUEUE_ID, offset)
+        cursor = Cursor(lmq, offset)
+        session.subscriptions[spec.topic_filter] = spec
+        session.cursors[spec.topic_filter] = cursor
+        if "+" in inner or "#" in inner:
+            self.index.add(inner)
+
+    async def unsubscribe(self, session: Session, topic_filter: str) -> bool:
+        if topic_filter not in session.subscriptions:
+            return False
+        self._forget_subscription(session, topic_filter)
+        await self.persist(session)
+        return True
+
+    def _forget_subscription(self, session: Session, topic_filter: str) -> None:
+        session.subscriptions.pop(topic_filter, None)
+        session.cursors.pop(topic_filter, None)
+        inner = reader_filter(topic_filter)
+        if "+" in inner or "#" in inner:
+            self.index.remove(inner)
+
+    # --- timers -------------------------------------------------------------------------------
+    def call_later(self, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` after ``delay_s`` in the gateway's timer task (until the server drains)."""
+        heapq.heappush(self._timers, (trio.current_time() + delay_s, next(self._timer_seq), callback))
+        self._timer_changed.set()
+        if not self._timer_task_started:
+            self._timer_task_started = True
+            trio.lowlevel.spawn_system_task(self._run_timers, name="mqtt-gateway-timers")
+
+    async def _run_timers(self) -> None:
+        while not self._draining.is_set():
+            self._timer_changed = trio.Event()
+            deadline = self._timers[0][0] if self._timers else trio.current_time() + 3600
+            async with trio.open_nursery() as nursery:
+
+                async def stop_on(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stop_on, self._timer_changed)
+                nursery.start_soon(stop_on, self._draining)
+                nursery.cancel_scope.deadline = deadline
+            now = trio.current_time()
+            while self._timers and self._timers[0][0] <= now and not self._draining.is_set():
+                _, _, callback = heapq.heappop(self._timers)
+                try:
+                    await callback()
+                except Exception:  # a store error or a bug must not kill the process via a system task
+                    _log.exception("internal.error", detail="mqtt gateway timer failed")
+
+
+def gateway_for(server: object) -> Gateway:
+    """The server's gateway (created on first use from ``ServerState``)."""
+    registries: dict[str, object] = server.registries  # type: ignore[attr-defined]
+    existing = registries.get(_KEY)
+    if existing is None:
+        existing = Gateway(server.backend, MqttConfig(), server.draining)  # type: ignore[attr-defined]
+        registries[_KEY] = existing
+    assert isinstance(existing, Gateway)
+    return existing
