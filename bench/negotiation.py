@@ -73,7 +73,10 @@ async def _one(port: int, payload: bytes, tls: ssl.SSLContext | None) -> float:
         latency = time.perf_counter() - started
         if first:
             with trio.move_on_after(0.001 if payload.startswith(b"\x00") else 5):
-                while await stream.receive_some(65536):
+                try:
+                    while await stream.receive_some(65536):
+                        pass
+                except trio.BrokenResourceError:
                     pass
     finally:
         await trio.aclose_forcefully(stream)

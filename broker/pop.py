@@ -36,7 +36,7 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError, StoreUnavailable, TopicNotFound
+from mqproxy.broker.errors import BackendError, QueueNotFound, StoreUnavailable, TopicNotFound
 from mqproxy.broker.internal_topics import (
     PROPERTY_FIRST_POP_TIME,
     REVIVE_GROUP,
@@ -141,7 +141,8 @@ class Receipt:
         if not all(n.lstrip("-").isdigit() and n.isascii() for n in numbers):
             raise MalformedReceipt("receipt handle has a non-numeric field")
         ck, pop_time, invisible, rq, flag, queue_id, offset = map(int, numbers)
-        if min(ck, pop_time, invisible, rq, queue_id, offset) < 0 or flag not in (0, 1, 2):
+        values = (ck, pop_time, invisible, rq, queue_id, offset)
+        if min(values) < 0 or max(values) >= 2**63 or flag not in (0, 1, 2):
             raise MalformedReceipt("receipt handle has a field out of range")
         return cls(ck, pop_time, invisible, rq, flag, fields[5], queue_id, offset)
 
@@ -236,6 +237,7 @@ class PopService:
         self._cks: dict[CkKey, _Checkpoint] = {}
         self._closed: OrderedDict[CkKey, str] = OrderedDict()  # key -> "acked" | "revived"
         self._open_by_rq: list[dict[CkKey, int]] = [{} for _ in range(revive_queues)]
+        self._revive_end = [0] * revive_queues  # one past the last revive record seen per queue
         self._heap: list[tuple[int, CkKey]] = []
         self._orders: dict[tuple[str, str, int], _OrderFlight] = {}
         self._attempts: dict[tuple[str, str, int, int], int] = {}  # order attempts survive re-pops
@@ -259,6 +261,7 @@ class PopService:
     async def _replay(self, rq: int) -> None:
         committed = await self._backend.query_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq)
         offset = await self._backend.min_offset(REVIVE_TOPIC, rq) if committed is None else committed
+        self._revive_end[rq] = max(self._revive_end[rq], offset)
         while True:
             result = await self._backend.pull(REVIVE_TOPIC, rq, offset, _REPLAY_BATCH)
             if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
@@ -269,6 +272,7 @@ class PopService:
             for record in result.messages:
                 self._apply(record)
             offset = result.next_offset
+            self._revive_end[rq] = max(self._revive_end[rq], offset)
 
     def _apply(self, record: StoredMessage) -> None:
         try:
@@ -358,8 +362,6 @@ class PopService:
             qids = [(first + i) % queues for i in range(queues)]
         else:
             if queue_id >= queues:
-                from mqproxy.broker.errors import QueueNotFound
-
                 raise QueueNotFound(f"{topic} has no queue {queue_id}")
             qids = [queue_id]
         sources = [(topic, qid, RETRY_NORMAL) for qid in qids]
@@ -520,6 +522,7 @@ class PopService:
         result = await self._backend.send(
             Message(topic=REVIVE_TOPIC, body=orjson.dumps(body), queue_id=rq, properties={PROPERTY_TAGS: tag})
         )
+        self._revive_end[rq] = max(self._revive_end[rq], result.queue_offset + 1)
         return result.queue_offset
 
     async def _rest(self, group: str, topic: str, qid: int, init_mode: InitMode) -> int:
@@ -820,8 +823,7 @@ class PopService:
         if not force and now - self._last_commit_ms < _COMMIT_EVERY_MS:
             return
         self._last_commit_ms = now
-        for rq, open_cks in enumerate(self._open_by_rq):
-            mark = min(open_cks.values(), default=None)
-            if mark is None:
-                mark = await self._backend.max_offset(REVIVE_TOPIC, rq)
+        # Computed before any await: a checkpoint written meanwhile is after every mark.
+        marks = [min(open_cks.values(), default=end) for open_cks, end in zip(self._open_by_rq, self._revive_end)]
+        for rq, mark in enumerate(marks):
             await self._backend.commit_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq, mark)

@@ -228,17 +228,20 @@ def to_rmq_message(
     receipt_handle: str | None = None,
     invisible_duration_ms: int | None = None,
     delivery_attempt: int | None = None,
+    topic: str | None = None,
 ) -> object:
-    """The v2 ``Message`` delivering ``stored`` (``delivery_attempt`` defaults to reconsume times + 1)."""
+    """The v2 ``Message`` delivering ``stored`` as ``topic`` (default: its topic, or ``RETRY_TOPIC`` for a
+    retry copy); ``delivery_attempt`` defaults to reconsume times + 1."""
     props = stored.properties
     body = stored.body
     if stored.sys_flag & SYSFLAG_COMPRESSED:
         inflated = _inflate(body, zlib.MAX_WBITS, max_body_bytes)
         if inflated is not None:
             body = inflated
-    topic = stored.topic
-    if topic.startswith(RETRY_PREFIX) and props.get(PROPERTY_RETRY_TOPIC):
-        topic = props[PROPERTY_RETRY_TOPIC]
+    if topic is None:
+        topic = stored.topic
+        if topic.startswith(RETRY_PREFIX) and props.get(PROPERTY_RETRY_TOPIC):
+            topic = props[PROPERTY_RETRY_TOPIC]
     sp = pb.SystemProperties(
         message_id=message_id_of(stored),
         body_digest=body_digest(body),

@@ -50,7 +50,7 @@ class Gateway:
         self.retained = RetainedStore()
         self.sessions: dict[str, Session] = {}
         self._state = SessionStateStore(backend)
-        self._draining = draining or trio.Event()
+        self._draining = draining if draining is not None else trio.Event()
         self._loaded = trio.Event()
         self._loading = False
         self._load_error: BaseException | None = None

@@ -25,6 +25,8 @@ from mqproxy.streams import CountingStream, PrefixedStream
 _log = structlog.get_logger("mqproxy.conn")
 
 _OUTER = frozenset(Protocol)
+#: Time allowed for a TLS close_notify exchange when a negotiated TLS connection ends cleanly.
+CLOSE_NOTIFY_TIMEOUT_S = 1.0
 _INNER_TLS = frozenset(p for p in Protocol if p not in (Protocol.TLS, Protocol.PROXY))
 
 
@@ -105,6 +107,7 @@ async def handle_connection(
     _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))
     negotiated = False
     sniff_ms = 0.0
+    stream: trio.abc.Stream | None = None
     try:
         stream, detected = await _negotiate(wire, ctx, ssl_context)
         sniff_ms = (time.monotonic() - started) * 1000
@@ -145,6 +148,12 @@ async def handle_connection(
         _log.error("internal.error", exc_info=True)
     finally:
         with trio.CancelScope(shield=True):
+            if stream is not None and ctx.tls and ctx.error is None:
+                with trio.move_on_after(CLOSE_NOTIFY_TIMEOUT_S):
+                    try:
+                        await stream.aclose()  # TLS close_notify, so the peer sees a clean end
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError):
+                        pass
             await trio.aclose_forcefully(wire)
         if negotiated:
             server.metrics.connections_open.labels(ctx.protocol).dec()

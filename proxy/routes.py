@@ -14,7 +14,7 @@ import trio
 from mqproxy.context import ConnectionContext
 from mqproxy.http import serve_http
 from mqproxy.negotiation import Detected, Protocol
-from mqproxy.refusal import refuse_grpc
+from mqproxy.grpc_service.connection import serve_grpc
 from mqproxy.mqtt.connection import serve_mqtt
 from mqproxy.remoting_route import serve_remoting_connection
 
@@ -23,6 +23,6 @@ Handler = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[Non
 ROUTES: Mapping[Protocol, Handler] = {
     Protocol.REMOTING: serve_remoting_connection,
     Protocol.MQTT: serve_mqtt,
-    Protocol.GRPC: refuse_grpc,
+    Protocol.GRPC: serve_grpc,
     Protocol.HTTP: serve_http,
 }

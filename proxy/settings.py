@@ -34,7 +34,7 @@ class ServerSettings:
     listen: str = "127.0.0.1:9876"
     advertised_address: str = ""
     sniff_timeout_s: float = field(default=5.0, metadata=_range(0.05, 300))
-    max_sniff_bytes: int = field(default=4096, metadata=_range(64, 1 << 20))
+    max_sniff_bytes: int = field(default=4096, metadata=_range(2112, 1 << 20))
     tls_handshake_timeout_s: float = field(default=10.0, metadata=_range(0.05, 300))
     shutdown_grace_s: float = field(default=10.0, metadata=_range(0, 3600))
     idle_timeout_s: float = field(default=120.0, metadata=_range(1, 86400))

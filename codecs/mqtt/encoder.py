@@ -2,10 +2,9 @@
 
 The encoder refuses (MqttCodecError, same reason code as the decoder would use) any packet the decoder would
 refuse, so whatever it emits decodes back to an equal packet. At levels 3 and 4 it translates CONNACK and
-SUBACK
-reason codes to 3.1.1 return codes and drops what 3.1.1 cannot carry (properties, the reason codes of
-PUBACK..PUBCOMP, UNSUBACK and DISCONNECT); AUTH has no 3.1.1 form and is refused. It does not know the peer's
-Maximum Packet Size: the caller compares `len()` of the result.
+SUBACK reason codes to 3.1.1 return codes and drops what 3.1.1 cannot carry (properties, the reason codes of
+PUBACK..PUBCOMP, UNSUBACK and DISCONNECT, the MQTT 5 subscription options); AUTH has no 3.1.1 form and is
+refused. It does not know the peer's Maximum Packet Size: the caller compares `len()` of the result.
 """
 
 from __future__ import annotations

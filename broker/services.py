@@ -1,0 +1,136 @@
+"""The broker services wired over one :class:`~mqproxy.broker.backend.Backend`.
+
+:class:`BrokerServices` owns the scheduler (delays), retry/DLQ, transactions, pop and queue locks, and
+runs their background tasks (delivery of due messages, revive, transaction check-back). Protocol layers
+hold one instance and call its parts; :meth:`BrokerServices.send` is the produce entry point that routes
+a message to the half topic, the schedule topic or its own topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.internal_topics import (
+    PROPERTY_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    Clock,
+    wall_clock_ms,
+)
+from mqproxy.broker.locks import DEFAULT_LOCK_TTL_S, QueueLocks
+from mqproxy.broker.pop import DEFAULT_REVIVE_QUEUES, PopService
+from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
+from mqproxy.broker.schedule import DEFAULT_DELAY_LEVELS, DEFAULT_MAX_TIMER_DELAY_MS, Scheduler
+from mqproxy.broker.transactions import (
+    DEFAULT_CHECK_INTERVAL_S,
+    DEFAULT_CHECK_MAX,
+    DEFAULT_TIMEOUT_S,
+    CheckBack,
+    TransactionService,
+)
+from mqproxy.broker.types import Message, SendResult
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """Tunables with the Java broker's defaults (spec §10.1)."""
+
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    max_timer_delay_ms: int = DEFAULT_MAX_TIMER_DELAY_MS
+    max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+    revive_queues: int = DEFAULT_REVIVE_QUEUES
+    transaction_timeout_s: float = DEFAULT_TIMEOUT_S
+    transaction_check_interval_s: float = DEFAULT_CHECK_INTERVAL_S
+    transaction_check_max: int = DEFAULT_CHECK_MAX
+    lock_ttl_s: float = DEFAULT_LOCK_TTL_S
+
+
+def is_transactional(message: Message) -> bool:
+    """A half message: sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1)."""
+    prepared = message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+    return prepared or message.properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+
+
+class BrokerServices:
+    def __init__(
+        self,
+        backend: Backend,
+        settings: ServiceSettings | None = None,
+        *,
+        check_back: CheckBack | None = None,
+        now_ms: Clock = wall_clock_ms,
+    ) -> None:
+        settings = settings or ServiceSettings()
+        self.backend = backend
+        self.settings = settings
+        self.scheduler = Scheduler(
+            backend,
+            delay_levels=settings.delay_levels,
+            max_timer_delay_ms=settings.max_timer_delay_ms,
+            now_ms=now_ms,
+        )
+        self.retry = RetryService(backend, self.scheduler, max_reconsume_times=settings.max_reconsume_times)
+        self.transactions = TransactionService(
+            backend,
+            self.scheduler,
+            check_back=check_back,
+            timeout_s=settings.transaction_timeout_s,
+            check_interval_s=settings.transaction_check_interval_s,
+            check_max=settings.transaction_check_max,
+            now_ms=now_ms,
+        )
+        self.pop = PopService(
+            backend,
+            self.retry,
+            revive_queues=settings.revive_queues,
+            max_reconsume_times=settings.max_reconsume_times,
+            now_ms=now_ms,
+        )
+        self.locks = QueueLocks(settings.lock_ttl_s)
+
+    async def start(self) -> None:
+        """Create the internal topics and replay the services' state (run does this too)."""
+        await self.scheduler.start()
+        await self.transactions.start()
+        await self.pop.start()
+
+    async def send(self, message: Message) -> SendResult:
+        """Produce entry point: half message, delayed message, or a plain send."""
+        if is_transactional(message):
+            return await self.transactions.prepare(message)
+        return await self.scheduler.send(message)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Recover, then run the scheduler, revive and transaction checker until cancelled.
+
+        ``task_status.started()`` fires once every service has replayed its state.
+        """
+        await self.start()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.scheduler.run)
+            await nursery.start(self.pop.run)
+            await nursery.start(self.transactions.run)
+            task_status.started()
+
+
+@asynccontextmanager
+async def open_services(
+    backend: Backend,
+    settings: ServiceSettings | None = None,
+    *,
+    check_back: CheckBack | None = None,
+    now_ms: Clock = wall_clock_ms,
+) -> AsyncIterator[BrokerServices]:
+    """Start :class:`BrokerServices` with background tasks; they stop when the block exits."""
+    services = BrokerServices(backend, settings, check_back=check_back, now_ms=now_ms)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(services.run)
+        try:
+            yield services
+        finally:
+            nursery.cancel_scope.cancel()

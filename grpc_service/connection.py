@@ -1,0 +1,382 @@
+"""
+mqproxy.grpc_service.connection
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+The trio driver of one gRPC connection: :func:`serve_grpc` (the route handler) runs a
+:class:`~mqproxy.codecs.grpc_wire.GrpcServerConnection` over the stream and a
+:class:`~mqproxy.grpc_service.service.MessagingService` behind it.
+
+Tasks: one reader (bytes -> ``receive_data`` -> events), one writer (the only task that touches the
+socket: it writes ``data_to_send()`` whenever a task marks the connection dirty, so a cancelled call can
+never cut a frame in half), and one task per call. Per call:
+
+* the deadline is the ``grpc-timeout`` (DEADLINE_EXCEEDED when it passes); RST_STREAM from the client or a
+  codec rejection cancels the call's task;
+* request messages reach the task through a small channel (a unary call takes exactly one);
+* a response waits while more than ``STREAM_HIGH_WATER`` bytes of the stream are queued behind flow
+  control (back-pressure);
+* one ``request`` event is logged when it ends.
+
+The connection ends on EOF, a wire error (GOAWAY already queued and flushed), a client GOAWAY once its calls
+are done, idleness (no call and no byte for ``server.idle_timeout_s``), or the server draining: then a
+GOAWAY(NO_ERROR) is sent, calls in flight finish (long polls and Telemetry end early) and the connection
+closes when none is left. Everything else is cancelled when the connection goes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import trio
+from google.protobuf.message import DecodeError
+
+from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_wire import (
+    ConnectionTerminated,
+    GrpcEvent,
+    GrpcServerConnection,
+    GrpcStatus,
+    GrpcWireError,
+    MessageReceived,
+    RequestEnded,
+    RequestReceived,
+    RequestRejected,
+    StreamReset,
+)
+from mqproxy.context import ConnectionContext, ServerState
+from mqproxy.grpc_service.errors import RpcError
+from mqproxy.grpc_service.service import Call, MessagingService
+from mqproxy.grpc_service.telemetry import ServerSettings
+from mqproxy.negotiation import Detected
+
+__all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver", "grpc_service", "serve_grpc"]
+
+_log = structlog.get_logger("mqproxy.grpc")
+
+RECEIVE_BYTES = 65_536
+#: Queued response bytes per stream above which a handler's send waits for the client's window.
+STREAM_HIGH_WATER = 256 * 1024
+#: Request messages buffered per call before it is failed (Telemetry is the only multi-message call).
+INBOUND_QUEUE = 16
+#: How long the final GOAWAY/trailers may take to flush once the connection is ending.
+CLOSE_FLUSH_S = 2.0
+_REGISTRY_KEY = "grpc"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_concurrent_streams: int = 1000
+    idle_timeout_s: float = 120.0
+
+
+def grpc_service(server: ServerState) -> MessagingService:
+    """The server's shared :class:`MessagingService` (created on first use).
+
+    Broker services are taken from ``server.registries["services"]`` at each call, so they may be
+    installed after the first connection.
+    """
+    existing = server.registries.get(_REGISTRY_KEY)
+    if existing is None:
+        settings = server.settings
+        max_body = settings.store.max_message_bytes
+        existing = MessagingService(
+            server.backend,
+            advertised=server.advertised,
+            auto_create_topics=settings.store.auto_create_topics,
+            default_queue_count=settings.store.default_queue_count,
+            server_settings=ServerSettings(max_body_bytes=max_body,
+                                           long_polling_timeout_s=min(20.0, settings.remoting.long_poll_max_s)
+                                           or 20.0),
+            services=lambda: server.registries.get("services"),
+        )
+        server.registries[_REGISTRY_KEY] = existing
+    return existing
+
+
+async def serve_grpc(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+    """Route handler: serve gRPC on ``stream`` until the connection ends."""
+    settings = ctx.settings
+    limits = ConnectionLimits(
+        # a request carries one message body plus its properties and envelope
+        max_message_bytes=settings.store.max_message_bytes + 64 * 1024,
+        idle_timeout_s=settings.server.idle_timeout_s,
+    )
+    driver = GrpcConnectionDriver(stream, ctx, grpc_service(ctx.server), limits)
+    await driver.run()
+
+
+@dataclass(eq=False)
+class _CallState:
+    stream_id: int
+    name: str
+    started: float
+    call: Call
+    inbound_send: trio.MemorySendChannel[bytes]
+    inbound_recv: trio.MemoryReceiveChannel[bytes]
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    req_bytes: int = 0
+    resp_bytes: int = 0
+    grpc_status: GrpcStatus | None = None
+    overflow: bool = False
+
+
+class GrpcConnectionDriver:
+    """Runs one connection; see the module docstring. ``run`` returns when the connection is over."""
+
+    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, service: MessagingService,
+                 limits: ConnectionLimits = ConnectionLimits()) -> None:
+        self._stream = stream
+        self._ctx = ctx
+        self._service = service
+        self._limits = limits
+        self._conn = GrpcServerConnection(max_message_bytes=limits.max_message_bytes,
+                                          max_concurrent_streams=limits.max_concurrent_streams)
+        self._calls: dict[int, _CallState] = {}
+        self._dirty = trio.Event()
+        self._progress = trio.Event()
+        self._closing = False  # no new reads: the writer exits once everything is flushed
+        self._goaway_received = False
+        self._draining = False
+        self._broken = False
+        self._read_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        self._conn.initiate()
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._writer, outer.cancel_scope)
+            async with trio.open_nursery() as inner:
+                self._nursery = inner
+                inner.start_soon(self._watch_drain)
+                await self._read_loop()
+                inner.cancel_scope.cancel()
+            self._closing = True
+            self._kick()
+            outer.cancel_scope.deadline = trio.current_time() + CLOSE_FLUSH_S
+
+    def _kick(self) -> None:
+        self._dirty.set()
+
+    async def _writer(self, outer: trio.CancelScope) -> None:
+        try:
+            while True:
+                data = self._conn.data_to_send()
+                if data:
+                    await self._stream.send_all(data)
+                    continue
+                if self._closing:
+                    return
+                self._dirty = trio.Event()
+                await self._dirty.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._broken = True
+            self._ctx.error = self._ctx.error or "connection_reset"
+            self._ctx.detail = self._ctx.detail or str(exc) or type(exc).__name__
+            if self._read_scope is not None:
+                self._read_scope.cancel()
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+
+    async def _watch_drain(self) -> None:
+        await self._ctx.draining.wait()
+        self._draining = True
+        self._conn.shutdown()
+        self._kick()
+        for state in self._calls.values():
+            if state.name == "Telemetry":
+                state.inbound_send.close()  # the stream completes with grpc-status 0
+        self._maybe_stop_reading()
+
+    def _should_close(self) -> bool:
+        return (self._goaway_received or self._draining) and not self._calls
+
+    def _maybe_stop_reading(self) -> None:
+        scope = self._read_scope
+        if scope is None:
+            return
+        if self._should_close():
+            scope.cancel()
+        elif not self._calls:  # the last call ended: the idle clock starts now
+            scope.deadline = min(scope.deadline, trio.current_time() + self._limits.idle_timeout_s)
+
+    async def _read_loop(self) -> None:
+        while not self._broken and not self._should_close():
+            idle = self._limits.idle_timeout_s if not self._calls else math.inf
+            data: bytes | None = None
+            with trio.CancelScope(deadline=trio.current_time() + idle) as scope:
+                self._read_scope = scope
+                try:
+                    data = await self._stream.receive_some(RECEIVE_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self._ctx.error = self._ctx.error or "connection_reset"
+                    self._ctx.detail = self._ctx.detail or str(exc) or type(exc).__name__
+                    return
+            self._read_scope = None
+            if data is None:
+                if scope.cancelled_caught and not self._should_close() and not self._broken:
+                    self._conn.shutdown()  # idle: say goodbye properly
+                    self._kick()
+                    self._ctx.detail = self._ctx.detail or "idle timeout"
+                return
+            if not data:
+                return  # EOF
+            try:
+                events = self._conn.receive_data(data)
+            except GrpcWireError as err:
+                self._ctx.error = self._ctx.error or "protocol_error"
+                self._ctx.detail = self._ctx.detail or err.reason
+                self._kick()
+                return
+            for event in events:
+                self._on_event(event)
+            self._progress.set()
+            self._progress = trio.Event()
+            self._kick()
+
+    # --------------------------------------------------------------------------------- events
+
+    def _on_event(self, event: GrpcEvent) -> None:
+        if isinstance(event, RequestReceived):
+            self._on_request(event)
+        elif isinstance(event, MessageReceived):
+            state = self._calls.get(event.stream_id)
+            if state is None:
+                return
+            state.req_bytes += len(event.payload) + 5
+            try:
+                state.inbound_send.send_nowait(event.payload)
+            except trio.WouldBlock:
+                state.overflow = True
+                self._fail(state, GrpcStatus.RESOURCE_EXHAUSTED, "too many request messages queued")
+            except trio.ClosedResourceError:
+                pass
+        elif isinstance(event, RequestEnded):
+            state = self._calls.get(event.stream_id)
+            if state is not None:
+                state.inbound_send.close()
+        elif isinstance(event, RequestRejected):
+            state = self._calls.get(event.stream_id)
+            if state is not None:
+                state.grpc_status = event.grpc_status
+                state.scope.cancel()
+            else:
+                self._ctx.request_event(op="?", code=None, status=event.grpc_status.name, outcome="error",
+                                        latency_ms=0.0, req_bytes=0, resp_bytes=0, client_id=None,
+                                        group=None, topic=None)
+        elif isinstance(event, StreamReset):
+            state = self._calls.get(event.stream_id)
+            if state is not None:
+                state.grpc_status = GrpcStatus.CANCELLED
+                state.scope.cancel()
+        elif isinstance(event, ConnectionTerminated):
+            self._goaway_received = True
+
+    def _fail(self, state: _CallState, status: GrpcStatus, message: str) -> None:
+        state.grpc_status = status
+        self._conn.end_response(state.stream_id, status, message)
+        state.scope.cancel()
+        self._kick()
+
+    def _on_request(self, event: RequestReceived) -> None:
+        method = pb.METHODS.get(event.method)
+        metadata = {k: v for k, v in event.metadata if isinstance(v, str)}
+        client_id = metadata.get("x-mq-client-id", "")
+        name = method.name if method is not None else event.method.rsplit("/", 1)[-1][:64]
+        if method is None or not self._service.handles(method.name) or self._nursery is None:
+            self._conn.end_response(event.stream_id, GrpcStatus.UNIMPLEMENTED, f"unknown method {event.method}")
+            self._ctx.request_event(op=name, code=None, status=GrpcStatus.UNIMPLEMENTED.name, outcome="error",
+                                    latency_ms=0.0, req_bytes=0, resp_bytes=0, client_id=client_id or None,
+                                    group=None, topic=None)
+            return
+        deadline = math.inf if event.deadline_s is None else trio.current_time() + event.deadline_s
+        send, recv = trio.open_memory_channel[bytes](INBOUND_QUEUE)
+        call = Call(method=name, client_id=client_id, peer=self._ctx.peer, metadata=metadata,
+                    deadline=deadline, draining=self._ctx.draining)
+        state = _CallState(event.stream_id, name, time.monotonic(), call, send, recv)
+        self._calls[event.stream_id] = state
+        self._nursery.start_soon(self._run_call, state, method)
+
+    # --------------------------------------------------------------------------------- calls
+
+    async def _send(self, state: _CallState, message: Any) -> None:
+        payload = message.SerializeToString()
+        state.resp_bytes += len(payload) + 5
+        sid = state.stream_id
+        self._conn.send_message(sid, payload)
+        self._kick()
+        while self._conn.pending_outbound_bytes(sid) > STREAM_HIGH_WATER:
+            await self._progress.wait()
+
+    async def _run_call(self, state: _CallState, method: pb.MethodInfo) -> None:
+        sid, call = state.stream_id, state.call
+        status, message = GrpcStatus.OK, ""
+        try:
+            with state.scope:
+                state.scope.deadline = call.deadline
+                try:
+                    if method.client_streaming:
+                        await self._service.telemetry(call, state.inbound_recv,
+                                                      lambda m: self._send(state, m))
+                    else:
+                        request = await self._single_request(state, method)
+                        if method.server_streaming:
+                            await self._service.server_stream(call, request, lambda m: self._send(state, m))
+                        else:
+                            response = await self._service.unary(call, request)
+                            await self._send(state, response)
+                except RpcError as err:
+                    status, message = err.status, err.message
+            if state.scope.cancelled_caught and state.grpc_status is None:
+                status, message = GrpcStatus.DEADLINE_EXCEEDED, "deadline exceeded"
+        except trio.Cancelled:
+            status, message = GrpcStatus.CANCELLED, "connection closed"
+            raise
+        except Exception as exc:  # a handler bug ends this call, never the connection
+            _log.error("internal.error", exception=f"{type(exc).__name__}: {exc}", method=state.name,
+                       exc_info=True)
+            status, message = GrpcStatus.INTERNAL, "internal error"
+        finally:
+            self._calls.pop(sid, None)
+            if state.grpc_status is not None:
+                status = state.grpc_status
+            else:
+                self._conn.end_response(sid, status, message)
+                self._kick()
+            state.inbound_recv.close()
+            self._log_call(state, status)
+            self._maybe_stop_reading()
+
+    async def _single_request(self, state: _CallState, method: pb.MethodInfo) -> Any:
+        payload: bytes | None = None
+        async for item in state.inbound_recv:
+            if payload is not None:
+                raise RpcError(GrpcStatus.UNIMPLEMENTED, "more than one request message on a unary call")
+            payload = item
+        if payload is None:
+            raise RpcError(GrpcStatus.UNIMPLEMENTED, "no request message")
+        try:
+            return method.request.FromString(payload)
+        except DecodeError:
+            raise RpcError(GrpcStatus.INVALID_ARGUMENT, f"cannot parse {method.request.DESCRIPTOR.name}") from None
+
+    def _log_call(self, state: _CallState, status: GrpcStatus) -> None:
+        call = state.call
+        if status is not GrpcStatus.OK:
+            status_name, ok = status.name, False
+        elif call.code is not None:
+            status_name = call.code.name
+            ok = call.code in (pb.Code.OK, pb.Code.MULTIPLE_RESULTS, pb.Code.MESSAGE_NOT_FOUND)
+        else:
+            status_name, ok = "OK", True
+        self._ctx.request_event(
+            op=state.name, code=None, status=status_name, outcome="ok" if ok else "error",
+            latency_ms=round((time.monotonic() - state.started) * 1000, 3), req_bytes=state.req_bytes,
+            resp_bytes=state.resp_bytes, client_id=call.client_id or None, group=call.group, topic=call.topic,
+        )

@@ -1,0 +1,466 @@
+"""The MQTT gateway over loopback with a raw client: handshake, QoS flows, bad input, sessions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.broker.types import Message
+from mqproxy.codecs.mqtt import (
+    Connack,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    QoS,
+    ReasonCode,
+    RetainHandling,
+    SubAck,
+    Subscribe,
+    SubscribeTopic,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+)
+from mqproxy.mqtt.gateway import Gateway
+from mqproxy.mqtt.mapping import lmq_name
+from mqproxy.settings import Settings
+
+from .conftest import RawClient, raw_client, running_server  # type: ignore[import-not-found]
+
+Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
+
+
+async def connect(address: Any, client_id: str, level: int = 4, **kw: Any) -> tuple[RawClient, Connack]:
+    stream = await trio.open_tcp_stream(*address)
+    client = RawClient(stream, level)
+    await client.send(Connect(client_id, level, **kw))
+    connack = await client.receive()
+    assert isinstance(connack, Connack)
+    return client, connack
+
+
+async def subscribe(client: RawClient, *filters: tuple[str, QoS], packet_id: int = 1, **kw: Any) -> SubAck:
+    await client.send(Subscribe(packet_id, tuple(SubscribeTopic(f, q, **kw) for f, q in filters)))
+    ack = await client.receive()
+    assert isinstance(ack, SubAck) and ack.packet_id == packet_id
+    return ack
+
+
+async def receive_publish(client: RawClient, ack: bool = True) -> Publish:
+    packet = await client.receive()
+    assert isinstance(packet, Publish), packet
+    if ack and packet.qos == Q1:
+        assert packet.packet_id is not None
+        await client.send(PubAck(packet.packet_id))
+    elif ack and packet.qos == Q2:
+        assert packet.packet_id is not None
+        await client.send(PubRec(packet.packet_id))
+        rel = await client.receive()
+        assert rel == PubRel(packet.packet_id)
+        await client.send(PubComp(packet.packet_id))
+    return packet
+
+
+async def test_connect_publish_subscribe_all_qos(server: Any) -> None:
+    sub, connack = await connect(server.address, "sub")
+    assert connack == Connack(False, ReasonCode.SUCCESS)
+    ack = await subscribe(sub, ("a/b", Q2), ("a/#", Q1))
+    assert ack.reason_codes == (ReasonCode.GRANTED_QOS_2, ReasonCode.GRANTED_QOS_1)
+    pub, _ = await connect(server.address, "pub")
+    await pub.send(Publish("a/b", b"q0"))
+    await pub.send(Publish("a/b", b"q1", Q1, packet_id=7))
+    assert await pub.receive() == PubAck(7)
+    await pub.send(Publish("a/b", b"q2", Q2, packet_id=8))
+    assert await pub.receive() == PubRec(8)
+    await pub.send(Publish("a/b", b"q2", Q2, packet_id=8, dup=True))  # duplicate before PUBREL: not stored twice
+    assert await pub.receive() == PubRec(8)
+    await pub.send(PubRel(8))
+    assert await pub.receive() == PubComp(8)
+    got = [await receive_publish(sub) for _ in range(6)]  # one copy per matching subscription
+    by_payload = sorted((p.payload, p.qos) for p in got)
+    assert by_payload == [(b"q0", Q0), (b"q0", Q0), (b"q1", Q1), (b"q1", Q1), (b"q2", Q1), (b"q2", Q2)]
+    assert all(p.topic == "a/b" and not p.retain and not p.dup for p in got)
+    await pub.send(PingReq())
+    assert await pub.receive() == PingResp()
+    await sub.send(Unsubscribe(2, ("a/#", "nope")))
+    assert await sub.receive() == UnsubAck(2)
+    await pub.send(Publish("a/b", b"after", Q1, packet_id=9))
+    assert await pub.receive() == PubAck(9)
+    only = await receive_publish(sub)
+    assert only.payload == b"after" and only.qos == Q1
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+    await pub.send(Disconnect())
+    assert await pub.expect_eof() == []
+    await sub.aclose()
+
+
+async def test_mqtt5_unsubscribe_reason_codes_and_connack_properties(server: Any) -> None:
+    client, connack = await connect(server.address, "v5", 5)
+    assert connack.reason_code == ReasonCode.SUCCESS
+    assert connack.properties.receive_maximum == 64
+    assert connack.properties.topic_alias_maximum == 16
+    assert connack.properties.maximum_packet_size == 1024 * 1024
+    await subscribe(client, ("x/+", Q1))
+    await client.send(Unsubscribe(2, ("x/+", "y")))
+    assert await client.receive() == UnsubAck(2, (ReasonCode.SUCCESS, ReasonCode.NO_SUBSCRIPTION_EXISTED))
+    await client.aclose()
+
+
+async def test_wildcards_and_dollar_topics(server: Any) -> None:
+    sub, _ = await connect(server.address, "wild")
+    await subscribe(sub, ("+/+", Q0), ("$SYS/#", Q0))
+    pub, _ = await connect(server.address, "p")
+    await pub.send(Publish("$SYS/x", b"sys"))
+    await pub.send(Publish("a/b", b"ab"))
+    await pub.send(Publish("a/b/c", b"abc"))  # matches neither
+    got = [await receive_publish(sub) for _ in range(2)]
+    assert sorted((p.topic, p.payload) for p in got) == [("$SYS/x", b"sys"), ("a/b", b"ab")]
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+
+
+async def test_retained_store_replace_clear(server: Any) -> None:
+    pub, _ = await connect(server.address, "p")
+    await pub.send(Publish("r/1", b"first", Q1, retain=True, packet_id=1))
+    await pub.receive()
+    await pub.send(Publish("r/1", b"second", Q1, retain=True, packet_id=2))
+    await pub.receive()
+    await pub.send(Publish("r/2", b"two", Q0, retain=True))
+    await pub.send(Publish("r/3", b"three", Q0, retain=True))
+    await pub.send(Publish("r/3", b"", Q0, retain=True))  # clears
+    await pub.send(PingReq())
+    await pub.receive()
+    sub, _ = await connect(server.address, "s")
+    await subscribe(sub, ("r/+", Q1))
+    got = sorted([(p.topic, p.payload, p.retain, p.qos) for p in [await receive_publish(sub) for _ in range(2)]])
+    assert got == [("r/1", b"second", True, Q1), ("r/2", b"two", True, Q0)]
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+    # A live publish with RETAIN reaches existing subscribers with RETAIN cleared (3.1.1).
+    await pub.send(Publish("r/2", b"live", Q0, retain=True))
+    live = await receive_publish(sub)
+    assert (live.payload, live.retain) == (b"live", False)
+
+
+async def test_bad_input_closes_mqtt311(server: Any) -> None:
+    cases: list[bytes] = [
+        bytes.fromhex("30020000"),  # PUBLISH before CONNECT
+        bytes.fromhex("100d00044d51545404020000000163") * 2,  # second CONNECT
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("36050001610001"),  # QoS 3
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("32ffffffff01"),  # length > 4 bytes
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("32050001610000"),  # packet id 0
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("30040002612b"),  # wildcard in topic
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("30040002ff61"),  # invalid UTF-8
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("300400026100"),  # U+0000
+        bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("82020001"),  # SUBSCRIBE, no filter
+    ]
+    for data in cases:
+        async with raw_client(server.address) as client:
+            await client.send_raw(data)
+            got = await client.expect_eof()
+            assert all(isinstance(p, Connack) and p.reason_code == ReasonCode.SUCCESS for p in got), (data, got)
+
+
+async def test_bad_input_mqtt5_gets_disconnect_reason(server: Any) -> None:
+    connect5 = bytes.fromhex("100e00044d5154540502000000000163")
+    cases = {
+        "32ffffffff01": ReasonCode.MALFORMED_PACKET,
+        "30040002612b": ReasonCode.TOPIC_NAME_INVALID,
+        "36050001610001": ReasonCode.MALFORMED_PACKET,
+        # PUBLISH with remaining length 2 MiB: over the server's maximum packet size
+        "3080808001": ReasonCode.PACKET_TOO_LARGE,
+    }
+    for tail, code in cases.items():
+        async with raw_client(server.address) as client:
+            client.level = 5
+            client.decoder = type(client.decoder)(1 << 24, protocol_level=5)
+            await client.send_raw(connect5 + bytes.fromhex(tail))
+            got = await client.expect_eof()
+            assert isinstance(got[0], Connack)
+            assert got[1:] == [Disconnect(code)], (tail, got)
+
+
+async def test_mqtt5_bad_protocol_level_gets_connack(server: Any) -> None:
+    async with raw_client(server.address) as client:
+        await client.send_raw(bytes.fromhex("100d00044d51545407020000000163"))
+        got = await client.expect_eof()
+        assert len(got) == 1 and isinstance(got[0], Connack)
+        assert got[0].reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+
+
+async def test_keepalive_timeout_publishes_will(server: Any, log_sink: Any) -> None:
+    watcher, _ = await connect(server.address, "watcher")
+    await subscribe(watcher, ("will/#", Q1))
+    dying, _ = await connect(server.address, "dying", keep_alive=1, will=Will("will/dying", b"gone", Q1))
+    with trio.fail_after(4):
+        assert await dying.expect_eof() == []
+    will = await receive_publish(watcher)
+    assert (will.topic, will.payload, will.qos) == ("will/dying", b"gone", Q1)
+    closed = [e for e in log_sink.named("conn.closed") if e.get("error") == "keepalive_timeout"]
+    assert closed
+
+
+async def test_normal_disconnect_discards_will_abrupt_close_publishes(server: Any) -> None:
+    watcher, _ = await connect(server.address, "w")
+    await subscribe(watcher, ("will/+", Q0))
+    polite, _ = await connect(server.address, "polite", will=Will("will/polite", b"x"))
+    await polite.send(Disconnect())
+    await polite.expect_eof()
+    rude, _ = await connect(server.address, "rude", will=Will("will/rude", b"y", retain=True))
+    await rude.aclose()
+    will = await receive_publish(watcher)
+    assert will.topic == "will/rude"
+    with pytest.raises(trio.TooSlowError):
+        await watcher.receive(timeout=0.2)
+    late, _ = await connect(server.address, "late")
+    await subscribe(late, ("will/rude", Q0))
+    retained = await receive_publish(late)
+    assert (retained.payload, retained.retain) == (b"y", True)
+
+
+async def test_takeover_mqtt5_disconnects_old_with_0x8e(server: Any, log_sink: Any) -> None:
+    old, _ = await connect(server.address, "same", 5)
+    new, connack = await connect(server.address, "same", 5)
+    assert connack.reason_code == ReasonCode.SUCCESS
+    assert await old.expect_eof() == [Disconnect(ReasonCode.SESSION_TAKEN_OVER)]
+    await new.send(PingReq())
+    assert await new.receive() == PingResp()
+    assert any(e.get("error") == "session_taken_over" for e in log_sink.named("conn.closed"))
+
+
+async def test_persistent_session_offline_messages_and_redelivery(server: Any) -> None:
+    sub, connack = await connect(server.address, "durable", clean_start=False)
+    assert not connack.session_present
+    await subscribe(sub, ("d/#", Q2), ("d/x", Q1), packet_id=3)
+    await sub.send(Disconnect())
+    await sub.expect_eof()
+    pub, _ = await connect(server.address, "p")
+    for i in range(3):
+        await pub.send(Publish("d/x", b"m%d" % i, Q1, packet_id=i + 1))
+        await pub.receive()
+    await pub.send(Publish("d/y", b"q0", Q0))
+    await pub.send(PingReq())
+    await pub.receive()
+    sub, connack = await connect(server.address, "durable", clean_start=False)
+    assert connack.session_present
+    first = [await receive_publish(sub, ack=False) for _ in range(7)]
+    assert sorted(p.payload for p in first) == sorted([b"m0", b"m1", b"m2"] * 2 + [b"q0"])
+    await sub.aclose()  # nothing acked: everything QoS 1/2 comes again with DUP
+    sub, connack = await connect(server.address, "durable", clean_start=False)
+    assert connack.session_present
+    again = [await receive_publish(sub) for _ in range(6)]
+    assert all(p.dup for p in again)
+    assert sorted(p.payload for p in again) == sorted([b"m0", b"m1", b"m2"] * 2)
+    await sub.send(Disconnect())
+    await sub.expect_eof()
+    sub, connack = await connect(server.address, "durable", clean_start=True)
+    assert not connack.session_present
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+
+
+async def test_qos2_pubrel_is_resent_after_reconnect(server: Any) -> None:
+    sub, _ = await connect(server.address, "q2", clean_start=False)
+    await subscribe(sub, ("q2/t", Q2))
+    pub, _ = await connect(server.address, "p")
+    await pub.send(Publish("q2/t", b"once", Q2, packet_id=1))
+    assert await pub.receive() == PubRec(1)
+    await pub.send(PubRel(1))
+    await pub.receive()
+    publish = await receive_publish(sub, ack=False)
+    assert publish.packet_id is not None
+    await sub.send(PubRec(publish.packet_id))
+    assert await sub.receive() == PubRel(publish.packet_id)
+    await sub.aclose()
+    sub, connack = await connect(server.address, "q2", clean_start=False)
+    assert connack.session_present
+    assert await sub.receive() == PubRel(publish.packet_id)  # not the PUBLISH again
+    await sub.send(PubComp(publish.packet_id))
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+
+
+async def test_receive_maximum_limits_inflight(server: Any) -> None:
+    sub, _ = await connect(server.address, "rm", 5, properties=Properties(receive_maximum=2))
+    await subscribe(sub, ("rm", Q1))
+    pub, _ = await connect(server.address, "p")
+    for i in range(5):
+        await pub.send(Publish("rm", b"%d" % i, Q1, packet_id=i + 1))
+        await pub.receive()
+    first = [await receive_publish(sub, ack=False) for _ in range(2)]
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+    await sub.send(PubAck(first[0].packet_id or 0))
+    third = await receive_publish(sub, ack=False)
+    assert [p.payload for p in first + [third]] == [b"0", b"1", b"2"]
+
+
+async def test_mqtt5_topic_alias_expiry_user_properties_no_local(server: Any) -> None:
+    sub, _ = await connect(server.address, "s5", 5)
+    await client_subscribe_v5(sub)
+    pub, _ = await connect(server.address, "p5", 5)
+    props = Properties(topic_alias=3, user_properties=(("a", "1"), ("a", "2")), content_type="t", message_expiry_interval=60)
+    await pub.send(Publish("v5/t", b"aliased", Q1, packet_id=1, properties=props))
+    assert (await pub.receive()) == PubAck(1)
+    await pub.send(Publish("", b"by-alias", Q1, packet_id=2, properties=Properties(topic_alias=3)))
+    assert (await pub.receive()) == PubAck(2)
+    got = [await receive_publish(sub) for _ in range(2)]
+    assert [(p.topic, p.payload) for p in got] == [("v5/t", b"aliased"), ("v5/t", b"by-alias")]
+    assert got[0].properties.user_properties == (("a", "1"), ("a", "2"))
+    assert got[0].properties.content_type == "t"
+    assert got[0].properties.message_expiry_interval in (59, 60)
+    assert got[0].properties.subscription_identifiers == (9,)
+    assert got[0].properties.topic_alias is None
+    # no-local: the subscriber's own publish does not come back
+    await sub.send(Publish("v5/t", b"mine", Q0))
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+    await pub.send(Publish("", b"x", Q0, properties=Properties(topic_alias=99)))
+    assert await pub.expect_eof() == [Disconnect(ReasonCode.TOPIC_ALIAS_INVALID)]
+
+
+async def client_subscribe_v5(client: RawClient) -> None:
+    await client.send(Subscribe(1, (SubscribeTopic("v5/+", Q1, no_local=True),), Properties(subscription_identifiers=(9,))))
+    ack = await client.receive()
+    assert ack == SubAck(1, (ReasonCode.GRANTED_QOS_1,))
+
+
+async def test_retain_handling_and_retain_as_published(server: Any) -> None:
+    pub, _ = await connect(server.address, "p", 5)
+    await pub.send(Publish("rh/t", b"kept", Q0, retain=True))
+    await pub.send(PingReq())
+    await pub.receive()
+    sub, _ = await connect(server.address, "s", 5)
+    await subscribe(sub, ("rh/t", Q0), retain_handling=RetainHandling.DO_NOT_SEND, retain_as_published=True)
+    await pub.send(Publish("rh/t", b"live", Q0, retain=True))
+    live = await receive_publish(sub)
+    assert (live.payload, live.retain) == (b"live", True)
+    await subscribe(sub, ("rh/t", Q0), packet_id=2, retain_handling=RetainHandling.SEND_IF_NEW_SUBSCRIPTION)
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(timeout=0.2)
+    await subscribe(sub, ("rh/t", Q0), packet_id=3)
+    again = await receive_publish(sub)
+    assert (again.payload, again.retain) == (b"live", True)
+
+
+async def test_message_expiry_drops_stale_offline_messages(server: Any) -> None:
+    sub, _ = await connect(server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60))
+    await subscribe(sub, ("exp", Q1))
+    await sub.send(Disconnect())
+    await sub.expect_eof()
+    pub, _ = await connect(server.address, "p", 5)
+    await pub.send(Publish("exp", b"short", Q1, packet_id=1, properties=Properties(message_expiry_interval=1)))
+    await pub.send(Publish("exp", b"long", Q1, packet_id=2, properties=Properties(message_expiry_interval=100)))
+    await pub.receive()
+    await pub.receive()
+    await trio.sleep(1.1)
+    sub, connack = await connect(server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60))
+    assert connack.session_present
+    got = await receive_publish(sub)
+    assert got.payload == b"long" and got.properties.message_expiry_interval in (98, 99)
+
+
+async def test_session_expiry_interval_ends_session(server: Any) -> None:
+    sub, _ = await connect(server.address, "short", 5, clean_start=False, properties=Properties(session_expiry_interval=1))
+    await subscribe(sub, ("se/+", Q1))
+    await sub.send(Disconnect())
+    await sub.expect_eof()
+    gateway: Gateway = server.state.registries["mqtt"]
+    assert "short" in gateway.sessions and "se/+" in gateway.index
+    with trio.fail_after(3):
+        while "short" in gateway.sessions:
+            await trio.sleep(0.05)
+    assert "se/+" not in gateway.index
+    _, connack = await connect(server.address, "short", 5, clean_start=False)
+    assert not connack.session_present
+
+
+async def test_will_delay_cancelled_by_reconnect(server: Any) -> None:
+    watcher, _ = await connect(server.address, "w", 5)
+    await subscribe(watcher, ("wd/#", Q0))
+    will = Will("wd/x", b"late", properties=Properties(will_delay_interval=1))
+    kw: dict[str, Any] = dict(clean_start=False, properties=Properties(session_expiry_interval=30), will=will)
+    first, _ = await connect(server.address, "wd", 5, **kw)
+    await first.aclose()
+    second, connack = await connect(server.address, "wd", 5, **kw)
+    assert connack.session_present
+    with pytest.raises(trio.TooSlowError):
+        await watcher.receive(timeout=1.3)
+    await second.aclose()
+    got = await receive_publish(watcher)
+    assert got.payload == b"late"
+
+
+async def test_rocketmq_interop_both_directions(server: Any) -> None:
+    backend = server.state.backend
+    sub, _ = await connect(server.address, "iot")
+    await subscribe(sub, ("plant/+/temp", Q1), ("plant/7/temp", Q0))
+    # RocketMQ producer → MQTT: send to the first-level topic, name the MQTT topic and its LMQs.
+    gateway: Gateway = server.state.registries["mqtt"]
+    targets = gateway.dispatch_targets("plant/7/temp", retain=False)
+    await backend.send(Message("plant", b"from-rocketmq", properties={"MQTT_TOPIC": "plant/7/temp"}, dispatch=targets))
+    got = [await receive_publish(sub) for _ in range(2)]
+    assert sorted((p.payload, p.qos) for p in got) == [(b"from-rocketmq", Q0), (b"from-rocketmq", Q1)]
+    # MQTT → RocketMQ: the publish is one record in topic "plant", also indexed in the LMQs.
+    pub, _ = await connect(server.address, "pub")
+    await pub.send(Publish("plant/9/temp", b"21.5", Q1, packet_id=1))
+    await pub.receive()
+    found = []
+    for queue_id in range(4):
+        result = await backend.pull("plant", queue_id, 0, 32)
+        found += [m for m in result.messages if m.body == b"21.5"]
+    assert len(found) == 1
+    assert found[0].properties["MQTT_TOPIC"] == "plant/9/temp"
+    lmq = await backend.pull(lmq_name("plant/9/temp"), LMQ_QUEUE_ID, 0, 32)
+    assert [m.commitlog_offset for m in lmq.messages] == [found[0].commitlog_offset]
+
+
+async def test_persistent_session_survives_restart(tmp_path: Any, log_sink: Any) -> None:
+    settings = Settings.for_tests(tmp_path)
+    async with running_server(settings) as handle:
+        sub, _ = await connect(handle.address, "dev", clean_start=False)
+        await subscribe(sub, ("home/+/temp", Q1), ("home/k/temp", Q2))
+        await sub.send(Disconnect())
+        await sub.expect_eof()
+        pub, _ = await connect(handle.address, "p")
+        await pub.send(Publish("home/k/temp", b"offline", Q1, packet_id=1))
+        await pub.receive()
+        await pub.send(Publish("home/r", b"kept", Q0, retain=True))
+        await pub.send(PingReq())
+        await pub.receive()
+        await pub.aclose()
+    async with running_server(settings) as handle:
+        sub, connack = await connect(handle.address, "dev", clean_start=False)
+        assert connack.session_present
+        got = [await receive_publish(sub) for _ in range(2)]
+        assert sorted((p.payload, p.qos) for p in got) == [(b"offline", Q1), (b"offline", Q2)]
+        late, _ = await connect(handle.address, "late")
+        await subscribe(late, ("home/#", Q0))
+        retained = await receive_publish(late)
+        assert (retained.topic, retained.payload, retained.retain) == ("home/r", b"kept", True)
+        # the acked offsets were committed: a third start delivers nothing old
+        await sub.send(Disconnect())
+        await sub.expect_eof()
+    async with running_server(settings) as handle:
+        sub, connack = await connect(handle.address, "dev", clean_start=False)
+        assert connack.session_present
+        with pytest.raises(trio.TooSlowError):
+            await sub.receive(timeout=0.3)
+
+
+async def test_drain_sends_server_shutting_down(log_sink: Any) -> None:
+    async with running_server(Settings.for_tests()) as handle:
+        client, _ = await connect(handle.address, "d", 5)
+        handle.stop("test")
+        assert await client.expect_eof() == [Disconnect(ReasonCode.SERVER_SHUTTING_DOWN)]

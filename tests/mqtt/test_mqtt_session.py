@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from mqproxy.codecs.mqtt import Publish, QoS
+from mqproxy.mqtt.session import Cursor, Session
+
+
+def test_cursor_commits_contiguous_prefix() -> None:
+    cursor = Cursor("%LMQ%a", 10)
+    cursor.complete(10)
+    assert cursor.committed == 11
+    cursor.track(11)
+    cursor.track(12)
+    cursor.complete(13)  # QoS 0 after two un-acked
+    assert cursor.committed == 11
+    cursor.complete(12)
+    assert cursor.committed == 11
+    cursor.complete(11)
+    assert cursor.committed == 14
+    cursor.next_offset = 20
+    cursor.rewind()
+    assert cursor.next_offset == 14
+
+
+async def test_inflight_window_and_packet_ids() -> None:
+    session = Session("c", 0, send_quota=2)
+    cursor = Cursor("%LMQ%a", 0)
+    make = lambda pid: Publish("a", b"", QoS.AT_LEAST_ONCE, packet_id=pid)  # noqa: E731
+    await session.acquire_slot()
+    first = session.add_inflight(make, cursor, 0)
+    second = session.add_inflight(make, cursor, 1)
+    assert (first.packet_id, second.packet_id) == (1, 2)
+    assert second.publish.packet_id == 2
+    assert session.finish(2) is not None and cursor.committed == 0
+    assert session.finish(2) is None
+    assert session.finish(1) is not None and cursor.committed == 2
+    session._next_packet_id = 65535
+    assert session.add_inflight(make, None, 0).packet_id == 65535
+    assert session.add_inflight(make, None, 0).packet_id == 1
