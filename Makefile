@@ -44,6 +44,7 @@ test-fast: $(STAMP_TEST)
 
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/negotiation.py
+	$(BIN)/python bench/store.py
 
 clean:
 	rm -rf $(VENV) .clients

@@ -21,9 +21,11 @@ from typing import Protocol, runtime_checkable
 
 from mqproxy.broker.types import (
     ConsumerInfo,
+    ConsumerOffset,
     Message,
     PullResult,
     SendResult,
+    StoredMessage,
     TagFilter,
     TopicConfig,
 )
@@ -54,6 +56,10 @@ class Backend(Protocol):
         """Read up to ``max_count`` messages from ``offset``, skipping ones the filter rejects."""
         ...
 
+    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+        """The stored record at ``commitlog_offset`` (as in message ids), or None if there is none."""
+        ...
+
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Block until the queue holds a message at or after ``offset``, or the timeout elapses."""
         ...
@@ -76,6 +82,15 @@ class Backend(Protocol):
         ...
 
     async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+
+    async def consumer_offsets(self) -> list[ConsumerOffset]:
+        """Every committed offset (for lag metrics); light message queues excluded."""
+        ...
+
+    # --- accounting ----------------------------------------------------------------------------
+    async def store_bytes(self) -> int:
+        """Bytes of message data held (commit-log size for the embedded store)."""
+        ...
 
     # --- metadata ------------------------------------------------------------------------------
     async def get_topic(self, topic: str) -> TopicConfig | None:

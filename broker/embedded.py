@@ -60,10 +60,12 @@ from mqproxy.broker.topics import (
     LMQ_QUEUE_ID,
     MAX_QUEUE_COUNT,
     TopicTable,
+    is_lmq,
     default_queue_count,
     validate_topic,
 )
 from mqproxy.broker.types import (
+    ConsumerOffset,
     PROPERTY_TAGS,
     ConsumerInfo,
     Message,
@@ -79,7 +81,7 @@ from mqproxy.broker.waiters import QueueWaiters
 FlushPolicy = Literal["async", "sync"]
 
 #: Queue ids / next offsets kept in memory; idle queues beyond this cost nothing but an LMDB lookup.
-CACHE_SIZE = 65536
+CACHE_SIZE = 16384
 #: How often the LMDB environment is flushed to disk (bounds what an OS crash rolls back there).
 INDEX_SYNC_INTERVAL_S = 1.0
 #: Entries dispatched per LMDB transaction while recovering.
@@ -650,6 +652,18 @@ class EmbeddedStore:
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         self._check_open()
         return self._index.get_consumer_offset(offset_key(group, topic, queue_id))
+
+    async def consumer_offsets(self) -> list[ConsumerOffset]:
+        self._check_open()
+        return [
+            ConsumerOffset(group, topic, queue_id, offset)
+            for group, topic, queue_id, offset in self._index.consumer_offsets()
+            if not is_lmq(topic)
+        ]
+
+    async def store_bytes(self) -> int:
+        self._check_open()
+        return self._log.end - self._log.segment_bases()[0] if self._log.segment_bases() else self._log.end
 
     async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_open()

@@ -170,6 +170,18 @@ class Index:
             value = txn.get(key)
         return None if value is None else _I64.unpack(value)[0]
 
+    def consumer_offsets(self) -> list[tuple[str, str, int, int]]:
+        """Every committed offset as (group, topic, queue id, offset)."""
+        out = []
+        with self._env.begin(db=self._offsets) as txn:
+            for key, value in txn.cursor():
+                key = bytes(key)
+                (glen,) = _H.unpack_from(key)
+                group = key[2 : 2 + glen].decode()
+                topic = key[2 + glen : -5].decode()  # queue_key: topic, NUL, u32 queue id
+                out.append((group, topic, _U32.unpack(key[-4:])[0], _I64.unpack(bytes(value))[0]))
+        return out
+
     def put_consumer_offset(self, key: bytes, offset: int) -> None:
         try:
             with self._env.begin(write=True, db=self._offsets) as txn:

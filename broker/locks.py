@@ -33,7 +33,9 @@ class _Lock:
 class QueueLocks:
     """(group, queue) -> holder. ``now`` is a monotonic clock in seconds (trio's by default)."""
 
-    def __init__(self, ttl_s: float = DEFAULT_LOCK_TTL_S, now: Callable[[], float] = trio.current_time) -> None:
+    def __init__(
+        self, ttl_s: float = DEFAULT_LOCK_TTL_S, now: Callable[[], float] = trio.current_time
+    ) -> None:
         if not ttl_s > 0:
             raise ValueError("ttl_s must be positive")
         self.ttl_s = ttl_s

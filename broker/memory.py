@@ -21,8 +21,9 @@ from mqproxy.broker.sending import (
     properties_size,
     stored_properties,
 )
-from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, validate_topic
+from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
 from mqproxy.broker.types import (
+    ConsumerOffset,
     ConsumerInfo,
     Message,
     PullResult,
@@ -190,6 +191,16 @@ class InMemoryBackend:
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))
+
+    async def consumer_offsets(self) -> list[ConsumerOffset]:
+        return [
+            ConsumerOffset(group, topic, queue_id, offset)
+            for (group, topic, queue_id), offset in sorted(self._offsets.items())
+            if not is_lmq(topic)
+        ]
+
+    async def store_bytes(self) -> int:
+        return self._next_commitlog_offset
 
     async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         validate_topic(topic)

@@ -1,4 +1,4 @@
-"""Pop consumption: pop, ack, change-invisible, peek and revive (spec §3.16–3.20, §6).
+"""Pop consumption: pop, ack, change-invisible, peek and revive (spec §3.16-3.20, §6).
 
 Normal pop (RocketMQ 5 semantics): popping commits the group's consume offset past the popped
 messages at once and writes a checkpoint (CK) naming them; an ack writes an ack record. A CK whose
@@ -204,6 +204,7 @@ class _Checkpoint:
     record_offset: int
     offsets: set[int]
     acked: set[int] = field(default_factory=set)
+    changed: set[int] = field(default_factory=set)  # acked by change-invisible: the handle is superseded
 
 
 @dataclass(slots=True)
@@ -235,7 +236,8 @@ class PopService:
         self._now_ms = now_ms
         self._rng = rng or random.Random()
         self._cks: dict[CkKey, _Checkpoint] = {}
-        self._closed: OrderedDict[CkKey, str] = OrderedDict()  # key -> "acked" | "revived"
+        # Recently closed checkpoints: key -> ("acked" | "revived", offsets superseded by change-invisible).
+        self._closed: OrderedDict[CkKey, tuple[str, frozenset[int]]] = OrderedDict()
         self._open_by_rq: list[dict[CkKey, int]] = [{} for _ in range(revive_queues)]
         self._revive_end = [0] * revive_queues  # one past the last revive record seen per queue
         self._heap: list[tuple[int, CkKey]] = []
@@ -275,33 +277,39 @@ class PopService:
             self._revive_end[rq] = max(self._revive_end[rq], offset)
 
     def _apply(self, record: StoredMessage) -> None:
+        """Replay one revive record (records that do not parse are skipped: they were never ours)."""
         try:
             data = orjson.loads(record.body)
             key: CkKey = (data["g"], data["t"], int(data["q"]), int(data["so"]), int(data["pt"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            return
-        tag = record.tags
-        if tag == _TAG_CK:
-            ck = _Checkpoint(
-                key=key,
-                deadline_ms=key[4] + int(data["it"]),
-                invisible_ms=int(data["it"]),
-                revive_qid=record.queue_id,
-                retry_flag=int(data.get("rf", 0)),
-                record_offset=record.queue_offset,
-                offsets=set(map(int, data["o"])),
-            )
-            self._open(ck)
-        elif tag == _TAG_ACK:
+            if record.tags == _TAG_CK:
+                invisible = int(data["it"])
+                self._open(
+                    _Checkpoint(
+                        key=key,
+                        deadline_ms=key[4] + invisible,
+                        invisible_ms=invisible,
+                        revive_qid=record.queue_id,
+                        retry_flag=int(data.get("rf", 0)),
+                        record_offset=record.queue_offset,
+                        offsets=set(map(int, data["o"])),
+                    )
+                )
+                return
             ck = self._cks.get(key)
-            if ck is not None:
-                ck.acked.add(int(data["o"]))
+            if ck is None:
+                return
+            if record.tags == _TAG_ACK:
+                raw = data["o"]
+                offsets = {int(raw)} if isinstance(raw, int) else set(map(int, raw))
+                ck.acked |= offsets
+                if data.get("x"):
+                    ck.changed |= offsets
                 if ck.acked >= ck.offsets:
                     self._close(ck, "acked")
-        elif tag == _TAG_DONE:
-            ck = self._cks.get(key)
-            if ck is not None:
+            elif record.tags == _TAG_DONE:
                 self._close(ck, "revived")
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
+            return
 
     def _open(self, ck: _Checkpoint) -> None:
         self._cks[ck.key] = ck
@@ -313,7 +321,7 @@ class PopService:
     def _close(self, ck: _Checkpoint, why: str) -> None:
         self._cks.pop(ck.key, None)
         self._open_by_rq[ck.revive_qid].pop(ck.key, None)
-        self._closed[ck.key] = why
+        self._closed[ck.key] = (why, frozenset(ck.changed))
         if len(self._closed) > _CLOSED_MEMORY:
             self._closed.popitem(last=False)
 
@@ -403,8 +411,7 @@ class PopService:
         for stored_topic, qid, flag in sources:
             want = max_count - len(out)
             if want <= 0:
-                rest += await self._rest(group, stored_topic, qid, init_mode)
-                continue
+                break  # restNum counts the queues read, as the Java broker's does
             async with self._lock(group, stored_topic, qid):
                 if order:
                     got, start, attempt_counts, left = await self._pop_order(
@@ -525,7 +532,7 @@ class PopService:
         self._revive_end[rq] = max(self._revive_end[rq], result.queue_offset + 1)
         return result.queue_offset
 
-    async def _rest(self, group: str, topic: str, qid: int, init_mode: InitMode) -> int:
+    async def _rest(self, group: str, topic: str, qid: int) -> int:
         committed = await self._backend.query_consumer_offset(group, topic, qid)
         high = await self._backend.max_offset(topic, qid)
         if committed is None:
@@ -569,7 +576,11 @@ class PopService:
     async def _ack_order(self, group: str, topic: str, receipt: Receipt) -> AckOutcome:
         key = (group, topic, receipt.queue_id)
         flight = self._orders.get(key)
-        if flight is None or flight.pop_time_ms != receipt.pop_time_ms or receipt.offset not in flight.offsets:
+        if (
+            flight is None
+            or flight.pop_time_ms != receipt.pop_time_ms
+            or receipt.offset not in flight.offsets
+        ):
             raise ReceiptExpired("order receipt does not match the queue's in-flight messages")
         if receipt.offset in flight.acked:
             return AckOutcome.ALREADY_ACKED
@@ -596,12 +607,20 @@ class PopService:
         if not low <= offset < high:
             raise OffsetOutOfRange(f"offset {offset} outside [{low}, {high}) of {topic}:{queue_id}")
 
-    def _find(self, group: str, topic: str, receipt: Receipt) -> tuple[_Checkpoint | None, str | None]:
+    def _find(self, group: str, topic: str, receipt: Receipt) -> _Checkpoint | None:
+        """The open checkpoint of ``receipt``; None if it was fully acked; raises if it is stale."""
         key = (group, topic, receipt.queue_id, receipt.ck_offset, receipt.pop_time_ms)
         ck = self._cks.get(key)
-        if ck is not None and receipt.offset not in ck.offsets:
-            raise MalformedReceipt(f"offset {receipt.offset} is not in the receipt's checkpoint")
-        return ck, (None if ck is not None else self._closed.get(key))
+        if ck is not None:
+            if receipt.offset not in ck.offsets:
+                raise MalformedReceipt(f"offset {receipt.offset} is not in the receipt's checkpoint")
+            if receipt.offset in ck.changed:
+                raise ReceiptExpired("the receipt was replaced by change-invisible")
+            return ck
+        why, changed = self._closed.get(key, ("unknown", frozenset()))
+        if why != "acked" or receipt.offset in changed:
+            raise ReceiptExpired("the receipt's checkpoint was revived or replaced")
+        return None
 
     async def ack(self, group: str, topic: str, receipt: Receipt | str) -> AckOutcome:
         """Ack one popped message. ``topic`` is the consumer's topic (the retry flag picks the real one).
@@ -616,20 +635,74 @@ class PopService:
         await self._check_range(real, receipt.queue_id, receipt.offset)
         if receipt.is_order:
             return await self._ack_order(group, real, receipt)
-        ck, closed = self._find(group, real, receipt)
-        if ck is None:
-            if closed == "acked":
-                return AckOutcome.ALREADY_ACKED
-            raise ReceiptExpired("the receipt's checkpoint was revived or replaced")
-        if receipt.offset in ck.acked:
+        ck = self._find(group, real, receipt)
+        if ck is None or receipt.offset in ck.acked:
             return AckOutcome.ALREADY_ACKED
-        await self._ack_record(ck, receipt.offset)
+        await self._ack_record(ck, receipt.offset, changed=False)
         return AckOutcome.ACKED
 
-    async def _ack_record(self, ck: _Checkpoint, offset: int) -> None:
+    async def ack_many(
+        self, group: str, topic: str, receipts: Sequence[Receipt | str]
+    ) -> list[AckOutcome | BackendError]:
+        """Ack several messages with one revive-topic write per revive queue (gRPC AckMessage entries,
+        BATCH_ACK_MESSAGE). Per entry: its outcome, or the error :meth:`ack` would have raised for it.
+        Store failures (StoreUnavailable) still raise for the whole call."""
+        await self.start()
+        outcomes: list[AckOutcome | BackendError] = [AckOutcome.ALREADY_ACKED] * len(receipts)
+        planned: dict[CkKey, tuple[_Checkpoint, dict[int, int]]] = {}  # offset -> entry index
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for index, item in enumerate(receipts):
+            try:
+                receipt = Receipt.decode(item) if isinstance(item, str) else item
+                real = receipt.real_topic(group, topic)
+                bounds = ranges.get((real, receipt.queue_id))
+                if bounds is None:
+                    low = await self._backend.min_offset(real, receipt.queue_id)
+                    bounds = ranges[(real, receipt.queue_id)] = (
+                        low,
+                        await self._backend.max_offset(real, receipt.queue_id),
+                    )
+                if not bounds[0] <= receipt.offset < bounds[1]:
+                    raise OffsetOutOfRange(f"offset {receipt.offset} outside [{bounds[0]}, {bounds[1]})")
+                if receipt.is_order:
+                    outcomes[index] = await self._ack_order(group, real, receipt)
+                    continue
+                ck = self._find(group, real, receipt)
+            except StoreUnavailable:
+                raise
+            except BackendError as exc:
+                outcomes[index] = exc
+                continue
+            if ck is None or receipt.offset in ck.acked:
+                continue
+            planned.setdefault(ck.key, (ck, {}))[1].setdefault(receipt.offset, index)
+        by_rq: dict[int, list[tuple[_Checkpoint, dict[int, int]]]] = {}
+        for ck, offsets in planned.values():
+            by_rq.setdefault(ck.revive_qid, []).append((ck, offsets))
+        for rq, items in by_rq.items():
+            records = []
+            for ck, offsets in items:  # one ack record per checkpoint, listing its offsets
+                group_, topic_, qid, start, pop_time = ck.key
+                body = {"g": group_, "t": topic_, "q": qid, "so": start, "pt": pop_time, "o": sorted(offsets)}
+                tags = {PROPERTY_TAGS: _TAG_ACK}
+                records.append(Message(REVIVE_TOPIC, orjson.dumps(body), queue_id=rq, properties=tags))
+            results = await self._backend.send_batch(records)
+            self._revive_end[rq] = max(self._revive_end[rq], results[-1].queue_offset + 1)
+            for ck, offsets in items:
+                ck.acked |= offsets.keys()
+                if ck.acked >= ck.offsets and ck.key in self._cks:
+                    self._close(ck, "acked")
+                for index in offsets.values():
+                    outcomes[index] = AckOutcome.ACKED
+        return outcomes
+
+    async def _ack_record(self, ck: _Checkpoint, offset: int, *, changed: bool) -> None:
         group, topic, qid, start, pop_time = ck.key
-        await self._record(ck.revive_qid, _TAG_ACK, {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time,
-                                                     "o": offset})
+        body: dict[str, object] = {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time, "o": offset}
+        if changed:
+            body["x"] = 1
+            ck.changed.add(offset)
+        await self._record(ck.revive_qid, _TAG_ACK, body)
         ck.acked.add(offset)
         if ck.acked >= ck.offsets:
             self._close(ck, "acked")
@@ -651,21 +724,27 @@ class PopService:
         now = self._now_ms()
         if receipt.is_order:
             flight = self._orders.get((group, real, receipt.queue_id))
-            if flight is None or flight.pop_time_ms != receipt.pop_time_ms or receipt.offset not in flight.offsets:
+            if (
+                flight is None
+                or flight.pop_time_ms != receipt.pop_time_ms
+                or receipt.offset not in flight.offsets
+            ):
                 raise ReceiptExpired("order receipt does not match the queue's in-flight messages")
             if receipt.offset in flight.acked:
                 raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
             flight.deadline_ms = now + invisible_ms
             return Receipt(
-                receipt.ck_offset, flight.pop_time_ms, flight.deadline_ms - flight.pop_time_ms,
-                receipt.revive_qid, receipt.retry_flag, receipt.broker_name, receipt.queue_id, receipt.offset,
+                receipt.ck_offset,
+                flight.pop_time_ms,
+                flight.deadline_ms - flight.pop_time_ms,
+                receipt.revive_qid,
+                receipt.retry_flag,
+                receipt.broker_name,
+                receipt.queue_id,
+                receipt.offset,
             )
-        ck, closed = self._find(group, real, receipt)
-        if ck is None:
-            if closed == "acked":
-                raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
-            raise ReceiptExpired("the receipt's checkpoint was revived or replaced")
-        if receipt.offset in ck.acked:
+        ck = self._find(group, real, receipt)
+        if ck is None or receipt.offset in ck.acked:
             raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
         stored = await self._backend.pull(real, receipt.queue_id, receipt.offset, 1)
         if not stored.messages or stored.messages[0].queue_offset != receipt.offset:
@@ -675,20 +754,37 @@ class PopService:
             pop_time += 1
         rq = self._next_rq()
         await self._write_ck(
-            group, real, receipt.queue_id, receipt.offset, pop_time, invisible_ms, rq, ck.retry_flag,
+            group,
+            real,
+            receipt.queue_id,
+            receipt.offset,
+            pop_time,
+            invisible_ms,
+            rq,
+            ck.retry_flag,
             stored.messages,
         )
-        await self._ack_record(ck, receipt.offset)
-        if self._closed.get(ck.key) == "acked":
-            self._closed[ck.key] = "changed"
+        await self._ack_record(ck, receipt.offset, changed=True)
         return Receipt(
-            receipt.offset, pop_time, invisible_ms, rq, receipt.retry_flag, receipt.broker_name,
-            receipt.queue_id, receipt.offset,
+            receipt.offset,
+            pop_time,
+            invisible_ms,
+            rq,
+            receipt.retry_flag,
+            receipt.broker_name,
+            receipt.queue_id,
+            receipt.offset,
         )
 
     # --- peek / notification -------------------------------------------------------------------
     async def peek(
-        self, group: str, topic: str, queue_id: int | None, max_count: int, *, tag_filter: TagFilter | None = None
+        self,
+        group: str,
+        topic: str,
+        queue_id: int | None,
+        max_count: int,
+        *,
+        tag_filter: TagFilter | None = None,
     ) -> list[StoredMessage]:
         """Messages from the group's consume offset(s), without popping them (PEEK_MESSAGE)."""
         if not 1 <= max_count <= MAX_POP_BATCH:
@@ -718,7 +814,7 @@ class PopService:
         if await self._backend.get_topic(retry) is not None:
             targets.append((retry, 0))
         for name, qid in targets:
-            if await self._rest(group, name, qid, InitMode.MIN) > 0:
+            if await self._rest(group, name, qid) > 0:
                 return True
         return False
 
@@ -806,12 +902,17 @@ class PopService:
                 await ensure_topic(self._backend, retry, 1)
                 await self._backend.send(
                     copy_message(
-                        message, topic=retry, queue_id=0, properties=props,
+                        message,
+                        topic=retry,
+                        queue_id=0,
+                        properties=props,
                         reconsume_times=message.reconsume_times + 1,
                     )
                 )
             revived += 1
-        await self._record(ck.revive_qid, _TAG_DONE, {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time})
+        await self._record(
+            ck.revive_qid, _TAG_DONE, {"g": group, "t": topic, "q": qid, "so": start, "pt": pop_time}
+        )
         if ck.key in self._cks:
             self._close(ck, "revived")
         self.revived += revived
@@ -824,6 +925,9 @@ class PopService:
             return
         self._last_commit_ms = now
         # Computed before any await: a checkpoint written meanwhile is after every mark.
-        marks = [min(open_cks.values(), default=end) for open_cks, end in zip(self._open_by_rq, self._revive_end)]
+        marks = [
+            min(open_cks.values(), default=end)
+            for open_cks, end in zip(self._open_by_rq, self._revive_end, strict=False)
+        ]
         for rq, mark in enumerate(marks):
             await self._backend.commit_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq, mark)

@@ -52,7 +52,11 @@ class SendBackResult:
 
 class RetryService:
     def __init__(
-        self, backend: Backend, scheduler: Scheduler, *, max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+        self,
+        backend: Backend,
+        scheduler: Scheduler,
+        *,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
     ) -> None:
         self._backend = backend
         self._scheduler = scheduler
@@ -75,8 +79,10 @@ class RetryService:
         """
         if not group:
             raise InvalidArgument("consumer group is empty")
-        limit = self.max_reconsume_times if max_reconsume_times is None or max_reconsume_times < 0 else (
-            max_reconsume_times
+        limit = (
+            self.max_reconsume_times
+            if max_reconsume_times is None or max_reconsume_times < 0
+            else (max_reconsume_times)
         )
         props = dict(message.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
@@ -90,10 +96,14 @@ class RetryService:
         props[PROPERTY_DELAY_LEVEL] = str(level)
         topic = retry_topic(group)
         await ensure_topic(self._backend, topic, 1)
-        retry = copy_message(message, topic=topic, queue_id=0, properties=props, reconsume_times=reconsumed + 1)
+        retry = copy_message(
+            message, topic=topic, queue_id=0, properties=props, reconsume_times=reconsumed + 1
+        )
         return SendBackResult(False, level, await self._scheduler.send(retry))
 
-    async def dead_letter(self, group: str, message: StoredMessage, *, origin_msg_id: str | None = None) -> SendResult:
+    async def dead_letter(
+        self, group: str, message: StoredMessage, *, origin_msg_id: str | None = None
+    ) -> SendResult:
         """Move ``message`` to ``%DLQ%<group>`` now (gRPC ForwardMessageToDeadLetterQueue, pop give-up)."""
         if not group:
             raise InvalidArgument("consumer group is empty")

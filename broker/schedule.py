@@ -17,6 +17,7 @@ delay; levels above the highest are clamped to it (as the Java broker does).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -59,14 +60,14 @@ _log = structlog.get_logger("mqproxy.schedule")
 
 
 def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """Delays in ms of ``"1s 5s 10s ..."`` (units ms/s/m/h/d); raises ValueError unless strictly increasing."""
+    """Delays in ms of ``"1s 5s 10s ..."`` (units ms/s/m/h/d); ValueError unless strictly increasing."""
     levels: list[int] = []
     for word in text.split():
         match = _LEVEL.fullmatch(word)
         if match is None:
             raise ValueError(f"bad delay level {word!r}: expected <number><ms|s|m|h|d>")
         levels.append(int(match[1]) * _UNITS[match[2]])
-    if not levels or any(d <= 0 for d in levels) or any(a >= b for a, b in zip(levels, levels[1:])):
+    if not levels or any(d <= 0 for d in levels) or any(a >= b for a, b in itertools.pairwise(levels)):
         raise ValueError("delay levels must be positive and strictly increasing")
     return tuple(levels)
 
@@ -219,7 +220,8 @@ class Scheduler:
                 continue
             for parked in result.messages:
                 due = _due(parked)
-                while (wait := due - self._now_ms()) > 0:
+                # Re-read the service clock after each sleep: it is wall time, trio's is monotonic.
+                while (wait := due - self._now_ms()) > 0:  # noqa: ASYNC110
                     await trio.sleep(wait / 1000)
                 await self._fire(parked)
                 offset = parked.queue_offset + 1
@@ -255,7 +257,9 @@ class Scheduler:
                     message.queue_id = -1  # the topic lost queues while the message waited
                     continue
                 # Undeliverable for good (topic gone or illegal): drop it rather than block the level.
-                _log.error("internal.error", exception=f"schedule dropped offset {parked.queue_offset}: {exc}")
+                _log.error(
+                    "internal.error", exception=f"schedule dropped offset {parked.queue_offset}: {exc}"
+                )
                 return
             if message.topic != SCHEDULE_TOPIC:
                 self.delivered += 1

@@ -10,7 +10,6 @@ from mqproxy.broker.topics import RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, validate_lm
 from mqproxy.broker.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
-    PROPERTY_TAGS,
     Message,
 )
 
@@ -72,10 +71,6 @@ def stored_properties(
     out[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(targets)
     out[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = ",".join(map(str, offsets))
     return out
-
-
-def tag_of(properties: dict[str, str]) -> str | None:
-    return properties.get(PROPERTY_TAGS)
 
 
 class StoreClock:

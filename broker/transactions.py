@@ -61,7 +61,14 @@ from mqproxy.broker.service_errors import (
     TransactionNotFound,
 )
 from mqproxy.broker.topics import validate_send_topic
-from mqproxy.broker.types import PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, PullStatus, SendResult, StoredMessage
+from mqproxy.broker.types import (
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    PullStatus,
+    SendResult,
+    StoredMessage,
+)
 
 #: When the half message was prepared (service clock, ms); internal, stripped on commit.
 PROPERTY_HALF_TIME_MS = "TRAN_HALF_TIME_MS"

@@ -152,6 +152,16 @@ class Subscription:
 
 
 @dataclass(slots=True, frozen=True)
+class ConsumerOffset:
+    """A committed offset of a consumer group on one queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(slots=True, frozen=True)
 class ConsumerInfo:
     """One client's membership in a consumer group, as learnt from its heartbeat."""
 

@@ -102,6 +102,7 @@ class MqttConnection:
         self.will: Will | None = None
         self.keep_alive = 0
         self.client_max_packet: int | None = None
+        self.problem_information = True
         self.aliases: dict[int, str] = {}
         self.normal_disconnect = False
         self.will_on_disconnect = False
@@ -161,7 +162,11 @@ class MqttConnection:
             if self.level == MQTT_5 or close.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
                 packet = Connack(False, close.reason_code)
         elif self.level == MQTT_5:
-            packet = Disconnect(close.reason_code)
+            # A Reason String (unless the client asked for none) also makes paho read the reason code,
+            # which it ignores in a DISCONNECT of remaining length 1.
+            why = (close.detail or close.error or "")[:200]
+            props = Properties(reason_string=why) if why and self.problem_information else NO_PROPERTIES
+            packet = Disconnect(close.reason_code, props)
         if packet is not None:
             try:
                 self._send.send_nowait(encode(packet, self.level))
@@ -358,6 +363,7 @@ class MqttConnection:
             expiry = props.session_expiry_interval or 0
             send_quota = props.receive_maximum or 65535
             self.client_max_packet = props.maximum_packet_size
+            self.problem_information = props.request_problem_information != 0
         else:
             expiry = 0 if packet.clean_start else NEVER_EXPIRES
             send_quota = config.default_send_quota

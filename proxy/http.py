@@ -8,7 +8,7 @@ is honoured up to ``server.idle_timeout_s`` between requests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
 import h11
@@ -16,6 +16,7 @@ import orjson
 import trio
 
 from mqproxy.context import ConnectionContext, receive_unless_draining
+from mqproxy.metrics import refresh_backend_metrics, render_metrics
 from mqproxy.negotiation import Detected
 
 MAX_HEADER_BYTES = 16 * 1024
@@ -24,7 +25,7 @@ READ_CHUNK = 16 * 1024
 Response = tuple[int, str, bytes]
 
 
-def _healthz(ctx: ConnectionContext) -> Response:
+async def _healthz(ctx: ConnectionContext) -> Response:
     server = ctx.server
     if server.ready and not server.draining.is_set():
         return 200, "application/json", orjson.dumps({"status": "ok"})
@@ -32,14 +33,13 @@ def _healthz(ctx: ConnectionContext) -> Response:
     return 503, "application/json", orjson.dumps({"status": state})
 
 
-def _metrics(ctx: ConnectionContext) -> Response:
-    from mqproxy.metrics import render_metrics
-
+async def _metrics(ctx: ConnectionContext) -> Response:
+    await refresh_backend_metrics(ctx.server)
     body, content_type = render_metrics(ctx.server)
     return 200, content_type, body
 
 
-PATHS: dict[str, Callable[[ConnectionContext], Response]] = {
+PATHS: dict[str, Callable[[ConnectionContext], Awaitable[Response]]] = {
     "/healthz": _healthz,
     "/metrics": _metrics,
 }
@@ -67,14 +67,14 @@ def _path(target: bytes) -> str:
     return target.split(b"?", 1)[0].decode("ascii", "replace")
 
 
-def _route(ctx: ConnectionContext, method: bytes, target: bytes) -> Response:
+async def _route(ctx: ConnectionContext, method: bytes, target: bytes) -> Response:
     path = _path(target)
     handler = PATHS.get(path)
     if handler is None:
         return 404, "text/plain; charset=utf-8", b"not found\n"
     if method not in (b"GET", b"HEAD"):
         return 405, "text/plain; charset=utf-8", b"method not allowed\n"
-    return handler(ctx)
+    return await handler(ctx)
 
 
 async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
@@ -99,7 +99,7 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: 
         if isinstance(event, h11.Request):
             started = trio.current_time()
             path = _path(event.target)
-            status, content_type, body = _route(ctx, event.method, event.target)
+            status, content_type, body = await _route(ctx, event.method, event.target)
             closing = ctx.draining.is_set()
             if event.method == b"HEAD":
                 body = b""

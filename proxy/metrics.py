@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from mqproxy.broker.errors import BackendError
+
 if TYPE_CHECKING:
     from mqproxy.context import ServerState
 
@@ -40,6 +42,28 @@ class Metrics:
         )
         self.bytes_in = Counter("mqproxy_bytes_received", "Bytes received", ["protocol"], registry=r)
         self.bytes_out = Counter("mqproxy_bytes_sent", "Bytes sent", ["protocol"], registry=r)
+        self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
+        self.consumer_lag = Gauge(
+            "mqproxy_consumer_lag_messages", "Messages not yet consumed, by consumer group and topic",
+            ["group", "topic"], registry=r,
+        )
+
+
+async def refresh_backend_metrics(server: ServerState) -> None:
+    """Update the store-size and consumer-lag gauges from the backend (called per scrape)."""
+    metrics, backend = server.metrics, server.backend
+    metrics.store_bytes.set(await backend.store_bytes())
+    lag: dict[tuple[str, str], int] = {}
+    for row in await backend.consumer_offsets():
+        try:
+            end = await backend.max_offset(row.topic, row.queue_id)
+        except BackendError:
+            continue  # the topic or queue went away; no lag to report
+        key = (row.group, row.topic)
+        lag[key] = lag.get(key, 0) + max(0, end - row.offset)
+    metrics.consumer_lag.clear()
+    for (group, topic), value in lag.items():
+        metrics.consumer_lag.labels(group, topic).set(value)
 
 
 def render_metrics(server: ServerState) -> tuple[bytes, str]:

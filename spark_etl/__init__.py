@@ -1,1 +1,15 @@
-"""spark_etl"""
+"""PySpark ETL over mqproxy's JSON-lines logs, for SREs (``pip install mqproxy[etl]``, needs Java 17+).
+
+Modules (import them directly; this package imports nothing heavy):
+
+* ``schema`` — the Spark ``StructType`` derived at import from ``mqproxy.config/log_event.schema.json``.
+* ``session`` — ``build_session(master)``: quiet logs, no UI, loopback-only for local masters.
+* ``transforms`` — pure ``DataFrame -> DataFrame`` functions (connections, requests, rollups, ...).
+* ``batch`` / ``stream`` — the jobs; ``report`` — HTML + PNG charts; ``cli`` — ``mqproxy-etl``.
+* ``synthetic`` — deterministic log corpora with pure-Python reference answers (tests, bench).
+* ``notebooks/sre_overview.ipynb`` — loads the tables and draws the report's charts.
+
+Tenant: a request's tenant is its ``group`` (the producer/consumer group RocketMQ clients are
+provisioned by), falling back to ``client_id`` where the protocol has no group (MQTT), then to
+``"(unknown)"``. Times are UTC; tables are partitioned by the UTC ``date`` of the event time.
+"""

@@ -93,7 +93,8 @@ async def test_max_reconsume_times_goes_to_dlq(make_backend: MakeBackend) -> Non
         await services.start()
         consumed = await _consumed(backend, reconsume_times=3)
         back = await services.retry.send_back("G", consumed, max_reconsume_times=3)
-        assert back.dead and back.result.topic == dlq_topic("G") == "%DLQ%G"
+        assert back.dead
+        assert back.result.topic == dlq_topic("G") == "%DLQ%G"
         dead = await _only(backend, "%DLQ%G")
         assert dead.reconsume_times == 4
         assert dead.properties["DLQ_ORIGIN_TOPIC"] == "Orders"

@@ -93,7 +93,10 @@ async def test_level_zero_is_immediate_and_99_is_clamped(
     make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = ServiceSettings(delay_levels="1s 2s 3s")
-    async with make_backend() as backend, open_services(backend, settings, now_ms=trio_clock_ms()) as services:
+    async with (
+        make_backend() as backend,
+        open_services(backend, settings, now_ms=trio_clock_ms()) as services,
+    ):
         now = await services.send(Message("T", b"now", queue_id=0, properties={"DELAY": "0"}))
         assert now.topic == "T"
         clamped = await services.send(Message("T", b"max", queue_id=0, properties={"DELAY": "99"}))
@@ -149,7 +152,10 @@ async def test_many_levels_deliver_everything_in_due_order(
     make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = ServiceSettings(delay_levels="1s 2s 3s 4s")
-    async with make_backend() as backend, open_services(backend, settings, now_ms=trio_clock_ms()) as services:
+    async with (
+        make_backend() as backend,
+        open_services(backend, settings, now_ms=trio_clock_ms()) as services,
+    ):
         for i in range(40):
             level = 4 - i % 4
             await services.send(Message("T", str(i).encode(), queue_id=0, properties={"DELAY": str(level)}))

@@ -342,3 +342,17 @@ async def test_graceful_stop_lets_an_in_flight_long_poll_finish(start_server: An
     assert waited < 5
     closed = log_sink.named("conn.closed")
     assert closed[0]["error"] is None and closed[0]["requests"] == 2
+
+
+async def test_metrics_report_store_size_and_consumer_lag(server: Any) -> None:
+    from mqproxy.broker.types import Message
+
+    backend = server.state.backend
+    for _ in range(3):
+        await backend.send(Message(topic="LagTopic", body=b"0123456789", queue_id=0))
+    await backend.commit_consumer_offset("GroupA", "LagTopic", 0, 1)
+    s = await _connect(server)
+    text = (await _http_get(s, "/metrics")).decode()
+    assert 'mqproxy_consumer_lag_messages{group="GroupA",topic="LagTopic"} 2.0' in text
+    store_line = next(line for line in text.splitlines() if line.startswith("mqproxy_store_bytes "))
+    assert float(store_line.split()[1]) >= 30

@@ -1,0 +1,83 @@
+"""Smoke runs of the remoting benchmarks with tiny parameters: they finish, print their figures, and
+the kill -9 durability check loses nothing acknowledged."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+FLOAT = r"[0-9]+(?:\.[0-9]+)?"
+
+
+def _run(script: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _load_durability() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_durability", BENCH / "durability.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_remoting_bench_prints_every_figure() -> None:
+    out = _run(
+        "remoting.py", "--messages", "200", "--seconds", "2", "--producers", "1,4", "--bodies", "128",
+        "--backlog", "200", "--warmup", "20",
+    )
+    for target in ("baseline", "mqproxy async", "mqproxy sync"):
+        for producers in (1, 4):
+            line = rf"^send  {target} +128 B +{producers} prod +{FLOAT} msgs/s +{FLOAT} MB/s +p50 +{FLOAT} ms +p99 +{FLOAT} ms"
+            assert re.search(line, out, re.M), f"no send line for {target}/{producers}:\n{out}"
+        for consumers in (1, 4):
+            line = rf"^drain {target} +128 B +{consumers} cons +{FLOAT} msgs/s +{FLOAT} MB/s +n=200\b"
+            assert re.search(line, out, re.M), f"no drain line for {target}/{consumers}:\n{out}"
+        match = re.search(rf"^peak RSS {target} +({FLOAT}) MiB", out, re.M)
+        assert match and float(match.group(1)) > 1, f"no peak RSS for {target}:\n{out}"
+    assert "FAILED" not in out
+
+
+@pytest.mark.slow
+def test_durability_loses_nothing_acknowledged_after_kill9() -> None:
+    out = _run("durability.py", "--rounds", "1", "--connections", "4", "--kill-min-s", "0.2", "--kill-max-s", "0.6")
+    assert re.search(r"^round 1: killed after .* lost 0; misplaced 0;", out, re.M), out
+    match = re.search(r"^lost: (\d+) of (\d+) acknowledged$", out, re.M)
+    assert match, out
+    assert int(match.group(1)) == 0
+    assert int(match.group(2)) > 0
+
+
+def test_durability_check_counts_lost_and_misplaced() -> None:
+    """The comparison is not vacuous: a missing ack is lost, a moved or altered one misplaced."""
+    dur = _load_durability()
+    acked = {
+        "K1": dur.Ack(0, 0, "m1"),
+        "K2": dur.Ack(1, 0, "m2"),
+        "K3": dur.Ack(2, 5, "m3"),
+        "K4": dur.Ack(3, 0, "m4"),
+    }
+    stored = [
+        ("K1", 0, 0, dur.body_for("K1", 16)),
+        ("K3", 2, 6, dur.body_for("K3", 16)),  # wrong offset
+        ("K4", 3, 0, b"x" * 16),  # wrong body
+        ("K4", 3, 1, dur.body_for("K4", 16)),  # duplicate
+        ("K9", 1, 0, dur.body_for("K9", 16)),  # stored, never acknowledged
+    ]
+    result = dur.RoundResult(acked=4, attempted=5, refused=0, kill_after_s=0.0)
+    dur._compare(acked, stored, 16, result)
+    assert (result.lost, result.misplaced, result.duplicates, result.unacked_stored) == (1, 2, 1, 1)
+    assert result.read_back == 5

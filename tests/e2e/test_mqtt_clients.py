@@ -1,0 +1,330 @@
+"""Real MQTT clients against the gateway: paho-mqtt 2.x (3.1.1 and 5.0) and Debian mosquitto-clients.
+
+Each test runs the proxy in-process (trio) and the blocking client code in a worker thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+import trio
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from mqproxy.server import ServerHandle, serve
+from mqproxy.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+V311, V5 = mqtt.MQTTv311, mqtt.MQTTv5
+PROTOCOLS = [pytest.param(V311, id="v311"), pytest.param(V5, id="v5")]
+
+
+@asynccontextmanager
+async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
+    async with trio.open_nursery() as nursery:
+        handle: ServerHandle = await nursery.start(
+            lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
+        )
+        try:
+            yield handle
+        finally:
+            handle.stop("test")
+
+
+class Client:
+    """A paho client with its network loop thread; received messages land in ``messages``."""
+
+    def __init__(self, port: int, client_id: str, protocol: int, *, clean: bool = True, expiry: int | None = None,
+                 will: tuple[str, bytes, int, bool] | None = None, keepalive: int = 60,
+                 connect_props: Properties | None = None) -> None:
+        kwargs: dict[str, Any] = {"client_id": client_id, "protocol": protocol}
+        if protocol != V5:
+            kwargs["clean_session"] = clean
+        self.paho = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, **kwargs)
+        self.protocol = protocol
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.connected: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self.disconnected: queue.Queue[Any] = queue.Queue()
+        self.paho.on_message = lambda c, u, m: self.messages.put(m)
+        self.paho.on_connect = lambda c, u, flags, rc, props: self.connected.put((flags, rc))
+        self.paho.on_disconnect = lambda c, u, flags, rc, props: self.disconnected.put(rc)
+        if will is not None:
+            self.paho.will_set(*will)
+        props = connect_props
+        if protocol == V5 and expiry is not None:
+            props = props or Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = expiry
+        self.paho.connect("127.0.0.1", port, keepalive=keepalive,
+                          clean_start=clean if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
+                          properties=props)
+        self.paho.loop_start()
+        self.flags, self.rc = self.connected.get(timeout=5)
+
+    @property
+    def session_present(self) -> bool:
+        return bool(self.flags.session_present)
+
+    def subscribe(self, *subs: Any, properties: Properties | None = None) -> list[Any]:
+        done = threading.Event()
+        granted: list[Any] = []
+
+        def on_subscribe(c: Any, u: Any, mid: int, codes: list[Any], props: Any) -> None:
+            granted.extend(codes)
+            done.set()
+
+        self.paho.on_subscribe = on_subscribe
+        self.paho.subscribe(list(subs), properties=properties)
+        assert done.wait(5), "no SUBACK"
+        return granted
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
+                properties: Properties | None = None) -> None:
+        info = self.paho.publish(topic, payload, qos=qos, retain=retain, properties=properties)
+        info.wait_for_publish(5)
+
+    def get(self, timeout: float = 5.0) -> mqtt.MQTTMessage:
+        return self.messages.get(timeout=timeout)
+
+    def nothing(self, wait: float = 0.3) -> bool:
+        try:
+            self.messages.get(timeout=wait)
+        except queue.Empty:
+            return True
+        return False
+
+    def close(self) -> None:
+        self.paho.disconnect()
+        self.paho.loop_stop()
+
+    def drop(self) -> None:
+        """Close the socket without DISCONNECT (as a crashed device would)."""
+        self.paho.loop_stop()
+        sock = self.paho.socket()
+        if sock is not None:
+            sock.close()
+
+
+async def in_thread(fn: Callable[..., None], *args: Any) -> None:
+    await trio.to_thread.run_sync(fn, *args)
+
+
+@pytest.fixture
+async def port(log_sink: Any) -> AsyncIterator[int]:
+    async with running_server(Settings.for_tests()) as handle:
+        yield handle.address[1]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_paho_qos_levels_and_wildcards(port: int, protocol: int) -> None:
+    def scenario() -> None:
+        sub = Client(port, "sub", protocol)
+        granted = sub.subscribe(("t/+/x", 2), ("t/#", 0))
+        assert [int(getattr(g, "value", g)) for g in granted] == [2, 0]
+        pub = Client(port, "pub", protocol)
+        for qos in (0, 1, 2):
+            pub.publish("t/a/x", b"q%d" % qos, qos)
+        got = sorted((m.payload, m.qos) for m in (sub.get() for _ in range(6)))
+        assert got == [(b"q0", 0), (b"q0", 0), (b"q1", 0), (b"q1", 1), (b"q2", 0), (b"q2", 2)]
+        pub.publish("$SYS/t", b"hidden", 1)
+        assert sub.nothing()
+        sub.close()
+        pub.close()
+
+    await in_thread(scenario)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_paho_retained_set_replace_clear(port: int, protocol: int) -> None:
+    def scenario() -> None:
+        pub = Client(port, "pub", protocol)
+        pub.publish("r/a", b"one", 1, retain=True)
+        pub.publish("r/a", b"two", 1, retain=True)
+        pub.publish("r/b", b"gone", 1, retain=True)
+        pub.publish("r/b", b"", 1, retain=True)
+        sub = Client(port, "sub", protocol)
+        sub.subscribe(("r/#", 1))
+        message = sub.get()
+        assert (message.topic, message.payload, message.retain) == ("r/a", b"two", True)
+        assert sub.nothing()
+        sub.close()
+        pub.close()
+
+    await in_thread(scenario)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_paho_will_on_abrupt_close(port: int, protocol: int) -> None:
+    def scenario() -> None:
+        watcher = Client(port, "watcher", protocol)
+        watcher.subscribe(("status/#", 1))
+        device = Client(port, "device", protocol, will=("status/device", b"offline", 1, False))
+        device.drop()
+        message = watcher.get()
+        assert (message.topic, message.payload) == ("status/device", b"offline")
+        polite = Client(port, "polite", protocol, will=("status/polite", b"offline", 1, False))
+        polite.close()
+        assert watcher.nothing()
+        watcher.close()
+
+    await in_thread(scenario)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_paho_persistent_session_offline_queue(port: int, protocol: int) -> None:
+    def scenario() -> None:
+        sub = Client(port, "durable", protocol, clean=False, expiry=300)
+        assert not sub.session_present
+        sub.subscribe(("q/#", 1))
+        sub.close()
+        pub = Client(port, "pub", protocol)
+        for i in range(5):
+            pub.publish("q/x", b"%d" % i, 1)
+        sub = Client(port, "durable", protocol, clean=False, expiry=300)
+        assert sub.session_present
+        assert [sub.get().payload for _ in range(5)] == [b"0", b"1", b"2", b"3", b"4"]
+        sub.close()
+        pub.close()
+
+    await in_thread(scenario)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_paho_takeover(port: int, protocol: int) -> None:
+    def scenario() -> None:
+        first = Client(port, "same", protocol)
+        second = Client(port, "same", protocol)
+        rc = first.disconnected.get(timeout=5)
+        if protocol == V5:
+            assert rc.value == 0x8E  # Session taken over
+        second.subscribe(("k", 0))
+        second.publish("k", b"alive")
+        assert second.get().payload == b"alive"
+        first.paho.loop_stop()
+        second.close()
+
+    await in_thread(scenario)
+
+
+async def test_paho_v5_properties_alias_expiry_no_local(port: int) -> None:
+    def scenario() -> None:
+        sub = Client(port, "sub5", V5)
+        options = mqtt.SubscribeOptions(qos=1, noLocal=True)
+        sub_props = Properties(PacketTypes.SUBSCRIBE)
+        sub_props.SubscriptionIdentifier = 42
+        sub.subscribe(("v5/#", options), properties=sub_props)
+        props = Properties(PacketTypes.PUBLISH)
+        props.UserProperty = [("k", "v"), ("k", "w")]
+        props.MessageExpiryInterval = 60
+        props.ContentType = "text/plain"
+        props.ResponseTopic = "v5/reply"
+        props.CorrelationData = b"\x01\x02"
+        props.TopicAlias = 1
+        pub = Client(port, "pub5", V5)
+        pub.publish("v5/a", b"full", 1, properties=props)
+        alias_only = Properties(PacketTypes.PUBLISH)
+        alias_only.TopicAlias = 1
+        pub.publish("", b"aliased", 1, properties=alias_only)
+        first, second = sub.get(), sub.get()
+        assert (first.topic, first.payload, second.topic, second.payload) == ("v5/a", b"full", "v5/a", b"aliased")
+        p = first.properties
+        assert p.UserProperty == [("k", "v"), ("k", "w")]
+        assert p.ContentType == "text/plain" and p.ResponseTopic == "v5/reply" and p.CorrelationData == b"\x01\x02"
+        assert 58 <= p.MessageExpiryInterval <= 60
+        assert p.SubscriptionIdentifier == [42]
+        sub.publish("v5/own", b"no-local")
+        assert sub.nothing()
+        sub.close()
+        pub.close()
+
+    await in_thread(scenario)
+
+
+async def test_paho_v5_session_expiry_and_receive_maximum(port: int) -> None:
+    def scenario() -> None:
+        props = Properties(PacketTypes.CONNECT)
+        props.ReceiveMaximum = 1
+        sub = Client(port, "rm", V5, connect_props=props)
+        sub.subscribe(("rm", 1))
+        pub = Client(port, "pub", V5)
+        for i in range(20):
+            pub.publish("rm", b"%d" % i, 1)
+        assert [sub.get().payload for _ in range(20)] == [b"%d" % i for i in range(20)]
+        sub.close()
+        short = Client(port, "short", V5, clean=False, expiry=1)
+        short.subscribe(("se", 1))
+        short.close()
+        time.sleep(1.5)
+        again = Client(port, "short", V5, clean=False, expiry=1)
+        assert not again.session_present
+        again.close()
+        pub.close()
+
+    await in_thread(scenario)
+
+
+async def test_paho_session_survives_proxy_restart(tmp_path: Path, log_sink: Any) -> None:
+    settings = Settings.for_tests(tmp_path)
+
+    def before(port: int) -> None:
+        sub = Client(port, "dev", V311, clean=False)
+        sub.subscribe(("home/+/temp", 1))
+        sub.close()
+        pub = Client(port, "pub", V311)
+        pub.publish("home/k/temp", b"21.5", 1)
+        pub.publish("home/cfg", b"kept", 1, retain=True)
+        pub.close()
+
+    def after(port: int) -> None:
+        sub = Client(port, "dev", V311, clean=False)
+        assert sub.session_present
+        assert sub.get().payload == b"21.5"
+        sub.subscribe(("home/cfg", 0))
+        retained = sub.get()
+        assert (retained.payload, retained.retain) == (b"kept", True)
+        sub.close()
+
+    async with running_server(settings) as handle:
+        await in_thread(before, handle.address[1])
+    async with running_server(settings) as handle:
+        await in_thread(after, handle.address[1])
+
+
+async def test_mosquitto_clients_smoke(port: int) -> None:
+    if shutil.which("mosquitto_pub") is None or shutil.which("mosquitto_sub") is None:
+        pytest.skip("mosquitto-clients is not installed (apt-get install mosquitto-clients)")
+
+    def scenario() -> None:
+        sub = subprocess.Popen(
+            ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-t", "smoke/#", "-q", "1", "-C", "3", "-v"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        time.sleep(0.5)
+        for i in range(3):
+            subprocess.run(
+                ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", f"smoke/{i}", "-m", f"m{i}", "-q", "1"],
+                check=True, timeout=10,
+            )
+        out, _ = sub.communicate(timeout=10)
+        assert out.splitlines() == ["smoke/0 m0", "smoke/1 m1", "smoke/2 m2"]
+        subprocess.run(
+            ["mosquitto_pub", "-V", "mqttv5", "-h", "127.0.0.1", "-p", str(port), "-t", "smoke5", "-m", "r", "-r"],
+            check=True, timeout=10,
+        )
+        got = subprocess.run(
+            ["mosquitto_sub", "-V", "mqttv5", "-h", "127.0.0.1", "-p", str(port), "-t", "smoke5", "-C", "1"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )
+        assert got.stdout.strip() == "r"
+
+    await in_thread(scenario)
