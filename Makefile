@@ -15,6 +15,7 @@ CONSTRAINTS := constraints.txt
 .PHONY: serve test test-fast system-deps clients bench clean
 
 $(BIN)/python:
+	@bash scripts/setup-system.sh venv
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 

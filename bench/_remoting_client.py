@@ -176,9 +176,7 @@ class RemotingClient:
             "subVersion": "0",
             "expressionType": "TAG",
         }
-        command = RemotingCommand(
-            code=RequestCode.PULL_MESSAGE, version=CLIENT_VERSION, ext_fields=ext
-        )
+        command = RemotingCommand(code=RequestCode.PULL_MESSAGE, version=CLIENT_VERSION, ext_fields=ext)
         response = await self.request(command)
         fields = response.ext_fields
         records = decode_records(response.body) if decode and response.code == ResponseCode.SUCCESS else []
@@ -212,7 +210,9 @@ class RemotingClient:
 
 
 @asynccontextmanager
-async def open_client(port: int, *, host: str = "127.0.0.1", group: str = "bench") -> AsyncIterator[RemotingClient]:
+async def open_client(
+    port: int, *, host: str = "127.0.0.1", group: str = "bench"
+) -> AsyncIterator[RemotingClient]:
     """Connect, run the response reader, and close on exit (outstanding requests get ConnectionLost)."""
     stream = await trio.open_tcp_stream(host, port)
     client = RemotingClient(stream, group)
@@ -269,8 +269,18 @@ def start_proxy(
     (a just-killed proxy's port may still be held by the kernel)."""
     env = dict(os.environ, MQPROXY_STORE_FLUSH=flush, MQPROXY_STORE_BACKEND="embedded")
     env.update(extra_env or {})
-    argv = [sys.executable, "-m", "mqproxy", "serve", "--listen", f"127.0.0.1:{port}",
-            "--data-dir", str(data_dir), "--log-format", "json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mqproxy",
+        "serve",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(data_dir),
+        "--log-format",
+        "json",
+    ]
     deadline = time.monotonic() + timeout_s
     while True:
         with log.open("ab") as out:

@@ -37,9 +37,9 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _remoting_client import ConnectionLost, ProxyProcess, open_client, start_proxy  # noqa: E402
+from _remoting_client import ConnectionLost, ProxyProcess, RemotingClient, open_client, start_proxy
 
-from mqproxy.codecs.remoting_codes import ResponseCode  # noqa: E402
+from mqproxy.codecs.remoting_codes import ResponseCode
 
 TOPIC = "DurabilityBench"
 QUEUES = 4
@@ -73,14 +73,16 @@ def body_for(key: str, size: int) -> bytes:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-async def _load(proxy: ProxyProcess, args: argparse.Namespace, rng: random.Random) -> tuple[dict[str, Ack], int, int, float]:
+async def _load(
+    proxy: ProxyProcess, args: argparse.Namespace, rng: random.Random
+) -> tuple[dict[str, Ack], int, int, float]:
     """Send until the proxy is killed; return acknowledged sends, attempts, refusals, kill time."""
     acked: dict[str, Ack] = {}
     attempted = refused = 0
     first_ack = trio.Event()
     kill_after = rng.uniform(args.kill_min_s, args.kill_max_s)
 
-    async def sender(client, index: int) -> None:  # type: ignore[no-untyped-def]
+    async def sender(client: RemotingClient, index: int) -> None:
         nonlocal attempted, refused
         seq = 0
         while True:
@@ -112,8 +114,7 @@ async def _load(proxy: ProxyProcess, args: argparse.Namespace, rng: random.Rando
         await trio.sleep(kill_after)
         proxy.kill9()
         with trio.move_on_after(10):  # the senders see their connections end
-            while not all_done.is_set():
-                await trio.sleep(0.05)
+            await all_done.wait()
         cancel.cancel()
 
     all_done = trio.Event()
@@ -136,20 +137,33 @@ async def _read_back(port: int) -> list[tuple[str, int, int, bytes]]:
                 reply = await client.pull(TOPIC, queue_id, offset, max_nums=32)
                 if reply.code == ResponseCode.SUCCESS:
                     for record in reply.records:
-                        out.append((record.properties.get("UNIQ_KEY", ""), record.queue_id, record.queue_offset, record.body))
+                        out.append(
+                            (
+                                record.properties.get("UNIQ_KEY", ""),
+                                record.queue_id,
+                                record.queue_offset,
+                                record.body,
+                            )
+                        )
                     offset = reply.next_offset
                 elif reply.code == ResponseCode.PULL_RETRY_IMMEDIATELY or (
                     reply.code == ResponseCode.PULL_OFFSET_MOVED and reply.next_offset > offset
                 ):
                     offset = reply.next_offset
-                elif reply.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED, ResponseCode.TOPIC_NOT_EXIST):
+                elif reply.code in (
+                    ResponseCode.PULL_NOT_FOUND,
+                    ResponseCode.PULL_OFFSET_MOVED,
+                    ResponseCode.TOPIC_NOT_EXIST,
+                ):
                     break
                 else:
                     raise RuntimeError(f"pull of queue {queue_id} at {offset} failed: code {reply.code}")
     return out
 
 
-def _compare(acked: dict[str, Ack], stored: list[tuple[str, int, int, bytes]], body_size: int, result: RoundResult) -> None:
+def _compare(
+    acked: dict[str, Ack], stored: list[tuple[str, int, int, bytes]], body_size: int, result: RoundResult
+) -> None:
     counts = Counter(key for key, *_ in stored)
     where: dict[str, list[tuple[int, int, bytes]]] = {}
     for key, queue_id, offset, body in stored:
@@ -162,12 +176,16 @@ def _compare(acked: dict[str, Ack], stored: list[tuple[str, int, int, bytes]], b
         if found is None:
             result.lost += 1
             if len(result.examples) < 5:
-                result.examples.append(f"lost {key} (queue {ack.queue_id} offset {ack.queue_offset} msgId {ack.msg_id})")
+                result.examples.append(
+                    f"lost {key} (queue {ack.queue_id} offset {ack.queue_offset} msgId {ack.msg_id})"
+                )
         elif (ack.queue_id, ack.queue_offset, body_for(key, body_size)) not in found:
             result.misplaced += 1
             if len(result.examples) < 5:
                 places = ", ".join(f"{q}/{o}" for q, o, _ in found)
-                result.examples.append(f"misplaced {key}: acked at {ack.queue_id}/{ack.queue_offset}, read at {places}")
+                result.examples.append(
+                    f"misplaced {key}: acked at {ack.queue_id}/{ack.queue_offset}, read at {places}"
+                )
 
 
 def run_round(root: Path, number: int, args: argparse.Namespace, rng: random.Random) -> RoundResult:
@@ -200,8 +218,12 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--pipeline", type=int, default=8, help="sends outstanding per connection")
     parser.add_argument("--body", type=int, default=256, help="body size, bytes")
-    parser.add_argument("--kill-min-s", type=float, default=0.5, help="kill at least this long after the first ack")
-    parser.add_argument("--kill-max-s", type=float, default=3.0, help="kill at most this long after the first ack")
+    parser.add_argument(
+        "--kill-min-s", type=float, default=0.5, help="kill at least this long after the first ack"
+    )
+    parser.add_argument(
+        "--kill-max-s", type=float, default=3.0, help="kill at most this long after the first ack"
+    )
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
@@ -209,8 +231,9 @@ def main() -> int:
     load = os.getloadavg()
     print(
         f"durability: flush={args.flush}, {args.rounds} rounds, {args.connections} connections x "
-        f"{args.pipeline} outstanding sends, {args.body} B bodies, kill -9 {args.kill_min_s:g}-{args.kill_max_s:g} s "
-        f"after the first ack, seed {seed}, load average {load[0]:.2f}",
+        f"{args.pipeline} outstanding sends, {args.body} B bodies, "
+        f"kill -9 {args.kill_min_s:g}-{args.kill_max_s:g} s after the first ack, seed {seed}, "
+        f"load average {load[0]:.2f}",
         flush=True,
     )
     total_acked = total_lost = total_misplaced = total_dup = 0

@@ -37,9 +37,9 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _remoting_client import cpu_seconds, open_client, peak_rss_kib, start_proxy  # noqa: E402
+from _remoting_client import RemotingClient, cpu_seconds, open_client, peak_rss_kib, start_proxy
 
-from mqproxy.codecs.remoting_codes import ResponseCode  # noqa: E402
+from mqproxy.codecs.remoting_codes import ResponseCode
 
 QUEUES = 4
 
@@ -158,14 +158,16 @@ class _CpuMeter:
         self.server = (cpu_seconds(self.server_pid) - self._server) / wall
 
 
-async def _send_case(target: Target, body_size: int, producers: int, messages: int, seconds: float) -> SendCase:
+async def _send_case(
+    target: Target, body_size: int, producers: int, messages: int, seconds: float
+) -> SendCase:
     topic = f"Bench{body_size}"
     body = os.urandom(body_size)
     per_producer = max(1, messages // producers)
     latencies: list[float] = []
     acked = failed = 0
 
-    async def producer(client, index: int) -> None:  # type: ignore[no-untyped-def]
+    async def producer(client: RemotingClient, index: int) -> None:
         nonlocal acked, failed
         deadline = started + seconds
         for i in range(per_producer):
@@ -187,7 +189,9 @@ async def _send_case(target: Target, body_size: int, producers: int, messages: i
                 for index, client in enumerate(clients):
                     nursery.start_soon(producer, client, index)
             elapsed = time.perf_counter() - started
-    return SendCase(target.name, body_size, producers, acked, failed, elapsed, latencies, cpu.client, cpu.server)
+    return SendCase(
+        target.name, body_size, producers, acked, failed, elapsed, latencies, cpu.client, cpu.server
+    )
 
 
 async def _fill(port: int, topic: str, body: bytes, count: int, producers: int = 16) -> None:
@@ -209,7 +213,7 @@ async def _fill(port: int, topic: str, body: bytes, count: int, producers: int =
 async def _drain_case(target: Target, topic: str, total: int, consumers: int) -> DrainCase:
     pulled = 0
 
-    async def consumer(client, queues: list[int]) -> None:  # type: ignore[no-untyped-def]
+    async def consumer(client: RemotingClient, queues: list[int]) -> None:
         nonlocal pulled
         offsets = dict.fromkeys(queues, 0)
         live = list(queues)
@@ -253,9 +257,9 @@ async def _bench_target(target: Target, args: argparse.Namespace) -> tuple[list[
     body = os.urandom(args.drain_body)
     await _fill(target.port, "Drain", body, args.backlog)
     for consumers in (1, 4):
-        case = await _drain_case(target, "Drain", args.backlog, consumers)
-        _print_drain(case, args.drain_body)
-        drains.append(case)
+        drain = await _drain_case(target, "Drain", args.backlog, consumers)
+        _print_drain(drain, args.drain_body)
+        drains.append(drain)
     return sends, drains
 
 
@@ -279,7 +283,8 @@ def _print_send(case: SendCase) -> None:
 
 def _print_drain(case: DrainCase, body: int) -> None:
     print(
-        f"drain {case.target:15} {body:6d} B {case.consumers:4d} cons  {case.messages / case.elapsed:9.0f} msgs/s"
+        f"drain {case.target:15} {body:6d} B {case.consumers:4d} cons"
+        f"  {case.messages / case.elapsed:9.0f} msgs/s"
         f" {case.messages * body / case.elapsed / 1e6:8.2f} MB/s  n={case.messages:<6d}"
         f" cpu client {case.client_cpu:4.0%} server {case.server_cpu:4.0%}"
         f"  server {_per_msg(case.server_cpu, case.elapsed, case.messages):6.0f} us/msg",
@@ -342,7 +347,10 @@ def main() -> int:
                     raise SystemExit(f"unknown target {name!r}")
                 try:
                     trio.run(_bench_target, target, args)
-                    print(f"peak RSS {target.name:15} {peak_rss_kib(target.pid) / 1024:8.1f} MiB (VmHWM)", flush=True)
+                    print(
+                        f"peak RSS {target.name:15} {peak_rss_kib(target.pid) / 1024:8.1f} MiB (VmHWM)",
+                        flush=True,
+                    )
                 finally:
                     target.stop()
     load = os.getloadavg()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Final, Protocol
+from typing import Final
+
+import trio
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.types import Message, StoredMessage
@@ -56,6 +58,10 @@ SYSFLAG_TRANSACTION_MASK: Final = 0xC
 SYSFLAG_TRANSACTION_PREPARED: Final = 0x4
 SYSFLAG_TRANSACTION_COMMIT: Final = 0x8
 
+#: Longest single sleep of a timer loop: the service clock is wall time and may step, so timers
+#: re-read it at least this often instead of trusting one long sleep.
+MAX_TIMER_SLEEP_S: Final = 1.0
+
 #: A wall clock in milliseconds. Services never read ``time`` directly; tests inject a trio-clock one.
 Clock = Callable[[], int]
 
@@ -66,23 +72,11 @@ def wall_clock_ms() -> int:
 
 def trio_clock_ms(origin_ms: int = 1_700_000_000_000) -> Clock:
     """A clock that follows ``trio.current_time()`` (so ``MockClock`` drives the services in tests)."""
-    import trio
 
     def now() -> int:
         return origin_ms + int(trio.current_time() * 1000)
 
     return now
-
-
-class MessageLookup(Protocol):
-    async def get_message(self, commitlog_offset: int) -> StoredMessage | None: ...
-
-
-def lookup(backend: Backend) -> MessageLookup:
-    """The backend's ``get_message`` (both stores have it; not yet part of the Backend protocol)."""
-    if not callable(getattr(backend, "get_message", None)):
-        raise TypeError(f"{type(backend).__name__} has no get_message(commitlog_offset)")
-    return backend  # type: ignore[return-value]
 
 
 def copy_message(

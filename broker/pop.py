@@ -18,7 +18,7 @@ un-acked messages; acks commit the consume offset in order; when the invisible t
 messages are delivered again (attempt count + 1). Order in-flight state is in memory: after a restart
 the un-acked messages are simply delivered again from the committed offset.
 
-Receipt handles are the remoting ``extraInfo`` string (spec §6.2), see :class:`Receipt`.
+Receipt handles are the remoting ``extraInfo`` string (spec §6.2): :mod:`mqproxy.broker.receipts`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import trio
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.errors import BackendError, QueueNotFound, StoreUnavailable, TopicNotFound
 from mqproxy.broker.internal_topics import (
+    MAX_TIMER_SLEEP_S,
     PROPERTY_FIRST_POP_TIME,
     REVIVE_GROUP,
     REVIVE_TOPIC,
@@ -45,6 +46,15 @@ from mqproxy.broker.internal_topics import (
     copy_message,
     ensure_topic,
     wall_clock_ms,
+)
+from mqproxy.broker.receipts import (
+    POP_ORDER_REVIVE_QID,
+    RETRY_NORMAL,
+    RETRY_V1,
+    PoppedMessage,
+    PopResult,
+    Receipt,
+    pop_retry_topic,
 )
 from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
 from mqproxy.broker.service_errors import (
@@ -55,16 +65,12 @@ from mqproxy.broker.service_errors import (
     ReceiptExpired,
 )
 from mqproxy.broker.topics import RETRY_PREFIX
-from mqproxy.broker.types import PROPERTY_TAGS, Message, PullStatus, StoredMessage, TagFilter
+from mqproxy.broker.types import PROPERTY_TAGS, Message, PullStatus, SendResult, StoredMessage, TagFilter
 
 MAX_POP_BATCH = 32
 DEFAULT_REVIVE_QUEUES = 8
-POP_ORDER_REVIVE_QID = 999
 #: Probability that a pop reads the retry topic before the normal queues (``popFromRetryProbability``).
 RETRY_FIRST_PROBABILITY = 0.2
-RETRY_NORMAL = 0
-RETRY_V1 = 1
-RETRY_V2 = 2
 #: Closed checkpoints remembered to tell "already acked" from "expired" (bounded memory).
 _CLOSED_MEMORY = 65536
 _REPLAY_BATCH = 256
@@ -85,110 +91,6 @@ class InitMode(enum.IntEnum):
 class AckOutcome(enum.Enum):
     ACKED = "acked"
     ALREADY_ACKED = "already_acked"  # a repeated ack: a no-op, as the broker answers SUCCESS
-
-
-def pop_retry_topic(group: str, topic: str, flag: int = RETRY_V1) -> str:
-    """``%RETRY%<group>_<topic>`` (V1, default) or ``%RETRY%<group>+<topic>`` (V2)."""
-    return f"{RETRY_PREFIX}{group}{'+' if flag == RETRY_V2 else '_'}{topic}"
-
-
-@dataclass(slots=True, frozen=True)
-class Receipt:
-    """A popped message's handle: the ``POP_CK`` / ``extraInfo`` string of spec §6.2.
-
-    ``ckOffset popTime invisibleTime reviveQid retryFlag brokerName queueId offset``; the topic and
-    group are not in it (requests carry them) — :meth:`real_topic` rebuilds the topic acks go to.
-    """
-
-    ck_offset: int
-    pop_time_ms: int
-    invisible_ms: int
-    revive_qid: int
-    retry_flag: int
-    broker_name: str
-    queue_id: int
-    offset: int
-
-    @property
-    def deadline_ms(self) -> int:
-        return self.pop_time_ms + self.invisible_ms
-
-    @property
-    def is_order(self) -> bool:
-        return self.revive_qid == POP_ORDER_REVIVE_QID
-
-    def real_topic(self, group: str, topic: str) -> str:
-        """The topic the message is stored in: ``topic`` or its pop retry topic (per the retry flag)."""
-        if self.retry_flag == RETRY_NORMAL or topic.startswith(RETRY_PREFIX):
-            return topic
-        return pop_retry_topic(group, topic, self.retry_flag)
-
-    def encode(self) -> str:
-        return (
-            f"{self.ck_offset} {self.pop_time_ms} {self.invisible_ms} {self.revive_qid} "
-            f"{self.retry_flag} {self.broker_name} {self.queue_id} {self.offset}"
-        )
-
-    @classmethod
-    def decode(cls, text: str) -> Receipt:
-        """Parse an 8-field handle (extra trailing fields, as the Java proxy adds, are ignored)."""
-        if not isinstance(text, str) or len(text) > 1024:
-            raise MalformedReceipt("receipt handle is not a string of at most 1024 characters")
-        fields = text.split(" ")
-        if len(fields) < 8:
-            raise MalformedReceipt(f"receipt handle has {len(fields)} fields, expected 8")
-        numbers = [*fields[0:5], *fields[6:8]]
-        if not all(n.lstrip("-").isdigit() and n.isascii() for n in numbers):
-            raise MalformedReceipt("receipt handle has a non-numeric field")
-        ck, pop_time, invisible, rq, flag, queue_id, offset = map(int, numbers)
-        values = (ck, pop_time, invisible, rq, queue_id, offset)
-        if min(values) < 0 or max(values) >= 2**63 or flag not in (0, 1, 2):
-            raise MalformedReceipt("receipt handle has a field out of range")
-        return cls(ck, pop_time, invisible, rq, flag, fields[5], queue_id, offset)
-
-
-@dataclass(slots=True, frozen=True)
-class PoppedMessage:
-    """One popped message. ``message`` is as stored (its topic may be the pop retry topic); ``topic``
-    is the topic the consumer asked for (what protocol layers should present)."""
-
-    message: StoredMessage
-    receipt: Receipt
-    topic: str
-
-    @property
-    def delivery_attempt(self) -> int:
-        return self.message.reconsume_times + 1
-
-
-@dataclass(slots=True, frozen=True)
-class PopResult:
-    """What a pop returns, with the POP_MESSAGE response-header strings (spec §6.3)."""
-
-    messages: tuple[PoppedMessage, ...]
-    pop_time_ms: int
-    invisible_ms: int
-    revive_qid: int
-    rest: int
-    start_offsets: dict[tuple[int, int], int] = field(default_factory=dict)
-    msg_offsets: dict[tuple[int, int], list[int]] = field(default_factory=dict)
-    order_counts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
-
-    def start_offset_info(self) -> str:
-        return ";".join(f"{flag} {qid} {start}" for (flag, qid), start in self.start_offsets.items())
-
-    def msg_offset_info(self) -> str:
-        return ";".join(
-            f"{flag} {qid} {','.join(map(str, offs))}" for (flag, qid), offs in self.msg_offsets.items()
-        )
-
-    def order_count_info(self) -> str:
-        """Per message ``<flag> qo<queueId>%<offset> <count>`` (the per-message form of spec §6.3)."""
-        parts = []
-        for (flag, qid), counts in self.order_counts.items():
-            offsets = self.msg_offsets.get((flag, qid), [])
-            parts += [f"{flag} qo{qid}%{o} {c}" for o, c in zip(offsets, counts, strict=False)]
-        return ";".join(parts)
 
 
 CkKey = tuple[str, str, int, int, int]  # group, stored topic, queue id, start offset, pop time
@@ -240,6 +142,7 @@ class PopService:
         self._closed: OrderedDict[CkKey, tuple[str, frozenset[int]]] = OrderedDict()
         self._open_by_rq: list[dict[CkKey, int]] = [{} for _ in range(revive_queues)]
         self._revive_end = [0] * revive_queues  # one past the last revive record seen per queue
+        self._committed_marks: list[int | None] = [None] * revive_queues
         self._heap: list[tuple[int, CkKey]] = []
         self._orders: dict[tuple[str, str, int], _OrderFlight] = {}
         self._attempts: dict[tuple[str, str, int, int], int] = {}  # order attempts survive re-pops
@@ -317,6 +220,10 @@ class PopService:
         heapq.heappush(self._heap, (ck.deadline_ms, ck.key))
         if self._heap[0][1] == ck.key:
             self._wake.set()
+
+    def _key_used(self, key: CkKey) -> bool:
+        """True if a checkpoint with ``key`` is open or recently closed (keys name one CK for good)."""
+        return key in self._cks or key in self._closed
 
     def _close(self, ck: _Checkpoint, why: str) -> None:
         self._cks.pop(ck.key, None)
@@ -413,12 +320,13 @@ class PopService:
             if want <= 0:
                 break  # restNum counts the queues read, as the Java broker's does
             async with self._lock(group, stored_topic, qid):
+                pop_time = now
                 if order:
                     got, start, attempt_counts, left = await self._pop_order(
                         group, stored_topic, qid, want, invisible_ms, tag_filter, init_mode, now
                     )
                 else:
-                    got, start, left = await self._pop_queue(
+                    got, start, left, pop_time = await self._pop_queue(
                         group, stored_topic, qid, flag, want, invisible_ms, tag_filter, init_mode, now, rq
                     )
                     attempt_counts = []
@@ -430,7 +338,7 @@ class PopService:
             if order:
                 counts[(flag, qid)] = attempt_counts
             for m in got:
-                receipt = Receipt(start, now, invisible_ms, rq, flag, broker_name, qid, m.queue_offset)
+                receipt = Receipt(start, pop_time, invisible_ms, rq, flag, broker_name, qid, m.queue_offset)
                 out.append(PoppedMessage(m, receipt, topic))
         return PopResult(tuple(out), now, invisible_ms, rq, rest, starts, offsets, counts)
 
@@ -481,21 +389,25 @@ class PopService:
         init_mode: InitMode,
         now: int,
         rq: int,
-    ) -> tuple[list[StoredMessage], int, int]:
-        """Pop from one queue: write the CK, then commit the offset. Returns (messages, start, rest)."""
+    ) -> tuple[list[StoredMessage], int, int, int]:
+        """Pop from one queue: write the CK, then commit the offset.
+
+        Returns (messages, start offset, rest, pop time): the pop time is ``now`` unless a checkpoint
+        with the same start and time exists (then the next free millisecond, keeping CK keys unique).
+        """
         offset = await self._offset(group, topic, qid, init_mode)
         messages, next_offset, max_offset = await self._read(group, topic, qid, offset, count, tag_filter)
+        pop_time = now
         if messages:
             start = messages[0].queue_offset
-            pop_time = now
-            while (group, topic, qid, start, pop_time) in self._cks:
+            while self._key_used((group, topic, qid, start, pop_time)):
                 pop_time += 1
             await self._write_ck(group, topic, qid, start, pop_time, invisible_ms, rq, flag, messages)
         else:
             start = offset
         if next_offset != offset:
             await self._backend.commit_consumer_offset(group, topic, qid, next_offset)
-        return messages, start, max(0, max_offset - next_offset)
+        return messages, start, max(0, max_offset - next_offset), pop_time
 
     async def _write_ck(
         self,
@@ -750,7 +662,7 @@ class PopService:
         if not stored.messages or stored.messages[0].queue_offset != receipt.offset:
             raise OffsetOutOfRange(f"no message at offset {receipt.offset}")
         pop_time = now
-        while (group, real, receipt.queue_id, receipt.offset, pop_time) in self._cks:
+        while self._key_used((group, real, receipt.queue_id, receipt.offset, pop_time)):
             pop_time += 1
         rq = self._next_rq()
         await self._write_ck(
@@ -775,6 +687,25 @@ class PopService:
             receipt.queue_id,
             receipt.offset,
         )
+
+    async def forward_to_dlq(self, group: str, topic: str, receipt: Receipt | str) -> SendResult:
+        """Move a popped, un-acked message to ``%DLQ%<group>`` and ack it (gRPC
+        ForwardMessageToDeadLetterQueue). Raises like :meth:`ack`; MessageAlreadyAcked if acked."""
+        await self.start()
+        if isinstance(receipt, str):
+            receipt = Receipt.decode(receipt)
+        real = receipt.real_topic(group, topic)
+        await self._check_range(real, receipt.queue_id, receipt.offset)
+        if not receipt.is_order:
+            ck = self._find(group, real, receipt)
+            if ck is None or receipt.offset in ck.acked:
+                raise MessageAlreadyAcked(f"offset {receipt.offset} was already acked")
+        stored = await self._backend.pull(real, receipt.queue_id, receipt.offset, 1)
+        if not stored.messages or stored.messages[0].queue_offset != receipt.offset:
+            raise OffsetOutOfRange(f"no message at offset {receipt.offset}")
+        result = await self._retry.dead_letter(group, stored.messages[0])
+        await self.ack(group, topic, receipt)
+        return result
 
     # --- peek / notification -------------------------------------------------------------------
     async def peek(
@@ -856,7 +787,7 @@ class PopService:
             await self._commit_progress(force=False)
             self._wake = trio.Event()
             delay = (self._heap[0][0] - self._now_ms()) / 1000 if self._heap else math.inf
-            with trio.move_on_after(max(delay, 0)):
+            with trio.move_on_after(min(max(delay, 0), MAX_TIMER_SLEEP_S)):
                 await self._wake.wait()
 
     async def revive_due(self) -> int:
@@ -930,4 +861,6 @@ class PopService:
             for open_cks, end in zip(self._open_by_rq, self._revive_end, strict=False)
         ]
         for rq, mark in enumerate(marks):
-            await self._backend.commit_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq, mark)
+            if self._committed_marks[rq] != mark:
+                await self._backend.commit_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq, mark)
+                self._committed_marks[rq] = mark

@@ -28,6 +28,7 @@ import trio
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.errors import BackendError, QueueNotFound, StoreUnavailable
 from mqproxy.broker.internal_topics import (
+    MAX_TIMER_SLEEP_S,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SCHEDULE_DUE_MS,
@@ -222,7 +223,7 @@ class Scheduler:
                 due = _due(parked)
                 # Re-read the service clock after each sleep: it is wall time, trio's is monotonic.
                 while (wait := due - self._now_ms()) > 0:  # noqa: ASYNC110
-                    await trio.sleep(wait / 1000)
+                    await trio.sleep(min(wait / 1000, MAX_TIMER_SLEEP_S))
                 await self._fire(parked)
                 offset = parked.queue_offset + 1
                 await backend.commit_consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, qid, offset)

@@ -8,10 +8,12 @@ a message to the half topic, the schedule topic or its own topic.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
@@ -34,6 +36,11 @@ from mqproxy.broker.transactions import (
     TransactionService,
 )
 from mqproxy.broker.types import Message, SendResult
+
+#: Pause before restarting a background task that crashed.
+RESTART_PAUSE_S = 1.0
+
+_log = structlog.get_logger("mqproxy.services")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +119,42 @@ class BrokerServices:
         """
         await self.start()
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.scheduler.run)
-            await nursery.start(self.pop.run)
-            await nursery.start(self.transactions.run)
+            await nursery.start(_supervise, "schedule", self.scheduler.run)
+            await nursery.start(_supervise, "revive", self.pop.run)
+            await nursery.start(_supervise, "transaction-check", self.transactions.run)
             task_status.started()
+
+
+class _Started:
+    """Forwards the first ``started()`` to the real task status; later restarts report nothing."""
+
+    def __init__(self, status: trio.TaskStatus[None]) -> None:
+        self._status = status
+        self.done = False
+
+    def started(self, value: None = None) -> None:
+        if not self.done:
+            self.done = True
+            self._status.started(value)
+
+
+async def _supervise(
+    name: str,
+    run: Callable[..., Awaitable[Any]],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a background task; if it crashes after starting, log ``internal.error`` and restart it."""
+    status = _Started(task_status)
+    while True:
+        try:
+            await run(task_status=status)
+            return
+        except Exception as exc:
+            if not status.done:
+                raise
+            _log.error("internal.error", exception=f"{name} task crashed, restarting: {exc!r}")
+            await trio.sleep(RESTART_PAUSE_S)
 
 
 @asynccontextmanager

@@ -34,6 +34,7 @@ from mqproxy.broker.errors import BackendError
 from mqproxy.broker.internal_topics import (
     CHECK_MAX_TOPIC,
     HALF_TOPIC,
+    MAX_TIMER_SLEEP_S,
     OP_HALF_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME,
     PROPERTY_PREPARED_QUEUE_OFFSET,
@@ -49,7 +50,6 @@ from mqproxy.broker.internal_topics import (
     Clock,
     copy_message,
     ensure_topic,
-    lookup,
     wall_clock_ms,
 )
 from mqproxy.broker.schedule import Scheduler
@@ -142,7 +142,6 @@ class TransactionService:
         if check_max < 0 or not timeout_s >= 0 or not check_interval_s > 0:
             raise ValueError("check_max >= 0, timeout_s >= 0 and check_interval_s > 0 are required")
         self._backend = backend
-        self._lookup = lookup(backend)
         self._scheduler = scheduler
         self.check_back = check_back
         self._timeout_ms = int(timeout_s * 1000)
@@ -157,6 +156,7 @@ class TransactionService:
         self._heap: list[tuple[int, int]] = []  # (next check ms, half offset), lazily invalidated
         self._wake = trio.Event()
         self._started = False
+        self._committed_marks: tuple[int, int] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -263,7 +263,7 @@ class TransactionService:
             dispatch=(),
         )
         result = await self._backend.send(half)
-        stored = await self._lookup.get_message(result.commitlog_offset)
+        stored = await self._backend.get_message(result.commitlog_offset)
         if stored is not None:
             state = self._track(stored)
             self._half_end = max(self._half_end, result.queue_offset + 1)
@@ -313,7 +313,7 @@ class TransactionService:
         if commitlog_offset < 0:
             raise TransactionNotFound(f"bad commit-log offset {commitlog_offset}")
         try:
-            half = await self._lookup.get_message(commitlog_offset)
+            half = await self._backend.get_message(commitlog_offset)
         except BackendError:
             half = None
         if half is None or half.topic != HALF_TOPIC:
@@ -353,6 +353,7 @@ class TransactionService:
             next_at = self._heap[0][0] if self._heap else None
             self._wake = trio.Event()
             delay = math.inf if next_at is None else max(0, next_at - self._now_ms()) / 1000
+            delay = min(delay, MAX_TIMER_SLEEP_S)
             with trio.move_on_after(delay):
                 await self._wake.wait()
 
@@ -363,7 +364,7 @@ class TransactionService:
             state = self._pending.get(offset)
             if state is None or state.next_check_ms != at:
                 continue  # resolved or re-scheduled
-            half = await self._lookup.get_message(state.commitlog_offset)
+            half = await self._backend.get_message(state.commitlog_offset)
             if half is None:
                 self._forget(offset)
                 continue
@@ -412,5 +413,8 @@ class TransactionService:
         for offset in [o for o in self._op_first if o < half_mark]:
             del self._op_first[offset]
         op_mark = min(self._op_first.values(), default=self._op_end)
+        if (half_mark, op_mark) == self._committed_marks:
+            return
         await self._backend.commit_consumer_offset(TRANSACTION_GROUP, HALF_TOPIC, 0, half_mark)
         await self._backend.commit_consumer_offset(TRANSACTION_GROUP, OP_HALF_TOPIC, 0, op_mark)
+        self._committed_marks = (half_mark, op_mark)

@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 import trio
 from google.protobuf.message import DecodeError
 
@@ -55,8 +54,6 @@ from mqproxy.negotiation import Detected
 
 __all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver", "grpc_service", "serve_grpc"]
 
-_log = structlog.get_logger("mqproxy.grpc")
-
 RECEIVE_BYTES = 65_536
 #: Queued response bytes per stream above which a handler's send waits for the client's window.
 STREAM_HIGH_WATER = 256 * 1024
@@ -69,6 +66,9 @@ _REGISTRY_KEY = "grpc"
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
+    """Per-connection limits: largest request message, concurrent calls (more are refused with
+    REFUSED_STREAM), and how long a connection without calls may stay silent."""
+
     max_message_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 1000
     idle_timeout_s: float = 120.0
@@ -88,10 +88,10 @@ def grpc_service(server: ServerState) -> MessagingService:
             server.backend,
             advertised=server.advertised,
             auto_create_topics=settings.store.auto_create_topics,
-            default_queue_count=settings.store.default_queue_count,
-            server_settings=ServerSettings(max_body_bytes=max_body,
-                                           long_polling_timeout_s=min(20.0, settings.remoting.long_poll_max_s)
-                                           or 20.0),
+            server_settings=ServerSettings(
+                max_body_bytes=max_body,
+                long_polling_timeout_s=min(20.0, settings.remoting.long_poll_max_s) or 20.0,
+            ),
             services=lambda: server.registries.get("services"),
         )
         server.registries[_REGISTRY_KEY] = existing
@@ -122,20 +122,25 @@ class _CallState:
     req_bytes: int = 0
     resp_bytes: int = 0
     grpc_status: GrpcStatus | None = None
-    overflow: bool = False
 
 
 class GrpcConnectionDriver:
     """Runs one connection; see the module docstring. ``run`` returns when the connection is over."""
 
-    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, service: MessagingService,
-                 limits: ConnectionLimits = ConnectionLimits()) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        ctx: ConnectionContext,
+        service: MessagingService,
+        limits: ConnectionLimits = ConnectionLimits(),
+    ) -> None:
         self._stream = stream
         self._ctx = ctx
         self._service = service
         self._limits = limits
-        self._conn = GrpcServerConnection(max_message_bytes=limits.max_message_bytes,
-                                          max_concurrent_streams=limits.max_concurrent_streams)
+        self._conn = GrpcServerConnection(
+            max_message_bytes=limits.max_message_bytes, max_concurrent_streams=limits.max_concurrent_streams
+        )
         self._calls: dict[int, _CallState] = {}
         self._dirty = trio.Event()
         self._progress = trio.Event()
@@ -209,7 +214,7 @@ class GrpcConnectionDriver:
     async def _read_loop(self) -> None:
         while not self._broken and not self._should_close():
             idle = self._limits.idle_timeout_s if not self._calls else math.inf
-            data: bytes | None = None
+            data: bytes | bytearray | None = None
             with trio.CancelScope(deadline=trio.current_time() + idle) as scope:
                 self._read_scope = scope
                 try:
@@ -253,7 +258,6 @@ class GrpcConnectionDriver:
             try:
                 state.inbound_send.send_nowait(event.payload)
             except trio.WouldBlock:
-                state.overflow = True
                 self._fail(state, GrpcStatus.RESOURCE_EXHAUSTED, "too many request messages queued")
             except trio.ClosedResourceError:
                 pass
@@ -267,9 +271,18 @@ class GrpcConnectionDriver:
                 state.grpc_status = event.grpc_status
                 state.scope.cancel()
             else:
-                self._ctx.request_event(op="?", code=None, status=event.grpc_status.name, outcome="error",
-                                        latency_ms=0.0, req_bytes=0, resp_bytes=0, client_id=None,
-                                        group=None, topic=None)
+                self._ctx.request_event(
+                    op="?",
+                    code=None,
+                    status=event.grpc_status.name,
+                    outcome="error",
+                    latency_ms=0.0,
+                    req_bytes=0,
+                    resp_bytes=0,
+                    client_id=None,
+                    group=None,
+                    topic=None,
+                )
         elif isinstance(event, StreamReset):
             state = self._calls.get(event.stream_id)
             if state is not None:
@@ -290,15 +303,32 @@ class GrpcConnectionDriver:
         client_id = metadata.get("x-mq-client-id", "")
         name = method.name if method is not None else event.method.rsplit("/", 1)[-1][:64]
         if method is None or not self._service.handles(method.name) or self._nursery is None:
-            self._conn.end_response(event.stream_id, GrpcStatus.UNIMPLEMENTED, f"unknown method {event.method}")
-            self._ctx.request_event(op=name, code=None, status=GrpcStatus.UNIMPLEMENTED.name, outcome="error",
-                                    latency_ms=0.0, req_bytes=0, resp_bytes=0, client_id=client_id or None,
-                                    group=None, topic=None)
+            self._conn.end_response(
+                event.stream_id, GrpcStatus.UNIMPLEMENTED, f"unknown method {event.method}"
+            )
+            self._ctx.request_event(
+                op=name,
+                code=None,
+                status=GrpcStatus.UNIMPLEMENTED.name,
+                outcome="error",
+                latency_ms=0.0,
+                req_bytes=0,
+                resp_bytes=0,
+                client_id=client_id or None,
+                group=None,
+                topic=None,
+            )
             return
         deadline = math.inf if event.deadline_s is None else trio.current_time() + event.deadline_s
         send, recv = trio.open_memory_channel[bytes](INBOUND_QUEUE)
-        call = Call(method=name, client_id=client_id, peer=self._ctx.peer, metadata=metadata,
-                    deadline=deadline, draining=self._ctx.draining)
+        call = Call(
+            method=name,
+            client_id=client_id,
+            peer=self._ctx.peer,
+            metadata=metadata,
+            deadline=deadline,
+            draining=self._ctx.draining,
+        )
         state = _CallState(event.stream_id, name, time.monotonic(), call, send, recv)
         self._calls[event.stream_id] = state
         self._nursery.start_soon(self._run_call, state, method)
@@ -322,8 +352,9 @@ class GrpcConnectionDriver:
                 state.scope.deadline = call.deadline
                 try:
                     if method.client_streaming:
-                        await self._service.telemetry(call, state.inbound_recv,
-                                                      lambda m: self._send(state, m))
+                        await self._service.telemetry(
+                            call, state.inbound_recv, lambda m: self._send(state, m)
+                        )
                     else:
                         request = await self._single_request(state, method)
                         if method.server_streaming:
@@ -339,8 +370,9 @@ class GrpcConnectionDriver:
             status, message = GrpcStatus.CANCELLED, "connection closed"
             raise
         except Exception as exc:  # a handler bug ends this call, never the connection
-            _log.error("internal.error", exception=f"{type(exc).__name__}: {exc}", method=state.name,
-                       exc_info=True)
+            self._ctx.log.error(
+                "internal.error", exc_info=exc, op=state.name, client_id=call.client_id or None
+            )
             status, message = GrpcStatus.INTERNAL, "internal error"
         finally:
             self._calls.pop(sid, None)
@@ -364,19 +396,29 @@ class GrpcConnectionDriver:
         try:
             return method.request.FromString(payload)
         except DecodeError:
-            raise RpcError(GrpcStatus.INVALID_ARGUMENT, f"cannot parse {method.request.DESCRIPTOR.name}") from None
+            raise RpcError(
+                GrpcStatus.INVALID_ARGUMENT, f"cannot parse {method.request.DESCRIPTOR.name}"
+            ) from None
 
     def _log_call(self, state: _CallState, status: GrpcStatus) -> None:
         call = state.call
         if status is not GrpcStatus.OK:
-            status_name, ok = status.name, False
+            # a client cancelling its Telemetry stream is how official clients shut down
+            status_name, ok = status.name, status is GrpcStatus.CANCELLED and state.name == "Telemetry"
         elif call.code is not None:
             status_name = call.code.name
             ok = call.code in (pb.Code.OK, pb.Code.MULTIPLE_RESULTS, pb.Code.MESSAGE_NOT_FOUND)
         else:
             status_name, ok = "OK", True
         self._ctx.request_event(
-            op=state.name, code=None, status=status_name, outcome="ok" if ok else "error",
-            latency_ms=round((time.monotonic() - state.started) * 1000, 3), req_bytes=state.req_bytes,
-            resp_bytes=state.resp_bytes, client_id=call.client_id or None, group=call.group, topic=call.topic,
+            op=state.name,
+            code=None,
+            status=status_name,
+            outcome="ok" if ok else "error",
+            latency_ms=round((time.monotonic() - state.started) * 1000, 3),
+            req_bytes=state.req_bytes,
+            resp_bytes=state.resp_bytes,
+            client_id=call.client_id or None,
+            group=call.group,
+            topic=call.topic,
         )

@@ -60,19 +60,67 @@ PROPERTY_DELAY_LEVEL = "DELAY"
 #: Property keys a client may not set as user properties (RocketMQ ``MessageConst.STRING_HASH_SET``
 #: plus the keys this module maps from system properties). They are also hidden from ``user_properties``
 #: on delivery.
-RESERVED_PROPERTY_KEYS = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
-    "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET",
-    "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
-    "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_SEC",
-    "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
-    "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
-    PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT, PROPERTY_CHECK_IMMUNITY, "INNER_MULTI_DISPATCH",
-    "__transactionId__", "TRANSACTION_CHECK_TIMES", "TIMER_DELAY_MS", "SCHEDULE_DUE_MS",
-    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
-})
+RESERVED_PROPERTY_KEYS = frozenset(
+    {
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        PROPERTY_SHARDING_KEY,
+        PROPERTY_TRACE_CONTEXT,
+        PROPERTY_CHECK_IMMUNITY,
+        "INNER_MULTI_DISPATCH",
+        "__transactionId__",
+        "TRANSACTION_CHECK_TIMES",
+        "TIMER_DELAY_MS",
+        "SCHEDULE_DUE_MS",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
+    }
+)
 #: Characters that would corrupt the remoting properties encoding (``k\x01v\x02``).
 _SEPARATORS = ("\x01", "\x02")
 
@@ -135,14 +183,16 @@ def to_broker_message(
     if sp.body_encoding == pb.Encoding.GZIP:
         inflated = _inflate(body, 16 + zlib.MAX_WBITS, max_body_bytes)
         if inflated is None:
-            raise ConvertError(pb.Code.MESSAGE_CORRUPTED,
-                               f"GZIP body is corrupt or inflates beyond {max_body_bytes} bytes")
+            raise ConvertError(
+                pb.Code.MESSAGE_CORRUPTED, f"GZIP body is corrupt or inflates beyond {max_body_bytes} bytes"
+            )
         body = inflated
     if not body:
         raise ConvertError(pb.Code.MESSAGE_BODY_EMPTY, "message body is empty")
     if len(body) > max_body_bytes:
-        raise ConvertError(pb.Code.MESSAGE_BODY_TOO_LARGE,
-                           f"message body is {len(body)} bytes, limit {max_body_bytes}")
+        raise ConvertError(
+            pb.Code.MESSAGE_BODY_TOO_LARGE, f"message body is {len(body)} bytes, limit {max_body_bytes}"
+        )
     properties: dict[str, str] = {}
     for key, value in msg.user_properties.items():  # type: ignore[attr-defined]
         if key in RESERVED_PROPERTY_KEYS:
@@ -182,11 +232,18 @@ def to_broker_message(
     except UnicodeEncodeError:
         raise ConvertError(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "property is not valid UTF-8") from None
     if size > MAX_PROPERTIES_BYTES:
-        raise ConvertError(pb.Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                           f"properties are {size} bytes, limit {MAX_PROPERTIES_BYTES}")
+        raise ConvertError(
+            pb.Code.MESSAGE_PROPERTIES_TOO_LARGE, f"properties are {size} bytes, limit {MAX_PROPERTIES_BYTES}"
+        )
     born_ms = _timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
-    return Message(topic=topic, body=body, properties=properties, sys_flag=sys_flag,
-                   born_timestamp_ms=born_ms, born_host=born_host)
+    return Message(
+        topic=topic,
+        body=body,
+        properties=properties,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ms,
+        born_host=born_host,
+    )
 
 
 def message_type_of(properties: Mapping[str, str]) -> pb.MessageType:

@@ -116,16 +116,14 @@ class MessagingService:
         *,
         advertised: tuple[str, int],
         auto_create_topics: bool = True,
-        default_queue_count: int = 4,
-        server_settings: ServerSettings = ServerSettings(),
+        server_settings: ServerSettings | None = None,
         services: Callable[[], Any] = lambda: None,
         settings_timeout_s: float = 30.0,
     ) -> None:
         self.backend = backend
         self.advertised = advertised
         self.auto_create_topics = auto_create_topics
-        self.default_queue_count = default_queue_count
-        self.server_settings = server_settings
+        self.server_settings = server_settings or ServerSettings()
         self.settings_timeout_s = settings_timeout_s
         self.clients = ClientRegistry()
         self._services = services
@@ -239,8 +237,13 @@ class MessagingService:
         accept = self._accept_types()
         count = max(config.read_queues, config.write_queues)
         return [
-            pb.MessageQueue(topic=pb.Resource(name=config.name), id=i, permission=perm, broker=broker,
-                            accept_message_types=accept)
+            pb.MessageQueue(
+                topic=pb.Resource(name=config.name),
+                id=i,
+                permission=perm,
+                broker=broker,
+                accept_message_types=accept,
+            )
             for i in range(count)
         ]
 
@@ -314,8 +317,10 @@ class MessagingService:
                     except trio.EndOfChannel:
                         return
                 if payload is None:
-                    raise RpcError(GrpcStatus.INVALID_ARGUMENT,
-                                   f"no settings received within {self.settings_timeout_s:g} s")
+                    raise RpcError(
+                        GrpcStatus.INVALID_ARGUMENT,
+                        f"no settings received within {self.settings_timeout_s:g} s",
+                    )
                 try:
                     command = pb.TelemetryCommand.FromString(payload)
                 except DecodeError:
@@ -344,7 +349,8 @@ class MessagingService:
         message = to_rmq_message(check.message, max_body_bytes=self.server_settings.max_body_bytes)
         command = pb.TelemetryCommand(
             recover_orphaned_transaction_command=pb.RecoverOrphanedTransactionCommand(
-                message=message, transaction_id=check.transaction_id,
+                message=message,
+                transaction_id=check.transaction_id,
             )
         )
         for record in self.clients.producers_of(topic):
@@ -370,15 +376,20 @@ class MessagingService:
             entries.append(await self._send_one(call, msg))
         codes = {entry.status.code for entry in entries}
         code = pb.Code(codes.pop()) if len(codes) == 1 else pb.Code.MULTIPLE_RESULTS
-        return pb.SendMessageResponse(status=_status(code, entries[0].status.message if code != pb.Code.OK
-                                                     and code != pb.Code.MULTIPLE_RESULTS else ""),
-                                      entries=entries)
+        return pb.SendMessageResponse(
+            status=_status(
+                code,
+                entries[0].status.message if code != pb.Code.OK and code != pb.Code.MULTIPLE_RESULTS else "",
+            ),
+            entries=entries,
+        )
 
     async def _send_one(self, call: Call, msg: Any) -> Any:
         call.topic = msg.topic.name
         try:
-            message = to_broker_message(msg, born_host=call.peer,
-                                        max_body_bytes=self.server_settings.max_body_bytes)
+            message = to_broker_message(
+                msg, born_host=call.peer, max_body_bytes=self.server_settings.max_body_bytes
+            )
             result = await self._store(message, msg)
         except ConvertError as err:
             return pb.SendResultEntry(status=_status(err.code, err.message))
@@ -387,8 +398,9 @@ class MessagingService:
         except BackendError as exc:
             return pb.SendResultEntry(status=_status(code_for(exc), str(exc) or type(exc).__name__))
         message_id = msg.system_properties.message_id
-        return pb.SendResultEntry(status=_ok(), message_id=message_id, transaction_id=message_id,
-                                  offset=result.queue_offset)
+        return pb.SendResultEntry(
+            status=_ok(), message_id=message_id, transaction_id=message_id, offset=result.queue_offset
+        )
 
     async def _store(self, message: Message, msg: Any) -> Any:
         config = await self._topic(message.topic, create=True)
@@ -446,8 +458,9 @@ class MessagingService:
         tag_filter = self._tag_filter(request.filter_expression)
         batch = min(max(request.batch_size, 1), MAX_BATCH)
         offset = request.offset
-        wait_s = self._poll_budget(call, request.long_polling_timeout if request.HasField(
-            "long_polling_timeout") else None)
+        wait_s = self._poll_budget(
+            call, request.long_polling_timeout if request.HasField("long_polling_timeout") else None
+        )
         deadline = trio.current_time() + wait_s
         while True:
             result = await self.backend.pull(topic, queue_id, offset, batch, tag_filter=tag_filter)
@@ -461,12 +474,18 @@ class MessagingService:
         if result.status is PullStatus.FOUND:
             await send(pb.PullMessageResponse(status=_ok()))
             for stored in result.messages:
-                await send(pb.PullMessageResponse(message=to_rmq_message(
-                    stored, max_body_bytes=self.server_settings.max_body_bytes)))
+                await send(
+                    pb.PullMessageResponse(
+                        message=to_rmq_message(stored, max_body_bytes=self.server_settings.max_body_bytes)
+                    )
+                )
         elif result.status is PullStatus.OFFSET_ILLEGAL:
             call.code = pb.Code.ILLEGAL_OFFSET
-            await send(pb.PullMessageResponse(status=_status(pb.Code.ILLEGAL_OFFSET,
-                                                             f"offset {request.offset} is out of range")))
+            await send(
+                pb.PullMessageResponse(
+                    status=_status(pb.Code.ILLEGAL_OFFSET, f"offset {request.offset} is out of range")
+                )
+            )
         else:
             call.code = pb.Code.MESSAGE_NOT_FOUND
             await send(pb.PullMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message")))
@@ -478,6 +497,7 @@ class MessagingService:
     async def _wait(self, call: Call, topic: str, queue_id: int, offset: int, timeout_s: float) -> None:
         """Wait for a message at ``offset`` for up to ``timeout_s``; returns early on drain."""
         async with trio.open_nursery() as nursery:
+
             async def stop_on_drain() -> None:
                 if call.draining is not None:
                     await call.draining.wait()
@@ -543,21 +563,34 @@ class MessagingService:
         else:
             invisible_ms = DEFAULT_INVISIBLE_MS
         if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
-            raise ApiError(pb.Code.ILLEGAL_INVISIBLE_TIME,
-                           f"invisible duration {invisible_ms} ms outside {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS}")
+            raise ApiError(
+                pb.Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible duration {invisible_ms} ms outside {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS}",
+            )
         poll_s = self._poll_budget(
-            call, request.long_polling_timeout if request.HasField("long_polling_timeout") else None)
+            call, request.long_polling_timeout if request.HasField("long_polling_timeout") else None
+        )
         await self._topic(topic, create=False)
         result = None
         async with trio.open_nursery() as nursery:
+
             async def stop_on_drain() -> None:
                 if call.draining is not None:
                     await call.draining.wait()
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_on_drain)
-            result = await pop.pop(group, topic, None, batch, invisible_ms, tag_filter=tag_filter,
-                                   order=self._is_fifo(call, group), poll_s=poll_s, broker_name=BROKER_NAME)
+            result = await pop.pop(
+                group,
+                topic,
+                None,
+                batch,
+                invisible_ms,
+                tag_filter=tag_filter,
+                order=self._is_fifo(call, group),
+                poll_s=poll_s,
+                broker_name=BROKER_NAME,
+            )
             nursery.cancel_scope.cancel()
         max_body = self.server_settings.max_body_bytes
         if result is None or not result.messages:
@@ -566,13 +599,21 @@ class MessagingService:
         else:
             await send(pb.ReceiveMessageResponse(status=_ok()))
             for popped in result.messages:
-                message = to_rmq_message(popped.message, max_body_bytes=max_body,
-                                         receipt_handle=popped.receipt.encode(), invisible_duration_ms=invisible_ms,
-                                         delivery_attempt=popped.delivery_attempt, topic=popped.topic)
+                message = to_rmq_message(
+                    popped.message,
+                    max_body_bytes=max_body,
+                    receipt_handle=popped.receipt.encode(),
+                    invisible_duration_ms=invisible_ms,
+                    delivery_attempt=popped.delivery_attempt,
+                    topic=popped.topic,
+                )
                 await send(pb.ReceiveMessageResponse(message=message))
         now = trio_wall_ms()
-        await send(pb.ReceiveMessageResponse(delivery_timestamp=pb.Timestamp(
-            seconds=now // 1000, nanos=(now % 1000) * 1_000_000)))
+        await send(
+            pb.ReceiveMessageResponse(
+                delivery_timestamp=pb.Timestamp(seconds=now // 1000, nanos=(now % 1000) * 1_000_000)
+            )
+        )
 
     async def ack_message(self, call: Call, request: Any) -> Any:
         group = self._group_name(call, request.group)
@@ -587,8 +628,11 @@ class MessagingService:
                 status = _ok()
             except BackendError as exc:
                 status = _status(code_for(exc), str(exc) or type(exc).__name__)
-            entries.append(pb.AckMessageResultEntry(message_id=entry.message_id,
-                                                    receipt_handle=entry.receipt_handle, status=status))
+            entries.append(
+                pb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
+                )
+            )
         codes = {e.status.code for e in entries}
         if len(codes) == 1:
             status = entries[0].status
@@ -602,7 +646,9 @@ class MessagingService:
         pop = self._service("pop", "ChangeInvisibleDuration (pop consumption)")
         invisible_ms = request.invisible_duration.ToMilliseconds()
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
-            raise ApiError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms out of range")
+            raise ApiError(
+                pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms out of range"
+            )
         receipt = await pop.change_invisible(group, topic, request.receipt_handle, invisible_ms)
         return pb.ChangeInvisibleDurationResponse(status=_ok(), receipt_handle=receipt.encode())
 
@@ -617,7 +663,9 @@ class MessagingService:
         real = receipt.real_topic(group, topic)
         found = await self.backend.pull(real, receipt.queue_id, receipt.offset, 1)
         if not found.messages or found.messages[0].queue_offset != receipt.offset:
-            raise ApiError(pb.Code.MESSAGE_NOT_FOUND, f"no message at {real}:{receipt.queue_id}:{receipt.offset}")
+            raise ApiError(
+                pb.Code.MESSAGE_NOT_FOUND, f"no message at {real}:{receipt.queue_id}:{receipt.offset}"
+            )
         await retry.dead_letter(group, found.messages[0], origin_msg_id=request.message_id or None)
         await pop.ack(group, topic, receipt)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=_ok())

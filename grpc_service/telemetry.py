@@ -48,7 +48,7 @@ class ServerSettings:
 
 def _duration(seconds: float) -> object:
     whole = int(seconds)
-    return pb.Duration(seconds=whole, nanos=int(round((seconds - whole) * 1e9)))
+    return pb.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
 
 
 def settings_reply(client: object, server: ServerSettings) -> object:
@@ -98,10 +98,16 @@ class ClientRecord:
 
 
 class ClientRegistry:
-    """Live gRPC clients by client id (process-wide, shared by all connections)."""
+    """Live gRPC clients by client id (process-wide, shared by all connections).
 
-    def __init__(self) -> None:
+    Bounded: past ``max_clients`` records, ones without an open Telemetry stream that were not seen for
+    ``stale_s`` are dropped (clients that vanished without NotifyClientTermination).
+    """
+
+    def __init__(self, max_clients: int = 10_000, stale_s: float = 600.0) -> None:
         self._clients: dict[str, ClientRecord] = {}
+        self.max_clients = max_clients
+        self.stale_s = stale_s
 
     def get(self, client_id: str) -> ClientRecord | None:
         return self._clients.get(client_id)
@@ -109,9 +115,18 @@ class ClientRegistry:
     def touch(self, client_id: str) -> ClientRecord:
         record = self._clients.get(client_id)
         if record is None:
+            if len(self._clients) >= self.max_clients:
+                self._evict_stale()
             record = self._clients[client_id] = ClientRecord(client_id)
         record.last_seen = time.monotonic()
         return record
+
+    def _evict_stale(self) -> None:
+        cutoff = time.monotonic() - self.stale_s
+        for client_id in [
+            c for c, r in self._clients.items() if r.telemetry is None and r.last_seen < cutoff
+        ]:
+            del self._clients[client_id]
 
     def update_settings(self, client_id: str, settings: object) -> ClientRecord:
         """Record a client's settings (type, group, topics)."""
@@ -140,7 +155,8 @@ class ClientRegistry:
     def producers_of(self, topic: str) -> list[ClientRecord]:
         """Producers with an open Telemetry stream that publish to ``topic``, most recently seen first."""
         found = [
-            r for r in self._clients.values()
+            r
+            for r in self._clients.values()
             if r.telemetry is not None and r.client_type == pb.ClientType.PRODUCER and topic in r.topics
         ]
         return sorted(found, key=lambda r: r.last_seen, reverse=True)

@@ -15,8 +15,8 @@ class MqttConfig:
     default_send_quota: int = 64
     maximum_qos: int = 2
     topic_alias_maximum: int = 16
-    #: Server Keep Alive imposed on MQTT 5 clients; None accepts the client's value.
-    server_keep_alive: int | None = None
+    #: Longest keep alive accepted: an MQTT 5 client asking for more (or 0) gets this as Server Keep Alive.
+    max_keep_alive: int | None = None
     connect_timeout_s: float = 10.0
     #: A client that has not taken written bytes for this long is disconnected (slow consumer).
     write_timeout_s: float = 30.0

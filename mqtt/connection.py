@@ -17,6 +17,7 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -314,9 +315,11 @@ class MqttConnection:
         session = self.session
         assert session is not None  # the decoder refuses anything before CONNECT
         if isinstance(packet, PubAck | PubComp):
-            if session.finish(packet.packet_id) is None:
+            entry = session.finish(packet.packet_id)
+            if entry is None:
                 return "PACKET_IDENTIFIER_NOT_FOUND", None
-            await session.commit_offsets(self.gateway.backend)
+            if entry.cursor is not None:
+                await entry.cursor.commit(self.gateway.backend)
             return "SUCCESS", None
         if isinstance(packet, PubRec):
             entry = session.inflight.get(packet.packet_id)
@@ -371,8 +374,9 @@ class MqttConnection:
             raise _Close(ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", "will QoS above the server maximum")
         self.keep_alive = packet.keep_alive
         server_keep_alive = None
-        if v5 and config.server_keep_alive is not None:
-            self.keep_alive = server_keep_alive = config.server_keep_alive
+        limit = config.max_keep_alive
+        if v5 and limit is not None and (self.keep_alive == 0 or self.keep_alive > limit):
+            self.keep_alive = server_keep_alive = limit
         self.client_id = client_id
         gateway = self.gateway
         await gateway.ready()
@@ -495,11 +499,6 @@ class MqttConnection:
             if wanted.topic_filter in config.deny_subscribe:
                 codes.append(ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR)
                 continue
-            if parsed.share_group is not None:
-                if wanted.no_local:
-                    raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", "no-local on a shared subscription")
-                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if v5 else ReasonCode.UNSPECIFIED_ERROR)
-                continue
             granted = min(int(wanted.qos), config.maximum_qos)
             spec = SubscriptionSpec(
                 wanted.topic_filter, granted, wanted.no_local, wanted.retain_as_published, int(wanted.retain_handling), sub_id
@@ -508,7 +507,7 @@ class MqttConnection:
             codes.append(ReasonCode(granted))
             if new:
                 self._start_reader(wanted.topic_filter)
-            if spec.retain_handling == 0 or (spec.retain_handling == 1 and new):
+            if parsed.share_group is None and (spec.retain_handling == 0 or (spec.retain_handling == 1 and new)):
                 retained.append((spec, parsed.filter))
         await self.send(SubAck(packet.packet_id, tuple(codes)))
         for spec, inner in retained:
@@ -535,10 +534,42 @@ class MqttConnection:
 
     # --- delivery -----------------------------------------------------------------------------
     def _start_reader(self, topic_filter: str) -> None:
-        assert self._nursery is not None
+        assert self._nursery is not None and self.session is not None
         scope = trio.CancelScope()
         self._readers[topic_filter] = scope
-        self._nursery.start_soon(self._reader, topic_filter, scope)
+        if topic_filter in self.session.shared:
+            self._nursery.start_soon(self._shared_reader, topic_filter, scope)
+        else:
+            self._nursery.start_soon(self._reader, topic_filter, scope)
+
+    async def _shared_reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+        session = self.session
+        assert session is not None
+        backend = self.gateway.backend
+        group = session.shared[topic_filter]
+        inner = group.topic_filter
+        with scope:
+            try:
+                while True:
+                    spec = session.subscriptions.get(topic_filter)
+                    if spec is None or session.shared.get(topic_filter) is not group or session.connection is not self:
+                        return
+                    await session.acquire_slot()  # claim only what this member can take now
+                    message, offset = await group.claim(backend, self.config.poll_interval_s)
+                    handed = False
+                    try:
+                        await self._deliver(spec, inner, group.cursor, message, offset, (group, message))
+                        handed = True
+                    finally:
+                        if not handed and not any(
+                            e.shared is not None and e.shared[1] is message for e in session.inflight.values()
+                        ):
+                            group.give_back(message, offset)
+                    await group.cursor.commit(backend)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            except BackendError as exc:
+                self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
 
     async def _reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
         session = self.session
@@ -573,7 +604,9 @@ class MqttConnection:
             except BackendError as exc:
                 self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
 
-    async def _deliver(self, spec: SubscriptionSpec, inner: str, cursor: Cursor, message: StoredMessage, offset: int) -> None:
+    async def _deliver(
+        self, spec: SubscriptionSpec, inner: str, cursor: Cursor, message: StoredMessage, offset: int, shared: Any = None
+    ) -> None:
         session = self.session
         assert session is not None
         attrs = decode_properties(message.properties)
@@ -589,7 +622,7 @@ class MqttConnection:
         if publish is None:
             cursor.complete(offset)
             return
-        await self._push(publish, cursor, offset)
+        await self._push(publish, cursor, offset, shared)
 
     def _make_publish(
         self, topic: str, payload: bytes, qos: int, retain: bool, props: Properties, store_ms: int, spec: SubscriptionSpec
@@ -608,7 +641,7 @@ class MqttConnection:
         granted = QoS(min(qos, spec.qos, self.config.maximum_qos))
         return Publish(topic, payload, granted, retain, False, 1 if granted else None, props)
 
-    async def _push(self, publish: Publish, cursor: Cursor | None, offset: int) -> None:
+    async def _push(self, publish: Publish, cursor: Cursor | None, offset: int, shared: Any = None) -> None:
         session = self.session
         assert session is not None
         data = encode(publish, self.level)
@@ -625,7 +658,7 @@ class MqttConnection:
         if session.connection is not self:
             raise trio.ClosedResourceError("session detached")
         factory: Callable[[int], Publish] = lambda packet_id: dataclasses.replace(publish, packet_id=packet_id)
-        entry = session.add_inflight(factory, cursor, offset)
+        entry = session.add_inflight(factory, cursor, offset, shared)
         await self.send(entry.publish)
 
 

@@ -23,9 +23,10 @@ from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.broker.types import Message, SendResult
 from mqproxy.codecs.mqtt import Properties, parse_topic_filter
 from mqproxy.mqtt.config import MqttConfig
-from mqproxy.mqtt.mapping import RETAINED_LMQ, encode_properties, lmq_name, parent_topic
+from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
 from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
+from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
@@ -49,6 +50,7 @@ class Gateway:
         self.index = SubscriptionIndex()
         self.retained = RetainedStore()
         self.sessions: dict[str, Session] = {}
+        self.shared_groups: dict[tuple[str, str], SharedGroup] = {}
         self._state = SessionStateStore(backend)
         self._draining = draining if draining is not None else trio.Event()
         self._loaded = trio.Event()
@@ -155,6 +157,7 @@ class Gateway:
         session.ended = True
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+        session.give_back_shared()
         for topic_filter in list(session.subscriptions):
             self._forget_subscription(session, topic_filter)
         session.wake_all()
@@ -198,7 +201,19 @@ class Gateway:
         return new
 
     async def _add_subscription(self, session: Session, spec: SubscriptionSpec, *, resume: bool) -> None:
-        inner = reader_filter(spec.topic_filter)
+        parsed = parse_topic_filter(spec.topic_filter)
+        inner = parsed.filter
+        if "+" in inner or "#" in inner:
+            self.index.add(inner)
+        if parsed.share_group is not None:
+            key = (parsed.share_group, inner)
+            group = self.shared_groups.get(key)
+            if group is None:
+                group = self.shared_groups[key] = await SharedGroup.open(self.backend, parsed.share_group, inner)
+            group.members += 1
+            session.subscriptions[spec.topic_filter] = spec
+            session.shared[spec.topic_filter] = group
+            return
         lmq = lmq_name(inner)
         offset: int | None = None
         if resume:
@@ -207,11 +222,10 @@ class Gateway:
             offset = await self.backend.max_offset(lmq, LMQ_QUEUE_ID)
             if session.persistent:
                 await self.backend.commit_consumer_offset(session.group, lmq, LMQ_QUEUE_ID, offset)
-        cursor = Cursor(lmq, offset)
+        cursor = Cursor(lmq, offset, session.group)
+        cursor.durable = session.persistent
         session.subscriptions[spec.topic_filter] = spec
         session.cursors[spec.topic_filter] = cursor
-        if "+" in inner or "#" in inner:
-            self.index.add(inner)
 
     async def unsubscribe(self, session: Session, topic_filter: str) -> bool:
         if topic_filter not in session.subscriptions:
@@ -223,6 +237,11 @@ class Gateway:
     def _forget_subscription(self, session: Session, topic_filter: str) -> None:
         session.subscriptions.pop(topic_filter, None)
         session.cursors.pop(topic_filter, None)
+        group = session.shared.pop(topic_filter, None)
+        if group is not None:
+            group.members -= 1
+            if group.members <= 0:
+                self.shared_groups.pop((group.name, group.topic_filter), None)
         inner = reader_filter(topic_filter)
         if "+" in inner or "#" in inner:
             self.index.remove(inner)
@@ -256,6 +275,22 @@ class Gateway:
                     await callback()
                 except Exception:  # a store error or a bug must not kill the process via a system task
                     _log.exception("internal.error", detail="mqtt gateway timer failed")
+
+
+def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str]) -> tuple[str, ...]:
+    """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property must be dispatched to.
+
+    For protocol handlers other than MQTT (remoting, gRPC) to call before ``backend.send`` when the producer
+    set ``MQTT_TOPIC`` but no ``INNER_MULTI_DISPATCH``: the topic's LMQ plus every matching subscribed
+    wildcard filter (empty if the property is absent or not a valid MQTT topic name).
+    """
+    topic = properties.get(PROPERTY_MQTT_TOPIC)
+    if not topic or "+" in topic or "#" in topic or "\x00" in topic:
+        return ()
+    gateway = registries.get(_KEY)
+    if isinstance(gateway, Gateway):
+        return gateway.dispatch_targets(topic, retain=False)
+    return (lmq_name(topic),)
 
 
 def gateway_for(server: object) -> Gateway:

@@ -28,6 +28,7 @@ stored):
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -68,6 +69,7 @@ _HEX = "0123456789ABCDEF"
 _ESCAPES = {b: (chr(b) if b in _SAFE else "%" if b == 0x2F else "|" + _HEX[b >> 4] + _HEX[b & 15]) for b in range(256)}
 
 
+@functools.lru_cache(maxsize=65536)
 def parent_topic(mqtt_topic: str) -> str:
     """The RocketMQ topic an MQTT topic's messages are stored in (its first level, or the fallback)."""
     first = mqtt_topic.partition("/")[0]
@@ -81,6 +83,7 @@ def parent_topic(mqtt_topic: str) -> str:
     return first
 
 
+@functools.lru_cache(maxsize=65536)
 def lmq_name(topic_or_filter: str) -> str:
     """The LMQ of an MQTT topic name or (wildcard) filter; see the module docstring for the escaping."""
     escaped = "".join([_ESCAPES[b] for b in topic_or_filter.encode()])

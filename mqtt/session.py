@@ -33,10 +33,12 @@ class Cursor:
     ``committed`` advances over the completed prefix.
     """
 
-    __slots__ = ("lmq", "next_offset", "committed", "stored", "_order", "_done")
+    __slots__ = ("lmq", "group", "durable", "next_offset", "committed", "stored", "_order", "_done")
 
-    def __init__(self, lmq: str, offset: int) -> None:
+    def __init__(self, lmq: str, offset: int, group: str = "") -> None:
         self.lmq = lmq
+        self.group = group  # consumer group its offset is committed under
+        self.durable = False  # commit offsets to the store
         self.next_offset = offset
         self.committed = offset
         self.stored = offset  # last value written to the backend
@@ -44,8 +46,9 @@ class Cursor:
         self._done: dict[int, bool] = {}
 
     def track(self, offset: int) -> None:
-        """``offset`` was sent and awaits its acknowledgement."""
-        self._order.append(offset)
+        """``offset`` was sent and awaits its acknowledgement (again, if it was handed back)."""
+        if offset not in self._done:
+            self._order.append(offset)
         self._done[offset] = False
 
     def complete(self, offset: int) -> None:
@@ -68,6 +71,13 @@ class Cursor:
             del done[first]
             self.committed = first + 1
 
+    async def commit(self, backend: Backend) -> None:
+        """Store ``committed`` if it changed and the cursor is durable."""
+        if self.durable and self.committed != self.stored:
+            value = self.committed
+            await backend.commit_consumer_offset(self.group, self.lmq, LMQ_QUEUE_ID, value)
+            self.stored = value
+
     def rewind(self) -> None:
         """Forget un-acked offsets and read again from ``committed`` (after a restart of delivery)."""
         self._order.clear()
@@ -84,6 +94,7 @@ class InFlight:
     cursor: Cursor | None  # None for retained messages sent at SUBSCRIBE
     offset: int
     released: bool = False  # QoS 2: PUBREC received, PUBREL sent
+    shared: Any = None  # (SharedGroup, StoredMessage) for a shared-subscription delivery
 
 
 class Session:
@@ -93,6 +104,7 @@ class Session:
         self.send_quota = send_quota
         self.subscriptions: dict[str, SubscriptionSpec] = {}
         self.cursors: dict[str, Cursor] = {}
+        self.shared: dict[str, Any] = {}  # topic filter -> SharedGroup
         self.inflight: dict[int, InFlight] = {}
         self.awaiting_rel: set[int] = set()
         self.connection: Any = None
@@ -120,13 +132,13 @@ class Session:
         while len(self.inflight) >= self.send_quota:
             await self._slots.park()
 
-    def add_inflight(self, publish_factory: Any, cursor: Cursor | None, offset: int) -> InFlight:
+    def add_inflight(self, publish_factory: Any, cursor: Cursor | None, offset: int, shared: Any = None) -> InFlight:
         """Allocate a packet id and record the message built by ``publish_factory(packet_id)``."""
         packet_id = self._next_packet_id
         while packet_id in self.inflight:
             packet_id = packet_id % 65535 + 1
         self._next_packet_id = packet_id % 65535 + 1
-        entry = InFlight(packet_id, publish_factory(packet_id), cursor, offset)
+        entry = InFlight(packet_id, publish_factory(packet_id), cursor, offset, shared=shared)
         self.inflight[packet_id] = entry
         if cursor is not None:
             cursor.track(offset)
@@ -142,15 +154,19 @@ class Session:
         self._slots.unpark()
         return entry
 
+    def give_back_shared(self) -> None:
+        """Return un-acked shared-subscription messages to their groups (the session is ending)."""
+        for packet_id, entry in list(self.inflight.items()):
+            if entry.shared is not None and not entry.released:
+                group, message = entry.shared
+                del self.inflight[packet_id]
+                group.give_back(message, entry.offset)
+
     def wake_all(self) -> None:
         self._slots.unpark_all()
 
     async def commit_offsets(self, backend: Backend) -> None:
         """Store every cursor's committed offset that changed (persistent sessions only)."""
-        if not self.persistent:
-            return
         for cursor in list(self.cursors.values()):
-            if cursor.committed != cursor.stored:
-                value = cursor.committed
-                await backend.commit_consumer_offset(self.group, cursor.lmq, LMQ_QUEUE_ID, value)
-                cursor.stored = value
+            cursor.durable = self.persistent
+            await cursor.commit(backend)

@@ -12,6 +12,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from mqproxy.broker.errors import BackendError
+from mqproxy.broker.internal_topics import REVIVE_GROUP, SCHEDULE_GROUP, TRANSACTION_GROUP
+
+#: Groups the broker services use for their own progress; not consumer lag anyone acts on.
+INTERNAL_GROUPS = frozenset({SCHEDULE_GROUP, REVIVE_GROUP, TRANSACTION_GROUP})
 
 if TYPE_CHECKING:
     from mqproxy.context import ServerState
@@ -55,6 +59,8 @@ async def refresh_backend_metrics(server: ServerState) -> None:
     metrics.store_bytes.set(await backend.store_bytes())
     lag: dict[tuple[str, str], int] = {}
     for row in await backend.consumer_offsets():
+        if row.group in INTERNAL_GROUPS:
+            continue
         try:
             end = await backend.max_offset(row.topic, row.queue_id)
         except BackendError:

@@ -22,7 +22,9 @@ from mqproxy import __version__
 from mqproxy.backends import open_backend
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
-from mqproxy.settings import Settings, parse_hostport
+from mqproxy.broker.services import ServiceSettings, open_services
+from mqproxy.broker.transactions import TransactionCheck
+from mqproxy.settings import BrokerSettings, Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
 
 _log = structlog.get_logger("mqproxy.server")
@@ -30,6 +32,10 @@ _log = structlog.get_logger("mqproxy.server")
 #: accept() errors that mean "overloaded", not "broken" (trio's serve_listeners treats them the same way).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_RETRY_S = 0.1
+#: ``ServerState.registries`` keys: the shared :class:`BrokerServices`, and the transaction
+#: check-back sender a protocol layer registers (``async (TransactionCheck) -> bool``).
+SERVICES_KEY = "services"
+CHECK_BACK_KEY = "transaction_check_back"
 
 
 @dataclass(eq=False)
@@ -94,38 +100,70 @@ async def serve(
         state = ServerState(
             settings=settings, backend=backend, backend_name=settings.store.backend, advertised=advertised
         )
-        handle = ServerHandle(address=bound, state=state)
-        _log.info(
-            "proxy.started",
-            listen=format_addr(bound),
-            pid=os.getpid(),
-            version=__version__,
-            backend=state.backend_name,
-            data_dir=settings.store.data_dir if settings.store.backend == "embedded" else None,
-            tls=ssl_context is not None,
-        )
-        _log.info("proxy.config", config=settings.as_dict())
-        async with trio.open_nursery() as root:
-            if install_signal_handlers:
-                root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
-            async with trio.open_nursery() as connections:
-                async with trio.open_nursery() as accepting:
-                    accepting.start_soon(_accept_loop, listener, state, ssl_context, connections)
-                    state.ready = True
-                    task_status.started(handle)
-                    await handle._stop.wait()
-                    accepting.cancel_scope.cancel()
-                await listener.aclose()
-                state.ready = False
-                _log.info("proxy.stopping", reason=handle.reason, open_connections=state.open_connections)
-                state.draining.set()
-                if state.open_connections:
-                    with trio.move_on_after(settings.server.shutdown_grace_s):
-                        await state.all_closed.wait()
-                connections.cancel_scope.cancel()
-            root.cancel_scope.cancel()
-        _log.info(
-            "proxy.stopped",
-            connections_total=state.connections_total,
-            uptime_s=round(time.monotonic() - state.started_monotonic, 3),
-        )
+
+        async def check_back(check: TransactionCheck) -> bool:
+            """Transaction check-backs go to whichever protocol registered a sender (remoting)."""
+            sender = state.registries.get(CHECK_BACK_KEY)
+            return bool(sender is not None and await sender(check))
+
+        async with open_services(backend, service_settings(settings.broker), check_back=check_back) as services:
+            state.registries[SERVICES_KEY] = services
+            await _serve_state(settings, state, bound, listener, ssl_context, install_signal_handlers, task_status)
+
+
+def service_settings(broker: BrokerSettings) -> ServiceSettings:
+    """The broker services' tunables from the ``[broker]`` settings section."""
+    return ServiceSettings(
+        delay_levels=broker.delay_levels,
+        max_reconsume_times=broker.max_reconsume_times,
+        transaction_timeout_s=broker.transaction_timeout_s,
+        transaction_check_interval_s=broker.transaction_check_interval_s,
+        transaction_check_max=broker.transaction_check_max,
+        lock_ttl_s=broker.lock_ttl_s,
+    )
+
+
+async def _serve_state(
+    settings: Settings,
+    state: ServerState,
+    bound: tuple[str, int],
+    listener: trio.SocketListener,
+    ssl_context: ssl.SSLContext | None,
+    install_signal_handlers: bool,
+    task_status: trio.TaskStatus[ServerHandle],
+) -> None:
+    handle = ServerHandle(address=bound, state=state)
+    _log.info(
+        "proxy.started",
+        listen=format_addr(bound),
+        pid=os.getpid(),
+        version=__version__,
+        backend=state.backend_name,
+        data_dir=settings.store.data_dir if settings.store.backend == "embedded" else None,
+        tls=ssl_context is not None,
+    )
+    _log.info("proxy.config", config=settings.as_dict())
+    async with trio.open_nursery() as root:
+        if install_signal_handlers:
+            root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as accepting:
+                accepting.start_soon(_accept_loop, listener, state, ssl_context, connections)
+                state.ready = True
+                task_status.started(handle)
+                await handle._stop.wait()
+                accepting.cancel_scope.cancel()
+            await listener.aclose()
+            state.ready = False
+            _log.info("proxy.stopping", reason=handle.reason, open_connections=state.open_connections)
+            state.draining.set()
+            if state.open_connections:
+                with trio.move_on_after(settings.server.shutdown_grace_s):
+                    await state.all_closed.wait()
+            connections.cancel_scope.cancel()
+        root.cancel_scope.cancel()
+    _log.info(
+        "proxy.stopped",
+        connections_total=state.connections_total,
+        uptime_s=round(time.monotonic() - state.started_monotonic, 3),
+    )

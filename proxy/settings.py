@@ -73,6 +73,16 @@ class StoreSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    delay_levels: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    max_reconsume_times: int = field(default=16, metadata=_range(0, 1000))
+    transaction_timeout_s: float = field(default=6.0, metadata=_range(0, 86400))
+    transaction_check_interval_s: float = field(default=30.0, metadata=_range(0.01, 86400))
+    transaction_check_max: int = field(default=15, metadata=_range(0, 1000))
+    lock_ttl_s: float = field(default=60.0, metadata=_range(1, 86400))
+
+
+@dataclass(frozen=True, slots=True)
 class RemotingSettings:
     max_frame_bytes: int = field(default=16 * 1024 * 1024, metadata=_range(1024, 256 * 1024 * 1024))
     long_poll_max_s: float = field(default=30.0, metadata=_range(0, 3600))
@@ -85,6 +95,7 @@ class Settings:
     tls: TlsSettings = TlsSettings()
     log: LogSettings = LogSettings()
     store: StoreSettings = StoreSettings()
+    broker: BrokerSettings = BrokerSettings()
     remoting: RemotingSettings = RemotingSettings()
 
     @classmethod

@@ -9,8 +9,10 @@ Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3)
   group with its subscriptions, ensures ``%RETRY%<group>`` (one queue), and sends
   NOTIFY_CONSUMER_IDS_CHANGED to the group's other connections when membership changed. Repeated
   identical heartbeats are idempotent; a group this client announced before on this connection and
-  no longer lists is left (as if it had sent UNREGISTER_CLIENT).
-* UNREGISTER_CLIENT (35): removes ``clientID`` from the named consumer group and notifies the rest.
+  no longer lists is left (as if it had sent UNREGISTER_CLIENT). Producer groups
+  (``producerDataSet``, ``CLIENT_INNER_PRODUCER`` aside) are recorded for transaction check-backs.
+* UNREGISTER_CLIENT (35): removes ``clientID`` from the named consumer group and notifies the rest;
+  a named producer group stops receiving check-backs on this connection.
 * GET_CONSUMER_LIST_BY_GROUP (38): ``{"consumerIdList": [...]}`` of live members, or SYSTEM_ERROR
   "no consumer for this group" like a Java broker.
 * CHECK_CLIENT_CONFIG (46): SUCCESS for TAG subscriptions, SUBSCRIPTION_PARSE_FAILED otherwise.
@@ -113,6 +115,12 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
     dropped = sorted(g for g, cid in session.memberships if cid == client_id and g not in announced)
     for group in dropped:  # the client stopped consuming this group without UNREGISTER_CLIENT
         await _leave(session, group, client_id)
+    announced_producers = {p for p in producers if p != _INNER_PRODUCER}
+    for group in session.producer_groups - announced_producers:
+        groups.leave_producer(group, session.conn)
+    for group in announced_producers:  # re-joining keeps the newest connection preferred
+        groups.join_producer(group, session.conn)
+    session.producer_groups = announced_producers
     for info in consumers:
         retry_topic = RETRY_PREFIX + info.group
         if retry_topic not in session.ensured_topics:
@@ -132,6 +140,9 @@ async def unregister_client(session: RemotingSession, request: RemotingCommand, 
     session.client_id = session.client_id or header.client_id
     if header.consumer_group is not None:
         await _leave(session, header.consumer_group, header.client_id)
+    if header.producer_group is not None and header.producer_group in session.producer_groups:
+        session.producer_groups.discard(header.producer_group)
+        session.ctx.groups.leave_producer(header.producer_group, session.conn)
     return Reply(ResponseCode.SUCCESS)
 
 

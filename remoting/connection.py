@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import trio
@@ -52,6 +52,10 @@ from mqproxy.codecs.remoting import (
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting.context import RequestCallback, ServerContext, ignore_request
 from mqproxy.remoting.session import RemotingSession
+from mqproxy.remoting.transactions import check_command
+
+if TYPE_CHECKING:
+    from mqproxy.broker.transactions import TransactionCheck
 
 __all__ = [
     "ConnectionLimits",
@@ -97,19 +101,52 @@ class GroupPeer(Protocol):
 
     def notify_consumer_ids_changed(self, group: str) -> None: ...
 
+    def check_transaction_state(self, check: TransactionCheck) -> bool:
+        """Queue CHECK_TRANSACTION_STATE (oneway) for ``check``; False if the connection is gone."""
+        ...
+
 
 class ConnectionRegistry:
-    """Consumer groups -> the connections their members live on; a
-    :class:`~mqproxy.remoting.context.GroupMembership` for :class:`ServerContext`.
+    """Consumer groups -> the connections their members live on, producer groups -> the connections
+    that announced them; a :class:`~mqproxy.remoting.context.GroupMembership` for :class:`ServerContext`.
 
     Each (group, client id) is owned by the connection that last heartbeated it, so a client that
     reconnected is not unregistered when its old connection is finally noticed dead.
+
+    :meth:`check_transaction` is a :data:`~mqproxy.broker.transactions.CheckBack`: pass it to
+    ``BrokerServices(check_back=registry.check_transaction)``.
     """
 
     def __init__(self) -> None:
         self._owners: dict[tuple[str, str], GroupPeer] = {}
         #: group -> {connection: number of the group's client ids it owns}
         self._groups: dict[str, dict[GroupPeer, int]] = {}
+        #: producer group -> connections, most recently announced last
+        self._producers: dict[str, dict[GroupPeer, None]] = {}
+
+    def join_producer(self, group: str, conn: object) -> None:
+        peers = self._producers.setdefault(group, {})
+        peers.pop(conn, None)  # type: ignore[call-overload]
+        peers[conn] = None  # type: ignore[index]
+
+    def leave_producer(self, group: str, conn: object) -> None:
+        peers = self._producers.get(group)
+        if peers is None:
+            return
+        peers.pop(conn, None)  # type: ignore[call-overload]
+        if not peers:
+            del self._producers[group]
+
+    def producers(self, group: str) -> list[GroupPeer]:
+        return list(self._producers.get(group, ()))
+
+    async def check_transaction(self, check: TransactionCheck) -> bool:
+        """Send CHECK_TRANSACTION_STATE to the most recently announced live producer connection of
+        ``check.producer_group``; False when none is online (the checker simply tries again later)."""
+        for peer in reversed(self.producers(check.producer_group)):
+            if peer.check_transaction_state(check):
+                return True
+        return False
 
     def join(self, group: str, client_id: str, conn: object) -> None:
         peer: GroupPeer = conn  # type: ignore[assignment]
@@ -200,6 +237,15 @@ class RemotingConnection:
             ext_fields={"consumerGroup": group},
         )
         self.nursery.start_soon(self._send_quietly, command)
+
+    def check_transaction_state(self, check: TransactionCheck) -> bool:
+        session = self.session
+        if self.closed or session is None:
+            return False
+        command = check_command(check, session.ctx, legacy=session.legacy_records)
+        command.opaque = session.next_opaque()
+        self.nursery.start_soon(self._send_quietly, command)
+        return True
 
     async def call(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand | None:
         """Send a server->client request and wait for its response (None on timeout or close)."""

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mqproxy.codecs.message_id import MessageIdError, pack_ip
 from mqproxy.remoting.locks import QueueLockTable
+
+if TYPE_CHECKING:
+    from mqproxy.broker.services import BrokerServices
 
 #: The broker name and cluster every route names (one logical broker: this proxy, spec §8.3).
 BROKER_NAME = "broker-a"
@@ -41,6 +44,14 @@ class GroupMembership(Protocol):
         """Send NOTIFY_CONSUMER_IDS_CHANGED (oneway) to every connection of ``group`` but ``exclude``."""
         ...
 
+    def join_producer(self, group: str, conn: object) -> None:
+        """Record that a producer of ``group`` lives on ``conn`` (transaction check-backs go there)."""
+        ...
+
+    def leave_producer(self, group: str, conn: object) -> None:
+        """Forget ``conn`` as a producer of ``group`` (idempotent)."""
+        ...
+
 
 class NullGroups:
     """A :class:`GroupMembership` for a lone session: always owns, never notifies."""
@@ -54,6 +65,47 @@ class NullGroups:
     def notify_changed(self, group: str, exclude: object | None) -> None:
         return None
 
+    def join_producer(self, group: str, conn: object) -> None:
+        return None
+
+    def leave_producer(self, group: str, conn: object) -> None:
+        return None
+
+
+class HeldPolls:
+    """Pop and notification requests currently held (long polling), per (topic, group, queue id).
+
+    ``try_hold`` refuses beyond ``per_key`` holds of one key or ``total`` overall (the broker's
+    ``popPollingSize`` 1024 and 100000, spec §6.1); every successful hold must be released.
+    """
+
+    def __init__(self, per_key: int = 1024, total: int = 100_000) -> None:
+        self.per_key = per_key
+        self.total = total
+        self._held: dict[tuple[str, str, int], int] = {}
+        self._count = 0
+
+    def try_hold(self, key: tuple[str, str, int]) -> bool:
+        current = self._held.get(key, 0)
+        if current >= self.per_key or self._count >= self.total:
+            return False
+        self._held[key] = current + 1
+        self._count += 1
+        return True
+
+    def release(self, key: tuple[str, str, int]) -> None:
+        current = self._held.get(key, 0)
+        if current <= 0:
+            return
+        self._count -= 1
+        if current == 1:
+            del self._held[key]
+        else:
+            self._held[key] = current - 1
+
+    def count(self, key: tuple[str, str, int]) -> int:
+        return self._held.get(key, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class ServerContext:
@@ -66,8 +118,14 @@ class ServerContext:
     advertised_host: str
     advertised_port: int
     groups: GroupMembership = field(default_factory=NullGroups)
-    #: Orderly consumers' queue locks (LOCK_BATCH_MQ), server-wide.
+    #: Orderly consumers' queue locks (LOCK_BATCH_MQ), server-wide; used only when ``services`` is
+    #: None (otherwise ``services.locks`` is the one table, shared with gRPC).
     locks: QueueLockTable = field(default_factory=QueueLockTable)
+    #: Delays, retry/DLQ, transactions, pop and locks. None: those request codes are answered
+    #: SERVICE_NOT_AVAILABLE (14), half messages NO_PERMISSION, and ``DELAY`` is ignored.
+    services: BrokerServices | None = None
+    #: Held POP_MESSAGE / NOTIFICATION requests (POLLING_FULL, POLLING_INFO).
+    polls: HeldPolls = field(default_factory=HeldPolls)
     auto_create_topics: bool = True
     #: Queues of an auto-created topic when the request names no count; also TBW102's count.
     default_queue_count: int = 4

@@ -300,3 +300,163 @@ def parse_group_header(ext: Mapping[str, str] | None) -> str:
 def parse_topic_header(ext: Mapping[str, str] | None) -> str:
     """GET_ROUTEINFO_BY_TOPIC: the ``topic``."""
     return Fields(ext).text("topic")
+
+
+# --- retry and transactions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackHeader:
+    """CONSUMER_SEND_MSG_BACK (spec §3.10)."""
+
+    offset: int
+    group: str
+    delay_level: int
+    origin_msg_id: str | None
+    origin_topic: str | None
+    max_reconsume_times: int | None
+
+
+def parse_send_back_header(ext: Mapping[str, str] | None) -> SendBackHeader:
+    fields = Fields(ext)
+    return SendBackHeader(
+        offset=fields.integer("offset", wide=True),
+        group=fields.text("group"),
+        delay_level=fields.integer("delayLevel", 0),
+        origin_msg_id=fields.optional_text("originMsgId") or None,
+        origin_topic=fields.optional_text("originTopic") or None,
+        max_reconsume_times=fields.optional_integer("maxReconsumeTimes"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionHeader:
+    """END_TRANSACTION (spec §3.11)."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool
+    msg_id: str | None
+    transaction_id: str | None
+
+
+def parse_end_transaction_header(ext: Mapping[str, str] | None) -> EndTransactionHeader:
+    fields = Fields(ext)
+    return EndTransactionHeader(
+        producer_group=fields.text("producerGroup"),
+        tran_state_table_offset=fields.integer("tranStateTableOffset", -1, wide=True),
+        commit_log_offset=fields.integer("commitLogOffset", wide=True),
+        commit_or_rollback=fields.integer("commitOrRollback"),
+        from_transaction_check=fields.boolean("fromTransactionCheck", False),
+        msg_id=fields.optional_text("msgId") or None,
+        transaction_id=fields.optional_text("transactionId") or None,
+    )
+
+
+# --- pop --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PopHeader:
+    """POP_MESSAGE (spec §3.16); ``queue_id`` -1 means every queue."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+    invisible_time_ms: int
+    poll_time_ms: int
+    born_time_ms: int
+    init_mode: int
+    exp_type: str
+    exp: str | None
+    order: bool
+    attempt_id: str | None
+
+
+def parse_pop_header(ext: Mapping[str, str] | None) -> PopHeader:
+    fields = Fields(ext)
+    return PopHeader(
+        consumer_group=fields.text("consumerGroup"),
+        topic=fields.text("topic"),
+        queue_id=fields.integer("queueId"),
+        max_msg_nums=fields.integer("maxMsgNums"),
+        invisible_time_ms=fields.integer("invisibleTime", wide=True),
+        poll_time_ms=fields.integer("pollTime", 0, wide=True),
+        born_time_ms=fields.integer("bornTime", 0, wide=True),
+        init_mode=fields.integer("initMode", 0),
+        exp_type=fields.text("expType", "TAG") or "TAG",
+        exp=fields.optional_text("exp"),
+        order=fields.boolean("order", False),
+        attempt_id=fields.optional_text("attemptId") or None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AckHeader:
+    """ACK_MESSAGE (``invisible_time_ms`` None) and CHANGE_MESSAGE_INVISIBLETIME (spec §3.17, §3.19)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    extra_info: str
+    offset: int
+    invisible_time_ms: int | None
+
+
+def parse_ack_header(ext: Mapping[str, str] | None, *, change_invisible: bool = False) -> AckHeader:
+    fields = Fields(ext)
+    return AckHeader(
+        consumer_group=fields.text("consumerGroup"),
+        topic=fields.text("topic"),
+        queue_id=fields.integer("queueId"),
+        extra_info=fields.text("extraInfo"),
+        offset=fields.integer("offset", wide=True),
+        invisible_time_ms=fields.integer("invisibleTime", wide=True) if change_invisible else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PeekHeader:
+    """PEEK_MESSAGE (spec §3.18) and POLLING_INFO (``max_msg_nums`` unused)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+
+
+def parse_peek_header(ext: Mapping[str, str] | None, *, polling_info: bool = False) -> PeekHeader:
+    fields = Fields(ext)
+    return PeekHeader(
+        consumer_group=fields.text("consumerGroup"),
+        topic=fields.text("topic"),
+        queue_id=fields.integer("queueId"),
+        max_msg_nums=0 if polling_info else fields.integer("maxMsgNums"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationHeader:
+    """NOTIFICATION (spec §3.20)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    poll_time_ms: int
+    born_time_ms: int
+    order: bool
+
+
+def parse_notification_header(ext: Mapping[str, str] | None) -> NotificationHeader:
+    fields = Fields(ext)
+    return NotificationHeader(
+        consumer_group=fields.text("consumerGroup"),
+        topic=fields.text("topic"),
+        queue_id=fields.integer("queueId"),
+        poll_time_ms=fields.integer("pollTime", 0, wide=True),
+        born_time_ms=fields.integer("bornTime", 0, wide=True),
+        order=fields.boolean("order", False),
+    )

@@ -9,10 +9,13 @@ Body ``{"consumerGroup","clientId","onlyThisBroker","mqSet":[{"topic","brokerNam
 LOCK answers ``{"lockOKMQSet":[...]}``: the requested queues this client now holds (a queue held by
 another client whose lock has not expired is left out). Locks live
 :data:`LOCK_TTL_S` seconds unless renewed (clients re-lock every 20 s); a connection that ends releases
-its clients' locks at once. UNLOCK releases the client's locks (often oneway).
+its clients' locks at once. UNLOCK releases the client's locks (often oneway). A client that
+heartbeated on this connection may lock and unlock only for the consumer groups it joined
+(NO_PERMISSION otherwise); a client that has not heartbeated yet (a fresh connection) is trusted.
 
-:class:`QueueLockTable` is server-wide, in-memory state (one logical broker: this proxy), kept by
-:class:`~mqproxy.remoting.context.ServerContext`.
+The table is ``ServerContext.services.locks`` (:class:`~mqproxy.broker.locks.QueueLocks`, shared with
+gRPC; queues keyed by topic and queue id) when broker services run, else the remoting-only
+:class:`QueueLockTable` of :class:`~mqproxy.remoting.context.ServerContext`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
+from mqproxy.broker.locks import QueueRef as ServiceQueueRef
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.remoting.errors import RequestError
@@ -124,17 +128,42 @@ def _queue(item: Any) -> QueueRef:
     return QueueRef(topic, broker, queue_id)
 
 
+def _check_member(session: RemotingSession, group: str, client_id: str) -> None:
+    """A client that heartbeated on this connection may lock only for groups it joined."""
+    own_groups = {g for g, cid in session.memberships if cid == client_id}
+    if own_groups and group not in own_groups:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"client {client_id[:128]} is not a member of consumer group {group[:255]}; it cannot lock its queues",
+        )
+
+
 async def lock_batch_mq(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     group, client_id, queues = parse_lock_body(request.body)
     note.group = group
-    held = session.ctx.locks.lock(group, client_id, queues, trio.current_time())
+    _check_member(session, group, client_id)
+    services = session.ctx.services
+    if services is None:
+        held = session.ctx.locks.lock(group, client_id, queues, trio.current_time())
+    else:
+        got = services.locks.lock_batch(group, client_id, [_service_ref(q) for q in queues])
+        held = [q for q in queues if _service_ref(q) in got]
     session.lock_holders.add((group, client_id))
     body = orjson.dumps({"lockOKMQSet": [q.to_json() for q in held]})
-    return Reply(ResponseCode.SUCCESS, body=body)
+    return Reply(ResponseCode.SUCCESS, body=body, remark=None if queues else "MessageQueue set is empty")
 
 
 async def unlock_batch_mq(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     group, client_id, queues = parse_lock_body(request.body)
     note.group = group
-    session.ctx.locks.unlock(group, client_id, queues)
+    _check_member(session, group, client_id)
+    services = session.ctx.services
+    if services is None:
+        session.ctx.locks.unlock(group, client_id, queues)
+    else:
+        services.locks.unlock(group, client_id, [_service_ref(q) for q in queues])
     return Reply(ResponseCode.SUCCESS)
+
+
+def _service_ref(queue: QueueRef) -> ServiceQueueRef:
+    return ServiceQueueRef(queue.topic, queue.queue_id)

@@ -11,10 +11,14 @@ Checks, in the broker's order and with its codes: topic longer than 127 bytes or
 -> INVALID_PARAMETER; a malformed batch body -> MESSAGE_ILLEGAL. Nothing is stored unless every check
 passed (a batch is stored all-or-nothing by the backend).
 
-Bodies and sysFlag bits (compression) are stored as received. Transactional half messages (sysFlag
-PREPARED or ``TRAN_MSG=true``) are refused with NO_PERMISSION: END_TRANSACTION is not implemented.
+Bodies and sysFlag bits (compression) are stored as received. With broker services
+(``ServerContext.services``) a single message goes through ``BrokerServices.send``: transactional half
+messages (sysFlag PREPARED or ``TRAN_MSG=true``; ``PGROUP`` defaults to the producer group) are parked
+until END_TRANSACTION, and ``DELAY`` levels (clamped to the highest, remark says so; 0 or below: no
+delay; not a number: MESSAGE_ILLEGAL) or ``TIMER_*`` deliver-at properties hold the message back.
+Without services half messages are refused with NO_PERMISSION and delays are ignored.
 A message without ``UNIQ_KEY`` (ali-ons) gets one, stored with it and returned as ``transactionId``.
-A ``%RETRY%`` send whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>``.
+A ``%RETRY%`` send whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>`` (undelayed).
 ``INNER_MULTI_DISPATCH`` names the ``%LMQ%`` queues that also index the message (spec §9.3).
 
 Response header: ``msgId`` (offset message id from the advertised host and the commit-log offset;
@@ -38,7 +42,9 @@ from mqproxy.broker.topics import (
     is_send_forbidden,
     validate_topic,
 )
+from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
 from mqproxy.broker.types import (
+    PROPERTY_DELAY_LEVEL,
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_UNIQ_KEY,
     Message,
@@ -60,6 +66,7 @@ from mqproxy.remoting.headers import SendHeader, parse_send_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
+    from mqproxy.broker.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
 #: Property marking a transactional half message (``MessageConst.PROPERTY_TRANSACTION_PREPARED``).
@@ -111,7 +118,12 @@ async def _send_single(
     note.group, note.topic = header.producer_group, header.topic
     _check_topic(header.topic)
     properties = _properties(header.properties)
-    _refuse_half_message(header, properties)
+    services = session.ctx.services
+    half = _is_half_message(header, properties)
+    if half:
+        if services is None:
+            raise RequestError(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
+        properties.setdefault(PROPERTY_PRODUCER_GROUP, header.producer_group)
     uniq_key = _ensure_uniq_key(session, properties)
     topic, queue_id = header.topic, header.queue_id
     if topic.startswith(RETRY_PREFIX):
@@ -122,11 +134,18 @@ async def _send_single(
             topic = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
             await session.backend.create_topic(topic, 1)
             queue_id = 0
+            properties.pop(PROPERTY_DELAY_LEVEL, None)
     else:
         await _auto_create(session, header)
     message = _message(session, header, topic, queue_id, request.body, properties, header.flag)
-    result = await session.backend.send(message)
-    return _reply(session, [result], uniq_key)
+    if services is None:
+        result = await session.backend.send(message)
+        return _reply(session, [result], uniq_key)
+    result = await services.send(message)
+    reply = _reply(session, [result], uniq_key)
+    if not half:
+        reply.remark = _delay_remark(services, properties)
+    return reply
 
 
 def _check_topic(topic: str) -> None:
@@ -142,13 +161,25 @@ def _check_topic(topic: str) -> None:
         raise RequestError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
 
 
-def _refuse_half_message(header: SendHeader, properties: dict[str, str]) -> None:
-    """Transactional half messages need END_TRANSACTION and check-back, which this server does not
-    implement: refuse them like a broker with ``rejectTransactionMessage`` rather than deliver a message
-    that may later be rolled back."""
+def _is_half_message(header: SendHeader, properties: dict[str, str]) -> bool:
+    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1). Without broker services such a message is
+    refused like a broker with ``rejectTransactionMessage`` rather than delivered uncommitted."""
     prepared = header.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
-    if prepared or properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
-        raise RequestError(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
+    return prepared or properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+
+
+def _delay_remark(services: BrokerServices, properties: dict[str, str]) -> str | None:
+    """A note on the ``DELAY`` level actually applied (clamped or none), or None."""
+    raw = properties.get(PROPERTY_DELAY_LEVEL)
+    if raw is None:
+        return None
+    level = int(raw.strip())  # the scheduler already refused a non-number
+    applied = services.scheduler.clamp_level(level)
+    if applied == 0:
+        return f"delay level {level}: not delayed"
+    if applied != level:
+        return f"delay level {level} clamped to {applied}"
+    return None
 
 
 def _check_properties_size(properties: dict[str, str]) -> None:

@@ -40,9 +40,18 @@ from mqproxy.broker.errors import (
     StoreUnavailable,
     TopicNotFound,
 )
+from mqproxy.broker.service_errors import (
+    InvalidArgument,
+    InvalidDelay,
+    MalformedReceipt,
+    MessageAlreadyAcked,
+    OffsetOutOfRange,
+    ReceiptExpired,
+    TransactionCheckWindowClosed,
+)
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-from mqproxy.remoting import clients, consume, locks, offsets, produce, routes
+from mqproxy.remoting import clients, consume, locks, offsets, pop, produce, retry, routes, transactions
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
@@ -74,22 +83,41 @@ HANDLERS: Final[dict[int, Handler]] = {
     RequestCode.CHECK_CLIENT_CONFIG: clients.check_client_config,
     RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
     RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
+    RequestCode.CONSUMER_SEND_MSG_BACK: retry.consumer_send_msg_back,
+    RequestCode.END_TRANSACTION: transactions.end_transaction,
+    RequestCode.POP_MESSAGE: pop.pop_message,
+    RequestCode.ACK_MESSAGE: pop.ack_message,
+    RequestCode.BATCH_ACK_MESSAGE: pop.batch_ack_message,
+    RequestCode.PEEK_MESSAGE: pop.peek_message,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,
+    RequestCode.NOTIFICATION: pop.notification,
+    RequestCode.POLLING_INFO: pop.polling_info,
 }
 
-#: BackendError subclass -> response code (spec §2, §3.2, §3.3). Others: SYSTEM_ERROR.
+#: BackendError subclass -> response code (spec §2, §3.2, §3.3, §3.17, §3.19; the broker services'
+#: errors per :mod:`mqproxy.broker.service_errors`). Others (MessageNotFound, TransactionNotFound,
+#: TransactionAlreadyResolved, TransactionGroupMismatch, ...): SYSTEM_ERROR.
 _BACKEND_CODES: Final[dict[type[BackendError], ResponseCode]] = {
     TopicNotFound: ResponseCode.TOPIC_NOT_EXIST,
     IllegalTopic: ResponseCode.INVALID_PARAMETER,
     QueueNotFound: ResponseCode.INVALID_PARAMETER,
     MessageTooLarge: ResponseCode.MESSAGE_ILLEGAL,
     StoreUnavailable: ResponseCode.SERVICE_NOT_AVAILABLE,
+    InvalidArgument: ResponseCode.INVALID_PARAMETER,
+    InvalidDelay: ResponseCode.MESSAGE_ILLEGAL,
+    MalformedReceipt: ResponseCode.MESSAGE_ILLEGAL,
+    ReceiptExpired: ResponseCode.NO_MESSAGE,
+    MessageAlreadyAcked: ResponseCode.NO_MESSAGE,
+    OffsetOutOfRange: ResponseCode.NO_MESSAGE,
+    TransactionCheckWindowClosed: ResponseCode.ILLEGAL_OPERATION,
 }
 
 _OK_CODES: Final = frozenset(
     {
         ResponseCode.SUCCESS,
-        # "nothing (yet)" answers of pull and offset queries are normal flow, not errors
+        # "nothing (yet)" answers of pull, pop and offset queries are normal flow, not errors
         ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.POLLING_TIMEOUT,
         ResponseCode.PULL_RETRY_IMMEDIATELY,
         ResponseCode.PULL_OFFSET_MOVED,
         ResponseCode.QUERY_NOT_FOUND,
@@ -187,6 +215,8 @@ class RemotingSession:
         self.memberships: set[tuple[str, str]] = set()
         #: (consumer group, client id) pairs that took queue locks through this connection.
         self.lock_holders: set[tuple[str, str]] = set()
+        #: Producer groups announced by heartbeats on this connection (transaction check-backs).
+        self.producer_groups: set[str] = set()
         #: Retry topics already ensured by this session (avoids a create per heartbeat).
         self.ensured_topics: set[str] = set()
         self._next_opaque = 0
@@ -278,17 +308,24 @@ class RemotingSession:
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def close(self) -> None:
-        """The connection ended: release its queue locks, unregister its consumers and notify the
-        groups' other members.
+        """The connection ended: release its queue locks, forget its producer groups, unregister its
+        consumers and notify the groups' other members.
 
         Idempotent. A membership another connection has taken over (client reconnected) is left alone.
         """
         if self._closed:
             return
         self._closed = True
+        services = self.ctx.services
         for group, client_id in self.lock_holders:
-            self.ctx.locks.release_client(group, client_id)
+            if services is None:
+                self.ctx.locks.release_client(group, client_id)
+            else:
+                services.locks.release_client(group, client_id)
         self.lock_holders.clear()
+        for group in self.producer_groups:
+            self.ctx.groups.leave_producer(group, self.conn)
+        self.producer_groups.clear()
         for group, client_id in sorted(self.memberships):
             if not self.ctx.groups.leave(group, client_id, self.conn):
                 continue

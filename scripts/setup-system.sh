@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Installs the system packages the test tiers need, only where missing (Debian 12): a Java runtime for
-# Spark, Node.js/npm for the JavaScript clients, and mosquitto_pub/mosquitto_sub for the MQTT smoke test.
+# Installs the Debian packages mqproxy's commands need, only where missing.
+#   setup-system.sh venv   only what `python3 -m venv` needs (for `make serve`)
+#   setup-system.sh        everything the test tiers need: a Java runtime for Spark, Node.js/npm for the
+#                          JavaScript clients, mosquitto_pub/mosquitto_sub for the MQTT smoke test
 set -euo pipefail
 need=()
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
-command -v node >/dev/null 2>&1 || need+=(nodejs)
-command -v npm >/dev/null 2>&1 || need+=(npm)
-command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+if [ "${1:-all}" != venv ]; then
+  command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+  command -v node >/dev/null 2>&1 || need+=(nodejs)
+  command -v npm >/dev/null 2>&1 || need+=(npm)
+  command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
+fi
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   echo "installing system packages: ${need[*]}"

@@ -26,7 +26,8 @@ def _run(script: str, *args: str) -> str:
 
 def _load_durability() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_durability", BENCH / "durability.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -36,24 +37,41 @@ def _load_durability() -> ModuleType:
 @pytest.mark.slow
 def test_remoting_bench_prints_every_figure() -> None:
     out = _run(
-        "remoting.py", "--messages", "200", "--seconds", "2", "--producers", "1,4", "--bodies", "128",
-        "--backlog", "200", "--warmup", "20",
+        "remoting.py",
+        "--messages",
+        "200",
+        "--seconds",
+        "2",
+        "--producers",
+        "1,4",
+        "--bodies",
+        "128",
+        "--backlog",
+        "200",
+        "--warmup",
+        "20",
     )
     for target in ("baseline", "mqproxy async", "mqproxy sync"):
         for producers in (1, 4):
-            line = rf"^send  {target} +128 B +{producers} prod +{FLOAT} msgs/s +{FLOAT} MB/s +p50 +{FLOAT} ms +p99 +{FLOAT} ms"
+            line = (
+                rf"^send  {target} +128 B +{producers} prod +{FLOAT} msgs/s +{FLOAT} MB/s"
+                rf" +p50 +{FLOAT} ms +p99 +{FLOAT} ms"
+            )
             assert re.search(line, out, re.M), f"no send line for {target}/{producers}:\n{out}"
         for consumers in (1, 4):
             line = rf"^drain {target} +128 B +{consumers} cons +{FLOAT} msgs/s +{FLOAT} MB/s +n=200\b"
             assert re.search(line, out, re.M), f"no drain line for {target}/{consumers}:\n{out}"
         match = re.search(rf"^peak RSS {target} +({FLOAT}) MiB", out, re.M)
-        assert match and float(match.group(1)) > 1, f"no peak RSS for {target}:\n{out}"
+        assert match, f"no peak RSS for {target}:\n{out}"
+        assert float(match.group(1)) > 1
     assert "FAILED" not in out
 
 
 @pytest.mark.slow
 def test_durability_loses_nothing_acknowledged_after_kill9() -> None:
-    out = _run("durability.py", "--rounds", "1", "--connections", "4", "--kill-min-s", "0.2", "--kill-max-s", "0.6")
+    out = _run(
+        "durability.py", "--rounds", "1", "--connections", "4", "--kill-min-s", "0.2", "--kill-max-s", "0.6"
+    )
     assert re.search(r"^round 1: killed after .* lost 0; misplaced 0;", out, re.M), out
     match = re.search(r"^lost: (\d+) of (\d+) acknowledged$", out, re.M)
     assert match, out

@@ -17,7 +17,8 @@ from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.errors import QueueNotFound, TopicNotFound
 from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.pop import AckOutcome, InitMode, PopResult, Receipt, pop_retry_topic
+from mqproxy.broker.pop import AckOutcome, InitMode
+from mqproxy.broker.receipts import PopResult, Receipt, pop_retry_topic
 from mqproxy.broker.service_errors import (
     InvalidArgument,
     MalformedReceipt,
@@ -193,6 +194,24 @@ async def test_change_invisible(make_backend: MakeBackend, autojump_clock: trio.
             await services.pop.change_invisible(G, T, again.receipt, -1)
 
 
+async def test_change_invisible_in_the_same_millisecond(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+        await _fill(backend, 1)
+        (a,) = (await services.pop.pop(G, T, 0, 1, 10_000)).messages
+        changed = await services.pop.change_invisible(G, T, a.receipt, 20_000)
+        assert changed.pop_time_ms == a.receipt.pop_time_ms + 1  # CK key (offset 0, time) stays unique
+        again = await services.pop.change_invisible(G, T, changed, 30_000)
+        assert again.pop_time_ms == a.receipt.pop_time_ms + 2
+        for stale in (a.receipt, changed):
+            with pytest.raises(ReceiptExpired):
+                await services.pop.ack(G, T, stale)
+        assert await services.pop.ack(G, T, again) is AckOutcome.ACKED
+        await trio.sleep(40)
+        assert (await services.pop.pop(G, T, None, 32, 5000)).messages == ()
+
+
 async def test_filter_peek_and_has_message(
     make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -298,6 +317,22 @@ async def test_ack_many_reports_each_entry(
         await trio.sleep(6)
         again = await services.pop.pop(G, T, None, 32, 5000)
         assert sorted(_bodies(again)) == [b"m1", b"m2", b"m2"]  # only the un-acked ones revived
+
+
+async def test_forward_to_dlq(make_backend: MakeBackend, autojump_clock: trio.testing.MockClock) -> None:
+    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+        await _fill(backend, 2)
+        a, b = (await services.pop.pop(G, T, 0, 2, 5000)).messages
+        result = await services.pop.forward_to_dlq(G, T, a.receipt)
+        assert result.topic == "%DLQ%G"
+        (dead,) = (await backend.pull("%DLQ%G", 0, 0, 10)).messages
+        assert (dead.body, dead.properties["DLQ_ORIGIN_TOPIC"]) == (b"m0", T)
+        await services.pop.ack(G, T, b.receipt)
+        for receipt in (a.receipt, b.receipt):
+            with pytest.raises(MessageAlreadyAcked):
+                await services.pop.forward_to_dlq(G, T, receipt)
+        await trio.sleep(10)
+        assert (await services.pop.pop(G, T, None, 32, 5000)).messages == ()
 
 
 # --- order pop --------------------------------------------------------------------------------------

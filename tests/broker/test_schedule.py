@@ -197,3 +197,25 @@ async def test_restart_delivers_each_parked_message_once(
 
 def test_parse_delay_levels_units() -> None:
     assert parse_delay_levels("500ms 1s 1m 1h 1d") == (500, 1000, 60_000, 3_600_000, 86_400_000)
+
+
+async def test_a_crashing_background_task_is_restarted(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = InMemoryBackend()
+    real_pull = backend.pull
+    failures = [1]
+
+    async def flaky_pull(*args: object, **kwargs: object) -> object:
+        if args and args[0] == SCHEDULE_TOPIC and failures:
+            failures.pop()
+            raise RuntimeError("disk on fire")
+        return await real_pull(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend, "pull", flaky_pull)
+    settings = ServiceSettings(delay_levels="1s")
+    async with open_services(backend, settings, now_ms=trio_clock_ms()) as services:
+        await services.send(Message("T", b"x", queue_id=0, properties={"DELAY": "1"}))
+        await trio.sleep(2.5)
+        assert [m.body for m in await _all(backend, "T")] == [b"x"]
+        assert failures == []

@@ -48,8 +48,13 @@ def produce(args: argparse.Namespace) -> int:
             if args.group:
                 msg.message_group = args.group
             receipt = producer.send(msg)
-            emit("sent", index=i, message_id=receipt.message_id, md5=hashlib.md5(body).hexdigest(),
-                 size=len(body))
+            emit(
+                "sent",
+                index=i,
+                message_id=receipt.message_id,
+                md5=hashlib.md5(body).hexdigest(),
+                size=len(body),
+            )
     finally:
         producer.shutdown()
     emit("done", sent=args.count)
@@ -59,8 +64,9 @@ def produce(args: argparse.Namespace) -> int:
 def consume(args: argparse.Namespace) -> int:
     from rocketmq import FilterExpression, SimpleConsumer
 
-    consumer = SimpleConsumer(config(args), args.group, {args.topic: FilterExpression("*")}, await_duration=3,
-                              tls_enable=args.tls)
+    consumer = SimpleConsumer(
+        config(args), args.group, {args.topic: FilterExpression("*")}, await_duration=3, tls_enable=args.tls
+    )
     consumer.startup()
     got = 0
     deadline = time.monotonic() + args.timeout
@@ -68,9 +74,17 @@ def consume(args: argparse.Namespace) -> int:
         while got < args.expect and time.monotonic() < deadline:
             for msg in consumer.receive(16, 15) or []:
                 body = bytes(msg.body)
-                emit("received", message_id=msg.message_id, tag=msg.tag, keys=list(msg.keys or []),
-                     properties=dict(msg.properties or {}), md5=hashlib.md5(body).hexdigest(),
-                     size=len(body), group=msg.message_group, corrupted=bool(getattr(msg, "corrupted", False)))
+                emit(
+                    "received",
+                    message_id=msg.message_id,
+                    tag=msg.tag,
+                    keys=list(msg.keys or []),
+                    properties=dict(msg.properties or {}),
+                    md5=hashlib.md5(body).hexdigest(),
+                    size=len(body),
+                    group=msg.message_group,
+                    corrupted=bool(getattr(msg, "corrupted", False)),
+                )
                 consumer.ack(msg)
                 got += 1
     finally:

@@ -273,6 +273,29 @@ async def test_paho_v5_session_expiry_and_receive_maximum(port: int) -> None:
     await in_thread(scenario)
 
 
+async def test_paho_v5_shared_subscription(port: int) -> None:
+    def scenario() -> None:
+        members = [Client(port, f"member{i}", V5) for i in range(2)]
+        for member in members:
+            member.subscribe(("$share/workers/jobs/+", 1))
+        pub = Client(port, "pub", V5)
+        for i in range(40):
+            pub.publish("jobs/x", b"%d" % i, 1)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 40 and time.monotonic() < deadline:
+            for member in members:
+                while not member.messages.empty():
+                    got.append(member.messages.get().payload)
+            time.sleep(0.05)
+        assert sorted(got) == sorted(b"%d" % i for i in range(40))  # each exactly once
+        for member in members:
+            member.close()
+        pub.close()
+
+    await in_thread(scenario)
+
+
 async def test_paho_session_survives_proxy_restart(tmp_path: Path, log_sink: Any) -> None:
     settings = Settings.for_tests(tmp_path)
 

@@ -59,9 +59,20 @@ class StreamResult:
         out, pos, raw = [], 0, bytes(self.data)
         while pos + 5 <= len(raw):
             _, length = struct.unpack_from(">BI", raw, pos)
-            out.append(raw[pos + 5:pos + 5 + length])
+            out.append(raw[pos + 5 : pos + 5 + length])
             pos += 5 + length
         return out
+
+
+class _ClientH2(h2.connection.H2Connection):
+    """Stock h2 closes the connection on a GOAWAY (python-hyper/h2 #1181) and then fails on the answers
+    of in-flight streams; real gRPC clients keep reading them. Report the GOAWAY, keep the state."""
+
+    def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[h2.events.Event]]:
+        event = h2.events.ConnectionTerminated()
+        event.error_code = frame.error_code
+        event.last_stream_id = frame.last_stream_id
+        return [], [event]
 
 
 class GrpcTestClient:
@@ -70,8 +81,7 @@ class GrpcTestClient:
     def __init__(self, stream: trio.abc.Stream, client_id: str = "test@1@0") -> None:
         self.stream = stream
         self.client_id = client_id
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
-                                                                       header_encoding="utf-8"))
+        self.h2 = _ClientH2(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.results: dict[int, StreamResult] = {}
         self.goaway: h2.events.ConnectionTerminated | None = None
         self.closed = trio.Event()
@@ -133,8 +143,13 @@ class GrpcTestClient:
 
     def headers(self, method: str, **overrides: str | None) -> list[tuple[str, str]]:
         base = {
-            ":method": "POST", ":scheme": "http", ":path": PREFIX + method, ":authority": "proxy",
-            "content-type": "application/grpc", "te": "trailers", "x-mq-client-id": self.client_id,
+            ":method": "POST",
+            ":scheme": "http",
+            ":path": PREFIX + method,
+            ":authority": "proxy",
+            "content-type": "application/grpc",
+            "te": "trailers",
+            "x-mq-client-id": self.client_id,
         }
         for name, value in overrides.items():
             key = name.replace("_", "-")
@@ -144,35 +159,52 @@ class GrpcTestClient:
                 base[key] = value
         return list(base.items())
 
-    async def open(self, method: str, payloads: list[bytes] = (), *, end: bool = True,  # type: ignore[assignment]
-                   **headers: str | None) -> int:
+    async def open(
+        self,
+        method: str,
+        payloads: list[bytes] = (),
+        *,
+        end: bool = True,  # type: ignore[assignment]
+        **headers: str | None,
+    ) -> int:
         """Start a call with raw message payloads; returns its stream id."""
         sid = self.h2.get_next_available_stream_id()
         self.results[sid] = StreamResult()
         self.h2.send_headers(sid, self.headers(method, **headers), end_stream=end and not payloads)
-        for i, payload in enumerate(payloads):
-            self.h2.send_data(sid, frame(payload), end_stream=end and i == len(payloads) - 1)
         await self.flush()
+        for i, payload in enumerate(payloads):
+            await self.send_message(sid, payload, end=end and i == len(payloads) - 1)
         return sid
 
     async def send_message(self, sid: int, payload: bytes, *, end: bool = False) -> None:
-        self.h2.send_data(sid, frame(payload), end_stream=end)
-        await self.flush()
+        """Send one length-prefixed message as flow control allows."""
+        data = memoryview(frame(payload))
+        while True:
+            size = min(len(data), self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
+            if size <= 0 and data:
+                await self.changed.wait()
+                continue
+            last = size == len(data)
+            self.h2.send_data(sid, bytes(data[:size]), end_stream=end and last)
+            await self.flush()
+            data = data[size:]
+            if last:
+                return
 
     async def end(self, sid: int) -> None:
         self.h2.end_stream(sid)
         await self.flush()
 
-    async def wait(self, sid: int, timeout: float = 5.0) -> StreamResult:
+    async def wait(self, sid: int, limit_s: float = 5.0) -> StreamResult:
         result = self.results[sid]
-        with trio.fail_after(timeout):
+        with trio.fail_after(limit_s):
             await result.done.wait()
         return result
 
-    async def unary(self, method: str, request: Any, timeout: float = 5.0, **headers: str | None) -> Any:
+    async def unary(self, method: str, request: Any, limit_s: float = 5.0, **headers: str | None) -> Any:
         """Call a unary RPC; returns the decoded response (asserts grpc-status 0)."""
         sid = await self.open(method, [request.SerializeToString()], **headers)
-        result = await self.wait(sid, timeout)
+        result = await self.wait(sid, limit_s)
         assert result.grpc_status == 0, (result.grpc_status, result.grpc_message)
         info = pb.METHODS[PREFIX + method]
         (payload,) = result.messages()
@@ -186,15 +218,21 @@ class GrpcEnv:
     server: ServerState
     service: MessagingService
     nursery: trio.Nursery
-    limits: ConnectionLimits = ConnectionLimits(idle_timeout_s=60.0)
+    limits: ConnectionLimits = field(default_factory=lambda: ConnectionLimits(idle_timeout_s=60.0))
     contexts: list[ConnectionContext] = field(default_factory=list)
 
-    async def connect(self, client_id: str = "test@1@0", *, raw: bool = False,
-                      limits: ConnectionLimits | None = None) -> Any:
+    async def connect(
+        self, client_id: str = "test@1@0", *, raw: bool = False, limits: ConnectionLimits | None = None
+    ) -> Any:
         """A started :class:`GrpcTestClient`, or with ``raw`` the bare client stream."""
         client_stream, server_stream = trio.testing.memory_stream_pair()
-        ctx = ConnectionContext(conn_id=f"c{len(self.contexts)}", peer=("127.0.0.1", 40000 + len(self.contexts)),
-                                local=("127.0.0.1", 9876), server=self.server, protocol="grpc")
+        ctx = ConnectionContext(
+            conn_id=f"c{len(self.contexts)}",
+            peer=("127.0.0.1", 40000 + len(self.contexts)),
+            local=("127.0.0.1", 9876),
+            server=self.server,
+            protocol="grpc",
+        )
         self.contexts.append(ctx)
         driver = GrpcConnectionDriver(server_stream, ctx, self.service, limits or self.limits)
 
@@ -217,10 +255,13 @@ class GrpcEnv:
 async def grpc_env(nursery: trio.Nursery) -> AsyncIterator[GrpcEnv]:
     backend = InMemoryBackend(default_queue_count=4, store_host=("127.0.0.1", 9876))
     settings = Settings.for_tests()
-    server = ServerState(settings=settings, backend=backend, backend_name="memory", advertised=("127.0.0.1", 9876))
+    server = ServerState(
+        settings=settings, backend=backend, backend_name="memory", advertised=("127.0.0.1", 9876)
+    )
     async with open_services(backend) as services:
         server.registries["services"] = services
-        service = MessagingService(backend, advertised=server.advertised, services=lambda: services,
-                                   settings_timeout_s=0.5)
+        service = MessagingService(
+            backend, advertised=server.advertised, services=lambda: services, settings_timeout_s=0.5
+        )
         yield GrpcEnv(backend, services, server, service, nursery)
         nursery.cancel_scope.cancel()

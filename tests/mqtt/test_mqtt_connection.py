@@ -31,7 +31,7 @@ from mqproxy.codecs.mqtt import (
     Unsubscribe,
     Will,
 )
-from mqproxy.mqtt.gateway import Gateway
+from mqproxy.mqtt.gateway import Gateway, rocketmq_dispatch
 from mqproxy.mqtt.mapping import lmq_name
 from mqproxy.settings import Settings
 
@@ -405,9 +405,10 @@ async def test_rocketmq_interop_both_directions(server: Any) -> None:
     sub, _ = await connect(server.address, "iot")
     await subscribe(sub, ("plant/+/temp", Q1), ("plant/7/temp", Q0))
     # RocketMQ producer → MQTT: send to the first-level topic, name the MQTT topic and its LMQs.
-    gateway: Gateway = server.state.registries["mqtt"]
-    targets = gateway.dispatch_targets("plant/7/temp", retain=False)
-    await backend.send(Message("plant", b"from-rocketmq", properties={"MQTT_TOPIC": "plant/7/temp"}, dispatch=targets))
+    properties = {"MQTT_TOPIC": "plant/7/temp"}
+    targets = rocketmq_dispatch(server.state.registries, properties)
+    assert targets == (lmq_name("plant/7/temp"), lmq_name("plant/+/temp"))
+    await backend.send(Message("plant", b"from-rocketmq", properties=properties, dispatch=targets))
     got = [await receive_publish(sub) for _ in range(2)]
     assert sorted((p.payload, p.qos) for p in got) == [(b"from-rocketmq", Q0), (b"from-rocketmq", Q1)]
     # MQTT → RocketMQ: the publish is one record in topic "plant", also indexed in the LMQs.
@@ -463,3 +464,55 @@ async def test_drain_sends_server_shutting_down(log_sink: Any) -> None:
         handle.stop("test")
         (disconnect,) = await client.expect_eof()
         assert isinstance(disconnect, Disconnect) and disconnect.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
+
+
+async def test_shared_subscription_splits_and_gives_back(server: Any, log_sink: Any) -> None:
+    a, _ = await connect(server.address, "a", 5)
+    b, _ = await connect(server.address, "b", 5, properties=Properties(receive_maximum=1))
+    plain, _ = await connect(server.address, "plain", 5)
+    await subscribe(a, ("$share/g/sh/+", Q1))
+    await subscribe(b, ("$share/g/sh/+", Q1))
+    await subscribe(plain, ("sh/+", Q0))
+    pub, _ = await connect(server.address, "p", 5)
+    for i in range(10):
+        await pub.send(Publish("sh/x", b"%d" % i, Q1, packet_id=i + 1))
+        await pub.receive()
+    assert sorted([(await receive_publish(plain)).payload for _ in range(10)]) == sorted(b"%d" % i for i in range(10))
+    # b holds one message un-acked (receive maximum 1) and then disconnects: it goes to a.
+    held = await receive_publish(b, ack=False)
+    got_a = [await receive_publish(a) for _ in range(9)]
+    await b.aclose()
+    got_a.append(await receive_publish(a))
+    assert sorted(p.payload for p in got_a) == sorted(b"%d" % i for i in range(10))
+    assert held.payload in [p.payload for p in got_a]
+    with pytest.raises(trio.TooSlowError):
+        await a.receive(timeout=0.2)
+    assert not log_sink.named("internal.error")
+
+
+async def test_slow_consumer_is_disconnected_and_loses_nothing_stored(log_sink: Any) -> None:
+    from mqproxy.mqtt import gateway as gateway_module
+    from mqproxy.mqtt.config import MqttConfig
+
+    original = gateway_module.MqttConfig
+    gateway_module.MqttConfig = lambda: MqttConfig(write_timeout_s=0.5, send_buffer_packets=4)  # type: ignore[assignment,misc]
+    try:
+        async with running_server(Settings.for_tests()) as handle:
+            slow, _ = await connect(handle.address, "slow", clean_start=False)
+            await subscribe(slow, ("big", Q1))
+            pub, _ = await connect(handle.address, "p")
+            payload = b"x" * 60_000
+            for i in range(200):  # ~12 MB: far more than the socket buffers hold
+                await pub.send(Publish("big", payload, Q0))
+            await pub.send(PingReq())
+            await pub.receive(timeout=20)
+            with trio.fail_after(10):
+                while not any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed")):
+                    await trio.sleep(0.05)
+            await slow.aclose()
+            again, connack = await connect(handle.address, "slow", clean_start=False)
+            assert connack.session_present
+            first = await receive_publish(again)
+            assert first.payload == payload  # the backlog is still in the LMQ
+    finally:
+        gateway_module.MqttConfig = original  # type: ignore[misc]

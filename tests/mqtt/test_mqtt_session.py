@@ -36,3 +36,14 @@ async def test_inflight_window_and_packet_ids() -> None:
     session._next_packet_id = 65535
     assert session.add_inflight(make, None, 0).packet_id == 65535
     assert session.add_inflight(make, None, 0).packet_id == 1
+
+
+def test_cursor_retrack_after_give_back() -> None:
+    cursor = Cursor("%LMQ%a", 0)
+    cursor.track(0)
+    cursor.track(1)
+    cursor.track(0)  # handed back and sent to another member
+    cursor.complete(1)
+    assert cursor.committed == 0
+    cursor.complete(0)
+    assert cursor.committed == 2

@@ -57,6 +57,7 @@ def test_match_equals_brute_force(filters: list[str], topic: str) -> None:
     assert sorted(index.match(topic)) == expected
 
 
+@pytest.mark.slow
 def test_100k_filters_match_fast() -> None:
     rng = random.Random(7)
     index = SubscriptionIndex()

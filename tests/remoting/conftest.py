@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
+from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand
+from mqproxy.broker.services import BrokerServices, open_services
+from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.session import RemotingSession
 
@@ -59,3 +61,36 @@ def ctx() -> ServerContext:
 @pytest.fixture
 def session(backend: InMemoryBackend, ctx: ServerContext, events: list[RequestEvent]) -> RemotingSession:
     return RemotingSession(backend, ctx, peer=("192.0.2.2", 50000), on_request=events.append)
+
+
+@pytest.fixture
+async def services(backend: InMemoryBackend, autojump_clock: object) -> AsyncIterator[BrokerServices]:
+    """Broker services over ``backend`` on a clock that follows trio's (autojump) clock."""
+    async with open_services(backend, now_ms=trio_clock_ms()) as running:
+        yield running
+
+
+@pytest.fixture
+def svc_ctx(services: BrokerServices) -> ServerContext:
+    return ServerContext(advertised_host=ADVERTISED[0], advertised_port=ADVERTISED[1], services=services)
+
+
+@pytest.fixture
+def svc_session(backend: InMemoryBackend, svc_ctx: ServerContext, events: list[RequestEvent]) -> RemotingSession:
+    """A session whose server runs the broker services."""
+    return RemotingSession(backend, svc_ctx, peer=("192.0.2.2", 50000), on_request=events.append)
+
+
+def binary_request(code: int, ext: dict[str, str], body: bytes = b"", **fields: Any) -> RemotingCommand:
+    """A request as a Java client with ``-Drocketmq.serialize.type=ROCKETMQ`` writes it, decoded."""
+    command = RemotingCommand(code, opaque=11, ext_fields=ext, body=body, serialize_type=SERIALIZE_ROCKETMQ, **fields)
+    frame = encode_command(command)
+    assert frame[4] == SERIALIZE_ROCKETMQ
+    (decoded,) = FrameDecoder().receive_data(frame)
+    assert decoded.serialize_type == SERIALIZE_ROCKETMQ
+    return decoded
+
+
+@pytest.fixture
+def binary() -> Callable[..., RemotingCommand]:
+    return binary_request

@@ -1,0 +1,101 @@
+"""Shared subscriptions (``$share/<group>/<filter>``): one read position per (group, filter).
+
+All members read the filter's LMQ through one :class:`SharedGroup`; :meth:`SharedGroup.claim` hands out
+one message at a time, so each message goes to exactly one member and ready members share the load.
+The group's offset is committed as consumer group ``%MQTT_SHARE%<group>`` on the LMQ. A message a member
+took but did not get acknowledged before its session ended goes back to the group (``give_back``) and is
+delivered to another member.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
+from mqproxy.mqtt.session import Cursor
+
+
+class SharedGroup:
+    def __init__(self, name: str, topic_filter: str, cursor: Cursor) -> None:
+        self.name = name
+        self.topic_filter = topic_filter
+        self.cursor = cursor
+        self.members = 0
+        self._buffer: deque[tuple[StoredMessage, int]] = deque()
+        self._returned: deque[tuple[StoredMessage, int]] = deque()
+        self._fetching = False
+        self._fetched = trio.Event()
+
+    @property
+    def consumer_group(self) -> str:
+        return SHARED_GROUP_PREFIX + self.name
+
+    @classmethod
+    async def open(cls, backend: Backend, name: str, topic_filter: str) -> SharedGroup:
+        lmq = lmq_name(topic_filter)
+        group = SHARED_GROUP_PREFIX + name
+        offset = await backend.query_consumer_offset(group, lmq, LMQ_QUEUE_ID)
+        if offset is None:
+            offset = await backend.max_offset(lmq, LMQ_QUEUE_ID)
+        cursor = Cursor(lmq, offset, group)
+        cursor.durable = True
+        return cls(name, topic_filter, cursor)
+
+    def give_back(self, message: StoredMessage, offset: int) -> None:
+        """Return an un-acknowledged message so another member gets it."""
+        self._returned.append((message, offset))
+        self._wake()
+
+    def _wake(self) -> None:
+        event, self._fetched = self._fetched, trio.Event()
+        event.set()
+
+    async def claim(self, backend: Backend, poll_s: float) -> tuple[StoredMessage, int]:
+        """The next message for a member (waits for one)."""
+        while True:
+            if self._returned:
+                return self._returned.popleft()
+            if self._buffer:
+                return self._buffer.popleft()
+            if self._fetching:
+                await self._fetched.wait()
+                continue
+            self._fetching = True
+            try:
+                await self._fetch(backend, poll_s)
+            finally:
+                self._fetching = False
+                self._wake()
+
+    async def _fetch(self, backend: Backend, poll_s: float) -> None:
+        cursor = self.cursor
+        start = cursor.next_offset
+        result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, start, 32)
+        if result.messages:
+            self._buffer.extend((m, start + i) for i, m in enumerate(result.messages))
+            cursor.next_offset = start + len(result.messages)
+            return
+        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:
+            cursor.next_offset = result.next_offset
+            if result.next_offset > start:
+                cursor.complete(result.next_offset - 1)
+            return
+        with trio.move_on_after(poll_s):
+            async with trio.open_nursery() as nursery:
+                # Returned messages wake the waiters as well as new ones in the LMQ.
+                async def returned() -> None:
+                    while not self._returned:
+                        await self._fetched.wait()
+                    nursery.cancel_scope.cancel()
+
+                async def stored() -> None:
+                    await backend.wait_for_message(cursor.lmq, LMQ_QUEUE_ID, start, poll_s)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(returned)
+                nursery.start_soon(stored)

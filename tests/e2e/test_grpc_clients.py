@@ -1,0 +1,505 @@
+"""The official RocketMQ 5 Python client (PyPI rocketmq-python-client 5.1.2) against the proxy's gRPC
+service, over h2c and TLS on the same port, and messages crossing between gRPC and remoting.
+
+* Producer tests run against ``mqproxy serve`` as a subprocess (TLS configured through
+  ``MQPROXY_TLS_*``; the client trusts the test CA through ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``).
+* Consumer tests need the broker services (receipt handles) in ``ServerState.registries["services"]``;
+  they run the same server in-process (``mqproxy.server.serve`` plus ``open_services``) with the real
+  clients as subprocesses.
+
+Install the client with ``scripts/setup-grpc-clients.sh`` (tests skip without it); the remoting side uses
+the C++-core client from ``scripts/setup-clients.sh``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trustme
+
+from mqproxy.broker.services import open_services
+from mqproxy.server import ServerHandle, serve
+from mqproxy.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+PY5 = REPO / ".clients" / "py5" / "bin" / "python"
+DRIVER = Path(__file__).resolve().parent / "grpc_py5_client.py"
+MIB = 1024 * 1024
+
+
+@dataclass
+class Tls:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    base = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    files = Tls(base / "ca.pem", base / "cert.pem", base / "key.pem")
+    ca.cert_pem.write_to_path(str(files.ca_file))
+    cert.cert_chain_pems[0].write_to_path(str(files.cert_file))
+    cert.private_key_pem.write_to_path(str(files.key_file))
+    return files
+
+
+@pytest.fixture(scope="module")
+def py5() -> Path:
+    if not PY5.exists():
+        pytest.skip("rocketmq-python-client is not installed; run scripts/setup-grpc-clients.sh")
+    return PY5
+
+
+def client_env(home: Path, tls: Tls) -> dict[str, str]:
+    return dict(
+        os.environ, HOME=str(home), PYTHONUNBUFFERED="1", GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(tls.ca_file)
+    )
+
+
+def parse_events(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+@dataclass
+class Run:
+    returncode: int
+    events: list[dict[str, Any]]
+    stderr: str
+
+    def of(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == name]
+
+
+def run_py5(env: dict[str, str], *args: str, limit_s: float = 90) -> Run:
+    done = subprocess.run(
+        [str(PY5), str(DRIVER), *args],
+        capture_output=True,
+        env=env,
+        timeout=limit_s,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return Run(
+        done.returncode,
+        parse_events(done.stdout.decode("utf-8", "replace")),
+        done.stderr.decode("utf-8", "replace")[-3000:],
+    )
+
+
+async def arun_py5(env: dict[str, str], *args: str, limit_s: float = 90) -> Run:
+    return await trio.to_thread.run_sync(lambda: run_py5(env, *args, limit_s=limit_s))
+
+
+# ------------------------------------------------------------------------------ subprocess proxy
+
+
+class SubprocessProxy:
+    """``mqproxy serve`` with TLS on the shared port; stdout goes to a file (never a pipe)."""
+
+    def __init__(self, executable: str, base: Path, tls: Tls) -> None:
+        self.log_path = base / "proxy.jsonl"
+        env = dict(
+            os.environ, MQPROXY_TLS_CERT_FILE=str(tls.cert_file), MQPROXY_TLS_KEY_FILE=str(tls.key_file)
+        )
+        (base / "data").mkdir()
+        with open(self.log_path, "wb") as out, open(base / "proxy.stderr", "wb") as err:
+            self.proc = subprocess.Popen(
+                [
+                    executable,
+                    "serve",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--data-dir",
+                    str(base / "data"),
+                    "--log-format",
+                    "json",
+                ],
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        deadline = time.monotonic() + 20
+        while True:
+            started = [e for e in self.events() if e.get("event") == "proxy.started"]
+            if started:
+                self.address = str(started[0]["listen"])
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail(f"proxy did not start:\n{(base / 'proxy.stderr').read_text()[-3000:]}")
+            time.sleep(0.05)
+
+    def events(self) -> list[dict[str, Any]]:
+        return parse_events(self.log_path.read_text(errors="replace"))
+
+    def requests(self, op: str) -> list[dict[str, Any]]:
+        return [e for e in self.events() if e.get("event") == "request" and e.get("op") == op]
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(20)
+
+
+@pytest.fixture(scope="module")
+def grpc_proxy(
+    proxy_bin: str, tls: Tls, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SubprocessProxy]:
+    proxy = SubprocessProxy(proxy_bin, tmp_path_factory.mktemp("grpc-proxy"), tls)
+    yield proxy
+    assert proxy.stop() == 0
+
+
+@pytest.fixture
+def env(tmp_path: Path, tls: Tls) -> dict[str, str]:
+    return client_env(tmp_path, tls)
+
+
+def test_producer_sends_over_h2c_and_tls(py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]) -> None:
+    plain = run_py5(env, "produce", "--endpoint", grpc_proxy.address, "--topic", "GrpcPlain", "--count", "5")
+    assert plain.returncode == 0, plain.stderr
+    secure = run_py5(
+        env, "produce", "--endpoint", grpc_proxy.address, "--topic", "GrpcTls", "--count", "5", "--tls"
+    )
+    assert secure.returncode == 0, secure.stderr
+    ids = [e["message_id"] for e in plain.of("sent") + secure.of("sent")]
+    assert len(ids) == len(set(ids)) == 10
+    sends = grpc_proxy.requests("SendMessage")
+    assert {e["topic"] for e in sends if e["status"] == "OK"} >= {"GrpcPlain", "GrpcTls"}
+    negotiated = [
+        e for e in grpc_proxy.events() if e.get("event") == "conn.negotiated" and e["protocol"] == "grpc"
+    ]
+    assert {e["tls"] for e in negotiated} == {True, False}
+    assert any(e["alpn"] == "h2" for e in negotiated if e["tls"])
+
+
+def test_three_mib_body_over_tls(py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]) -> None:
+    run = run_py5(
+        env,
+        "produce",
+        "--endpoint",
+        grpc_proxy.address,
+        "--topic",
+        "GrpcBig",
+        "--count",
+        "1",
+        "--body-bytes",
+        str(3 * MIB),
+        "--tls",
+    )
+    assert run.returncode == 0, run.stderr
+    (sent,) = run.of("sent")
+    assert sent["size"] == 3 * MIB
+    (request,) = [e for e in grpc_proxy.requests("SendMessage") if e["topic"] == "GrpcBig"]
+    assert request["status"] == "OK"
+    assert request["req_bytes"] > 3 * MIB
+
+
+def test_grpc_fifo_messages_reach_a_remoting_consumer_intact(
+    py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str], client: Callable[[str], Any]
+) -> None:
+    """gRPC -> remoting: tag, keys, user properties and message id (UNIQ_KEY) preserved; a FIFO message
+    group lands on one queue, in order."""
+    remoting = client("py044")
+    consumer = remoting.consume(
+        grpc_proxy.address, "GrpcToRemoting", "GrpcToRemotingGroup", 6, timeout=40, prop_keys=("p1",)
+    )
+    produced = run_py5(
+        env,
+        "produce",
+        "--endpoint",
+        grpc_proxy.address,
+        "--topic",
+        "GrpcToRemoting",
+        "--count",
+        "6",
+        "--tag",
+        "TagX",
+        "--key",
+        "kx",
+        "--prop",
+        "p1=v1",
+        "--group",
+        "order-1",
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumer.wait(60)
+    received = consumer.of("received")
+    assert len(received) == 6, consumer.describe()
+    sent_ids = [e["message_id"] for e in produced.of("sent")]
+    assert sorted(e["msg_id"] for e in received) == sorted(sent_ids)
+    for event in received:
+        assert event["tags"] == "TagX"
+        assert event["properties"]["p1"] == "v1"
+        assert event["keys"].startswith("kx")
+        assert event["body"].startswith("body-")
+    assert len({e["queue_id"] for e in received}) == 1
+    ordered = sorted(received, key=lambda e: e["queue_offset"])
+    assert [e["body"] for e in ordered] == [f"body-{i}" for i in range(6)]
+
+
+# ------------------------------------------------------------------------------ in-process server
+
+
+@pytest.fixture
+async def grpc_server(tls: Tls, tmp_path: Path) -> AsyncIterator[ServerHandle]:
+    """The real server in-process (embedded store, TLS on) with the broker services installed."""
+    settings = Settings.for_tests(
+        tmp_path / "data", tls={"cert_file": str(tls.cert_file), "key_file": str(tls.key_file)}
+    )
+    (tmp_path / "data").mkdir()
+    async with trio.open_nursery() as nursery:
+        handle: ServerHandle = await nursery.start(
+            lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
+        )
+        async with open_services(handle.state.backend) as services:
+            handle.state.registries["services"] = services
+            yield handle
+            handle.stop()
+
+
+def endpoint(handle: ServerHandle) -> str:
+    return f"{handle.address[0]}:{handle.address[1]}"
+
+
+async def test_simple_consumer_receives_and_acks(
+    py5: Path, grpc_server: ServerHandle, env: dict[str, str]
+) -> None:
+    ep = endpoint(grpc_server)
+    produced = await arun_py5(
+        env,
+        "produce",
+        "--endpoint",
+        ep,
+        "--topic",
+        "RecvTopic",
+        "--count",
+        "4",
+        "--prop",
+        "color=red",
+        "--key",
+        "rk",
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = await arun_py5(
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "RecvTopic",
+        "--group",
+        "RecvGroup",
+        "--expect",
+        "4",
+        "--timeout",
+        "30",
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    received = consumed.of("received")
+    assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
+    assert {e["md5"] for e in received} == {e["md5"] for e in produced.of("sent")}
+    for event in received:
+        assert event["tag"] == "TagA"
+        assert event["properties"] == {"color": "red"}
+        assert event["keys"][0].startswith("rk")
+        assert not event["corrupted"]
+    # everything was acked: a second consumer of the group finds nothing
+    again = await arun_py5(
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "RecvTopic",
+        "--group",
+        "RecvGroup",
+        "--expect",
+        "1",
+        "--timeout",
+        "4",
+    )
+    assert again.of("received") == []
+
+
+async def test_fifo_and_three_mib_round_trip_over_tls(
+    py5: Path, grpc_server: ServerHandle, env: dict[str, str]
+) -> None:
+    ep = endpoint(grpc_server)
+    produced = await arun_py5(
+        env,
+        "produce",
+        "--endpoint",
+        ep,
+        "--topic",
+        "BigTopic",
+        "--count",
+        "2",
+        "--body-bytes",
+        str(3 * MIB),
+        "--group",
+        "g1",
+        "--tls",
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = await arun_py5(
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "BigTopic",
+        "--group",
+        "BigGroup",
+        "--expect",
+        "2",
+        "--timeout",
+        "30",
+        "--tls",
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    received = consumed.of("received")
+    assert [e["size"] for e in received] == [3 * MIB, 3 * MIB]
+    assert sorted(e["md5"] for e in received) == sorted(e["md5"] for e in produced.of("sent"))
+    assert {e["group"] for e in received} == {"g1"}
+
+
+async def test_remoting_messages_reach_a_grpc_consumer_intact(
+    py5: Path, grpc_server: ServerHandle, env: dict[str, str], client: Callable[[str], Any]
+) -> None:
+    """remoting -> gRPC: tag, keys, properties and the message id the producer got back are preserved."""
+    ep = endpoint(grpc_server)
+    remoting = client("py044")
+    produced = await trio.to_thread.run_sync(
+        lambda: remoting.produce(
+            ep, "RemotingToGrpc", 3, tag="TagR", key="rkey", body="hello", props={"origin": "remoting"}
+        )
+    )
+    assert produced.returncode == 0, produced.describe()
+    consumed = await arun_py5(
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "RemotingToGrpc",
+        "--group",
+        "RemotingToGrpcGroup",
+        "--expect",
+        "3",
+        "--timeout",
+        "30",
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    received = consumed.of("received")
+    assert sorted(e["message_id"] for e in received) == sorted(e["msg_id"] for e in produced.of("sent"))
+    for event in received:
+        assert event["tag"] == "TagR"
+        assert event["keys"][0].startswith("rkey-")
+        assert event["properties"]["origin"] == "remoting"
+        assert "seq" in event["properties"]
+    bodies = sorted(e["md5"] for e in received)
+    assert bodies == sorted(hashlib.md5(f"hello-{i}".encode()).hexdigest() for i in range(3))
+
+
+# ------------------------------------------------------------------------------ Node.js client
+
+NODE_DIR = Path(__file__).resolve().parent / "grpc_node"
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    exe = shutil.which("node")
+    if exe is None or not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").exists():
+        pytest.skip("rocketmq-client-nodejs is not installed; run scripts/setup-grpc-clients.sh")
+    return exe
+
+
+async def arun_node(node: str, env: dict[str, str], *args: str, limit_s: float = 90) -> Run:
+    def run() -> Run:
+        done = subprocess.run(
+            [node, "client.js", *args],
+            cwd=NODE_DIR,
+            capture_output=True,
+            env=env,
+            timeout=limit_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        return Run(
+            done.returncode,
+            parse_events(done.stdout.decode("utf-8", "replace")),
+            done.stderr.decode("utf-8", "replace")[-3000:],
+        )
+
+    return await trio.to_thread.run_sync(run)
+
+
+async def test_node_client_h2c_produce_tls_consume_three_mib(
+    node: str, grpc_server: ServerHandle, env: dict[str, str]
+) -> None:
+    """The Node client: FIFO 3 MiB messages sent over h2c, received and acked over TLS (same port)."""
+    ep = endpoint(grpc_server)
+    produced = await arun_node(node, env, "produce", ep, "NodeTopic", "2", str(3 * MIB), "ng")
+    assert produced.returncode == 0, produced.stderr
+    assert len(produced.of("sent")) == 2
+    consumed = await arun_node(node, env, "consume", ep, "NodeTopic", "NodeGroup", "2", "30", "--tls")
+    assert consumed.returncode == 0, consumed.stderr
+    received = consumed.of("received")
+    assert sorted(e["md5"] for e in received) == sorted(e["md5"] for e in produced.of("sent"))
+    assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
+    for event in received:
+        assert (event["size"], event["tag"], event["group"]) == (3 * MIB, "TagN", "ng")
+        assert event["properties"] == {"lang": "node"}
+        assert not event.get("corrupted")
+
+
+async def test_node_producer_python_consumer(
+    node: str, py5: Path, grpc_server: ServerHandle, env: dict[str, str]
+) -> None:
+    ep = endpoint(grpc_server)
+    produced = await arun_node(node, env, "produce", ep, "CrossClient", "3")
+    assert produced.returncode == 0, produced.stderr
+    consumed = await arun_py5(
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "CrossClient",
+        "--group",
+        "CrossGroup",
+        "--expect",
+        "3",
+        "--timeout",
+        "30",
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    received = consumed.of("received")
+    assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
+    assert all(e["properties"] == {"lang": "node"} and e["tag"] == "TagN" for e in received)
