@@ -195,6 +195,7 @@ class GrpcConnectionDriver:
         self._conn.shutdown()
         self._kick()
         for state in self._calls.values():
+            state.call.drain()  # long polls answer now
             if state.name == "Telemetry":
                 state.inbound_send.close()  # the stream completes with grpc-status 0
         self._maybe_stop_reading()
@@ -327,7 +328,6 @@ class GrpcConnectionDriver:
             peer=self._ctx.peer,
             metadata=metadata,
             deadline=deadline,
-            draining=self._ctx.draining,
         )
         state = _CallState(event.stream_id, name, time.monotonic(), call, send, recv)
         self._calls[event.stream_id] = state
@@ -347,6 +347,7 @@ class GrpcConnectionDriver:
     async def _run_call(self, state: _CallState, method: pb.MethodInfo) -> None:
         sid, call = state.stream_id, state.call
         status, message = GrpcStatus.OK, ""
+        finished = False  # False in `finally` means the task is being cancelled from outside
         try:
             with state.scope:
                 state.scope.deadline = call.deadline
@@ -366,15 +367,16 @@ class GrpcConnectionDriver:
                     status, message = err.status, err.message
             if state.scope.cancelled_caught and state.grpc_status is None:
                 status, message = GrpcStatus.DEADLINE_EXCEEDED, "deadline exceeded"
-        except trio.Cancelled:
-            status, message = GrpcStatus.CANCELLED, "connection closed"
-            raise
+            finished = True
         except Exception as exc:  # a handler bug ends this call, never the connection
             self._ctx.log.error(
                 "internal.error", exc_info=exc, op=state.name, client_id=call.client_id or None
             )
             status, message = GrpcStatus.INTERNAL, "internal error"
+            finished = True
         finally:
+            if not finished:
+                status, message = GrpcStatus.CANCELLED, "connection closed"
             self._calls.pop(sid, None)
             if state.grpc_status is not None:
                 status = state.grpc_status

@@ -21,18 +21,26 @@ Routes name one broker (``broker-a``, id 0) at the proxy's advertised address, q
 permission READ_WRITE. ``accept_message_types`` lists NORMAL and FIFO, plus DELAY when the scheduler is
 available and TRANSACTION when the transaction service is (clients validate the type they send against it).
 
-Broker services (receipt handles, retry, delay, transactions) are looked up in
-``ServerState.registries["services"]`` (a ``BrokerServices`` with ``pop``, ``retry``, ``scheduler``,
-``transactions`` attributes); RPCs whose service is absent answer ``NOT_IMPLEMENTED``.
+Broker services (receipt handles, retry, delay, transactions) are looked up per call through the
+``services`` callable (``ServerState.registries["services"]``: a ``BrokerServices`` with ``send``, ``pop``,
+``retry``, ``scheduler``, ``transactions``); pop RPCs whose service is absent answer ``NOT_IMPLEMENTED``,
+a future delivery timestamp ``UNSUPPORTED``.
+
+Semantics worth knowing: a message group is hashed (CRC32) onto one writable queue; ReceiveMessage pops
+from every queue of the topic (the request's queue id is ignored: the Node client only ever names queue 0)
+and pops in order when the client's settings say ``fifo``; transactional messages get ``PGROUP`` =
+``%GRPC%<topic>`` (v2 has no producer group) and :meth:`MessagingService.check_back` sends their check-back
+to a live producer of the topic over its Telemetry stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import math
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,13 +90,32 @@ class Call:
     peer: tuple[str, int]
     metadata: Mapping[str, str] = field(default_factory=dict)
     deadline: float = math.inf  # trio time
-    draining: trio.Event | None = None
     group: str | None = None
     topic: str | None = None
     code: pb.Code | None = None
+    drained: bool = False
+    _drain_scopes: set[trio.CancelScope] = field(default_factory=set)
 
     def remaining(self) -> float:
         return self.deadline - trio.current_time()
+
+    @contextlib.contextmanager
+    def until_drain(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope for a long poll: cancelled when the server drains (see :meth:`drain`)."""
+        with trio.CancelScope() as scope:
+            if self.drained:
+                scope.cancel()
+            self._drain_scopes.add(scope)
+            try:
+                yield scope
+            finally:
+                self._drain_scopes.discard(scope)
+
+    def drain(self) -> None:
+        """The server is draining: long polls of this call end now (the driver calls this)."""
+        self.drained = True
+        for scope in self._drain_scopes:
+            scope.cancel()
 
 
 def _status(code: pb.Code, message: str = "") -> Any:
@@ -468,9 +495,10 @@ class MessagingService:
                 break
             offset = result.next_offset
             remaining = deadline - trio.current_time()
-            if remaining <= 0 or self._stopping(call):
+            if remaining <= 0 or call.drained:
                 break
-            await self._wait(call, topic, queue_id, offset, remaining)
+            with call.until_drain():
+                await self.backend.wait_for_message(topic, queue_id, offset, remaining)
         if result.status is PullStatus.FOUND:
             await send(pb.PullMessageResponse(status=_ok()))
             for stored in result.messages:
@@ -490,22 +518,6 @@ class MessagingService:
             call.code = pb.Code.MESSAGE_NOT_FOUND
             await send(pb.PullMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message")))
         await send(pb.PullMessageResponse(next_offset=result.next_offset))
-
-    def _stopping(self, call: Call) -> bool:
-        return call.draining is not None and call.draining.is_set()
-
-    async def _wait(self, call: Call, topic: str, queue_id: int, offset: int, timeout_s: float) -> None:
-        """Wait for a message at ``offset`` for up to ``timeout_s``; returns early on drain."""
-        async with trio.open_nursery() as nursery:
-
-            async def stop_on_drain() -> None:
-                if call.draining is not None:
-                    await call.draining.wait()
-                    nursery.cancel_scope.cancel()
-
-            nursery.start_soon(stop_on_drain)
-            await self.backend.wait_for_message(topic, queue_id, offset, timeout_s)
-            nursery.cancel_scope.cancel()
 
     @staticmethod
     def _tag_filter(expression: Any) -> TagFilter:
@@ -572,14 +584,7 @@ class MessagingService:
         )
         await self._topic(topic, create=False)
         result = None
-        async with trio.open_nursery() as nursery:
-
-            async def stop_on_drain() -> None:
-                if call.draining is not None:
-                    await call.draining.wait()
-                    nursery.cancel_scope.cancel()
-
-            nursery.start_soon(stop_on_drain)
+        with call.until_drain():
             result = await pop.pop(
                 group,
                 topic,
@@ -591,7 +596,6 @@ class MessagingService:
                 poll_s=poll_s,
                 broker_name=BROKER_NAME,
             )
-            nursery.cancel_scope.cancel()
         max_body = self.server_settings.max_body_bytes
         if result is None or not result.messages:
             call.code = pb.Code.MESSAGE_NOT_FOUND

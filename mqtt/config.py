@@ -11,8 +11,10 @@ class MqttConfig:
     max_packet_size: int = 1024 * 1024
     #: Un-acked QoS 1/2 PUBLISHes the server accepts from a client (CONNACK Receive Maximum).
     receive_maximum: int = 64
-    #: Un-acked QoS 1/2 PUBLISHes sent to a client that announced no Receive Maximum (3.1.1).
+    #: Un-acked QoS 1/2 PUBLISHes sent to a 3.1.1 client.
     default_send_quota: int = 64
+    #: Cap on an MQTT 5 client's Receive Maximum (bounds in-flight memory per session).
+    max_send_quota: int = 1024
     maximum_qos: int = 2
     topic_alias_maximum: int = 16
     #: Longest keep alive accepted: an MQTT 5 client asking for more (or 0) gets this as Server Keep Alive.

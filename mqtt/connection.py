@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -27,6 +26,7 @@ from mqproxy.broker.types import PullStatus, StoredMessage
 from mqproxy.codecs.mqtt import (
     MQTT_5,
     NO_PROPERTIES,
+    PACKET_TYPES,
     Connack,
     Connect,
     Disconnect,
@@ -34,7 +34,6 @@ from mqproxy.codecs.mqtt import (
     MqttDecoder,
     Packet,
     PacketType,
-    PACKET_TYPES,
     PingReq,
     PingResp,
     Properties,
@@ -104,7 +103,9 @@ class MqttConnection:
         self.keep_alive = 0
         self.client_max_packet: int | None = None
         self.problem_information = True
-        self.aliases: dict[int, str] = {}
+        self.aliases: dict[int, str] = {}  # client→server Topic Aliases
+        self.alias_maximum = 0  # the client's Topic Alias Maximum (server→client aliases allowed)
+        self.out_aliases: dict[str, int] = {}
         self.normal_disconnect = False
         self.will_on_disconnect = False
         self.detached = trio.Event()
@@ -160,7 +161,13 @@ class MqttConnection:
             return
         packet: Packet | None = None
         if not self.connected:
-            if self.level == MQTT_5 or close.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION:
+            # A refused CONNECT is answered at every level; a CONNECT the codec could not read, only in
+            # MQTT 5 (and for an unsupported level, which 3.1.1 answers with return code 1).
+            if (
+                self.client_id
+                or self.level == MQTT_5
+                or close.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+            ):
                 packet = Connack(False, close.reason_code)
         elif self.level == MQTT_5:
             # A Reason String (unless the client asked for none) also makes paho read the reason code,
@@ -196,7 +203,15 @@ class MqttConnection:
             self._writer_done.set()
 
     async def send(self, packet: Packet) -> None:
-        await self._send.send(encode(packet, self.level))
+        await self._send_bytes(encode(packet, self.level))
+
+    async def _send_bytes(self, data: bytes) -> None:
+        """Queue bytes for the writer. No schedule point while the queue has room, so the packets of one
+        read (e.g. a burst of PUBACKs) reach the writer together and leave in one ``send_all``."""
+        try:
+            self._send.send_nowait(data)
+        except trio.WouldBlock:
+            await self._send.send(data)
 
     async def _detach(self) -> None:
         session = self.session
@@ -233,7 +248,13 @@ class MqttConnection:
 
     async def _store_will(self, will: Will) -> None:
         await self.gateway.publish(
-            will.topic, will.payload, int(will.qos), will.retain, will.properties, self.client_id, self.ctx.peer
+            will.topic,
+            will.payload,
+            int(will.qos),
+            will.retain,
+            will.properties,
+            self.client_id,
+            self.ctx.peer,
         )
 
     # --- reading ------------------------------------------------------------------------------
@@ -268,8 +289,12 @@ class MqttConnection:
                     raise _Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
             if scope.cancelled_caught:
                 if not self.connected:
-                    raise _Close(None, "connect_timeout", f"no CONNECT within {self.config.connect_timeout_s}s")
-                raise _Close(ReasonCode.KEEP_ALIVE_TIMEOUT, "keepalive_timeout", f"keep alive {self.keep_alive}s")
+                    raise _Close(
+                        None, "connect_timeout", f"no CONNECT within {self.config.connect_timeout_s}s"
+                    )
+                raise _Close(
+                    ReasonCode.KEEP_ALIVE_TIMEOUT, "keepalive_timeout", f"keep alive {self.keep_alive}s"
+                )
             if not data:
                 if self.connected and not self.normal_disconnect:
                     self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"
@@ -348,7 +373,9 @@ class MqttConnection:
             return "SUCCESS", None
         if isinstance(packet, Disconnect):
             return self._on_disconnect(packet), None
-        raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client")
+        raise _Close(
+            ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client"
+        )
 
     # --- CONNECT ------------------------------------------------------------------------------
     async def _on_connect(self, packet: Connect) -> str:
@@ -359,19 +386,28 @@ class MqttConnection:
         assigned: str | None = None
         if not client_id:
             if not packet.clean_start and not v5:
-                raise _Close(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client_id_rejected", "empty client id with clean session 0")
+                self.client_id = "-"  # marks the CONNECT as read: the refusal gets a CONNACK
+                raise _Close(
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                    "client_id_rejected",
+                    "empty client id with clean session 0",
+                )
             client_id = assigned = "mqproxy-" + secrets.token_hex(8)
+        self.client_id = client_id
         props = packet.properties
         if v5:
             expiry = props.session_expiry_interval or 0
-            send_quota = props.receive_maximum or 65535
+            send_quota = min(props.receive_maximum or 65535, config.max_send_quota)
             self.client_max_packet = props.maximum_packet_size
             self.problem_information = props.request_problem_information != 0
+            self.alias_maximum = props.topic_alias_maximum or 0
         else:
             expiry = 0 if packet.clean_start else NEVER_EXPIRES
             send_quota = config.default_send_quota
         if packet.will is not None and packet.will.qos > config.maximum_qos:
-            raise _Close(ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", "will QoS above the server maximum")
+            raise _Close(
+                ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", "will QoS above the server maximum"
+            )
         self.keep_alive = packet.keep_alive
         server_keep_alive = None
         limit = config.max_keep_alive
@@ -383,7 +419,9 @@ class MqttConnection:
         previous = gateway.sessions.get(client_id)
         if previous is not None and previous.connection is not None:
             old: MqttConnection = previous.connection
-            old.kick(ReasonCode.SESSION_TAKEN_OVER, "session_taken_over", f"client id reused by {self.ctx.conn_id}")
+            old.kick(
+                ReasonCode.SESSION_TAKEN_OVER, "session_taken_over", f"client id reused by {self.ctx.conn_id}"
+            )
             with trio.move_on_after(_CLEANUP_S):
                 await old.detached.wait()
         session, present = await gateway.open_session(client_id, packet.clean_start, expiry, send_quota)
@@ -419,7 +457,9 @@ class MqttConnection:
         new_expiry = packet.properties.session_expiry_interval
         if new_expiry is not None:
             if session.expiry_interval == 0 and new_expiry != 0:
-                raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", "session expiry set at DISCONNECT after 0")
+                raise _Close(
+                    ReasonCode.PROTOCOL_ERROR, "protocol_error", "session expiry set at DISCONNECT after 0"
+                )
             session.expiry_interval = new_expiry
         self.normal_disconnect = True
         self.will_on_disconnect = packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
@@ -455,7 +495,11 @@ class MqttConnection:
                 await self.send(PubRec(packet_id))
                 return "DUPLICATE", topic
             if len(session.awaiting_rel) >= self.config.receive_maximum:
-                raise _Close(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive_maximum_exceeded", f"{len(session.awaiting_rel)} QoS 2 in flight")
+                raise _Close(
+                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                    "receive_maximum_exceeded",
+                    f"{len(session.awaiting_rel)} QoS 2 in flight",
+                )
         reason = ReasonCode.SUCCESS
         if props.payload_format_indicator == 1:
             try:
@@ -466,11 +510,17 @@ class MqttConnection:
             if props.subscription_identifiers:
                 props = dataclasses.replace(props, subscription_identifiers=())
             try:
-                await self.gateway.publish(topic, packet.payload, qos, packet.retain, props, self.client_id, self.ctx.peer)
+                await self.gateway.publish(
+                    topic, packet.payload, qos, packet.retain, props, self.client_id, self.ctx.peer
+                )
             except BackendError as exc:
                 if self.level != MQTT_5:
                     raise _Close(None, "store_failed", str(exc)) from None
-                reason = ReasonCode.QUOTA_EXCEEDED if isinstance(exc, MessageTooLarge) else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
+                reason = (
+                    ReasonCode.QUOTA_EXCEEDED
+                    if isinstance(exc, MessageTooLarge)
+                    else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
+                )
         if qos == 1:
             assert packet_id is not None
             await self.send(PubAck(packet_id, reason))
@@ -487,7 +537,11 @@ class MqttConnection:
         assert session is not None
         v5 = self.level == MQTT_5
         config = self.config
-        sub_id = packet.properties.subscription_identifiers[0] if packet.properties.subscription_identifiers else None
+        sub_id = (
+            packet.properties.subscription_identifiers[0]
+            if packet.properties.subscription_identifiers
+            else None
+        )
         codes: list[ReasonCode] = []
         retained: list[tuple[SubscriptionSpec, str]] = []
         for wanted in packet.topics:
@@ -501,18 +555,33 @@ class MqttConnection:
                 continue
             granted = min(int(wanted.qos), config.maximum_qos)
             spec = SubscriptionSpec(
-                wanted.topic_filter, granted, wanted.no_local, wanted.retain_as_published, int(wanted.retain_handling), sub_id
+                wanted.topic_filter,
+                granted,
+                wanted.no_local,
+                wanted.retain_as_published,
+                int(wanted.retain_handling),
+                sub_id,
             )
             new = await self.gateway.subscribe(session, spec)
             codes.append(ReasonCode(granted))
             if new:
                 self._start_reader(wanted.topic_filter)
-            if parsed.share_group is None and (spec.retain_handling == 0 or (spec.retain_handling == 1 and new)):
+            if parsed.share_group is None and (
+                spec.retain_handling == 0 or (spec.retain_handling == 1 and new)
+            ):
                 retained.append((spec, parsed.filter))
         await self.send(SubAck(packet.packet_id, tuple(codes)))
         for spec, inner in retained:
             for message in self.gateway.retained.matching(inner):
-                publish = self._make_publish(message.topic, message.payload, message.qos, True, message.properties, message.store_timestamp_ms, spec)
+                publish = self._make_publish(
+                    message.topic,
+                    message.payload,
+                    message.qos,
+                    True,
+                    message.properties,
+                    message.store_timestamp_ms,
+                    spec,
+                )
                 if publish is not None:
                     await self._push(publish, None, 0)
         first = packet.topics[0].topic_filter if packet.topics else None
@@ -534,7 +603,8 @@ class MqttConnection:
 
     # --- delivery -----------------------------------------------------------------------------
     def _start_reader(self, topic_filter: str) -> None:
-        assert self._nursery is not None and self.session is not None
+        assert self._nursery is not None
+        assert self.session is not None
         scope = trio.CancelScope()
         self._readers[topic_filter] = scope
         if topic_filter in self.session.shared:
@@ -552,7 +622,11 @@ class MqttConnection:
             try:
                 while True:
                     spec = session.subscriptions.get(topic_filter)
-                    if spec is None or session.shared.get(topic_filter) is not group or session.connection is not self:
+                    if (
+                        spec is None
+                        or session.shared.get(topic_filter) is not group
+                        or session.connection is not self
+                    ):
                         return
                     await session.acquire_slot()  # claim only what this member can take now
                     message, offset = await group.claim(backend, self.config.poll_interval_s)
@@ -566,6 +640,7 @@ class MqttConnection:
                         ):
                             group.give_back(message, offset)
                     await group.cursor.commit(backend)
+                    await trio.lowlevel.checkpoint()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             except BackendError as exc:
@@ -591,7 +666,9 @@ class MqttConnection:
                             if result.next_offset > start:
                                 cursor.complete(result.next_offset - 1)  # the gap is gone from the store
                             continue
-                        await backend.wait_for_message(cursor.lmq, LMQ_QUEUE_ID, start, self.config.poll_interval_s)
+                        await backend.wait_for_message(
+                            cursor.lmq, LMQ_QUEUE_ID, start, self.config.poll_interval_s
+                        )
                         continue
                     offset = start
                     for message in result.messages:
@@ -599,13 +676,25 @@ class MqttConnection:
                         offset += 1
                         cursor.next_offset = offset
                     await session.commit_offsets(backend)
+                    await trio.lowlevel.checkpoint()  # the store may answer without yielding
+                    if len(result.messages) < self.config.pull_batch:
+                        # Probably caught up: long-poll before pulling again (returns at once if not).
+                        await backend.wait_for_message(
+                            cursor.lmq, LMQ_QUEUE_ID, cursor.next_offset, self.config.poll_interval_s
+                        )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             except BackendError as exc:
                 self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
 
     async def _deliver(
-        self, spec: SubscriptionSpec, inner: str, cursor: Cursor, message: StoredMessage, offset: int, shared: Any = None
+        self,
+        spec: SubscriptionSpec,
+        inner: str,
+        cursor: Cursor,
+        message: StoredMessage,
+        offset: int,
+        shared: Any = None,
     ) -> None:
         session = self.session
         assert session is not None
@@ -618,14 +707,23 @@ class MqttConnection:
             cursor.complete(offset)
             return
         retain = attrs.retain and spec.retain_as_published
-        publish = self._make_publish(attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec)
+        publish = self._make_publish(
+            attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec
+        )
         if publish is None:
             cursor.complete(offset)
             return
         await self._push(publish, cursor, offset, shared)
 
     def _make_publish(
-        self, topic: str, payload: bytes, qos: int, retain: bool, props: Properties, store_ms: int, spec: SubscriptionSpec
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        props: Properties,
+        store_ms: int,
+        spec: SubscriptionSpec,
     ) -> Publish | None:
         """The PUBLISH for one subscriber, or None if the message expired."""
         expiry = props.message_expiry_interval
@@ -650,16 +748,33 @@ class MqttConnection:
                 cursor.complete(offset)  # [MQTT-3.1.2-25]: discard what the client cannot take
             return
         if publish.qos == QoS.AT_MOST_ONCE:
-            await self._send.send(data)
+            await self._send_bytes(encode(self._aliased(publish), self.level) if self.alias_maximum else data)
             if cursor is not None:
                 cursor.complete(offset)
             return
         await session.acquire_slot()
         if session.connection is not self:
             raise trio.ClosedResourceError("session detached")
-        factory: Callable[[int], Publish] = lambda packet_id: dataclasses.replace(publish, packet_id=packet_id)
+
+        def factory(packet_id: int) -> Publish:
+            return dataclasses.replace(publish, packet_id=packet_id)
+
         entry = session.add_inflight(factory, cursor, offset, shared)
-        await self.send(entry.publish)
+        # The session keeps the full PUBLISH: aliases belong to this connection only.
+        await self.send(self._aliased(entry.publish) if self.alias_maximum else entry.publish)
+
+    def _aliased(self, publish: Publish) -> Publish:
+        """``publish`` using a server→client Topic Alias (MQTT 5, when the client allows some)."""
+        alias = self.out_aliases.get(publish.topic)
+        if alias is not None:
+            props = dataclasses.replace(publish.properties, topic_alias=alias)
+            return dataclasses.replace(publish, topic="", properties=props)
+        if len(self.out_aliases) < self.alias_maximum:
+            alias = self.out_aliases[publish.topic] = len(self.out_aliases) + 1
+            return dataclasses.replace(
+                publish, properties=dataclasses.replace(publish.properties, topic_alias=alias)
+            )
+        return publish
 
 
 async def serve_mqtt(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:

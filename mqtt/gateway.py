@@ -88,7 +88,10 @@ class Gateway:
         now = now_ms()
         for snapshot in snapshots.values():
             disconnected = snapshot.disconnected_at_ms if snapshot.disconnected_at_ms is not None else now
-            if snapshot.expiry_interval != NEVER_EXPIRES and disconnected + snapshot.expiry_interval * 1000 <= now:
+            if (
+                snapshot.expiry_interval != NEVER_EXPIRES
+                and disconnected + snapshot.expiry_interval * 1000 <= now
+            ):
                 await self._state.save(SessionSnapshot(snapshot.client_id, 0, deleted=True))
                 continue
             session = Session(snapshot.client_id, snapshot.expiry_interval, self.config.default_send_quota)
@@ -130,7 +133,9 @@ class Gateway:
         return result
 
     # --- sessions -----------------------------------------------------------------------------
-    async def open_session(self, client_id: str, clean_start: bool, expiry_interval: int, send_quota: int) -> tuple[Session, bool]:
+    async def open_session(
+        self, client_id: str, clean_start: bool, expiry_interval: int, send_quota: int
+    ) -> tuple[Session, bool]:
         """The session for a CONNECT and whether one was present (False after a clean start)."""
         existing = self.sessions.get(client_id)
         if existing is not None and clean_start:
@@ -209,7 +214,9 @@ class Gateway:
             key = (parsed.share_group, inner)
             group = self.shared_groups.get(key)
             if group is None:
-                group = self.shared_groups[key] = await SharedGroup.open(self.backend, parsed.share_group, inner)
+                group = self.shared_groups[key] = await SharedGroup.open(
+                    self.backend, parsed.share_group, inner
+                )
             group.members += 1
             session.subscriptions[spec.topic_filter] = spec
             session.shared[spec.topic_filter] = group

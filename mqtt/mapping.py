@@ -20,9 +20,10 @@ stored):
   User properties are also copied as plain message properties when their key is a safe identifier that
   does not shadow a RocketMQ system property, so RocketMQ consumers see them.
 * **RocketMQ → MQTT.** A RocketMQ producer reaches MQTT subscribers of ``a/b/c`` by sending to topic
-  ``a`` with property ``MQTT_TOPIC=a/b/c`` and ``INNER_MULTI_DISPATCH=<lmq_for_topic("a/b/c")>`` (plus
-  the LMQs of wildcard filters it wants to reach). Such messages are delivered at QoS
-  ``min(MQTT_QOS or 1, subscription QoS)``.
+  ``a`` with property ``MQTT_TOPIC=a/b/c`` and ``INNER_MULTI_DISPATCH`` naming ``lmq_for("a/b/c")`` (and
+  the LMQs of wildcard filters it wants to reach); a protocol handler that sees ``MQTT_TOPIC`` without a
+  dispatch list can compute it with :func:`mqproxy.mqtt.gateway.rocketmq_dispatch`. Such messages are
+  delivered at QoS ``min(MQTT_QOS or 1, subscription QoS)``.
 """
 
 from __future__ import annotations
@@ -59,14 +60,34 @@ _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 _SAFE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 _RESERVED_KEYS = frozenset(
     {
-        "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "TRAN_MSG", "PGROUP", "MAX_OFFSET", "MIN_OFFSET",
-        "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MSG_REGION", "TRACE_ON",
-        "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", PROPERTY_MQTT_TOPIC, PROPERTY_MQTT_QOS,
-        PROPERTY_MQTT_CLIENT, PROPERTY_MQTT_RETAIN, PROPERTY_MQTT5,
+        "TAGS",
+        "KEYS",
+        "UNIQ_KEY",
+        "DELAY",
+        "WAIT",
+        "TRAN_MSG",
+        "PGROUP",
+        "MAX_OFFSET",
+        "MIN_OFFSET",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "RETRY_TOPIC",
+        "ORIGIN_MESSAGE_ID",
+        "MSG_REGION",
+        "TRACE_ON",
+        "INNER_MULTI_DISPATCH",
+        "INNER_MULTI_QUEUE_OFFSET",
+        PROPERTY_MQTT_TOPIC,
+        PROPERTY_MQTT_QOS,
+        PROPERTY_MQTT_CLIENT,
+        PROPERTY_MQTT_RETAIN,
+        PROPERTY_MQTT5,
     }
 )
 _HEX = "0123456789ABCDEF"
-_ESCAPES = {b: (chr(b) if b in _SAFE else "%" if b == 0x2F else "|" + _HEX[b >> 4] + _HEX[b & 15]) for b in range(256)}
+_ESCAPES = {
+    b: (chr(b) if b in _SAFE else "%" if b == 0x2F else "|" + _HEX[b >> 4] + _HEX[b & 15]) for b in range(256)
+}
 
 
 @functools.lru_cache(maxsize=65536)
@@ -116,7 +137,12 @@ def encode_properties(
     if props.user_properties:
         v5["up"] = [list(pair) for pair in props.user_properties]
         for key, value in props.user_properties:
-            if _SAFE_KEY.fullmatch(key) and key not in _RESERVED_KEYS and "\x01" not in value and "\x02" not in value:
+            if (
+                _SAFE_KEY.fullmatch(key)
+                and key not in _RESERVED_KEYS
+                and "\x01" not in value
+                and "\x02" not in value
+            ):
                 out.setdefault(key, value)
     if props.content_type is not None:
         v5["ct"] = props.content_type

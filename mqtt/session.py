@@ -33,7 +33,7 @@ class Cursor:
     ``committed`` advances over the completed prefix.
     """
 
-    __slots__ = ("lmq", "group", "durable", "next_offset", "committed", "stored", "_order", "_done")
+    __slots__ = ("_done", "_order", "committed", "durable", "group", "lmq", "next_offset", "stored")
 
     def __init__(self, lmq: str, offset: int, group: str = "") -> None:
         self.lmq = lmq
@@ -132,7 +132,9 @@ class Session:
         while len(self.inflight) >= self.send_quota:
             await self._slots.park()
 
-    def add_inflight(self, publish_factory: Any, cursor: Cursor | None, offset: int, shared: Any = None) -> InFlight:
+    def add_inflight(
+        self, publish_factory: Any, cursor: Cursor | None, offset: int, shared: Any = None
+    ) -> InFlight:
         """Allocate a packet id and record the message built by ``publish_factory(packet_id)``."""
         packet_id = self._next_packet_id
         while packet_id in self.inflight:

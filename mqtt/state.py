@@ -87,6 +87,4 @@ class SessionStateStore:
             offset = result.next_offset
 
     async def save(self, snapshot: SessionSnapshot) -> None:
-        await self._backend.send(
-            Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE)
-        )
+        await self._backend.send(Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 class _Node:
-    __slots__ = ("children", "plus", "hash", "filter", "count")
+    __slots__ = ("children", "count", "filter", "hash", "plus")
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}

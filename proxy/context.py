@@ -85,11 +85,13 @@ class ConnectionContext:
         op = str(fields.get("op", "?"))
         if op.startswith("UNKNOWN_"):
             op = "UNKNOWN"  # bounded label set: unknown codes share one series
-        protocol = self.protocol or "unknown"
-        self.server.metrics.requests.labels(protocol, op, fields.get("outcome", "ok")).inc()
+        counter, histogram = self.server.metrics.request_series(
+            self.protocol or "unknown", op, fields.get("outcome", "ok")
+        )
+        counter.inc()
         latency_ms = fields.get("latency_ms")
         if latency_ms is not None:
-            self.server.metrics.request_latency.labels(protocol, op).observe(latency_ms / 1000)
+            histogram.observe(latency_ms / 1000)
         rate = self.server.settings.log.request_sample_rate
         if rate >= 1.0 or (rate > 0.0 and random.random() < rate):
             self.log.info("request", protocol=self.protocol, **fields)

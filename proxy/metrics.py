@@ -6,7 +6,7 @@ counters). The connection pipeline and protocol handlers update it; nothing here
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -46,11 +46,23 @@ class Metrics:
         )
         self.bytes_in = Counter("mqproxy_bytes_received", "Bytes received", ["protocol"], registry=r)
         self.bytes_out = Counter("mqproxy_bytes_sent", "Bytes sent", ["protocol"], registry=r)
+        self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
         self.consumer_lag = Gauge(
             "mqproxy_consumer_lag_messages", "Messages not yet consumed, by consumer group and topic",
             ["group", "topic"], registry=r,
         )
+
+
+    def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
+        """The (counter, latency histogram) children of one request kind, created once and cached
+        (``labels()`` takes a lock and builds a key on every call)."""
+        key = (protocol, op, outcome)
+        series = self._series.get(key)
+        if series is None:
+            series = (self.requests.labels(protocol, op, outcome), self.request_latency.labels(protocol, op))
+            self._series[key] = series
+        return series
 
 
 async def refresh_backend_metrics(server: ServerState) -> None:

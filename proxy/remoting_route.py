@@ -16,6 +16,8 @@ from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, Co
 from mqproxy.remoting.context import RequestEvent, ServerContext
 
 _KEY = "remoting"
+#: RequestEvent's field names, read once: a shallow copy per request (``asdict`` deep-copies).
+_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(RequestEvent))
 
 
 def remoting_context(server: ServerState) -> ServerContext:
@@ -45,7 +47,7 @@ async def serve_remoting_connection(stream: trio.abc.Stream, ctx: ConnectionCont
     )
 
     def on_request(event: RequestEvent) -> None:
-        ctx.request_event(**dataclasses.asdict(event))
+        ctx.request_event(**{name: getattr(event, name) for name in _EVENT_FIELDS})
 
     stats = ConnectionStats()
     try:

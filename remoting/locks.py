@@ -134,7 +134,8 @@ def _check_member(session: RemotingSession, group: str, client_id: str) -> None:
     if own_groups and group not in own_groups:
         raise RequestError(
             ResponseCode.NO_PERMISSION,
-            f"client {client_id[:128]} is not a member of consumer group {group[:255]}; it cannot lock its queues",
+            f"client {client_id[:128]} is not a member of consumer group {group[:255]}; "
+            "it cannot lock its queues",
         )
 
 

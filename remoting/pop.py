@@ -109,7 +109,9 @@ async def pop_message(session: RemotingSession, request: RemotingCommand, note: 
             f"the broker option max message number {header.max_msg_nums} is not in 1..{MAX_POP_BATCH}",
         )
     if header.invisible_time_ms <= 0:
-        raise RequestError(ResponseCode.INVALID_PARAMETER, f"invisibleTime {header.invisible_time_ms} is not positive")
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER, f"invisibleTime {header.invisible_time_ms} is not positive"
+        )
     if header.init_mode not in (InitMode.MIN, InitMode.MAX):
         raise RequestError(ResponseCode.INVALID_PARAMETER, f"initMode {header.init_mode} is not 0 or 1")
     tag_filter = _tag_filter(header.exp_type, header.exp)
@@ -162,7 +164,9 @@ async def pop_message(session: RemotingSession, request: RemotingCommand, note: 
     if header.order:
         ext["orderCountInfo"] = _order_count_info(result)
     records = [
-        dataclasses.replace(p.message, properties={**p.message.properties, PROPERTY_POP_CK: p.receipt.encode()})
+        dataclasses.replace(
+            p.message, properties={**p.message.properties, PROPERTY_POP_CK: p.receipt.encode()}
+        )
         for p in result.messages
     ]
     return Reply(ResponseCode.SUCCESS, ext, encode_records(records, legacy=session.legacy_records))
@@ -172,7 +176,9 @@ def _order_count_info(result: PopResult) -> str:
     """Per-message ``<flag> qo<qid>%<offset> <count>`` entries plus one ``<flag> <qid> <count>`` per
     queue (the highest count) for clients that only read the queue form (spec §6.3)."""
     per_message = result.order_count_info()
-    per_queue = [f"{flag} {qid} {max(counts)}" for (flag, qid), counts in result.order_counts.items() if counts]
+    per_queue = [
+        f"{flag} {qid} {max(counts)}" for (flag, qid), counts in result.order_counts.items() if counts
+    ]
     return ";".join(part for part in (per_message, *per_queue) if part)
 
 
@@ -211,7 +217,11 @@ async def change_invisible_time(session: RemotingSession, request: RemotingComma
         raise HeaderError("invisibleTime", "must be a non-negative number of ms")
     with _queue_errors():
         new = await services.pop.change_invisible(header.consumer_group, header.topic, receipt, invisible_ms)
-    ext = {"popTime": str(new.pop_time_ms), "invisibleTime": str(new.invisible_ms), "reviveQid": str(new.revive_qid)}
+    ext = {
+        "popTime": str(new.pop_time_ms),
+        "invisibleTime": str(new.invisible_ms),
+        "reviveQid": str(new.revive_qid),
+    }
     return Reply(ResponseCode.SUCCESS, ext)
 
 
@@ -254,7 +264,8 @@ def parse_batch_ack(body: bytes) -> list[tuple[str, str, list[Receipt]]]:
         raise _bad_batch("is not JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("acks"), list):
         raise _bad_batch("lacks an 'acks' list")
-    broker = data.get("brokerName") if isinstance(data.get("brokerName"), str) else BROKER_NAME
+    named = data.get("brokerName")
+    broker = named if isinstance(named, str) and named and " " not in named else BROKER_NAME
     out = []
     for entry in data["acks"]:
         if not isinstance(entry, dict):
@@ -290,7 +301,9 @@ async def batch_ack_message(session: RemotingSession, request: RemotingCommand, 
                 failed += 1
                 first_error = first_error or f"{type(outcome).__name__}: {outcome}"
     if failed:
-        return Reply(ResponseCode.SUCCESS, remark=f"{failed} of {total} acks failed, first: {first_error}"[:512])
+        return Reply(
+            ResponseCode.SUCCESS, remark=f"{failed} of {total} acks failed, first: {first_error}"[:512]
+        )
     return Reply(ResponseCode.SUCCESS)
 
 
@@ -310,11 +323,15 @@ async def peek_message(session: RemotingSession, request: RemotingCommand, note:
     return Reply(ResponseCode.SUCCESS, ext, encode_records(messages, legacy=session.legacy_records))
 
 
-async def _targets(session: RemotingSession, group: str, topic: str, queue_id: int | None) -> list[tuple[str, int]]:
+async def _targets(
+    session: RemotingSession, group: str, topic: str, queue_id: int | None
+) -> list[tuple[str, int]]:
     backend = session.backend
     config = await backend.get_topic(topic)
     if config is None:
-        raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic[:255]}] not exist, apply first please!")
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic[:255]}] not exist, apply first please!"
+        )
     queues = max(config.read_queues, config.write_queues)
     if queue_id is not None and not 0 <= queue_id < queues:
         raise RequestError(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
@@ -334,7 +351,9 @@ async def _rest(session: RemotingSession, group: str, topic: str, queue_id: int 
     return total
 
 
-async def _wait_any(session: RemotingSession, group: str, targets: list[tuple[str, int]], timeout_s: float) -> None:
+async def _wait_any(
+    session: RemotingSession, group: str, targets: list[tuple[str, int]], timeout_s: float
+) -> None:
     """Return when one target queue grows past the group's offset, or after ``timeout_s``."""
     backend = session.backend
     marks = []

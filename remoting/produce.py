@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from mqproxy.broker.errors import IllegalTopic
+from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
 from mqproxy.broker.topics import (
     DLQ_PREFIX,
     MAX_TOPIC_BYTES,
@@ -42,7 +43,6 @@ from mqproxy.broker.topics import (
     is_send_forbidden,
     validate_topic,
 )
-from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
 from mqproxy.broker.types import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -122,7 +122,9 @@ async def _send_single(
     half = _is_half_message(header, properties)
     if half:
         if services is None:
-            raise RequestError(ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden")
+            raise RequestError(
+                ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden"
+            )
         properties.setdefault(PROPERTY_PRODUCER_GROUP, header.producer_group)
     uniq_key = _ensure_uniq_key(session, properties)
     topic, queue_id = header.topic, header.queue_id

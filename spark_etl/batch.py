@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from mqproxy.spark_etl import transforms
-from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+
+from mqproxy.spark_etl import transforms
+from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
 
 __all__ = ["QUARANTINE", "SUMMARY_FILE", "TABLES", "BatchSummary", "build_tables", "read_raw", "run_batch"]
 

@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from mqproxy.spark_etl.session import build_session
     from pyspark.sql import SparkSession
+
+    from mqproxy.spark_etl.session import build_session
 
     # Stop the session at the end only if this call created it (an embedding process keeps its own).
     owned = SparkSession.getActiveSession() is None

@@ -23,11 +23,12 @@ from typing import Any, Final
 
 import matplotlib.dates as mdates
 from matplotlib.figure import Figure
-from mqproxy.spark_etl.batch import SUMMARY_FILE
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
+
+from mqproxy.spark_etl.batch import SUMMARY_FILE
 
 __all__ = [
     "Change",
@@ -165,7 +166,7 @@ def plot_throughput(data: ReportData) -> Figure:
     )
     top.set_ylabel("requests / minute")
     top.set_title("Throughput")
-    top.legend(loc="upper left", ncols=len(protocols), frameon=False)
+    top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=len(protocols), frameon=False)
     top.grid(True, alpha=0.3)
     for p in protocols:
         mb = [(a + b) / 1e6 for a, b in zip(req_bytes[p], resp_bytes[p], strict=True)]
@@ -216,7 +217,7 @@ def plot_errors(data: ReportData) -> Figure:
         )
     top.set_ylabel("request errors %")
     top.set_title("Errors over time")
-    top.legend(loc="upper left", ncols=len(protocols), frameon=False)
+    top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=len(protocols), frameon=False)
     top.grid(True, alpha=0.3)
     _, conn_errors = _series(data, "connection_errors")
     bottoms = [0.0] * len(minutes)
@@ -309,11 +310,15 @@ def notable_changes(
     by ``threshold``x or more against the median of its previous ``baseline`` minutes.
 
     Only the first minute of a run of such minutes is reported, largest shifts first. Error-rate
-    shifts also need 2 percentage points, so 0 -> 1 failed request does not count.
+    shifts also need 2 percentage points, so 0 -> 1 failed request does not count. The newest
+    minute is skipped: logs usually end part-way through it.
     """
     changes: list[Change] = []
+    newest = max((r["minute"] for r in data.rollup), default=None)
     for protocol in data.protocols:
-        rows = [r for r in data.rollup if r["protocol"] == protocol and r["requests"]]
+        rows = [
+            r for r in data.rollup if r["protocol"] == protocol and r["requests"] and r["minute"] != newest
+        ]
         for metric in _METRIC_LABELS:
             values = [float(r[metric] or 0.0) for r in rows]
             in_run = False

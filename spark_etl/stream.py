@@ -21,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
 from mqproxy.spark_etl import transforms
 from mqproxy.spark_etl.batch import QUARANTINE
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 __all__ = ["ROLLUP", "StreamQueries", "read_stream", "start_stream"]
 

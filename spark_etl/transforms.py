@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from mqproxy.spark_etl.schema import CORRUPT_COLUMN, EVENT_SCHEMA
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from mqproxy.spark_etl.schema import CORRUPT_COLUMN, EVENT_SCHEMA
 
 __all__ = [
     "PERCENTILES",

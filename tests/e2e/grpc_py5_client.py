@@ -6,6 +6,9 @@ Prints one JSON object per line: ``sent`` per message, ``received`` per message,
     produce --endpoint H:P --topic T --count N [--tag A] [--key K] [--prop k=v] [--body-bytes N]
             [--group G (FIFO message group)] [--tls]
     consume --endpoint H:P --topic T --group G --expect N [--timeout S] [--tls]
+    transact --endpoint H:P --topic T --count N [--linger S]
+        message i: commit (i % 3 == 0), rollback (i % 3 == 1), or left open for the server's check-back,
+        which the checker answers COMMIT (``checked`` event); lingers so check-backs can arrive.
 """
 
 from __future__ import annotations
@@ -93,9 +96,40 @@ def consume(args: argparse.Namespace) -> int:
     return 0 if got >= args.expect else 1
 
 
+def transact(args: argparse.Namespace) -> int:
+    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
+
+    class Checker(TransactionChecker):
+        def check(self, message: Message) -> TransactionResolution:
+            emit("checked", message_id=message.message_id)
+            return TransactionResolution.COMMIT
+
+    producer = Producer(config(args), (args.topic,), checker=Checker())
+    producer.startup()
+    try:
+        for i in range(args.count):
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = f"tx-{i}".encode()
+            msg.tag = args.tag
+            transaction = producer.begin_transaction()
+            receipt = producer.send(msg, transaction)
+            outcome = ("commit", "rollback", "open")[i % 3]
+            if outcome == "commit":
+                transaction.commit()
+            elif outcome == "rollback":
+                transaction.rollback()
+            emit("sent", index=i, message_id=receipt.message_id, outcome=outcome)
+        time.sleep(args.linger)
+    finally:
+        producer.shutdown()
+    emit("done", sent=args.count)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=("produce", "consume"))
+    parser.add_argument("command", choices=("produce", "consume", "transact"))
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, default=1)
@@ -107,8 +141,9 @@ def main() -> int:
     parser.add_argument("--expect", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--linger", type=float, default=0.0)
     args = parser.parse_args()
-    return produce(args) if args.command == "produce" else consume(args)
+    return {"produce": produce, "consume": consume, "transact": transact}[args.command](args)
 
 
 if __name__ == "__main__":

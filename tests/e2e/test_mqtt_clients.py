@@ -45,9 +45,18 @@ async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
 class Client:
     """A paho client with its network loop thread; received messages land in ``messages``."""
 
-    def __init__(self, port: int, client_id: str, protocol: int, *, clean: bool = True, expiry: int | None = None,
-                 will: tuple[str, bytes, int, bool] | None = None, keepalive: int = 60,
-                 connect_props: Properties | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        client_id: str,
+        protocol: int,
+        *,
+        clean: bool = True,
+        expiry: int | None = None,
+        will: tuple[str, bytes, int, bool] | None = None,
+        keepalive: int = 60,
+        connect_props: Properties | None = None,
+    ) -> None:
         kwargs: dict[str, Any] = {"client_id": client_id, "protocol": protocol}
         if protocol != V5:
             kwargs["clean_session"] = clean
@@ -65,9 +74,13 @@ class Client:
         if protocol == V5 and expiry is not None:
             props = props or Properties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = expiry
-        self.paho.connect("127.0.0.1", port, keepalive=keepalive,
-                          clean_start=clean if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
-                          properties=props)
+        self.paho.connect(
+            "127.0.0.1",
+            port,
+            keepalive=keepalive,
+            clean_start=clean if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
+            properties=props,
+        )
         self.paho.loop_start()
         self.flags, self.rc = self.connected.get(timeout=5)
 
@@ -88,8 +101,14 @@ class Client:
         assert done.wait(5), "no SUBACK"
         return granted
 
-    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
-                properties: Properties | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> None:
         info = self.paho.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         info.wait_for_publish(5)
 
@@ -236,10 +255,17 @@ async def test_paho_v5_properties_alias_expiry_no_local(port: int) -> None:
         alias_only.TopicAlias = 1
         pub.publish("", b"aliased", 1, properties=alias_only)
         first, second = sub.get(), sub.get()
-        assert (first.topic, first.payload, second.topic, second.payload) == ("v5/a", b"full", "v5/a", b"aliased")
+        assert (first.topic, first.payload, second.topic, second.payload) == (
+            "v5/a",
+            b"full",
+            "v5/a",
+            b"aliased",
+        )
         p = first.properties
         assert p.UserProperty == [("k", "v"), ("k", "w")]
-        assert p.ContentType == "text/plain" and p.ResponseTopic == "v5/reply" and p.CorrelationData == b"\x01\x02"
+        assert p.ContentType == "text/plain"
+        assert p.ResponseTopic == "v5/reply"
+        assert p.CorrelationData == b"\x01\x02"
         assert 58 <= p.MessageExpiryInterval <= 60
         assert p.SubscriptionIdentifier == [42]
         sub.publish("v5/own", b"no-local")
@@ -329,24 +355,68 @@ async def test_mosquitto_clients_smoke(port: int) -> None:
 
     def scenario() -> None:
         sub = subprocess.Popen(
-            ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-t", "smoke/#", "-q", "1", "-C", "3", "-v"],
-            stdout=subprocess.PIPE, text=True,
+            [
+                "mosquitto_sub",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-t",
+                "smoke/#",
+                "-q",
+                "1",
+                "-C",
+                "3",
+                "-v",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         time.sleep(0.5)
         for i in range(3):
             subprocess.run(
-                ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", f"smoke/{i}", "-m", f"m{i}", "-q", "1"],
-                check=True, timeout=10,
+                [
+                    "mosquitto_pub",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-t",
+                    f"smoke/{i}",
+                    "-m",
+                    f"m{i}",
+                    "-q",
+                    "1",
+                ],
+                check=True,
+                timeout=10,
             )
         out, _ = sub.communicate(timeout=10)
         assert out.splitlines() == ["smoke/0 m0", "smoke/1 m1", "smoke/2 m2"]
         subprocess.run(
-            ["mosquitto_pub", "-V", "mqttv5", "-h", "127.0.0.1", "-p", str(port), "-t", "smoke5", "-m", "r", "-r"],
-            check=True, timeout=10,
+            [
+                "mosquitto_pub",
+                "-V",
+                "mqttv5",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-t",
+                "smoke5",
+                "-m",
+                "r",
+                "-r",
+            ],
+            check=True,
+            timeout=10,
         )
         got = subprocess.run(
             ["mosquitto_sub", "-V", "mqttv5", "-h", "127.0.0.1", "-p", str(port), "-t", "smoke5", "-C", "1"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
         assert got.stdout.strip() == "r"
 

@@ -417,3 +417,6 @@ async def test_vanished_client_frees_its_calls(grpc_env: GrpcEnv, log_sink) -> N
             await trio.sleep(0.01)
     assert grpc_env.service.clients.get("gone@1@0").telemetry is None
     assert grpc_env.contexts[-1].error == "connection_reset"
+    events = {e["op"]: e for e in log_sink.named("request")}
+    assert events["ReceiveMessage"]["status"] == "CANCELLED"
+    assert events["ReceiveMessage"]["outcome"] == "error"

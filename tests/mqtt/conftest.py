@@ -42,8 +42,8 @@ class RawClient:
     async def send_raw(self, data: bytes) -> None:
         await self.stream.send_all(data)
 
-    async def receive(self, timeout: float = 5.0) -> Packet:
-        with trio.fail_after(timeout):
+    async def receive(self, wait_s: float = 5.0) -> Packet:
+        with trio.fail_after(wait_s):
             while not self.pending:
                 data = await self.stream.receive_some(65536)
                 if not data:
@@ -51,11 +51,11 @@ class RawClient:
                 self.pending.extend(self.decoder.receive_data(data))
         return self.pending.pop(0)
 
-    async def expect_eof(self, timeout: float = 5.0) -> list[Packet]:
+    async def expect_eof(self, wait_s: float = 5.0) -> list[Packet]:
         """Read until the server closes; return what arrived before."""
         got: list[Packet] = list(self.pending)
         self.pending.clear()
-        with trio.fail_after(timeout):
+        with trio.fail_after(wait_s):
             while True:
                 try:
                     data = await self.stream.receive_some(65536)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from mqproxy.codecs.mqtt import (
     Unsubscribe,
     Will,
 )
+from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway, rocketmq_dispatch
 from mqproxy.mqtt.mapping import lmq_name
 from mqproxy.settings import Settings
@@ -52,7 +54,8 @@ async def connect(address: Any, client_id: str, level: int = 4, **kw: Any) -> tu
 async def subscribe(client: RawClient, *filters: tuple[str, QoS], packet_id: int = 1, **kw: Any) -> SubAck:
     await client.send(Subscribe(packet_id, tuple(SubscribeTopic(f, q, **kw) for f, q in filters)))
     ack = await client.receive()
-    assert isinstance(ack, SubAck) and ack.packet_id == packet_id
+    assert isinstance(ack, SubAck)
+    assert ack.packet_id == packet_id
     return ack
 
 
@@ -84,7 +87,9 @@ async def test_connect_publish_subscribe_all_qos(server: Any) -> None:
     assert await pub.receive() == PubAck(7)
     await pub.send(Publish("a/b", b"q2", Q2, packet_id=8))
     assert await pub.receive() == PubRec(8)
-    await pub.send(Publish("a/b", b"q2", Q2, packet_id=8, dup=True))  # duplicate before PUBREL: not stored twice
+    await pub.send(
+        Publish("a/b", b"q2", Q2, packet_id=8, dup=True)
+    )  # duplicate before PUBREL: not stored twice
     assert await pub.receive() == PubRec(8)
     await pub.send(PubRel(8))
     assert await pub.receive() == PubComp(8)
@@ -99,9 +104,10 @@ async def test_connect_publish_subscribe_all_qos(server: Any) -> None:
     await pub.send(Publish("a/b", b"after", Q1, packet_id=9))
     assert await pub.receive() == PubAck(9)
     only = await receive_publish(sub)
-    assert only.payload == b"after" and only.qos == Q1
+    assert only.payload == b"after"
+    assert only.qos == Q1
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
     await pub.send(Disconnect())
     assert await pub.expect_eof() == []
     await sub.aclose()
@@ -129,7 +135,7 @@ async def test_wildcards_and_dollar_topics(server: Any) -> None:
     got = [await receive_publish(sub) for _ in range(2)]
     assert sorted((p.topic, p.payload) for p in got) == [("$SYS/x", b"sys"), ("a/b", b"ab")]
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
 
 
 async def test_retained_store_replace_clear(server: Any) -> None:
@@ -145,10 +151,12 @@ async def test_retained_store_replace_clear(server: Any) -> None:
     await pub.receive()
     sub, _ = await connect(server.address, "s")
     await subscribe(sub, ("r/+", Q1))
-    got = sorted([(p.topic, p.payload, p.retain, p.qos) for p in [await receive_publish(sub) for _ in range(2)]])
+    got = sorted(
+        [(p.topic, p.payload, p.retain, p.qos) for p in [await receive_publish(sub) for _ in range(2)]]
+    )
     assert got == [("r/1", b"second", True, Q1), ("r/2", b"two", True, Q0)]
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
     # A live publish with RETAIN reaches existing subscribers with RETAIN cleared (3.1.1).
     await pub.send(Publish("r/2", b"live", Q0, retain=True))
     live = await receive_publish(sub)
@@ -157,7 +165,7 @@ async def test_retained_store_replace_clear(server: Any) -> None:
 
 async def test_bad_input_closes_mqtt311(server: Any) -> None:
     cases: list[bytes] = [
-        bytes.fromhex("30020000"),  # PUBLISH before CONNECT
+        # (a PUBLISH before any CONNECT is not even sniffed as MQTT: the sniffer rejects it)
         bytes.fromhex("100d00044d51545404020000000163") * 2,  # second CONNECT
         bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("36050001610001"),  # QoS 3
         bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("32ffffffff01"),  # length > 4 bytes
@@ -171,7 +179,10 @@ async def test_bad_input_closes_mqtt311(server: Any) -> None:
         async with raw_client(server.address) as client:
             await client.send_raw(data)
             got = await client.expect_eof()
-            assert all(isinstance(p, Connack) and p.reason_code == ReasonCode.SUCCESS for p in got), (data, got)
+            assert all(isinstance(p, Connack) and p.reason_code == ReasonCode.SUCCESS for p in got), (
+                data,
+                got,
+            )
 
 
 async def test_bad_input_mqtt5_gets_disconnect_reason(server: Any) -> None:
@@ -191,7 +202,8 @@ async def test_bad_input_mqtt5_gets_disconnect_reason(server: Any) -> None:
             assert isinstance(await client.receive(), Connack)
             await client.send_raw(bytes.fromhex(tail))
             got = await client.expect_eof()
-            assert [type(p) for p in got] == [Disconnect] and got[0].reason_code == code, tail
+            assert [type(p) for p in got] == [Disconnect], tail
+            assert got[0].reason_code == code, tail
 
 
 async def test_keepalive_timeout_publishes_will(server: Any, log_sink: Any) -> None:
@@ -217,7 +229,7 @@ async def test_normal_disconnect_discards_will_abrupt_close_publishes(server: An
     will = await receive_publish(watcher)
     assert will.topic == "will/rude"
     with pytest.raises(trio.TooSlowError):
-        await watcher.receive(timeout=0.2)
+        await watcher.receive(wait_s=0.2)
     late, _ = await connect(server.address, "late")
     await subscribe(late, ("will/rude", Q0))
     retained = await receive_publish(late)
@@ -229,7 +241,8 @@ async def test_takeover_mqtt5_disconnects_old_with_0x8e(server: Any, log_sink: A
     new, connack = await connect(server.address, "same", 5)
     assert connack.reason_code == ReasonCode.SUCCESS
     (disconnect,) = await old.expect_eof()
-    assert isinstance(disconnect, Disconnect) and disconnect.reason_code == ReasonCode.SESSION_TAKEN_OVER
+    assert isinstance(disconnect, Disconnect)
+    assert disconnect.reason_code == ReasonCode.SESSION_TAKEN_OVER
     assert disconnect.properties.reason_string
     await new.send(PingReq())
     assert await new.receive() == PingResp()
@@ -264,7 +277,7 @@ async def test_persistent_session_offline_messages_and_redelivery(server: Any) -
     sub, connack = await connect(server.address, "durable", clean_start=True)
     assert not connack.session_present
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
 
 
 async def test_qos2_pubrel_is_resent_after_reconnect(server: Any) -> None:
@@ -285,7 +298,7 @@ async def test_qos2_pubrel_is_resent_after_reconnect(server: Any) -> None:
     assert await sub.receive() == PubRel(publish.packet_id)  # not the PUBLISH again
     await sub.send(PubComp(publish.packet_id))
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
 
 
 async def test_receive_maximum_limits_inflight(server: Any) -> None:
@@ -297,17 +310,19 @@ async def test_receive_maximum_limits_inflight(server: Any) -> None:
         await pub.receive()
     first = [await receive_publish(sub, ack=False) for _ in range(2)]
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
     await sub.send(PubAck(first[0].packet_id or 0))
     third = await receive_publish(sub, ack=False)
-    assert [p.payload for p in first + [third]] == [b"0", b"1", b"2"]
+    assert [p.payload for p in [*first, third]] == [b"0", b"1", b"2"]
 
 
 async def test_mqtt5_topic_alias_expiry_user_properties_no_local(server: Any) -> None:
     sub, _ = await connect(server.address, "s5", 5)
     await client_subscribe_v5(sub)
     pub, _ = await connect(server.address, "p5", 5)
-    props = Properties(topic_alias=3, user_properties=(("a", "1"), ("a", "2")), content_type="t", message_expiry_interval=60)
+    props = Properties(
+        topic_alias=3, user_properties=(("a", "1"), ("a", "2")), content_type="t", message_expiry_interval=60
+    )
     await pub.send(Publish("v5/t", b"aliased", Q1, packet_id=1, properties=props))
     assert (await pub.receive()) == PubAck(1)
     await pub.send(Publish("", b"by-alias", Q1, packet_id=2, properties=Properties(topic_alias=3)))
@@ -322,14 +337,17 @@ async def test_mqtt5_topic_alias_expiry_user_properties_no_local(server: Any) ->
     # no-local: the subscriber's own publish does not come back
     await sub.send(Publish("v5/t", b"mine", Q0))
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
     await pub.send(Publish("", b"x", Q0, properties=Properties(topic_alias=99)))
     (disconnect,) = await pub.expect_eof()
-    assert isinstance(disconnect, Disconnect) and disconnect.reason_code == ReasonCode.TOPIC_ALIAS_INVALID
+    assert isinstance(disconnect, Disconnect)
+    assert disconnect.reason_code == ReasonCode.TOPIC_ALIAS_INVALID
 
 
 async def client_subscribe_v5(client: RawClient) -> None:
-    await client.send(Subscribe(1, (SubscribeTopic("v5/+", Q1, no_local=True),), Properties(subscription_identifiers=(9,))))
+    await client.send(
+        Subscribe(1, (SubscribeTopic("v5/+", Q1, no_local=True),), Properties(subscription_identifiers=(9,)))
+    )
     ack = await client.receive()
     assert ack == SubAck(1, (ReasonCode.GRANTED_QOS_1,))
 
@@ -346,38 +364,50 @@ async def test_retain_handling_and_retain_as_published(server: Any) -> None:
     assert (live.payload, live.retain) == (b"live", True)
     await subscribe(sub, ("rh/t", Q0), packet_id=2, retain_handling=RetainHandling.SEND_IF_NEW_SUBSCRIPTION)
     with pytest.raises(trio.TooSlowError):
-        await sub.receive(timeout=0.2)
+        await sub.receive(wait_s=0.2)
     await subscribe(sub, ("rh/t", Q0), packet_id=3)
     again = await receive_publish(sub)
     assert (again.payload, again.retain) == (b"live", True)
 
 
 async def test_message_expiry_drops_stale_offline_messages(server: Any) -> None:
-    sub, _ = await connect(server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60))
+    sub, _ = await connect(
+        server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60)
+    )
     await subscribe(sub, ("exp", Q1))
     await sub.send(Disconnect())
     await sub.expect_eof()
     pub, _ = await connect(server.address, "p", 5)
-    await pub.send(Publish("exp", b"short", Q1, packet_id=1, properties=Properties(message_expiry_interval=1)))
-    await pub.send(Publish("exp", b"long", Q1, packet_id=2, properties=Properties(message_expiry_interval=100)))
+    await pub.send(
+        Publish("exp", b"short", Q1, packet_id=1, properties=Properties(message_expiry_interval=1))
+    )
+    await pub.send(
+        Publish("exp", b"long", Q1, packet_id=2, properties=Properties(message_expiry_interval=100))
+    )
     await pub.receive()
     await pub.receive()
     await trio.sleep(1.1)
-    sub, connack = await connect(server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60))
+    sub, connack = await connect(
+        server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60)
+    )
     assert connack.session_present
     got = await receive_publish(sub)
-    assert got.payload == b"long" and got.properties.message_expiry_interval in (98, 99)
+    assert got.payload == b"long"
+    assert got.properties.message_expiry_interval in (98, 99)
 
 
 async def test_session_expiry_interval_ends_session(server: Any) -> None:
-    sub, _ = await connect(server.address, "short", 5, clean_start=False, properties=Properties(session_expiry_interval=1))
+    sub, _ = await connect(
+        server.address, "short", 5, clean_start=False, properties=Properties(session_expiry_interval=1)
+    )
     await subscribe(sub, ("se/+", Q1))
     await sub.send(Disconnect())
     await sub.expect_eof()
     gateway: Gateway = server.state.registries["mqtt"]
-    assert "short" in gateway.sessions and "se/+" in gateway.index
+    assert "short" in gateway.sessions
+    assert "se/+" in gateway.index
     with trio.fail_after(3):
-        while "short" in gateway.sessions:
+        while "short" in gateway.sessions:  # noqa: ASYNC110 (polls state owned by the server's timer task)
             await trio.sleep(0.05)
     assert "se/+" not in gateway.index
     _, connack = await connect(server.address, "short", 5, clean_start=False)
@@ -394,7 +424,7 @@ async def test_will_delay_cancelled_by_reconnect(server: Any) -> None:
     second, connack = await connect(server.address, "wd", 5, **kw)
     assert connack.session_present
     with pytest.raises(trio.TooSlowError):
-        await watcher.receive(timeout=1.3)
+        await watcher.receive(wait_s=1.3)
     await second.aclose()
     got = await receive_publish(watcher)
     assert got.payload == b"late"
@@ -455,7 +485,7 @@ async def test_persistent_session_survives_restart(tmp_path: Any, log_sink: Any)
         sub, connack = await connect(handle.address, "dev", clean_start=False)
         assert connack.session_present
         with pytest.raises(trio.TooSlowError):
-            await sub.receive(timeout=0.3)
+            await sub.receive(wait_s=0.3)
 
 
 async def test_drain_sends_server_shutting_down(log_sink: Any) -> None:
@@ -463,7 +493,8 @@ async def test_drain_sends_server_shutting_down(log_sink: Any) -> None:
         client, _ = await connect(handle.address, "d", 5)
         handle.stop("test")
         (disconnect,) = await client.expect_eof()
-        assert isinstance(disconnect, Disconnect) and disconnect.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
+        assert isinstance(disconnect, Disconnect)
+        assert disconnect.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
 
 
 async def test_shared_subscription_splits_and_gives_back(server: Any, log_sink: Any) -> None:
@@ -477,7 +508,9 @@ async def test_shared_subscription_splits_and_gives_back(server: Any, log_sink: 
     for i in range(10):
         await pub.send(Publish("sh/x", b"%d" % i, Q1, packet_id=i + 1))
         await pub.receive()
-    assert sorted([(await receive_publish(plain)).payload for _ in range(10)]) == sorted(b"%d" % i for i in range(10))
+    assert sorted([(await receive_publish(plain)).payload for _ in range(10)]) == sorted(
+        b"%d" % i for i in range(10)
+    )
     # b holds one message un-acked (receive maximum 1) and then disconnects: it goes to a.
     held = await receive_publish(b, ack=False)
     got_a = [await receive_publish(a) for _ in range(9)]
@@ -486,7 +519,7 @@ async def test_shared_subscription_splits_and_gives_back(server: Any, log_sink: 
     assert sorted(p.payload for p in got_a) == sorted(b"%d" % i for i in range(10))
     assert held.payload in [p.payload for p in got_a]
     with pytest.raises(trio.TooSlowError):
-        await a.receive(timeout=0.2)
+        await a.receive(wait_s=0.2)
     assert not log_sink.named("internal.error")
 
 
@@ -502,12 +535,12 @@ async def test_slow_consumer_is_disconnected_and_loses_nothing_stored(log_sink: 
             await subscribe(slow, ("big", Q1))
             pub, _ = await connect(handle.address, "p")
             payload = b"x" * 60_000
-            for i in range(200):  # ~12 MB: far more than the socket buffers hold
+            for _i in range(200):  # ~12 MB: far more than the socket buffers hold
                 await pub.send(Publish("big", payload, Q0))
             await pub.send(PingReq())
-            await pub.receive(timeout=20)
+            await pub.receive(wait_s=20)
             with trio.fail_after(10):
-                while not any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed")):
+                while not any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed")):  # noqa: ASYNC110
                     await trio.sleep(0.05)
             await slow.aclose()
             again, connack = await connect(handle.address, "slow", clean_start=False)
@@ -516,3 +549,65 @@ async def test_slow_consumer_is_disconnected_and_loses_nothing_stored(log_sink: 
             assert first.payload == payload  # the backlog is still in the LMQ
     finally:
         gateway_module.MqttConfig = original  # type: ignore[misc]
+
+
+async def test_connect_refusals_get_connack(server: Any) -> None:
+    client, connack = await connect(server.address, "", 4, clean_start=False)
+    assert connack.reason_code == ReasonCode.CLIENT_IDENTIFIER_NOT_VALID  # 3.1.1 return code 2 on the wire
+    assert await client.expect_eof() == []
+    client, connack = await connect(server.address, "", 5)
+    assert connack.reason_code == ReasonCode.SUCCESS
+    assert connack.properties.assigned_client_identifier
+    client, connack = await connect(
+        server.address, "q", 5, will=Will("w", b"", QoS.EXACTLY_ONCE), keep_alive=0
+    )
+    assert connack.reason_code == ReasonCode.SUCCESS
+
+
+async def test_server_maximum_qos_and_refused_filters(server: Any) -> None:
+    state = server.state
+    state.registries["mqtt"] = Gateway(
+        state.backend, MqttConfig(maximum_qos=1, deny_subscribe=("secret/#",)), state.draining
+    )
+    client, connack = await connect(server.address, "mq", 5)
+    assert connack.properties.maximum_qos == 1
+    ack = await subscribe(client, ("ok/+", Q2), ("secret/#", Q0))
+    assert ack.reason_codes == (ReasonCode.GRANTED_QOS_1, ReasonCode.NOT_AUTHORIZED)
+    await client.send(Publish("ok/x", b"too high", Q2, packet_id=1))
+    (disconnect,) = await client.expect_eof()
+    assert isinstance(disconnect, Disconnect)
+    assert disconnect.reason_code == ReasonCode.QOS_NOT_SUPPORTED
+    old, _ = await connect(server.address, "mq3", 4)
+    ack = await subscribe(old, ("secret/#", Q0))
+    assert ack.reason_codes == (ReasonCode.UNSPECIFIED_ERROR,)  # 0x80 on the 3.1.1 wire
+
+
+async def test_garbage_after_connect_never_crashes(server: Any, log_sink: Any) -> None:
+    rng = random.Random(1234)
+    heads = [0x30, 0x32, 0x34, 0x3B, 0x40, 0x50, 0x62, 0x70, 0x82, 0xA2, 0xC0, 0xE0, 0xF0, 0x10, 0x00]
+    for level in (4, 5):
+        for _ in range(20):
+            body = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40)))
+            data = bytes([rng.choice(heads), len(body)]) + body
+            client, _ = await connect(server.address, "fuzz", level)
+            await client.send_raw(data)
+            await client.send(PingReq())
+            try:
+                while True:  # the server either answers the PINGREQ or closes; it never hangs or crashes
+                    packet = await client.receive(wait_s=2)
+                    if isinstance(packet, PingResp):
+                        break
+            except (EOFError, trio.BrokenResourceError):
+                pass
+            await client.aclose()
+    assert not log_sink.named("internal.error")
+
+
+async def test_server_to_client_topic_aliases(server: Any) -> None:
+    sub, _ = await connect(server.address, "ta", 5, properties=Properties(topic_alias_maximum=1))
+    await subscribe(sub, ("ta/+", Q1))
+    pub, _ = await connect(server.address, "p", 5)
+    for topic in ("ta/a", "ta/a", "ta/b"):
+        await pub.send(Publish(topic, b"x", Q0))
+    got = [await receive_publish(sub) for _ in range(3)]
+    assert [(p.topic, p.properties.topic_alias) for p in got] == [("ta/a", 1), ("", 1), ("ta/b", None)]

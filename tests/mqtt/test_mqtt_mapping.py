@@ -38,7 +38,8 @@ def test_lmq_name_golden() -> None:
 def test_long_names_are_cut_and_hashed() -> None:
     long_a = lmq_name("x" * 300 + "a")
     long_b = lmq_name("x" * 300 + "b")
-    assert len(long_a) == 127 and long_a != long_b
+    assert len(long_a) == 127
+    assert long_a != long_b
     assert "|H" in long_a
     validate_lmq(long_a)
 
@@ -79,6 +80,9 @@ def test_properties_round_trip() -> None:
 def test_foreign_messages() -> None:
     assert decode_properties({"TAGS": "x"}) is None
     attrs = decode_properties({PROPERTY_MQTT_TOPIC: "a/b", "MQTT5_PROPS": "{not json"})
-    assert attrs is not None and attrs.qos == 1 and attrs.properties == NO_PROPERTIES
+    assert attrs is not None
+    assert attrs.qos == 1
+    assert attrs.properties == NO_PROPERTIES
     attrs = decode_properties({PROPERTY_MQTT_TOPIC: "a/b", "MQTT_QOS": "9"})
-    assert attrs is not None and attrs.qos == 2
+    assert attrs is not None
+    assert attrs.qos == 2

@@ -30,9 +30,11 @@ async def test_inflight_window_and_packet_ids() -> None:
     second = session.add_inflight(make, cursor, 1)
     assert (first.packet_id, second.packet_id) == (1, 2)
     assert second.publish.packet_id == 2
-    assert session.finish(2) is not None and cursor.committed == 0
+    assert session.finish(2) is not None
+    assert cursor.committed == 0
     assert session.finish(2) is None
-    assert session.finish(1) is not None and cursor.committed == 2
+    assert session.finish(1) is not None
+    assert cursor.committed == 2
     session._next_packet_id = 65535
     assert session.add_inflight(make, None, 0).packet_id == 65535
     assert session.add_inflight(make, None, 0).packet_id == 1
@@ -47,3 +49,23 @@ def test_cursor_retrack_after_give_back() -> None:
     assert cursor.committed == 0
     cursor.complete(0)
     assert cursor.committed == 2
+
+
+async def test_session_state_replay_last_record_wins_and_ignores_foreign() -> None:
+    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.broker.types import Message
+    from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
+    from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+
+    backend = InMemoryBackend()
+    store = SessionStateStore(backend)
+    assert await store.load() == {}
+    await store.save(SessionSnapshot("a", 60, [SubscriptionSpec("x/+", 1)]))
+    await store.save(SessionSnapshot("b", 0xFFFFFFFF, []))
+    await backend.send(Message(SESSION_STATE_TOPIC, b"not json", queue_id=0))
+    await store.save(SessionSnapshot("a", 60, [SubscriptionSpec("y/#", 2, no_local=True)], 123))
+    await store.save(SessionSnapshot("b", 0, deleted=True))
+    loaded = await store.load()
+    assert list(loaded) == ["a"]
+    assert loaded["a"].subscriptions == [SubscriptionSpec("y/#", 2, no_local=True)]
+    assert loaded["a"].disconnected_at_ms == 123

@@ -64,8 +64,9 @@ def session(backend: InMemoryBackend, ctx: ServerContext, events: list[RequestEv
 
 
 @pytest.fixture
-async def services(backend: InMemoryBackend, autojump_clock: object) -> AsyncIterator[BrokerServices]:
-    """Broker services over ``backend`` on a clock that follows trio's (autojump) clock."""
+async def services(backend: InMemoryBackend) -> AsyncIterator[BrokerServices]:
+    """Broker services over ``backend`` on a clock that follows trio's clock (tests using them must
+    request ``autojump_clock`` themselves: pytest-trio only sees a test's own clock argument)."""
     async with open_services(backend, now_ms=trio_clock_ms()) as running:
         yield running
 
@@ -76,14 +77,18 @@ def svc_ctx(services: BrokerServices) -> ServerContext:
 
 
 @pytest.fixture
-def svc_session(backend: InMemoryBackend, svc_ctx: ServerContext, events: list[RequestEvent]) -> RemotingSession:
+def svc_session(
+    backend: InMemoryBackend, svc_ctx: ServerContext, events: list[RequestEvent]
+) -> RemotingSession:
     """A session whose server runs the broker services."""
     return RemotingSession(backend, svc_ctx, peer=("192.0.2.2", 50000), on_request=events.append)
 
 
 def binary_request(code: int, ext: dict[str, str], body: bytes = b"", **fields: Any) -> RemotingCommand:
     """A request as a Java client with ``-Drocketmq.serialize.type=ROCKETMQ`` writes it, decoded."""
-    command = RemotingCommand(code, opaque=11, ext_fields=ext, body=body, serialize_type=SERIALIZE_ROCKETMQ, **fields)
+    command = RemotingCommand(
+        code, opaque=11, ext_fields=ext, body=body, serialize_type=SERIALIZE_ROCKETMQ, **fields
+    )
     frame = encode_command(command)
     assert frame[4] == SERIALIZE_ROCKETMQ
     (decoded,) = FrameDecoder().receive_data(frame)

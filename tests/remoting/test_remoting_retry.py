@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import trio
 
-from mqproxy.broker.internal_topics import SCHEDULE_TOPIC
+from mqproxy.broker.internal_topics import SCHEDULE_TOPIC, trio_clock_ms
 from mqproxy.codecs.message_id import offset_msg_id, parse_offset_msg_id
 from mqproxy.codecs.message_record import DecodedRecord, decode_records, encode_record
-from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, encode_command
+from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 
 ADVERTISED = ("10.0.0.8", 8080)
@@ -16,16 +16,34 @@ ADVERTISED = ("10.0.0.8", 8080)
 
 async def send(wire, session, body: bytes, topic: str = "T", **props: str):
     properties = "TAGS\x01A\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
-    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "1", "e": "0", "f": "0", "g": "1700000000001", "h": "0",
-           "i": properties}  # fmt: skip
+    ext = {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": "1",
+        "e": "0",
+        "f": "0",
+        "g": "1700000000001",
+        "h": "0",
+        "i": properties,
+    }
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
     assert response is not None
     return response
 
 
 async def pull(wire, session, topic: str, offset: int = 0) -> list[DecodedRecord]:
-    ext = {"consumerGroup": "G", "topic": topic, "queueId": "0", "queueOffset": str(offset), "maxMsgNums": "32",
-           "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*"}  # fmt: skip
+    ext = {
+        "consumerGroup": "G",
+        "topic": topic,
+        "queueId": "0",
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": "4",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+    }
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
     assert response is not None
     if response.code == ResponseCode.TOPIC_NOT_EXIST:
@@ -35,14 +53,22 @@ async def pull(wire, session, topic: str, offset: int = 0) -> list[DecodedRecord
 
 
 def send_back_ext(record: DecodedRecord, delay: int = 0, max_times: int = 2, **extra: str) -> dict[str, str]:
-    ext = {"offset": str(record.commitlog_offset), "group": "G", "delayLevel": str(delay),
-           "originMsgId": offset_msg_id(ADVERTISED, record.commitlog_offset), "originTopic": "T",
-           "unitMode": "false", "maxReconsumeTimes": str(max_times)}  # fmt: skip
+    ext = {
+        "offset": str(record.commitlog_offset),
+        "group": "G",
+        "delayLevel": str(delay),
+        "originMsgId": offset_msg_id(ADVERTISED, record.commitlog_offset),
+        "originTopic": "T",
+        "unitMode": "false",
+        "maxReconsumeTimes": str(max_times),
+    }
     ext.update(extra)
     return ext
 
 
-async def test_failed_message_comes_back_with_growing_count_then_lands_in_dlq(wire, svc_session) -> None:
+async def test_failed_message_comes_back_with_growing_count_then_lands_in_dlq(
+    wire, svc_session, autojump_clock
+) -> None:
     session = svc_session
     sent = await send(wire, session, b"fragile", UNIQ_KEY="AB" * 16)
     assert sent.code == ResponseCode.SUCCESS
@@ -55,7 +81,7 @@ async def test_failed_message_comes_back_with_growing_count_then_lands_in_dlq(wi
         response = await session.handle(wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(seen[-1])))
         assert response is not None
         assert response.code == ResponseCode.SUCCESS
-        assert response.remark == f"retry at delay level {2 + expected_delay_s // 10 if expected_delay_s == 10 else 4}"
+        assert response.remark == f"retry at delay level {3 + len(seen) - 1}"
         await trio.sleep(expected_delay_s - 0.5)
         assert await pull(wire, session, "%RETRY%G", retry_offset) == []
         await trio.sleep(1)
@@ -78,41 +104,54 @@ async def test_failed_message_comes_back_with_growing_count_then_lands_in_dlq(wi
     assert dead.reconsume_times == 3
     assert dead.properties["RETRY_TOPIC"] == "T"
     assert "DELAY" not in dead.properties
-    await trio.sleep(7200)
-    assert len(await pull(wire, session, "%RETRY%G")) == 2  # nothing else was queued for retry
+    assert await session.ctx.services.scheduler.pending() == 0  # nothing else was queued for retry
+    assert len(await pull(wire, session, "%RETRY%G")) == 2
 
 
-async def test_delay_level_0_and_99_and_negative(wire, svc_session, services) -> None:
-    (record,) = [r for r in [await send(wire, svc_session, b"x")] if r.code == 0] and await pull(wire, svc_session, "T")
-    level0 = await svc_session.handle(wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, delay=0)))
+async def test_delay_level_0_and_99_and_negative(wire, svc_session, autojump_clock) -> None:
+    await send(wire, svc_session, b"x")
+    (record,) = await pull(wire, svc_session, "T")
+    level0 = await svc_session.handle(
+        wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, delay=0))
+    )
     assert (level0.code, level0.remark) == (ResponseCode.SUCCESS, "retry at delay level 3")
-    level99 = await svc_session.handle(wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, delay=99)))
+    level99 = await svc_session.handle(
+        wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, delay=99))
+    )
     assert (level99.code, level99.remark) == (ResponseCode.SUCCESS, "delay level 99 clamped to 18")
     assert await svc_session.backend.max_offset(SCHEDULE_TOPIC, 2) == 1  # level 3 queue
     assert await svc_session.backend.max_offset(SCHEDULE_TOPIC, 17) == 1  # level 18 queue
-    negative = await svc_session.handle(wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, delay=-1)))
+    negative = await svc_session.handle(
+        wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, delay=-1))
+    )
     assert (negative.code, negative.remark) == (ResponseCode.SUCCESS, "sent to %DLQ%G after 0 reconsumes")
     assert len(await pull(wire, svc_session, "%DLQ%G")) == 1
 
 
 @pytest.mark.parametrize(
     ("override", "code", "remark"),
-    [({"offset": "999999"}, ResponseCode.SYSTEM_ERROR, "look message by offset failed, 999999"),
-     ({"offset": "-3"}, ResponseCode.SYSTEM_ERROR, "look message by offset failed, -3"),
-     ({"offset": "x"}, ResponseCode.INVALID_PARAMETER, "header field 'offset' is not an integer: 'x'"),
-     ({"group": ""}, ResponseCode.INVALID_PARAMETER, "header field 'group' is empty")],
-)  # fmt: skip
-async def test_bad_send_back_changes_nothing(override, code, remark, wire, svc_session) -> None:
+    [
+        ({"offset": "999999"}, ResponseCode.SYSTEM_ERROR, "look message by offset failed, 999999"),
+        ({"offset": "-3"}, ResponseCode.SYSTEM_ERROR, "look message by offset failed, -3"),
+        ({"offset": "x"}, ResponseCode.INVALID_PARAMETER, "header field 'offset' is not an integer: 'x'"),
+        ({"group": ""}, ResponseCode.INVALID_PARAMETER, "header field 'group' is empty"),
+    ],
+)
+async def test_bad_send_back_changes_nothing(
+    override, code, remark, wire, svc_session, autojump_clock
+) -> None:
     await send(wire, svc_session, b"x")
     (record,) = await pull(wire, svc_session, "T")
-    response = await svc_session.handle(wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, **override)))
+    response = await svc_session.handle(
+        wire(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record, **override))
+    )
     assert response is not None
     assert (response.code, response.remark) == (code, remark)
     assert await svc_session.backend.get_topic("%RETRY%G") is None
     assert await svc_session.backend.get_topic("%DLQ%G") is None
 
 
-async def test_send_back_of_an_internal_record_is_refused(wire, svc_session) -> None:
+async def test_send_back_of_an_internal_record_is_refused(wire, svc_session, autojump_clock) -> None:
     await send(wire, svc_session, b"later", DELAY="1")  # parked in SCHEDULE_TOPIC_XXXX at offset 0
     parked = await svc_session.backend.get_message(0)
     assert parked is not None
@@ -131,7 +170,7 @@ async def test_send_back_without_services(wire, session) -> None:
     assert response.remark == "consumer send-back and retry topics are not available on this server"
 
 
-async def test_send_back_with_a_binary_header(wire, binary, svc_session) -> None:
+async def test_send_back_with_a_binary_header(wire, binary, svc_session, autojump_clock) -> None:
     await send(wire, svc_session, b"x")
     (record,) = await pull(wire, svc_session, "T")
     response = await svc_session.handle(binary(RequestCode.CONSUMER_SEND_MSG_BACK, send_back_ext(record)))
@@ -146,7 +185,7 @@ async def test_send_back_with_a_binary_header(wire, binary, svc_session) -> None
 # --- delayed SEND --------------------------------------------------------------------------------------
 
 
-async def test_delayed_send_is_not_pullable_before_its_level(wire, svc_session) -> None:
+async def test_delayed_send_is_not_pullable_before_its_level(wire, svc_session, autojump_clock) -> None:
     response = await send(wire, svc_session, b"in five seconds", DELAY="2")
     assert response.code == ResponseCode.SUCCESS
     assert response.remark is None
@@ -161,19 +200,24 @@ async def test_delayed_send_is_not_pullable_before_its_level(wire, svc_session) 
     assert parse_offset_msg_id(response.ext_fields["msgId"])[1] != record.commitlog_offset
 
 
-@pytest.mark.parametrize(("delay", "remark", "wait_s"), [("0", "delay level 0: not delayed", 0),
-                                                          ("99", "delay level 99 clamped to 18", 7200)])
-async def test_delay_0_is_immediate_and_99_is_clamped(delay, remark, wait_s, wire, svc_session) -> None:
-    response = await send(wire, svc_session, b"d", DELAY=delay)
-    assert (response.code, response.remark) == (ResponseCode.SUCCESS, remark)
-    if wait_s:
-        await trio.sleep(wait_s - 1)
-        assert await pull(wire, svc_session, "T") == []
-        await trio.sleep(1.5)
+async def test_delay_0_is_immediate(wire, svc_session, autojump_clock) -> None:
+    response = await send(wire, svc_session, b"d", DELAY="0")
+    assert (response.code, response.remark) == (ResponseCode.SUCCESS, "delay level 0: not delayed")
     assert [r.body for r in await pull(wire, svc_session, "T")] == [b"d"]
 
 
-async def test_non_numeric_delay_is_refused_and_nothing_is_stored(wire, svc_session) -> None:
+async def test_delay_99_is_clamped_to_the_highest_level(wire, svc_session, autojump_clock) -> None:
+    sent_ms = trio_clock_ms()()
+    response = await send(wire, svc_session, b"d", DELAY="99")
+    assert (response.code, response.remark) == (ResponseCode.SUCCESS, "delay level 99 clamped to 18")
+    parked = await svc_session.backend.get_message(parse_offset_msg_id(response.ext_fields["msgId"])[1])
+    assert (parked.topic, parked.queue_id) == (SCHEDULE_TOPIC, 17)
+    assert int(parked.properties["SCHEDULE_DUE_MS"]) - sent_ms == 2 * 3600 * 1000
+    await trio.sleep(600)
+    assert await pull(wire, svc_session, "T") == []
+
+
+async def test_non_numeric_delay_is_refused_and_nothing_is_stored(wire, svc_session, autojump_clock) -> None:
     response = await send(wire, svc_session, b"d", DELAY="soon")
     assert response.code == ResponseCode.MESSAGE_ILLEGAL
     assert response.remark == "InvalidDelay: DELAY='soon' is not an integer"
@@ -184,3 +228,27 @@ async def test_non_numeric_delay_is_refused_and_nothing_is_stored(wire, svc_sess
 async def test_without_services_delay_is_ignored(wire, session) -> None:
     assert (await send(wire, session, b"d", DELAY="3")).code == ResponseCode.SUCCESS
     assert [r.body for r in await pull(wire, session, "T")] == [b"d"]
+
+
+async def test_client_side_resend_to_the_retry_topic_is_delayed_or_dead_lettered(
+    wire, svc_session, autojump_clock
+) -> None:
+    """What a Java consumer does when send-back fails: SEND to %RETRY%G with DELAY = 3 + reconsumeTimes."""
+
+    async def resend(reconsume: int, body: bytes) -> RemotingCommand:
+        props = f"RETRY_TOPIC\x01T\x02RECONSUME_TIME\x01{reconsume}\x02DELAY\x01{3 + reconsume}\x02"
+        ext = {"a": "G", "b": "%RETRY%G", "c": "TBW102", "d": "1", "e": "0", "f": "0", "g": "1", "h": "0",
+               "i": props, "j": str(reconsume), "l": "16"}  # fmt: skip
+        response = await svc_session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
+        assert response is not None
+        assert response.code == ResponseCode.SUCCESS
+        return response
+
+    await svc_session.backend.create_topic("%RETRY%G", 1)
+    await resend(1, b"again")  # level 4: 30 s
+    await resend(17, b"dead")  # 17 > 16: %DLQ%G, undelayed
+    assert [r.body for r in await pull(wire, svc_session, "%DLQ%G")] == [b"dead"]
+    await trio.sleep(29.5)
+    assert await pull(wire, svc_session, "%RETRY%G") == []
+    await trio.sleep(1)
+    assert [r.body for r in await pull(wire, svc_session, "%RETRY%G")] == [b"again"]

@@ -8,6 +8,7 @@ from datetime import date
 from typing import Any
 
 import pytest
+
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import SUMMARY_FILE, TABLES
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.cli import build_parser, main
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from mqproxy.spark_etl import report
 
 pytestmark = pytest.mark.spark

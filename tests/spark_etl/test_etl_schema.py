@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("pyspark", reason="the etl extra is not installed")
 
 from jsonschema import Draft202012Validator
-from mqproxy.spark_etl import schema, synthetic
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -19,6 +18,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from mqproxy.spark_etl import schema, synthetic
 
 JSON_SCHEMA = schema.load_json_schema()
 EXPECTED_TYPE = {

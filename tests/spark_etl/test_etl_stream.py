@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.stream import start_stream
 

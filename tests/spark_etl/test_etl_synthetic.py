@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import orjson
 import pytest
+
 from mqproxy.spark_etl import synthetic
 
 

@@ -6,6 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from mqproxy.spark_etl import transforms
 from mqproxy.spark_etl.schema import EVENT_SCHEMA
 
