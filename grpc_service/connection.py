@@ -156,7 +156,7 @@ class GrpcConnectionDriver:
     async def run(self) -> None:
         self._conn.initiate()
         async with trio.open_nursery() as outer:
-            outer.start_soon(self._writer, outer.cancel_scope)
+            outer.start_soon(self._writer)
             async with trio.open_nursery() as inner:
                 self._nursery = inner
                 inner.start_soon(self._watch_drain)
@@ -169,7 +169,7 @@ class GrpcConnectionDriver:
     def _kick(self) -> None:
         self._dirty.set()
 
-    async def _writer(self, outer: trio.CancelScope) -> None:
+    async def _writer(self) -> None:
         try:
             while True:
                 data = self._conn.data_to_send()

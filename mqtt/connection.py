@@ -83,6 +83,23 @@ def _error_name(code: ReasonCode) -> str:
     }.get(code, code.name.lower())
 
 
+@dataclasses.dataclass(slots=True)
+class _Inbound:
+    """One client PUBLISH, checked, on its way to the store and its acknowledgement."""
+
+    packet: Publish
+    topic: str
+    properties: Properties
+    reason: ReasonCode = ReasonCode.SUCCESS
+    duplicate: bool = False
+    error: str | None = None  # the store refused it
+
+    @property
+    def stored(self) -> bool:
+        """True if this PUBLISH is to be written (not a QoS 2 duplicate, payload valid)."""
+        return not self.duplicate and self.reason == ReasonCode.SUCCESS
+
+
 def _is_error(status: str) -> bool:
     code = ReasonCode.__members__.get(status)
     return code is not None and code.is_error
@@ -305,36 +322,53 @@ class MqttConnection:
                 if self.decoder.protocol_level is not None:
                     self.level = self.decoder.protocol_level
                 raise
-            for packet in packets:
-                started = time.perf_counter()
-                status = "SUCCESS"
-                outcome = "ok"
-                topic: str | None = None
-                try:
-                    status, topic = await self._handle(packet)
-                except _Close as close:
-                    status = close.reason_code.name if close.reason_code is not None else "CLOSED"
-                    outcome = "error"
-                    raise
-                finally:
-                    kind = PACKET_TYPES[type(packet)]
-                    if kind is not PacketType.PINGREQ:
-                        self.ctx.request_event(
-                            op=kind.name,
-                            code=int(kind),
-                            status=status,
-                            outcome="error" if outcome == "error" or _is_error(status) else "ok",
-                            latency_ms=round((time.perf_counter() - started) * 1000, 3),
-                            client_id=self.client_id or None,
-                            topic=topic,
-                        )
+            index = 0
+            while index < len(packets):
+                packet = packets[index]
+                if isinstance(packet, Publish):
+                    # A run of PUBLISHes from one read is stored with one batch write per parent topic.
+                    end = index + 1
+                    while end < len(packets) and isinstance(packets[end], Publish):
+                        end += 1
+                    await self._on_publishes(packets[index:end])  # type: ignore[arg-type]
+                    index = end
+                    continue
+                await self._handle_logged(packet)
+                index += 1
                 if self.normal_disconnect:
                     raise _Close(None, None)
 
+    def _log_request(
+        self, kind: PacketType, status: str, started: float, topic: str | None, failed: bool = False
+    ) -> None:
+        self.ctx.request_event(
+            op=kind.name,
+            code=int(kind),
+            status=status,
+            outcome="error" if failed or _is_error(status) else "ok",
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            client_id=self.client_id or None,
+            topic=topic,
+        )
+
+    async def _handle_logged(self, packet: Packet) -> None:
+        started = time.perf_counter()
+        status = "SUCCESS"
+        failed = False
+        topic: str | None = None
+        try:
+            status, topic = await self._handle(packet)
+        except _Close as close:
+            status = close.reason_code.name if close.reason_code is not None else "CLOSED"
+            failed = True
+            raise
+        finally:
+            kind = PACKET_TYPES[type(packet)]
+            if kind is not PacketType.PINGREQ:
+                self._log_request(kind, status, started, topic, failed)
+
     async def _handle(self, packet: Packet) -> tuple[str, str | None]:
         """Handle one packet; returns (status for the request event, topic)."""
-        if isinstance(packet, Publish):
-            return await self._on_publish(packet)
         if isinstance(packet, Connect):
             return await self._on_connect(packet), None
         session = self.session
@@ -466,7 +500,8 @@ class MqttConnection:
         return packet.reason_code.name
 
     # --- PUBLISH from the client ----------------------------------------------------------------
-    async def _on_publish(self, packet: Publish) -> tuple[str, str | None]:
+    def _check_publish(self, packet: Publish, pending_qos2: set[int]) -> _Inbound:
+        """Resolve the topic alias and check a client PUBLISH; raises _Close for what ends the connection."""
         session = self.session
         assert session is not None
         topic = packet.topic
@@ -485,51 +520,85 @@ class MqttConnection:
             props = dataclasses.replace(props, topic_alias=None)
         elif not topic:
             raise _Close(ReasonCode.PROTOCOL_ERROR, "protocol_error", "empty topic without topic alias")
-        qos = int(packet.qos)
-        if qos > self.config.maximum_qos:
-            raise _Close(ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", f"PUBLISH at QoS {qos}")
+        if props.subscription_identifiers:
+            props = dataclasses.replace(props, subscription_identifiers=())
+        if packet.qos > self.config.maximum_qos:
+            raise _Close(
+                ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", f"PUBLISH at QoS {int(packet.qos)}"
+            )
+        inbound = _Inbound(packet, topic, props)
         packet_id = packet.packet_id
-        if qos == 2:
-            assert packet_id is not None
-            if packet_id in session.awaiting_rel:
-                await self.send(PubRec(packet_id))
-                return "DUPLICATE", topic
-            if len(session.awaiting_rel) >= self.config.receive_maximum:
+        if packet.qos == QoS.EXACTLY_ONCE and packet_id is not None:
+            if packet_id in session.awaiting_rel or packet_id in pending_qos2:
+                inbound.duplicate = True  # re-sent before PUBREL: acknowledge, do not store again
+                return inbound
+            if len(session.awaiting_rel) + len(pending_qos2) >= self.config.receive_maximum:
                 raise _Close(
                     ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                     "receive_maximum_exceeded",
-                    f"{len(session.awaiting_rel)} QoS 2 in flight",
+                    f"{len(session.awaiting_rel) + len(pending_qos2)} QoS 2 in flight",
                 )
-        reason = ReasonCode.SUCCESS
+            pending_qos2.add(packet_id)
         if props.payload_format_indicator == 1:
             try:
                 packet.payload.decode("utf-8")
             except UnicodeDecodeError:
-                reason = ReasonCode.PAYLOAD_FORMAT_INVALID
-        if reason == ReasonCode.SUCCESS:
-            if props.subscription_identifiers:
-                props = dataclasses.replace(props, subscription_identifiers=())
+                inbound.reason = ReasonCode.PAYLOAD_FORMAT_INVALID
+        return inbound
+
+    async def _on_publishes(self, packets: list[Publish]) -> None:
+        """Store a run of client PUBLISHes, then acknowledge them in order (one request event each).
+
+        Packets before one that ends the connection are still stored and acknowledged.
+        """
+        session = self.session
+        assert session is not None
+        started = time.perf_counter()
+        inbound: list[_Inbound] = []
+        failure: _Close | None = None
+        pending_qos2: set[int] = set()
+        for packet in packets:
             try:
-                await self.gateway.publish(
-                    topic, packet.payload, qos, packet.retain, props, self.client_id, self.ctx.peer
-                )
-            except BackendError as exc:
-                if self.level != MQTT_5:
-                    raise _Close(None, "store_failed", str(exc)) from None
-                reason = (
-                    ReasonCode.QUOTA_EXCEEDED
-                    if isinstance(exc, MessageTooLarge)
-                    else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
-                )
-        if qos == 1:
-            assert packet_id is not None
-            await self.send(PubAck(packet_id, reason))
-        elif qos == 2:
-            assert packet_id is not None
-            if not reason.is_error:
-                session.awaiting_rel.add(packet_id)
-            await self.send(PubRec(packet_id, reason))
-        return reason.name, topic
+                inbound.append(self._check_publish(packet, pending_qos2))
+            except _Close as close:
+                failure = close
+                break
+        to_store = [item for item in inbound if item.stored]
+        if to_store:
+            outcomes = await self.gateway.publish_many(
+                [
+                    (i.topic, i.packet.payload, int(i.packet.qos), i.packet.retain, i.properties)
+                    for i in to_store
+                ],
+                self.client_id,
+                self.ctx.peer,
+            )
+            for item, outcome in zip(to_store, outcomes, strict=True):
+                if isinstance(outcome, BackendError):
+                    item.error = str(outcome)
+                    item.reason = (
+                        ReasonCode.QUOTA_EXCEEDED
+                        if isinstance(outcome, MessageTooLarge)
+                        else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
+                    )
+        for item in inbound:
+            packet = item.packet
+            if item.error is not None and self.level != MQTT_5:  # 3.1.1 cannot refuse one PUBLISH
+                self._log_request(PacketType.PUBLISH, "CLOSED", started, item.topic, True)
+                raise _Close(None, "store_failed", item.error)
+            packet_id = packet.packet_id
+            if packet.qos == QoS.AT_LEAST_ONCE and packet_id is not None:
+                await self.send(PubAck(packet_id, item.reason))
+            elif packet.qos == QoS.EXACTLY_ONCE and packet_id is not None:
+                if not item.reason.is_error:
+                    session.awaiting_rel.add(packet_id)
+                await self.send(PubRec(packet_id, item.reason))
+            status = "DUPLICATE" if item.duplicate else item.reason.name
+            self._log_request(PacketType.PUBLISH, status, started, item.topic)
+        if failure is not None:
+            status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
+            self._log_request(PacketType.PUBLISH, status, started, None, True)
+            raise failure
 
     # --- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------------
     async def _on_subscribe(self, packet: Subscribe) -> tuple[str, str | None]:

@@ -19,6 +19,7 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
+from mqproxy.broker.errors import BackendError
 from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.broker.types import Message, SendResult
 from mqproxy.codecs.mqtt import Properties, parse_topic_filter
@@ -31,6 +32,8 @@ from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionS
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
 _log = structlog.get_logger("mqproxy.mqtt")
+#: Most client PUBLISHes written in one batch.
+MAX_BATCH = 64
 _KEY = "mqtt"
 
 
@@ -108,6 +111,25 @@ class Gateway:
             targets.append(RETAINED_LMQ)
         return tuple(targets)
 
+    def _message(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        client_id: str,
+        born_host: tuple[str, int],
+    ) -> Message:
+        return Message(
+            topic=parent_topic(topic),
+            body=payload,
+            properties=encode_properties(topic, qos, client_id, retain, properties),
+            born_timestamp_ms=now_ms(),
+            born_host=born_host,
+            dispatch=self.dispatch_targets(topic, retain),
+        )
+
     async def publish(
         self,
         topic: str,
@@ -119,18 +141,44 @@ class Gateway:
         born_host: tuple[str, int] = ("127.0.0.1", 0),
     ) -> SendResult:
         """Store one MQTT publish once and dispatch it to every LMQ that serves a matching subscription."""
-        message = Message(
-            topic=parent_topic(topic),
-            body=payload,
-            properties=encode_properties(topic, qos, client_id, retain, properties),
-            born_timestamp_ms=now_ms(),
-            born_host=born_host,
-            dispatch=self.dispatch_targets(topic, retain),
+        result = await self.backend.send(
+            self._message(topic, payload, qos, retain, properties, client_id, born_host)
         )
-        result = await self.backend.send(message)
         if retain:
             self.retained.set(topic, payload, qos, properties, result.store_timestamp_ms)
         return result
+
+    async def publish_many(
+        self,
+        items: list[tuple[str, bytes, int, bool, Properties]],
+        client_id: str,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> list[SendResult | BackendError]:
+        """Store ``(topic, payload, qos, retain, properties)`` publishes in order, one batch write per run
+        of the same parent topic; a refused batch is retried message by message, so each item gets its own
+        result or error."""
+        messages = [self._message(t, p, q, r, props, client_id, born_host) for t, p, q, r, props in items]
+        out: list[SendResult | BackendError] = []
+        start = 0
+        while start < len(messages):
+            end = start + 1
+            parent = messages[start].topic
+            while end < len(messages) and end - start < MAX_BATCH and messages[end].topic == parent:
+                end += 1
+            chunk = messages[start:end]
+            try:
+                out.extend(await self.backend.send_batch(chunk))
+            except BackendError:
+                for message in chunk:
+                    try:
+                        out.append(await self.backend.send(message))
+                    except BackendError as exc:
+                        out.append(exc)
+            start = end
+        for (topic, payload, qos, retain, props), result in zip(items, out, strict=True):
+            if retain and isinstance(result, SendResult):
+                self.retained.set(topic, payload, qos, props, result.store_timestamp_ms)
+        return out
 
     # --- sessions -----------------------------------------------------------------------------
     async def open_session(

@@ -16,6 +16,9 @@ from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, Co
 from mqproxy.remoting.context import RequestEvent, ServerContext
 
 _KEY = "remoting"
+#: Registry keys shared with :mod:`mqproxy.server`.
+SERVICES_KEY = "services"
+REMOTING_CHECK_BACK_KEY = "remoting_check_back"
 #: RequestEvent's field names, read once: a shallow copy per request (``asdict`` deep-copies).
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(RequestEvent))
 
@@ -26,16 +29,19 @@ def remoting_context(server: ServerState) -> ServerContext:
     if existing is None:
         settings = server.settings
         host, port = server.advertised
+        registry = ConnectionRegistry()
         existing = ServerContext(
             advertised_host=host,
             advertised_port=port,
-            groups=ConnectionRegistry(),
+            groups=registry,
+            services=server.registries.get(SERVICES_KEY),
             auto_create_topics=settings.store.auto_create_topics,
             default_queue_count=settings.store.default_queue_count,
             max_pull_batch=settings.remoting.max_pull_batch,
             long_poll_max_s=settings.remoting.long_poll_max_s,
         )
         server.registries[_KEY] = existing
+        server.registries[REMOTING_CHECK_BACK_KEY] = registry.check_transaction
     return existing
 
 

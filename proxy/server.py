@@ -24,6 +24,9 @@ from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
 from mqproxy.broker.services import ServiceSettings, open_services
 from mqproxy.broker.transactions import TransactionCheck
+from mqproxy.grpc_service.connection import grpc_service
+from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
+from mqproxy.remoting_route import REMOTING_CHECK_BACK_KEY, SERVICES_KEY, remoting_context
 from mqproxy.settings import BrokerSettings, Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
 
@@ -32,10 +35,7 @@ _log = structlog.get_logger("mqproxy.server")
 #: accept() errors that mean "overloaded", not "broken" (trio's serve_listeners treats them the same way).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_RETRY_S = 0.1
-#: ``ServerState.registries`` keys: the shared :class:`BrokerServices`, and the transaction
-#: check-back sender a protocol layer registers (``async (TransactionCheck) -> bool``).
-SERVICES_KEY = "services"
-CHECK_BACK_KEY = "transaction_check_back"
+
 
 
 @dataclass(eq=False)
@@ -102,8 +102,12 @@ async def serve(
         )
 
         async def check_back(check: TransactionCheck) -> bool:
-            """Transaction check-backs go to whichever protocol registered a sender (remoting)."""
-            sender = state.registries.get(CHECK_BACK_KEY)
+            """A transaction check-back goes to the protocol its producer used: gRPC producers have no
+            group, so their half messages carry ``%GRPC%<topic>``; everything else is remoting."""
+            if check.producer_group.startswith(GRPC_TRANSACTION_GROUP_PREFIX):
+                return await grpc_service(state).check_back(check)
+            remoting_context(state)  # creates the remoting registry (and its sender) on first use
+            sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
             return bool(sender is not None and await sender(check))
 
         async with open_services(backend, service_settings(settings.broker), check_back=check_back) as services:

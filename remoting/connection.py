@@ -301,6 +301,7 @@ async def serve_remoting(
     log = structlog.get_logger("mqproxy.remoting") if log is None else log
     decoder = FrameDecoder(limits.max_frame_bytes)
     in_flight = 0
+    drained: trio.Event | None = None  # set when the last request in flight ends during a drain
     connection: RemotingConnection | None = None
     read_scope: trio.CancelScope | None = None
 
@@ -329,6 +330,8 @@ async def serve_remoting(
         finally:
             if not busy:
                 in_flight -= 1
+                if in_flight == 0 and drained is not None:
+                    drained.set()
 
     try:
         async with trio.open_nursery() as nursery:
@@ -368,9 +371,9 @@ async def serve_remoting(
                 read_scope = None
                 if not data:
                     break
-            if draining is not None and draining.is_set():
-                while in_flight:
-                    await trio.sleep(0.01)
+            if draining is not None and draining.is_set() and in_flight:
+                drained = trio.Event()
+                await drained.wait()
             nursery.cancel_scope.cancel()
     finally:
         if connection is not None:

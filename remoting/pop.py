@@ -45,7 +45,8 @@ import trio
 
 from mqproxy.broker.errors import QueueNotFound
 from mqproxy.broker.internal_topics import PROPERTY_POP_CK
-from mqproxy.broker.pop import MAX_POP_BATCH, AckOutcome, InitMode, PopResult, Receipt, pop_retry_topic
+from mqproxy.broker.pop import MAX_POP_BATCH, AckOutcome, InitMode
+from mqproxy.broker.receipts import PopResult, Receipt, pop_retry_topic
 from mqproxy.broker.service_errors import MalformedReceipt
 from mqproxy.broker.types import TagFilter
 from mqproxy.codecs.message_record import encode_records

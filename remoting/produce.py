@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.broker.errors import IllegalTopic
+from mqproxy.broker.errors import IllegalTopic, QueueNotFound, TopicNotFound
 from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
 from mqproxy.broker.topics import (
     DLQ_PREFIX,
@@ -143,11 +144,26 @@ async def _send_single(
     if services is None:
         result = await session.backend.send(message)
         return _reply(session, [result], uniq_key)
+    if half or services.scheduler.park(message) is not None:
+        message.queue_id = await _real_queue(session, topic, queue_id)
     result = await services.send(message)
     reply = _reply(session, [result], uniq_key)
+    if result.topic != message.topic:  # parked or half: answer the queue it will be delivered to
+        reply.ext["queueId"] = str(message.queue_id)
     if not half:
         reply.remark = _delay_remark(services, properties)
     return reply
+
+
+async def _real_queue(session: RemotingSession, topic: str, queue_id: int) -> int:
+    """The queue a parked (delayed or half) message will reach: checked now, since the message is
+    stored elsewhere first; a negative id picks one at random, as the broker does before storing."""
+    config = await session.backend.get_topic(topic)
+    if config is None:
+        raise TopicNotFound(f"topic {topic} does not exist")
+    if queue_id >= config.write_queues:
+        raise QueueNotFound(f"{topic} has {config.write_queues} write queues, not {queue_id + 1}")
+    return queue_id if queue_id >= 0 else random.randrange(max(config.write_queues, 1))
 
 
 def _check_topic(topic: str) -> None:

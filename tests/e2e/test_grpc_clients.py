@@ -28,8 +28,7 @@ import pytest
 import trio
 import trustme
 
-from mqproxy.grpc_service.connection import grpc_service
-from mqproxy.server import CHECK_BACK_KEY, ServerHandle, serve
+from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
 
 pytestmark = pytest.mark.e2e
@@ -280,7 +279,6 @@ async def grpc_server(tls: Tls, tmp_path: Path) -> AsyncIterator[ServerHandle]:
         handle: ServerHandle = await nursery.start(
             lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
         )
-        handle.state.registries[CHECK_BACK_KEY] = grpc_service(handle.state).check_back
         yield handle
         handle.stop()
 

@@ -421,3 +421,31 @@ async def test_mosquitto_clients_smoke(port: int) -> None:
         assert got.stdout.strip() == "r"
 
     await in_thread(scenario)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qos", [0, 1])
+async def test_paho_throughput_one_publisher_one_subscriber(tmp_path: Path, log_sink: Any, qos: int) -> None:
+    """Publish→deliver rate with one paho publisher and one subscriber (in-process server: the clients
+    share its GIL, so `/tmp`-style out-of-process runs give higher figures). Prints msgs/s."""
+    settings = Settings.for_tests(tmp_path, log={"request_sample_rate": 0.0})
+    count = 5000
+
+    def scenario(port: int) -> float:
+        sub = Client(port, "bench-sub", V311)
+        sub.subscribe(("bench/t", qos))
+        pub = Client(port, "bench-pub", V311)
+        started = time.perf_counter()
+        infos = [pub.paho.publish("bench/t", b"x" * 64, qos=qos) for _ in range(count)]
+        for _ in range(count):
+            sub.get(timeout=30)
+        elapsed = time.perf_counter() - started
+        infos[-1].wait_for_publish(5)
+        sub.close()
+        pub.close()
+        return count / elapsed
+
+    async with running_server(settings) as handle:
+        rate = await trio.to_thread.run_sync(scenario, handle.address[1])
+    print(f"paho QoS{qos}: {rate:,.0f} msgs/s publish->deliver ({count} x 64 B, embedded store)")
+    assert rate > 100  # sanity floor on a shared 2-core machine; see the report for measured figures

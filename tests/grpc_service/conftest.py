@@ -265,3 +265,9 @@ async def grpc_env(nursery: trio.Nursery) -> AsyncIterator[GrpcEnv]:
         )
         yield GrpcEnv(backend, services, server, service, nursery)
         nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+def grpc_client_cls() -> type[GrpcTestClient]:
+    """The :class:`GrpcTestClient` class, for tests that bring their own stream (e.g. real TCP/TLS)."""
+    return GrpcTestClient

@@ -420,3 +420,13 @@ async def test_vanished_client_frees_its_calls(grpc_env: GrpcEnv, log_sink) -> N
     events = {e["op"]: e for e in log_sink.named("request")}
     assert events["ReceiveMessage"]["status"] == "CANCELLED"
     assert events["ReceiveMessage"]["outcome"] == "error"
+
+
+async def test_idle_connection_gets_goaway(grpc_env: GrpcEnv) -> None:
+    client = await grpc_env.connect(limits=ConnectionLimits(idle_timeout_s=0.2))
+    await assert_still_serving(client)
+    with trio.fail_after(3):
+        await client.closed.wait()
+    assert client.goaway is not None
+    assert client.goaway.error_code == 0
+    assert grpc_env.contexts[-1].detail == "idle timeout"

@@ -611,3 +611,17 @@ async def test_server_to_client_topic_aliases(server: Any) -> None:
         await pub.send(Publish(topic, b"x", Q0))
     got = [await receive_publish(sub) for _ in range(3)]
     assert [(p.topic, p.properties.topic_alias) for p in got] == [("ta/a", 1), ("", 1), ("ta/b", None)]
+
+
+async def test_client_maximum_packet_size_drops_oversized(server: Any) -> None:
+    sub, _ = await connect(server.address, "small", 5, properties=Properties(maximum_packet_size=64))
+    await subscribe(sub, ("mp", Q1))
+    pub, _ = await connect(server.address, "p", 5)
+    await pub.send(Publish("mp", b"x" * 100, Q1, packet_id=1))
+    await pub.send(Publish("mp", b"fits", Q1, packet_id=2))
+    assert await pub.receive() == PubAck(1)
+    assert await pub.receive() == PubAck(2)
+    got = await receive_publish(sub)
+    assert got.payload == b"fits"
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(wait_s=0.2)

@@ -107,29 +107,6 @@ async def test_metrics_endpoint_counts_connections(server: Any) -> None:
     assert 'mqproxy_negotiation_failures_total{reason="unknown_protocol"} 1.0' in text
 
 
-async def test_mqtt_connect_is_refused_with_connack(server: Any, log_sink: Any, wait_for: Any) -> None:
-    v311 = b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1"
-    s = await _connect(server)
-    await s.send_all(v311)
-    assert await _read_all(s) == b"\x20\x02\x00\x03"
-    v5 = b"\x10\x11\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x04dev1"
-    s = await _connect(server)
-    await s.send_all(v5)
-    assert await _read_all(s) == b"\x20\x03\x00\x88\x00"
-    await wait_for(lambda: len(log_sink.named("conn.closed")) == 2)
-    assert {e["error"] for e in log_sink.named("conn.closed")} == {"protocol_unavailable"}
-    assert {e["protocol"] for e in log_sink.named("conn.negotiated")} == {"mqtt"}
-
-
-async def test_grpc_preface_gets_goaway(server: Any) -> None:
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    client.initiate_connection()
-    s = await _connect(server)
-    await s.send_all(client.data_to_send())
-    events = client.receive_data(await _read_all(s))
-    assert any(isinstance(e, h2.events.ConnectionTerminated) for e in events)
-
-
 async def test_proxy_protocol_v1_and_v2_set_the_peer(server: Any, log_sink: Any, wait_for: Any) -> None:
     s = await _connect(server)
     await s.send_all(b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 9876\r\n")
@@ -356,3 +333,29 @@ async def test_metrics_report_store_size_and_consumer_lag(server: Any) -> None:
     assert 'mqproxy_consumer_lag_messages{group="GroupA",topic="LagTopic"} 2.0' in text
     store_line = next(line for line in text.splitlines() if line.startswith("mqproxy_store_bytes "))
     assert float(store_line.split()[1]) >= 30
+
+
+async def test_mqtt_connect_is_routed_to_the_mqtt_gateway(server: Any, log_sink: Any, wait_for: Any) -> None:
+    s = await _connect(server)
+    await s.send_all(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1")
+    with trio.fail_after(5):
+        connack = await s.receive_some(4)
+    assert connack == b"\x20\x02\x00\x00"  # CONNACK, session not present, accepted
+    await s.send_all(b"\xe0\x00")  # DISCONNECT
+    await _read_all(s)
+    await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
+    assert log_sink.named("conn.negotiated")[0]["protocol"] == "mqtt"
+    assert log_sink.named("conn.closed")[0]["error"] is None
+
+
+async def test_h2_preface_is_routed_to_the_grpc_service(server: Any, log_sink: Any, wait_for: Any) -> None:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    s = await _connect(server)
+    await s.send_all(client.data_to_send())
+    with trio.fail_after(5):
+        events = client.receive_data(await s.receive_some(65536))
+    assert any(isinstance(e, h2.events.RemoteSettingsChanged) for e in events)
+    await s.aclose()
+    await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
+    assert log_sink.named("conn.negotiated")[0]["protocol"] == "grpc"

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.broker.types import Message
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
@@ -258,3 +259,27 @@ async def test_frames_split_across_reads_are_measured_exactly(backend, ctx) -> N
     assert sorted(e.req_bytes for e in events) == sorted([len(first), len(second)])
     assert stats.bytes_in == len(first) + len(second)
     assert stats.bytes_out == sum(e.resp_bytes for e in events)
+
+
+async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock) -> None:
+    await backend.create_topic("T", 4)
+    draining = trio.Event()
+    returned_at: list[float] = []
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    client = Client(client_stream)
+
+    async def serve() -> None:
+        await serve_remoting(server_stream, backend, ctx, draining=draining)
+        returned_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await client.send(pull(1))  # held: queue 0 is empty
+        await trio.sleep(1)
+        draining.set()
+        await trio.sleep(2)
+        assert returned_at == []  # the held pull is still in flight
+        await backend.send(Message("T", b"wake", queue_id=0))
+        response = await client.receive()
+        assert (response.opaque, response.code) == (1, ResponseCode.SUCCESS)
+    assert returned_at == [pytest.approx(3.0, abs=0.01)]

@@ -10,6 +10,8 @@ from mqproxy.codecs.message_id import offset_msg_id, parse_offset_msg_id
 from mqproxy.codecs.message_record import DecodedRecord, decode_records, encode_record
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.remoting.context import ServerContext
+from mqproxy.remoting.session import RemotingSession
 
 ADVERTISED = ("10.0.0.8", 8080)
 
@@ -252,3 +254,34 @@ async def test_client_side_resend_to_the_retry_topic_is_delayed_or_dead_lettered
     assert await pull(wire, svc_session, "%RETRY%G") == []
     await trio.sleep(1)
     assert [r.body for r in await pull(wire, svc_session, "%RETRY%G")] == [b"again"]
+
+
+async def test_delayed_send_answers_and_reaches_the_real_queue(wire, svc_session, autojump_clock) -> None:
+    await svc_session.backend.create_topic("T", 4)
+    ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "-1", "f": "0", "g": "1", "h": "0",
+           "i": "DELAY\x011\x02"}  # fmt: skip
+    response = await svc_session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"picked"))
+    assert response.code == ResponseCode.SUCCESS
+    queue_id = int(response.ext_fields["queueId"])
+    assert 0 <= queue_id < 4
+    await trio.sleep(1.5)
+    result = await svc_session.backend.pull("T", queue_id, 0, 32)
+    assert [m.body for m in result.messages] == [b"picked"]
+
+
+@pytest.mark.parametrize(
+    ("topic", "queue", "code"),
+    [("Missing", "0", ResponseCode.TOPIC_NOT_EXIST), ("T", "9", ResponseCode.INVALID_PARAMETER)],
+)
+async def test_delayed_send_to_a_missing_topic_or_queue_is_refused_up_front(
+    topic, queue, code, wire, backend, services, autojump_clock
+) -> None:
+    await backend.create_topic("T", 4)
+    ctx = ServerContext(*ADVERTISED, services=services, auto_create_topics=False)
+    session = RemotingSession(backend, ctx)
+    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": queue, "f": "0", "g": "1", "h": "0",
+           "i": "DELAY\x011\x02"}  # fmt: skip
+    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
+    assert response.code == code
+    assert response.remark
+    assert await services.scheduler.pending() == 0

@@ -19,9 +19,9 @@ CODES = [RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, Reques
          RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION, RequestCode.POLLING_INFO,
          RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.SEND_MESSAGE_V2]  # fmt: skip
 KEYS = ["offset", "group", "delayLevel", "maxReconsumeTimes", "originMsgId", "producerGroup",
-        "commitLogOffset", "tranStateTableOffset", "commitOrRollback", "fromTransactionCheck", "consumerGroup",
-        "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime", "bornTime", "initMode", "expType", "exp",
-        "order", "extraInfo", "a", "b", "e", "f", "g", "h", "i"]  # fmt: skip
+        "commitLogOffset", "tranStateTableOffset", "commitOrRollback", "fromTransactionCheck",
+        "consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime", "bornTime",
+        "initMode", "expType", "exp", "order", "extraInfo", "a", "b", "e", "f", "g", "h", "i"]  # fmt: skip
 VALUES = st.one_of(
     st.sampled_from(["T", "G", "PG", "0", "1", "-1", "8", "12", "33", "99", "true", "", "%RETRY%G_T", "TAG",
                      "SQL92", str(2**63), "0 1 60000 3 0 broker-a 0 0", "0 1 2 999 1 b 0 0", "x y",
