@@ -2,8 +2,8 @@
 
 Runs mqproxy (memory backend, JSON logs to a file) and, as the baseline, a plain trio echo server, each
 in its own process, and drives both from this process with the same connection pattern: connect, send
-the protocol's first bytes, read until the server closes (or the first answer for protocols that keep the
-connection open), close. Sniff latency is the proxy's own ``sniff_ms`` from ``conn.negotiated`` events.
+the protocol's first bytes, read the first answer (route, CONNACK, SETTINGS, HTTP response), then for
+HTTP ("Connection: close") wait for the server to close, and for the long-lived protocols close at once. Sniff latency is the proxy's own ``sniff_ms`` from ``conn.negotiated`` events.
 
     python bench/negotiation.py [--connections 2000] [--concurrency 16]
 """
@@ -71,8 +71,10 @@ async def _one(port: int, payload: bytes, tls: ssl.SSLContext | None) -> float:
         await stream.send_all(payload)
         first = await stream.receive_some(65536)
         latency = time.perf_counter() - started
-        if first:
-            with trio.move_on_after(0.001 if payload.startswith(b"\x00") else 5):
+        if first and payload.endswith(HTTP_GET):
+            # HTTP with "Connection: close": the server ends the connection, wait for that. Remoting,
+            # MQTT and gRPC connections are long-lived: the client closes after the first answer.
+            with trio.move_on_after(5):
                 try:
                     while await stream.receive_some(65536):
                         pass

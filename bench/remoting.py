@@ -1,12 +1,14 @@
 """Remoting benchmark: SEND_MESSAGE_V2 throughput and latency, backlog drain by PULL_MESSAGE, peak RSS.
 
-Three servers run in the same invocation, each in its own process, driven by the same load generator in
+Four servers run in the same invocation, each in its own process, driven by the same load generator in
 this process:
 
 * ``baseline``: a trio server that decodes frames with the project's ``FrameDecoder`` and answers each
   SEND with a minimal SUCCESS (and each PULL with canned records up to the number of sends it counted);
   no storage. It bounds what the load generator and framing alone can reach.
 * ``mqproxy async``: ``mqproxy serve``, embedded store in a temp dir, ``store.flush=async``.
+* ``mqproxy async-nolog``: ``mqproxy async`` with ``log.request_sample_rate=0``: the difference from
+  ``mqproxy async`` is the cost of per-request observability (connection events stay on).
 * ``mqproxy sync``: the same with ``store.flush=sync`` (acknowledged after fdatasync, group commit).
 
 Send cases: N producers (one connection each, one outstanding send at a time, so latency is the round
@@ -17,7 +19,8 @@ counted from ``nextBeginOffset``, not decoded). CPU columns are the share of one
 (this process) and the server during the case (a client near 100 % means the figure is client-bound),
 and the server's CPU time per message, which depends far less than msgs/s on what else the machine runs.
 
-    python bench/remoting.py [--messages 20000] [--seconds 4] [--backlog 20000] [--only baseline,async,sync]
+    python bench/remoting.py [--messages 20000] [--seconds 4] [--backlog 20000]
+                             [--only baseline,async,async-nolog,sync]
 """
 
 from __future__ import annotations
@@ -314,7 +317,10 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=20000, help="messages drained per drain case")
     parser.add_argument("--drain-body", type=int, default=128, help="body size of the drained backlog")
     parser.add_argument("--warmup", type=int, default=400, help="unmeasured sends per body size first")
-    parser.add_argument("--only", default="baseline,async,sync", help="targets to run, comma list")
+    parser.add_argument(
+        "--only", default="baseline,async,async-nolog,sync",
+        help="targets to run, comma list (async-nolog: async with request events off)",
+    )
     parser.add_argument("--sample-rate", default="1.0", help="proxy log.request_sample_rate (default 1.0)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole run")
     args = parser.parse_args()
@@ -335,12 +341,15 @@ def main() -> int:
                 if name == "baseline":
                     proc, port = _start_baseline()
                     target = Target("baseline", port, proc.pid, proc.kill)
-                elif name in ("async", "sync"):
+                elif name in ("async", "sync", "async-nolog"):
+                    # async-nolog: the same proxy with per-request events off, i.e. the cost of
+                    # observability is the difference between the "async" and "async-nolog" rows.
+                    rate = "0.0" if name == "async-nolog" else args.sample_rate
                     proxy = start_proxy(
                         root / f"data-{name}",
                         root / f"proxy-{name}.log",
-                        flush=name,
-                        extra_env={"MQPROXY_LOG_REQUEST_SAMPLE_RATE": args.sample_rate},
+                        flush=name.split("-")[0],
+                        extra_env={"MQPROXY_LOG_REQUEST_SAMPLE_RATE": rate},
                     )
                     target = Target(f"mqproxy {name}", proxy.port, proxy.pid, proxy.stop)
                 else:

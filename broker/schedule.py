@@ -13,14 +13,23 @@ relative, at most ``max_timer_delay_ms``) cascade through the levels: each hop u
 past the deadline (the shortest level's hop is cut to the deadline), so delivery is never early and at
 most one hop of the shortest level late. ``DELAY`` wins when both are set. Level 0 or below means no
 delay; levels above the highest are clamped to it (as the Java broker does).
+
+Recall (RocketMQ 5 ``RecallMessage``): a deliver-at message gets a recall handle (:func:`recall_handle`:
+topic, ``UNIQ_KEY``, deliver-at). :meth:`Scheduler.recall` before the deliver-at time appends a record to
+:data:`RECALL_TOPIC` and marks (topic, ``UNIQ_KEY``) recalled in memory; the level tasks drop a recalled
+parked message at its next hop instead of re-sending it. :meth:`Scheduler.start` replays the whole recall
+topic, so a recall survives a restart. Recalled keys stay in memory (one small entry per recall).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import structlog
 import trio
@@ -42,9 +51,16 @@ from mqproxy.broker.internal_topics import (
     ensure_topic,
     wall_clock_ms,
 )
-from mqproxy.broker.service_errors import InvalidDelay
+from mqproxy.broker.service_errors import InvalidArgument, InvalidDelay, MessageNotFound
 from mqproxy.broker.topics import validate_send_topic
-from mqproxy.broker.types import PROPERTY_DELAY_LEVEL, Message, PullStatus, SendResult, StoredMessage
+from mqproxy.broker.types import (
+    PROPERTY_DELAY_LEVEL,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    PullStatus,
+    SendResult,
+    StoredMessage,
+)
 
 #: RocketMQ ``messageDelayLevel`` default: levels 1..18.
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -58,6 +74,44 @@ _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LEVEL = re.compile(r"(\d+)(ms|s|m|h|d)")
 
 _log = structlog.get_logger("mqproxy.schedule")
+
+#: Recall records: one message per recalled parked message (``REAL_TOPIC``, :data:`PROPERTY_RECALLED_KEY`,
+#: ``TIMER_DELIVER_MS``), replayed at start.
+RECALL_TOPIC = "rmq_sys_SCHEDULE_RECALL"
+#: The ``UNIQ_KEY`` of the recalled message, on a recall record.
+PROPERTY_RECALLED_KEY = "RECALLED_UNIQ_KEY"
+_RECALL_VERSION = "v1"
+_MAX_HANDLE_CHARS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHandle:
+    """What a recall handle names: the real topic, the message's ``UNIQ_KEY`` and its deliver-at time."""
+
+    topic: str
+    message_id: str
+    deliver_at_ms: int
+
+
+def recall_handle(topic: str, message_id: str, deliver_at_ms: int) -> str:
+    """The opaque handle a producer gets for a deliver-at message (URL-safe base64, no padding)."""
+    raw = f"{_RECALL_VERSION} {topic} {deliver_at_ms} {message_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def parse_recall_handle(handle: str) -> RecallHandle:
+    """Inverse of :func:`recall_handle`; :class:`InvalidArgument` for anything else."""
+    if not handle or len(handle) > _MAX_HANDLE_CHARS:
+        raise InvalidArgument("recall handle is empty or too long")
+    try:
+        padded = (handle + "=" * (-len(handle) % 4)).encode("ascii")
+        raw = base64.b64decode(padded, altchars=b"-_", validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):  # UnicodeError is a ValueError
+        raise InvalidArgument("recall handle does not decode") from None
+    parts = raw.split(" ")
+    if len(parts) != 4 or parts[0] != _RECALL_VERSION or not parts[2].isdigit() or not parts[1] or not parts[3]:
+        raise InvalidArgument("malformed recall handle")
+    return RecallHandle(parts[1], parts[3], int(parts[2]))
 
 
 def parse_delay_levels(text: str) -> tuple[int, ...]:
@@ -101,6 +155,8 @@ class Scheduler:
         self.max_timer_delay_ms = max_timer_delay_ms
         self._now_ms = now_ms
         self.delivered = 0  # messages re-sent to their real topic since start (for metrics)
+        self.dropped_recalled = 0  # recalled parked messages dropped since start
+        self._recalled: set[tuple[str, str]] = set()  # (real topic, UNIQ_KEY)
 
     @property
     def max_level(self) -> int:
@@ -116,8 +172,61 @@ class Scheduler:
         return 0 if clamped == 0 else self.levels_ms[clamped - 1]
 
     async def start(self) -> None:
-        """Create the schedule topic (one queue per level)."""
+        """Create the schedule topic (one queue per level) and the recall topic; replay the recalls."""
         await ensure_topic(self._backend, SCHEDULE_TOPIC, self.max_level)
+        await ensure_topic(self._backend, RECALL_TOPIC, 1)
+        offset = await self._backend.min_offset(RECALL_TOPIC, 0)
+        while True:
+            result = await self._backend.pull(RECALL_TOPIC, 0, offset, _BATCH)
+            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
+                offset = result.next_offset
+                continue
+            if not result.messages:
+                return
+            for record in result.messages:
+                topic = record.properties.get(PROPERTY_REAL_TOPIC, "")
+                key = record.properties.get(PROPERTY_RECALLED_KEY, "")
+                if topic and key:
+                    self._recalled.add((topic, key))
+            offset = result.messages[-1].queue_offset + 1
+
+    # --- recall --------------------------------------------------------------------------------
+    async def recall(self, topic: str, handle: str) -> str:
+        """Cancel the deliver-at message ``handle`` names (of ``topic``); returns its ``UNIQ_KEY``.
+
+        Durable once it returns. Raises :class:`InvalidArgument` for a malformed handle or one of another
+        topic, :class:`MessageNotFound` once the deliver-at time has passed (delivered or about to be).
+        Recalling twice is not an error.
+        """
+        target = parse_recall_handle(handle)
+        if target.topic != topic:
+            raise InvalidArgument(f"recall handle is for topic {target.topic[:64]!r}, not {topic[:64]!r}")
+        if target.deliver_at_ms <= self._now_ms():
+            raise MessageNotFound("message already delivered, recall is too late")
+        key = (topic, target.message_id)
+        if key in self._recalled:
+            return target.message_id
+        # Marked before the record is written: a level task that fires meanwhile already honours it.
+        self._recalled.add(key)
+        record = Message(
+            topic=RECALL_TOPIC,
+            body=b"",
+            queue_id=0,
+            properties={
+                PROPERTY_REAL_TOPIC: topic,
+                PROPERTY_RECALLED_KEY: target.message_id,
+                PROPERTY_TIMER_DELIVER_MS: str(target.deliver_at_ms),
+            },
+        )
+        try:
+            await self._backend.send(record)
+        except BaseException:
+            self._recalled.discard(key)
+            raise
+        return target.message_id
+
+    def is_recalled(self, topic: str, message_id: str) -> bool:
+        return (topic, message_id) in self._recalled
 
     # --- produce -------------------------------------------------------------------------------
     async def send(self, message: Message) -> SendResult:
@@ -229,8 +338,13 @@ class Scheduler:
                 await backend.commit_consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, qid, offset)
 
     async def _fire(self, parked: StoredMessage) -> None:
-        """Re-send ``parked``: to its real queue when due, or to its next hop. Retries store outages."""
+        """Re-send ``parked``: to its real queue when due, or to its next hop (nothing if recalled).
+        Retries store outages."""
         props = dict(parked.properties)
+        real_topic = props.get(PROPERTY_REAL_TOPIC, "")
+        if (real_topic, props.get(PROPERTY_UNIQ_KEY, "")) in self._recalled:
+            self.dropped_recalled += 1
+            return
         deliver_at = None if PROPERTY_DELAY_LEVEL in props else props.get(PROPERTY_TIMER_DELIVER_MS)
         now = self._now_ms()
         if deliver_at is not None and deliver_at.isdigit() and int(deliver_at) > now:

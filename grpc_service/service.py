@@ -24,7 +24,9 @@ available and TRANSACTION when the transaction service is (clients validate the 
 Broker services (receipt handles, retry, delay, transactions) are looked up per call through the
 ``services`` callable (``ServerState.registries["services"]``: a ``BrokerServices`` with ``send``, ``pop``,
 ``retry``, ``scheduler``, ``transactions``); pop RPCs whose service is absent answer ``NOT_IMPLEMENTED``,
-a future delivery timestamp ``UNSUPPORTED``.
+a future delivery timestamp ``UNSUPPORTED``. A message parked for a future delivery timestamp gets a
+``recall_handle`` in its SendResultEntry; RecallMessage cancels it through the scheduler until that time
+(MESSAGE_NOT_FOUND after it, BAD_REQUEST for a malformed handle or one of another topic).
 
 Semantics worth knowing: a message group is hashed (CRC32) onto one writable queue; ReceiveMessage pops
 from every queue of the topic (the request's queue id is ignored: the Node client only ever names queue 0)
@@ -48,6 +50,8 @@ import trio
 from google.protobuf.message import DecodeError
 
 from mqproxy.broker.errors import BackendError, IllegalTopic
+from mqproxy.broker.internal_topics import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
+from mqproxy.broker.schedule import recall_handle
 from mqproxy.broker.topics import validate_topic
 from mqproxy.broker.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
 from mqproxy.codecs import rocketmq_v2 as pb
@@ -425,9 +429,13 @@ class MessagingService:
         except BackendError as exc:
             return pb.SendResultEntry(status=_status(code_for(exc), str(exc) or type(exc).__name__))
         message_id = msg.system_properties.message_id
-        return pb.SendResultEntry(
+        entry = pb.SendResultEntry(
             status=_ok(), message_id=message_id, transaction_id=message_id, offset=result.queue_offset
         )
+        deliver_at = message.properties.get(PROPERTY_TIMER_DELIVER_MS, "")
+        if result.topic == SCHEDULE_TOPIC and deliver_at.isdigit():
+            entry.recall_handle = recall_handle(message.topic, message_id, int(deliver_at))
+        return entry
 
     async def _store(self, message: Message, msg: Any) -> Any:
         config = await self._topic(message.topic, create=True)
@@ -447,8 +455,10 @@ class MessagingService:
         return await self.backend.send(message)
 
     async def recall_message(self, call: Call, request: Any) -> Any:
-        self._topic_name(call, request.topic)
-        raise ApiError(pb.Code.UNSUPPORTED, "recalling delayed messages is not supported")
+        topic = self._topic_name(call, request.topic)
+        scheduler = self._service("scheduler", "RecallMessage (delayed delivery)")
+        message_id = await scheduler.recall(topic, request.recall_handle)
+        return pb.RecallMessageResponse(status=_ok(), message_id=message_id)
 
     async def end_transaction(self, call: Call, request: Any) -> Any:
         topic = self._topic_name(call, request.topic)

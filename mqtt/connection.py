@@ -5,10 +5,13 @@ into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_time
 consumer and is disconnected), a drain watcher, and one delivery reader per subscription (pull from the
 subscription's LMQ at the session cursor, long-poll the store when caught up, push PUBLISHes inside the
 in-flight window). Offsets of QoS 1/2 deliveries advance on PUBACK / PUBCOMP, of QoS 0 on write.
+Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
+acknowledged in order (PUBACK / PUBREC only after the store accepted them).
 
 Closing: MQTT 5 peers get a DISCONNECT (or, while connecting, a CONNACK) with the reason code first; 3.1.1
-peers are closed silently, except for an unsupported protocol level (CONNACK 0x01). The session is then
-detached (ended or persisted) and the will is published unless the client sent a normal DISCONNECT.
+peers are closed silently, except that a refused CONNECT gets its CONNACK return code (0x01 for an
+unsupported level, 0x02 for a rejected client id). The session is then detached (ended or persisted) and
+the will is published unless the client sent a normal DISCONNECT.
 """
 
 from __future__ import annotations

@@ -96,8 +96,12 @@ class JsonLineReader:
 class ProxyProcess:
     """One ``mqproxy serve`` child. ``address`` is ``"127.0.0.1:PORT"`` once started."""
 
-    def __init__(self, executable: str, data_dir: Path, log_dir: Path) -> None:
+    def __init__(
+        self, executable: str, data_dir: Path, log_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.executable = executable
+        #: Extra environment for the child (e.g. ``MQPROXY_BROKER_*`` settings); None: inherit only.
+        self.env = env
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.address: str | None = None
@@ -112,7 +116,9 @@ class ProxyProcess:
         cmd = [self.executable, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
                "--log-format", "json"]
         with open(self.log_dir / f"proxy-{self._runs}.stderr", "wb") as stderr:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+            env = dict(os.environ, **self.env) if self.env else None
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                                         env=env)
         self.reader = JsonLineReader(self.proc.stdout)
         started = self.reader.wait_for(lambda e: e.get("event") == "proxy.started", START_TIMEOUT)
         if started is None:
@@ -280,14 +286,17 @@ def proxy_bin() -> str:
 @pytest.fixture
 def new_proxy(
     proxy_bin: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Callable[[], ProxyProcess]]:
-    """Factory for private, started proxies; every one is stopped at teardown."""
+) -> Iterator[Callable[..., ProxyProcess]]:
+    """Factory for private, started proxies; every one is stopped at teardown.
+
+    ``new_proxy(env={"MQPROXY_BROKER_MAX_RECONSUME_TIMES": "2"})`` adds environment variables (settings).
+    """
     started: list[ProxyProcess] = []
     request.node._e2e_proxies = started  # read by pytest_runtest_makereport
-    def make() -> ProxyProcess:
+    def make(env: dict[str, str] | None = None) -> ProxyProcess:
         base = tmp_path_factory.mktemp("proxy")
         (base / "data").mkdir()
-        proxy = ProxyProcess(proxy_bin, base / "data", base)
+        proxy = ProxyProcess(proxy_bin, base / "data", base, env)
         proxy.start()
         started.append(proxy)
         return proxy

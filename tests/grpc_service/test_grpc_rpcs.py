@@ -441,10 +441,6 @@ def _retopic(stored: Any, topic: str) -> Any:
 
 async def test_unsupported_rpcs_answer_a_status(grpc_env: GrpcEnv) -> None:
     client = await grpc_env.connect()
-    recall = await client.unary(
-        "RecallMessage", pb.RecallMessageRequest(topic=pb.Resource(name="T"), recall_handle="h")
-    )
-    assert recall.status.code == Code.UNSUPPORTED
     lite = await client.unary("SyncLiteSubscription", pb.SyncLiteSubscriptionRequest())
     assert lite.status.code == Code.NOT_IMPLEMENTED
 

@@ -31,6 +31,7 @@ from mqproxy.codecs.mqtt import (
     UnsubAck,
     Unsubscribe,
     Will,
+    encode,
 )
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway, rocketmq_dispatch
@@ -625,3 +626,28 @@ async def test_client_maximum_packet_size_drops_oversized(server: Any) -> None:
     assert got.payload == b"fits"
     with pytest.raises(trio.TooSlowError):
         await sub.receive(wait_s=0.2)
+
+
+async def test_publish_run_in_one_read_is_batched_and_deduplicated(server: Any, log_sink: Any) -> None:
+    sub, _ = await connect(server.address, "s")
+    await subscribe(sub, ("run/#", Q2))
+    pub, _ = await connect(server.address, "p")
+    burst = [Publish("run/a", b"%d" % i, Q1, packet_id=i + 1) for i in range(100)]
+    burst += [
+        Publish("run/b", b"q2", Q2, packet_id=500),
+        Publish("run/b", b"q2", Q2, packet_id=500, dup=True),
+    ]
+    burst += [Publish("other/x", b"elsewhere", Q0), Publish("run/c", b"last", Q1, packet_id=501)]
+    await pub.send_raw(b"".join(encode(p, 4) for p in burst))
+    acks = [await pub.receive() for _ in range(103)]
+    assert acks == [PubAck(i + 1) for i in range(100)] + [PubRec(500), PubRec(500), PubAck(501)]
+    await pub.send(PubRel(500))
+    assert await pub.receive() == PubComp(500)
+    got = [await receive_publish(sub) for _ in range(102)]
+    assert [p.payload for p in got if p.topic == "run/a"] == [b"%d" % i for i in range(100)]
+    assert [p.payload for p in got if p.topic != "run/a"] == [b"q2", b"last"]
+    with pytest.raises(trio.TooSlowError):
+        await sub.receive(wait_s=0.2)
+    publishes = [e for e in log_sink.named("request") if e["op"] == "PUBLISH" and e["client_id"] == "p"]
+    assert len(publishes) == 104
+    assert [e["status"] for e in publishes].count("DUPLICATE") == 1

@@ -6,6 +6,9 @@
 //   node alions.js consume --namesrv HOST:PORT --topic T --group G --expect N [--timeout S]
 //                          [--linger S] [--expression *] [--prop-key K]...
 //
+//   node alions.js consume-fail --namesrv HOST:PORT --topic T --group G [--duration S]
+//                          [--max-reconsume N]
+//
 // Same contract as cpp_client.py: one JSON object per line on stdout ("sent" / "started" /
 // "received" / "done"); consume exits 0 when --expect messages arrived, 1 on timeout. The consumer
 // closes cleanly (close() persists offsets and unregisters the client).
@@ -109,11 +112,44 @@ async function consume(args) {
   return ok ? 0 : 1;
 }
 
+// Fail every message (the listener throws) for --duration seconds; the client sends it back with
+// maxReconsumeTimes = --max-reconsume (default 16) and drops it locally beyond that count. Throwing, not
+// returning ACTION_RETRY: ali-ons's own %RETRY% listener drops the user listener's return value.
+async function consumeFail(args) {
+  if (!args.group) throw new Error('--group is required');
+  const durationMs = Number(args.duration || 20) * 1000;
+  const options = { httpclient, nameSrv: args.namesrv, consumerGroup: args.group };
+  if (args['max-reconsume'] !== undefined) options.maxReconsumeTimes = Number(args['max-reconsume']);
+  const consumer = new Consumer(options);
+  consumer.on('error', err => {
+    if (!/failing on purpose/.test(err.message)) console.error('consumer error:', err.message);
+  });
+  consumer.subscribe(args.topic, args.expression || '*', async msg => {
+    emit({
+      event: 'received',
+      t: Date.now() / 1000,
+      topic: msg.topic,
+      body: msg.body.toString('utf8'),
+      msg_id: msg.msgId,
+      queue_id: msg.queueId,
+      reconsume_times: msg.reconsumeTimes,
+    });
+    throw new Error('failing on purpose');
+  });
+  await consumer.ready();
+  emit({ event: 'started' });
+  await new Promise(resolve => setTimeout(resolve, durationMs));
+  await consumer.close();
+  emit({ event: 'done' });
+  return 0;
+}
+
 async function main() {
   const { command, args } = parseArgs(process.argv.slice(2));
   if (command === 'produce') return produce(args);
   if (command === 'consume') return consume(args);
-  throw new Error(`unknown command ${command}; expected produce or consume`);
+  if (command === 'consume-fail') return consumeFail(args);
+  throw new Error(`unknown command ${command}; expected produce, consume or consume-fail`);
 }
 
 main().then(code => process.exit(code), err => {

@@ -7,6 +7,16 @@ import name ``rocketmq`` and the ctypes API used here. Output is one JSON object
 ``consume``  ``{"event": "started"}`` once subscribed, one ``{"event": "received", ...}`` per message,
              then ``{"event": "done", ...}`` when ``--expect`` messages arrived or ``--timeout`` expired.
 
+``consume-fail``     like ``consume`` but the listener always fails (RECONSUME_LATER); ``received`` events
+                     carry ``reconsume_times``; ``done`` after ``--duration`` seconds.
+``consume-orderly``  like ``consume`` with the orderly listener (``PushConsumer(orderly=True)``: the core
+                     locks its queues with LOCK_BATCH_MQ and consumes each queue on one thread).
+``produce-orderly``  like ``produce`` through ``send_orderly(msg, --shard)``: every message to one queue.
+``produce-txn``      (2.1 core only: ``CreateTransactionProducer`` / ``SendMessageTransaction`` of the C API,
+                     which the Python binding does not wrap) one half message per ``--local`` state
+                     (commit / rollback / unknown); check-backs are answered ``--check`` and reported as
+                     ``{"event": "checked", ...}``; stays ``--linger`` seconds to answer them.
+
 The 2.1 core segfaults in ``PushConsumer.shutdown()``, so ``consume`` never calls it: it waits
 ``--linger`` seconds (the core persists offsets every 5 s) and leaves with ``os._exit``; the broker sees
 the connection close. Exit status: 0 when the expected count was reached, 1 otherwise.
@@ -23,6 +33,9 @@ import time
 from typing import Any
 
 from rocketmq.client import Message, Producer, PushConsumer, RecvMessage
+
+#: C API ``CTransactionStatus``.
+TRANSACTION_STATES = {"commit": 0, "rollback": 1, "unknown": 2}
 
 _STDOUT_LOCK = threading.Lock()
 
@@ -121,6 +134,140 @@ def consume(args: argparse.Namespace) -> int:
     os._exit(0 if ok else 1)
 
 
+def received_event(msg: RecvMessage, prop_keys: list[str]) -> dict[str, Any]:
+    return {
+        "event": "received",
+        "t": time.time(),
+        "topic": msg.topic,
+        "tags": text(msg.tags),
+        "keys": text(msg.keys),
+        "body": text(msg.body),
+        "properties": {k: v for k in prop_keys if (v := text(msg.get_property(k)))},
+        "msg_id": msg.id,
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "reconsume_times": msg.reconsume_times,
+        "thread": threading.get_ident(),
+    }
+
+
+def consume_fail(args: argparse.Namespace) -> int:
+    prop_keys = [*args.prop_key, "seq"]
+
+    def on_message(msg: RecvMessage) -> None:
+        emit(received_event(msg, prop_keys))
+        raise RuntimeError("failing on purpose")  # the binding answers RECONSUME_LATER
+
+    consumer = PushConsumer(args.group)
+    consumer.set_namesrv_addr(args.namesrv)
+    set_log_dir(consumer)
+    consumer.subscribe(args.topic, on_message, args.expression)
+    consumer.start()
+    emit({"event": "started"})
+    time.sleep(args.duration)
+    emit({"event": "done"})
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def consume_orderly(args: argparse.Namespace) -> int:
+    prop_keys = [*args.prop_key, "seq"]
+    received = 0
+    count_lock = threading.Lock()
+    enough = threading.Event()
+
+    def on_message(msg: RecvMessage) -> None:
+        nonlocal received
+        emit(received_event(msg, prop_keys))
+        with count_lock:
+            received += 1
+            if received >= args.expect:
+                enough.set()
+
+    consumer = PushConsumer(args.group, orderly=True)
+    consumer.set_namesrv_addr(args.namesrv)
+    set_log_dir(consumer)
+    consumer.subscribe(args.topic, on_message, args.expression)
+    consumer.start()
+    emit({"event": "started"})
+    ok = enough.wait(args.timeout)
+    time.sleep(args.linger)
+    with count_lock:
+        emit({"event": "done", "received": received, "expected": args.expect, "timed_out": not ok})
+    sys.stdout.flush()
+    os._exit(0 if ok else 1)
+
+
+def produce_orderly(args: argparse.Namespace) -> int:
+    producer = Producer(args.group)
+    producer.set_namesrv_addr(args.namesrv)
+    set_log_dir(producer)
+    producer.start()
+    for index in range(args.start, args.start + args.count):
+        msg = Message(args.topic)
+        msg.set_keys(f"{args.key}-{index}")
+        msg.set_tags(args.tag)
+        msg.set_property("seq", str(index))
+        msg.set_body(f"{args.body}-{index}")
+        result = producer.send_orderly(msg, args.shard)
+        emit({"event": "sent", "index": index, "msg_id": result.msg_id, "status": result.status.name,
+              "offset": result.offset})
+    emit({"event": "done", "sent": args.count})
+    producer.shutdown()
+    return 0
+
+
+def produce_txn(args: argparse.Namespace) -> int:
+    import ctypes
+
+    from rocketmq.ffi import _CSendResult, dll  # the binding's own handle on librocketmq.so
+
+    if not hasattr(dll, "CreateTransactionProducer"):
+        emit({"event": "unsupported", "reason": "librocketmq.so has no CreateTransactionProducer"})
+        return 3
+    callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    dll.CreateTransactionProducer.argtypes = [ctypes.c_char_p, callback, ctypes.c_void_p]
+    dll.CreateTransactionProducer.restype = ctypes.c_void_p
+    dll.SendMessageTransaction.argtypes = [ctypes.c_void_p, ctypes.c_void_p, callback, ctypes.c_void_p,
+                                           ctypes.POINTER(_CSendResult)]
+    dll.SendMessageTransaction.restype = ctypes.c_int
+    answer = TRANSACTION_STATES[args.check]
+
+    def on_check(_producer: int, msg_ext: int, _data: int) -> int:
+        msg = RecvMessage(msg_ext)
+        emit({"event": "checked", "t": time.time(), "keys": text(msg.keys), "body": text(msg.body),
+              "topic": msg.topic, "answer": args.check})
+        return answer
+
+    def on_local(_producer: int, _msg: int, data: int) -> int:
+        return int(data or 0)
+
+    checker, executor = callback(on_check), callback(on_local)
+    handle = dll.CreateTransactionProducer(args.group.encode(), checker, None)
+    if not handle:
+        emit({"event": "error", "reason": "CreateTransactionProducer returned NULL"})
+        return 2
+    dll.SetProducerNameServerAddress(handle, args.namesrv.encode())
+    dll.SetProducerLogPath(handle, os.path.join(os.path.expanduser("~"), "logs").encode())
+    if dll.StartProducer(handle) != 0:
+        emit({"event": "error", "reason": "StartProducer failed"})
+        return 2
+    for index, state in enumerate(args.local):
+        msg = Message(args.topic)
+        msg.set_keys(f"{args.key}-{index}")
+        msg.set_tags(args.tag)
+        msg.set_property("seq", str(index))
+        msg.set_body(f"{args.body}-{index}-{state}")
+        result = _CSendResult()
+        rc = dll.SendMessageTransaction(handle, msg, executor, TRANSACTION_STATES[state], ctypes.byref(result))
+        emit({"event": "sent", "index": index, "local": state, "rc": rc, "status": result.sendStatus,
+              "msg_id": result.msgId.decode("utf-8", "replace"), "t": time.time()})
+    time.sleep(args.linger)
+    emit({"event": "done", "sent": len(args.local)})
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +295,44 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--prop-key", action="append", default=[], metavar="K",
                    help="user property to report (the C++ API cannot list them; 'seq' is always reported)")
     c.set_defaults(run=consume)
+
+    f = sub.add_parser("consume-fail", parents=[common], help="fail every message for --duration seconds")
+    f.add_argument("--group", required=True)
+    f.add_argument("--duration", type=float, default=20.0)
+    f.add_argument("--expression", default="*")
+    f.add_argument("--prop-key", action="append", default=[], metavar="K")
+    f.set_defaults(run=consume_fail)
+
+    o = sub.add_parser("consume-orderly", parents=[common], help="orderly push-consume until --expect arrive")
+    o.add_argument("--group", required=True)
+    o.add_argument("--expect", type=int, required=True)
+    o.add_argument("--timeout", type=float, default=30.0)
+    o.add_argument("--linger", type=float, default=0.0)
+    o.add_argument("--expression", default="*")
+    o.add_argument("--prop-key", action="append", default=[], metavar="K")
+    o.set_defaults(run=consume_orderly)
+
+    q = sub.add_parser("produce-orderly", parents=[common], help="send --count messages to one queue")
+    q.add_argument("--group", default="PG")
+    q.add_argument("--count", type=int, default=1)
+    q.add_argument("--start", type=int, default=0)
+    q.add_argument("--shard", type=int, default=0, help="queue selector argument (queue = shard %% queues)")
+    q.add_argument("--tag", default="TagA")
+    q.add_argument("--key", default="key")
+    q.add_argument("--body", default="body")
+    q.set_defaults(run=produce_orderly)
+
+    t = sub.add_parser("produce-txn", parents=[common], help="transactional sends (2.1 core only)")
+    t.add_argument("--group", default="PGTX")
+    t.add_argument("--local", action="append", choices=sorted(TRANSACTION_STATES), required=True,
+                   help="local transaction outcome of one message (repeatable)")
+    t.add_argument("--check", choices=sorted(TRANSACTION_STATES), default="commit",
+                   help="answer to every check-back")
+    t.add_argument("--linger", type=float, default=0.0, help="seconds to stay up answering check-backs")
+    t.add_argument("--tag", default="TagA")
+    t.add_argument("--key", default="key")
+    t.add_argument("--body", default="body")
+    t.set_defaults(run=produce_txn)
 
     args = parser.parse_args(argv)
     return int(args.run(args))
