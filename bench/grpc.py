@@ -117,7 +117,9 @@ class GrpcClient:
         ended = False
         while True:
             if pending:
-                size = min(len(pending), self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size)
+                size = min(
+                    len(pending), self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size
+                )
                 if size > 0:
                     self._h2.send_data(sid, bytes(pending[:size]), end_stream=size == len(pending))
                     pending = pending[size:]
@@ -136,7 +138,9 @@ class GrpcClient:
                     body += event.data
                     self._h2.acknowledge_received_data(event.flow_controlled_length, sid)
                 elif isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
-                    status = dict(event.headers).get("grpc-status", status)
+                    for name, value in event.headers or ():
+                        if name in ("grpc-status", b"grpc-status"):
+                            status = value.decode() if isinstance(value, bytes) else value
                 elif isinstance(event, h2.events.StreamEnded):
                     ended = True
                 elif isinstance(event, h2.events.StreamReset):
@@ -195,9 +199,7 @@ def _pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-async def _run_workers(
-    case: Case, pid: int, workers: list[Callable[[], Awaitable[None]]]
-) -> Case:
+async def _run_workers(case: Case, pid: int, workers: list[Callable[[], Awaitable[None]]]) -> Case:
     with _CpuMeter(pid) as cpu:
         started = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -219,10 +221,14 @@ def _grpc_message(topic: str, body: bytes) -> Any:
         message_type=pb.MessageType.NORMAL,
         body_encoding=pb.Encoding.IDENTITY,
     )
-    return pb.SendMessageRequest(messages=[pb.RmqMessage(topic=pb.Resource(name=topic), system_properties=sp, body=body)])
+    return pb.SendMessageRequest(
+        messages=[pb.RmqMessage(topic=pb.Resource(name=topic), system_properties=sp, body=body)]
+    )
 
 
-async def grpc_send(port: int, pid: int, topic: str, body: bytes, n: int, messages: int, seconds: float) -> Case:
+async def grpc_send(
+    port: int, pid: int, topic: str, body: bytes, n: int, messages: int, seconds: float
+) -> Case:
     case = Case("send", "grpc", n, 0, 0, 0.0, [])
     per_client = max(1, messages // n)
     async with AsyncExitStack() as stack:
@@ -279,7 +285,9 @@ async def grpc_receive_ack(port: int, pid: int, topic: str, n: int, total: int, 
                         response = pb.ReceiveMessageResponse.FromString(raw)
                         if response.WhichOneof("content") == "message":
                             sp = response.message.system_properties
-                            entries.append(pb.AckMessageEntry(message_id=sp.message_id, receipt_handle=sp.receipt_handle))
+                            entries.append(
+                                pb.AckMessageEntry(message_id=sp.message_id, receipt_handle=sp.receipt_handle)
+                            )
                     if not entries:
                         break  # backlog exhausted (or taken by the other clients)
                     ack = pb.AckMessageRequest(group=group, topic=pb.Resource(name=topic), entries=entries)
@@ -296,7 +304,9 @@ async def grpc_receive_ack(port: int, pid: int, topic: str, n: int, total: int, 
         return await _run_workers(case, pid, [worker(c) for c in clients])
 
 
-async def remoting_send(port: int, pid: int, topic: str, body: bytes, n: int, messages: int, seconds: float) -> Case:
+async def remoting_send(
+    port: int, pid: int, topic: str, body: bytes, n: int, messages: int, seconds: float
+) -> Case:
     case = Case("send", "remoting", n, 0, 0, 0.0, [])
     per_client = max(1, messages // n)
     async with AsyncExitStack() as stack:
@@ -308,7 +318,9 @@ async def remoting_send(port: int, pid: int, topic: str, body: bytes, n: int, me
                     t0 = time.perf_counter()
                     if t0 > deadline:
                         break
-                    ack = await client.send(topic, body, queue_id=(index + i) % REMOTING_QUEUES, queue_nums=REMOTING_QUEUES)
+                    ack = await client.send(
+                        topic, body, queue_id=(index + i) % REMOTING_QUEUES, queue_nums=REMOTING_QUEUES
+                    )
                     case.latencies.append(time.perf_counter() - t0)
                     if ack.ok:
                         case.messages += 1
@@ -324,7 +336,9 @@ async def remoting_send(port: int, pid: int, topic: str, body: bytes, n: int, me
 async def remoting_pull(port: int, pid: int, topic: str, n: int, total: int, batch: int) -> Case:
     case = Case("recv", "remoting", n, 0, 0, 0.0, [])
     async with AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(open_client(port, group=f"BenchPull{n}")) for _ in range(n)]
+        clients = [
+            await stack.enter_async_context(open_client(port, group=f"BenchPull{n}")) for _ in range(n)
+        ]
 
         def worker(client: RemotingClient, queues: list[int]) -> Callable[[], Awaitable[None]]:
             async def run() -> None:
@@ -345,7 +359,9 @@ async def remoting_pull(port: int, pid: int, topic: str, n: int, total: int, bat
 
             return run
 
-        workers = [worker(c, [q for q in range(REMOTING_QUEUES) if q % n == i]) for i, c in enumerate(clients)]
+        workers = [
+            worker(c, [q for q in range(REMOTING_QUEUES) if q % n == i]) for i, c in enumerate(clients)
+        ]
         result = await _run_workers(case, pid, workers)
     if result.messages != total:
         result.failed += abs(total - result.messages)
@@ -359,7 +375,8 @@ def _print(case: Case, body: int) -> None:
     print(
         f"{case.kind:4} {case.protocol:8} {body:5d} B {case.clients:2d} cli  {rate:8.0f} msgs/s"
         f"  p50 {_pct(case.latencies, 50) * 1e3:7.2f} ms  p99 {_pct(case.latencies, 99) * 1e3:7.2f} ms"
-        f" per {unit:11}  n={case.messages:<6d} cpu client {case.client_cpu:4.0%} server {case.server_cpu:4.0%}"
+        f" per {unit:11}  n={case.messages:<6d}"
+        f" cpu client {case.client_cpu:4.0%} server {case.server_cpu:4.0%}"
         f"{failed}",
         flush=True,
     )

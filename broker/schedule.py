@@ -109,7 +109,7 @@ def parse_recall_handle(handle: str) -> RecallHandle:
     except (binascii.Error, ValueError):  # UnicodeError is a ValueError
         raise InvalidArgument("recall handle does not decode") from None
     parts = raw.split(" ")
-    if len(parts) != 4 or parts[0] != _RECALL_VERSION or not parts[2].isdigit() or not parts[1] or not parts[3]:
+    if len(parts) != 4 or parts[0] != _RECALL_VERSION or not parts[2].isdigit() or not all(parts[1:]):
         raise InvalidArgument("malformed recall handle")
     return RecallHandle(parts[1], parts[3], int(parts[2]))
 

@@ -7,10 +7,12 @@ is shared by every remoting connection of a server; it is built on first use fro
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import trio
 
 from mqproxy.context import ConnectionContext, ServerState
+from mqproxy.mqtt.gateway import rocketmq_dispatch
 from mqproxy.negotiation import Detected
 from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
@@ -35,6 +37,7 @@ def remoting_context(server: ServerState) -> ServerContext:
             advertised_port=port,
             groups=registry,
             services=server.registries.get(SERVICES_KEY),
+            mqtt_dispatch=functools.partial(rocketmq_dispatch, server.registries),
             auto_create_topics=settings.store.auto_create_topics,
             default_queue_count=settings.store.default_queue_count,
             max_pull_batch=settings.remoting.max_pull_batch,

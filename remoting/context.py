@@ -10,7 +10,7 @@ What a remoting session needs from the server around it: the advertised address 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -143,6 +143,9 @@ class ServerContext:
     #: IP literal for offset message ids; "" means ``advertised_host`` when that is an IP literal,
     #: else 127.0.0.1 (message ids cannot carry host names).
     msg_id_host: str = ""
+    #: LMQs of a message that carries ``MQTT_TOPIC`` but no ``INNER_MULTI_DISPATCH`` (set when the MQTT
+    #: gateway runs in the same server); None: such messages are stored without light queues.
+    mqtt_dispatch: Callable[[Mapping[str, str]], tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.advertised_port <= 0xFFFF:

@@ -240,6 +240,11 @@ def _message(
     flag: int,
 ) -> Message:
     dispatch = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    lmqs = tuple(name for name in dispatch.split(",") if is_lmq(name)) if dispatch else ()
+    if not lmqs and session.ctx.mqtt_dispatch is not None:
+        # A RocketMQ producer addressing MQTT subscribers by MQTT_TOPIC only: the gateway knows which
+        # light queues (the topic's and every matching wildcard filter's) the message belongs to.
+        lmqs = session.ctx.mqtt_dispatch(properties)
     return Message(
         topic=topic,
         body=body,
@@ -250,7 +255,7 @@ def _message(
         born_timestamp_ms=header.born_timestamp_ms,
         born_host=session.peer,
         reconsume_times=header.reconsume_times,
-        dispatch=tuple(name for name in dispatch.split(",") if is_lmq(name)) if dispatch else (),
+        dispatch=lmqs,
     )
 
 

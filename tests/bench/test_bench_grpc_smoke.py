@@ -17,8 +17,20 @@ FLOAT = r"[0-9]+(?:\.[0-9]+)?"
 @pytest.mark.slow
 def test_grpc_bench_prints_every_figure() -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "grpc.py"), "--messages", "160", "--seconds", "2", "--clients", "1,4",
-         "--warmup", "10", "--batch", "8"],
+        [
+            sys.executable,
+            str(BENCH / "grpc.py"),
+            "--messages",
+            "160",
+            "--seconds",
+            "2",
+            "--clients",
+            "1,4",
+            "--warmup",
+            "10",
+            "--batch",
+            "8",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

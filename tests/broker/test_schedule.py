@@ -257,7 +257,8 @@ async def test_recalled_timer_message_is_dropped_mid_cascade(
         scheduler = services.scheduler
         assert await scheduler.recall("T", recall_handle("T", "K2", at)) == "K2"
         assert await scheduler.recall("T", recall_handle("T", "K2", at)) == "K2"  # idempotent
-        assert scheduler.is_recalled("T", "K2") and not scheduler.is_recalled("Other", "K2")
+        assert scheduler.is_recalled("T", "K2")
+        assert not scheduler.is_recalled("Other", "K2")
         await trio.sleep(3)
         assert [m.body for m in await _all(backend, "T")] == [b"kept"]
         assert scheduler.dropped_recalled == 1

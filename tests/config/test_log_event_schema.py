@@ -12,7 +12,7 @@ import jsonschema
 
 SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_text(encoding="utf-8"))
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_DIRS = ["proxy", "codecs", "negotiation", "remoting", "broker"]
+SOURCE_DIRS = ["proxy", "codecs", "negotiation", "remoting", "broker", "mqtt", "grpc_service"]
 LOG_METHODS = {"debug", "info", "warning", "error", "critical", "exception"}
 
 

@@ -14,8 +14,8 @@ Prints one JSON object per line: ``sent`` per message, ``received`` per message,
         --fail-first the first delivery of each message answers FAILURE (redelivered by the server).
     delay --endpoint H:P --topic T --group G --delay-ms D [--timeout S] [--tls]
         one producer and one SimpleConsumer in this process: sends one message due D ms from now, rounded
-        up to a whole second (``sent`` carries ``due_ms``), then polls (1 s long polls) and emits ``empty`` / ``received``
-        with ``at_ms`` until it arrives or --timeout passes.
+        up to a whole second (``sent`` carries ``due_ms``), then polls (1 s long polls) and emits
+        ``empty`` / ``received`` with ``at_ms`` until it arrives or --timeout passes.
     invisible --endpoint H:P --topic T --group G --mode reappear|ack [--extend S] [--timeout S] [--tls]
         receives one message with a 30 s invisible duration, changes it to --extend seconds
         (``changed``), then ``reappear``: polls until it is redelivered (``received`` with ``at_ms``,
@@ -217,7 +217,12 @@ def delay(args: argparse.Namespace) -> int:
             if not messages:
                 emit("empty", at_ms=now_ms())
             for m in messages:
-                emit("received", message_id=m.message_id, at_ms=now_ms(), delivery_timestamp=m.delivery_timestamp)
+                emit(
+                    "received",
+                    message_id=m.message_id,
+                    at_ms=now_ms(),
+                    delivery_timestamp=m.delivery_timestamp,
+                )
                 consumer.ack(m)
                 got += 1
     finally:
@@ -304,7 +309,7 @@ def recall(args: argparse.Namespace) -> int:
         try:
             late_id = producer.recall_message(args.topic, receipts[1].recall_handle)
             emit("late_recall", ok=True, message_id=late_id)
-        except Exception as exc:  # noqa: BLE001 - the client raises its own exception types
+        except Exception as exc:  # the client raises its own exception types
             emit("late_recall", ok=False, error=str(exc))
     finally:
         producer.shutdown()
@@ -346,7 +351,8 @@ def transact_tls(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "command", choices=("produce", "consume", "transact", "push", "delay", "invisible", "recall", "transact-tls")
+        "command",
+        choices=("produce", "consume", "transact", "push", "delay", "invisible", "recall", "transact-tls"),
     )
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--topic", required=True)

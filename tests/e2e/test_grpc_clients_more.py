@@ -103,8 +103,16 @@ class SubprocessProxy:
         (base / "data").mkdir()
         with open(self.log_path, "wb") as out, open(base / "proxy.stderr", "wb") as err:
             self.proc = subprocess.Popen(
-                [executable, "serve", "--listen", "127.0.0.1:0", "--data-dir", str(base / "data"),
-                 "--log-format", "json"],
+                [
+                    executable,
+                    "serve",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--data-dir",
+                    str(base / "data"),
+                    "--log-format",
+                    "json",
+                ],
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -144,7 +152,10 @@ def grpc_proxy(
 @pytest.fixture
 def env(tmp_path: Path, tls: Tls) -> dict[str, str]:
     return dict(
-        os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1", GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(tls.ca_file)
+        os.environ,
+        HOME=str(tmp_path),
+        PYTHONUNBUFFERED="1",
+        GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(tls.ca_file),
     )
 
 
@@ -162,8 +173,20 @@ def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures
     ep = grpc_proxy.address
     sent = produce(env, ep, "PushTopic", 4)
     pushed = run_py5(
-        env, "push", "--endpoint", ep, "--topic", "PushTopic", "--group", "PushGroup", "--expect", "4",
-        "--timeout", "60", "--fail-first", limit_s=120,
+        env,
+        "push",
+        "--endpoint",
+        ep,
+        "--topic",
+        "PushTopic",
+        "--group",
+        "PushGroup",
+        "--expect",
+        "4",
+        "--timeout",
+        "60",
+        "--fail-first",
+        limit_s=120,
     )
     assert pushed.returncode == 0, pushed.stderr + json.dumps(pushed.events)
     received = pushed.of("received")
@@ -173,11 +196,22 @@ def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures
         assert [e["attempt"] for e in attempts][:2] == [1, 2]
         assert attempts[1]["delivery_attempt"] > attempts[0]["delivery_attempt"]
     assignments = [e for e in grpc_proxy.requests("QueryAssignment") if e.get("topic") == "PushTopic"]
-    assert assignments and all(e["status"] == "OK" for e in assignments)
+    assert assignments
+    assert all(e["status"] == "OK" for e in assignments)
     # acked for good: a second push consumer of the group gets nothing new
     again = run_py5(
-        env, "push", "--endpoint", ep, "--topic", "PushTopic", "--group", "PushGroup", "--expect", "1",
-        "--timeout", "6",
+        env,
+        "push",
+        "--endpoint",
+        ep,
+        "--topic",
+        "PushTopic",
+        "--group",
+        "PushGroup",
+        "--expect",
+        "1",
+        "--timeout",
+        "6",
     )
     assert again.of("received") == []
 
@@ -186,8 +220,18 @@ def test_delayed_message_arrives_at_its_delivery_time_not_before(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     run = run_py5(
-        env, "delay", "--endpoint", grpc_proxy.address, "--topic", "DelayTopic", "--group", "DelayGroup",
-        "--delay-ms", "3000", "--timeout", "20",
+        env,
+        "delay",
+        "--endpoint",
+        grpc_proxy.address,
+        "--topic",
+        "DelayTopic",
+        "--group",
+        "DelayGroup",
+        "--delay-ms",
+        "3000",
+        "--timeout",
+        "20",
     )
     assert run.returncode == 0, run.stderr
     (sent,) = run.of("sent")
@@ -206,8 +250,20 @@ def test_change_invisible_duration_makes_the_message_reappear_after_the_new_dura
     ep = grpc_proxy.address
     (message_id,) = produce(env, ep, "InvisTopic", 1)
     run = run_py5(
-        env, "invisible", "--endpoint", ep, "--topic", "InvisTopic", "--group", "InvisGroup",
-        "--mode", "reappear", "--extend", "2", "--timeout", "25",
+        env,
+        "invisible",
+        "--endpoint",
+        ep,
+        "--topic",
+        "InvisTopic",
+        "--group",
+        "InvisGroup",
+        "--mode",
+        "reappear",
+        "--extend",
+        "2",
+        "--timeout",
+        "25",
     )
     assert run.returncode == 0, run.stderr
     first, second = run.of("received")
@@ -226,8 +282,20 @@ def test_ack_with_the_changed_receipt_handle(
     ep = grpc_proxy.address
     (message_id,) = produce(env, ep, "InvisAckTopic", 1)
     run = run_py5(
-        env, "invisible", "--endpoint", ep, "--topic", "InvisAckTopic", "--group", "InvisAckGroup",
-        "--mode", "ack", "--extend", "1", "--timeout", "25",
+        env,
+        "invisible",
+        "--endpoint",
+        ep,
+        "--topic",
+        "InvisAckTopic",
+        "--group",
+        "InvisAckGroup",
+        "--mode",
+        "ack",
+        "--extend",
+        "1",
+        "--timeout",
+        "25",
     )
     assert run.returncode == 0, run.stderr
     (acked,) = run.of("acked")
@@ -236,34 +304,59 @@ def test_ack_with_the_changed_receipt_handle(
     # acked with the new handle: not redelivered after the 1 s invisible duration
     assert run.of("done")[-1]["again"] == 0
     acks = [e for e in grpc_proxy.requests("AckMessage") if e.get("topic") == "InvisAckTopic"]
-    assert acks and all(e["status"] == "OK" for e in acks)
+    assert acks
+    assert all(e["status"] == "OK" for e in acks)
 
 
 def test_transactional_producer_commit_and_rollback_over_tls(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(env, "transact-tls", "--endpoint", ep, "--topic", "TxTlsTopic", "--count", "4", "--tls")
+    produced = run_py5(
+        env, "transact-tls", "--endpoint", ep, "--topic", "TxTlsTopic", "--count", "4", "--tls"
+    )
     assert produced.returncode == 0, produced.stderr
     sent = produced.of("sent")
     committed = sorted(e["message_id"] for e in sent if e["outcome"] == "commit")
     assert len(committed) == 2
     ends = [e for e in grpc_proxy.requests("EndTransaction") if e.get("topic") == "TxTlsTopic"]
-    assert len(ends) == 4 and all(e["status"] == "OK" for e in ends)
+    assert [e["status"] for e in ends] == ["OK"] * 4
     negotiated = [
         e for e in grpc_proxy.events() if e.get("event") == "conn.negotiated" and e["protocol"] == "grpc"
     ]
     assert any(e["tls"] for e in negotiated)
     consumed = run_py5(
-        env, "consume", "--endpoint", ep, "--topic", "TxTlsTopic", "--group", "TxTlsGroup", "--expect", "2",
-        "--timeout", "20", "--tls",
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "TxTlsTopic",
+        "--group",
+        "TxTlsGroup",
+        "--expect",
+        "2",
+        "--timeout",
+        "20",
+        "--tls",
     )
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(e["message_id"] for e in consumed.of("received")) == committed
     # the rolled-back ones never show up
     again = run_py5(
-        env, "consume", "--endpoint", ep, "--topic", "TxTlsTopic", "--group", "TxTlsGroup", "--expect", "1",
-        "--timeout", "4", "--tls",
+        env,
+        "consume",
+        "--endpoint",
+        ep,
+        "--topic",
+        "TxTlsTopic",
+        "--group",
+        "TxTlsGroup",
+        "--expect",
+        "1",
+        "--timeout",
+        "4",
+        "--tls",
     )
     assert again.of("received") == []
 
@@ -274,12 +367,23 @@ def test_recall_of_a_delayed_message_with_the_python_client(
     """Producer.recall_message with the handle from the SendReceipt cancels a delayed message; the other
     one is delivered; recalling after the delivery time is answered MESSAGE_NOT_FOUND."""
     run = run_py5(
-        env, "recall", "--endpoint", grpc_proxy.address, "--topic", "RecallTopic", "--group", "RecallGroup",
-        "--delay-ms", "2000", "--timeout", "6",
+        env,
+        "recall",
+        "--endpoint",
+        grpc_proxy.address,
+        "--topic",
+        "RecallTopic",
+        "--group",
+        "RecallGroup",
+        "--delay-ms",
+        "2000",
+        "--timeout",
+        "6",
     )
     assert run.returncode == 0, run.stderr
     recalled_sent, kept_sent = run.of("sent")
-    assert recalled_sent["recall_handle"] and kept_sent["recall_handle"]
+    assert recalled_sent["recall_handle"]
+    assert kept_sent["recall_handle"]
     (recalled,) = run.of("recalled")
     assert recalled["message_id"] == recalled_sent["message_id"]
     assert [e["message_id"] for e in run.of("received")] == [kept_sent["message_id"]]

@@ -63,7 +63,9 @@ async def test_recalled_message_is_never_delivered_the_other_is(grpc_env: GrpcEn
     due = now_ms() + 1200
     kept = await send_one(client, message("RecallT", b"kept", "R-KEEP", due))
     gone = await send_one(client, message("RecallT", b"gone", "R-GONE", due))
-    assert kept.recall_handle and gone.recall_handle and kept.recall_handle != gone.recall_handle
+    assert kept.recall_handle
+    assert gone.recall_handle
+    assert kept.recall_handle != gone.recall_handle
     plain = await send_one(client, message("RecallT", b"now", "R-NOW"))
     assert plain.recall_handle == ""  # only parked messages can be recalled
 

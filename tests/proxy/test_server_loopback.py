@@ -359,3 +359,23 @@ async def test_h2_preface_is_routed_to_the_grpc_service(server: Any, log_sink: A
     await s.aclose()
     await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
     assert log_sink.named("conn.negotiated")[0]["protocol"] == "grpc"
+
+
+async def test_rocketmq_send_with_mqtt_topic_reaches_an_mqtt_wildcard_subscriber(server: Any) -> None:
+    mqtt = await _connect(server)
+    await mqtt.send_all(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1")
+    with trio.fail_after(5):
+        assert await mqtt.receive_some(4) == b"\x20\x02\x00\x00"
+        await mqtt.send_all(b"\x82\x0a\x00\x01\x00\x05a/+/c\x00")  # SUBSCRIBE a/+/c QoS 0
+        assert await mqtt.receive_some(5) == b"\x90\x03\x00\x01\x00"  # SUBACK granted QoS 0
+    producer = await _connect(server)
+    ext = {"a": "PG", "b": "a", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0",
+           "i": "MQTT_TOPIC\x01a/b/c\x02TAGS\x01t\x02", "j": "0", "k": "false"}
+    header, _ = await _remoting_call(producer, {"code": 310, "opaque": 1, "flag": 0, "extFields": ext}, b"hello")
+    assert header["code"] == 0
+    expected = b"\x30\x0c\x00\x05a/b/chello"  # PUBLISH QoS 0, topic a/b/c, payload "hello"
+    buf = b""
+    with trio.fail_after(5):
+        while len(buf) < len(expected):
+            buf += await mqtt.receive_some(65536)
+    assert buf == expected
