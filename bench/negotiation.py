@@ -3,7 +3,8 @@
 Runs mqproxy (memory backend, JSON logs to a file) and, as the baseline, a plain trio echo server, each
 in its own process, and drives both from this process with the same connection pattern: connect, send
 the protocol's first bytes, read the first answer (route, CONNACK, SETTINGS, HTTP response), then for
-HTTP ("Connection: close") wait for the server to close, and for the long-lived protocols close at once. Sniff latency is the proxy's own ``sniff_ms`` from ``conn.negotiated`` events.
+HTTP ("Connection: close") wait for the server to close, and for the long-lived protocols close at once.
+Sniff latency is the proxy's own ``sniff_ms`` from ``conn.negotiated`` events.
 
     python bench/negotiation.py [--connections 2000] [--concurrency 16]
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import ssl
 import statistics
 import struct
@@ -43,8 +43,16 @@ trio.run(main)
 
 
 def _remoting_route_request() -> bytes:
-    header = json.dumps({"code": 105, "language": "JAVA", "version": 401, "opaque": 1, "flag": 0,
-                         "extFields": {"topic": "BenchTopic"}}).encode()
+    header = json.dumps(
+        {
+            "code": 105,
+            "language": "JAVA",
+            "version": 401,
+            "opaque": 1,
+            "flag": 0,
+            "extFields": {"topic": "BenchTopic"},
+        }
+    ).encode()
     return struct.pack(">ii", 4 + len(header), len(header)) + header
 
 
@@ -85,7 +93,9 @@ async def _one(port: int, payload: bytes, tls: ssl.SSLContext | None) -> float:
     return latency
 
 
-async def _drive(port: int, payload: bytes, n: int, concurrency: int, tls: ssl.SSLContext | None = None) -> tuple[float, list[float]]:
+async def _drive(
+    port: int, payload: bytes, n: int, concurrency: int, tls: ssl.SSLContext | None = None
+) -> tuple[float, list[float]]:
     latencies: list[float] = []
     remaining = iter(range(n))
 
@@ -113,7 +123,9 @@ def _start_proxy(workdir: Path, cert: tuple[str, str] | None) -> tuple[subproces
         env.update(MQPROXY_TLS_CERT_FILE=cert[0], MQPROXY_TLS_KEY_FILE=cert[1])
     proc = subprocess.Popen(
         [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0", "--log-format", "json"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -164,21 +176,27 @@ def main() -> None:
         rows = []
         try:
             rate, lat = trio.run(_drive, echo_port, HTTP_GET, args.connections, args.concurrency)
-            rows.append(("baseline: trio echo", "-", rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None))
+            rows.append(
+                ("baseline: trio echo", "-", rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None)
+            )
             cases = [(name, payload, None) for name, payload in PAYLOADS.items()]
             cases.append(("tls+http", HTTP_GET, client_tls))
             for name, payload, tls in cases:
                 n = args.connections if tls is None else max(200, args.connections // 5)
                 rate, lat = trio.run(_drive, proxy_port, payload, n, args.concurrency, tls)
-                rows.append((f"mqproxy: {name}", n, rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None))
+                rows.append(
+                    (f"mqproxy: {name}", n, rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None)
+                )
         finally:
             proxy.terminate()
             proxy.wait(20)
             echo.kill()
         sniff = _sniff_ms_by_protocol(log)
 
-    print(f"negotiation benchmark: {args.connections} connections per case, concurrency {args.concurrency}, "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    print(
+        f"negotiation benchmark: {args.connections} connections per case, concurrency {args.concurrency}, "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    )
     print(f"{'case':28} {'conns/s':>10} {'first-answer p50 ms':>20} {'p99 ms':>9}")
     for name, _n, rate, p50, p99, _a, _b in rows:
         print(f"{name:28} {rate:10.0f} {p50:20.2f} {p99:9.2f}")

@@ -60,14 +60,14 @@ from mqproxy.broker.topics import (
     LMQ_QUEUE_ID,
     MAX_QUEUE_COUNT,
     TopicTable,
-    is_lmq,
     default_queue_count,
+    is_lmq,
     validate_topic,
 )
 from mqproxy.broker.types import (
-    ConsumerOffset,
     PROPERTY_TAGS,
     ConsumerInfo,
+    ConsumerOffset,
     Message,
     PullResult,
     PullStatus,

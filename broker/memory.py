@@ -23,8 +23,8 @@ from mqproxy.broker.sending import (
 )
 from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
 from mqproxy.broker.types import (
-    ConsumerOffset,
     ConsumerInfo,
+    ConsumerOffset,
     Message,
     PullResult,
     PullStatus,

@@ -80,6 +80,9 @@ _TAG_CK, _TAG_ACK, _TAG_DONE = "ck", "ack", "done"
 
 _log = structlog.get_logger("mqproxy.pop")
 
+#: Longest a long poll sleeps before looking again for a source queue created meanwhile.
+SOURCE_RECHECK_S = 1.0
+
 
 class InitMode(enum.IntEnum):
     """Where a group without a committed offset starts (PopMessageRequestHeader ``initMode``)."""
@@ -279,22 +282,28 @@ class PopService:
             if queue_id >= queues:
                 raise QueueNotFound(f"{topic} has no queue {queue_id}")
             qids = [queue_id]
-        sources = [(topic, qid, RETRY_NORMAL) for qid in qids]
-        if not order:
-            retry = pop_retry_topic(group, topic)
-            if await self._backend.get_topic(retry) is not None:
-                if self._rng.random() < RETRY_FIRST_PROBABILITY:
-                    sources.insert(0, (retry, 0, RETRY_V1))
-                else:
-                    sources.append((retry, 0, RETRY_V1))
         deadline = trio.current_time() + max(poll_s, 0.0)
         while True:
+            # Sources are recomputed each round: the group's pop retry topic may be created while a
+            # long poll waits (the first revive of the group's first un-acked message creates it).
+            sources = [(topic, qid, RETRY_NORMAL) for qid in qids]
+            retry_exists = False
+            if not order:
+                retry = pop_retry_topic(group, topic)
+                retry_exists = await self._backend.get_topic(retry) is not None
+                if retry_exists:
+                    if self._rng.random() < RETRY_FIRST_PROBABILITY:
+                        sources.insert(0, (retry, 0, RETRY_V1))
+                    else:
+                        sources.append((retry, 0, RETRY_V1))
             result = await self._pop_sources(
                 group, topic, sources, max_count, invisible_ms, tag_filter, order, init_mode, broker_name
             )
             if result.messages or trio.current_time() >= deadline:
                 return result
-            await self._wait_any(group, sources, deadline, order, init_mode)
+            await self._wait_any(
+                group, sources, deadline, order, init_mode, recheck=not order and not retry_exists
+            )
 
     async def _pop_sources(
         self,
@@ -756,8 +765,13 @@ class PopService:
         deadline: float,
         order: bool,
         init_mode: InitMode,
+        *,
+        recheck: bool = False,
     ) -> None:
-        """Sleep until one source queue grows past the group's offset, or ``deadline``."""
+        """Sleep until one source queue grows past the group's offset, or ``deadline``.
+
+        ``recheck`` caps the sleep at :data:`SOURCE_RECHECK_S` so the caller can look again for a
+        source that does not exist yet (the pop retry topic)."""
         targets = []
         for topic, qid, _ in sources:
             committed = await self._backend.query_consumer_offset(group, topic, qid)
@@ -766,6 +780,8 @@ class PopService:
         timeout = deadline - trio.current_time()
         if order:  # an order queue also unblocks when its in-flight messages expire
             timeout = min(timeout, 1.0)
+        if recheck:
+            timeout = min(timeout, SOURCE_RECHECK_S)
         if timeout <= 0:
             return
         async with trio.open_nursery() as nursery:

@@ -51,14 +51,14 @@ from h2.stream import StreamClosedBy
 from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
 __all__ = [
+    "MAX_STATUS_MESSAGE_CHARS",
     "ConnectionTerminated",
     "GrpcEvent",
     "GrpcServerConnection",
     "GrpcStatus",
     "GrpcWireError",
-    "MAX_STATUS_MESSAGE_CHARS",
-    "Metadata",
     "MessageReceived",
+    "Metadata",
     "RequestEnded",
     "RequestReceived",
     "RequestRejected",

@@ -1,4 +1,5 @@
-"""Limits and defaults of the MQTT gateway (no ``[mqtt]`` settings section exists yet: these are fixed)."""
+"""Limits and defaults of the MQTT gateway; the server builds one from the ``[mqtt]`` settings section
+(:func:`mqproxy.mqtt.gateway.config_from_settings`)."""
 
 from __future__ import annotations
 

@@ -119,6 +119,7 @@ class MqttConnection:
         self.connected = False
         self.session: Session | None = None
         self.client_id = ""
+        self.username: str | None = None
         self.will: Will | None = None
         self.keep_alive = 0
         self.client_max_packet: int | None = None
@@ -445,6 +446,13 @@ class MqttConnection:
             raise _Close(
                 ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", "will QoS above the server maximum"
             )
+        verdict = await self.gateway.auth.authenticate(packet.username, packet.password)
+        if verdict == ReasonCode.SUCCESS and packet.will is not None:
+            if not self.gateway.auth.can_publish(client_id, packet.username, packet.will.topic):
+                verdict = ReasonCode.NOT_AUTHORIZED
+        if verdict != ReasonCode.SUCCESS:
+            raise _Close(verdict, "auth_failed", f"user {packet.username!r}: {verdict.name}")
+        self.username = packet.username
         self.keep_alive = packet.keep_alive
         server_keep_alive = None
         limit = config.max_keep_alive
@@ -530,6 +538,9 @@ class MqttConnection:
                 ReasonCode.QOS_NOT_SUPPORTED, "qos_not_supported", f"PUBLISH at QoS {int(packet.qos)}"
             )
         inbound = _Inbound(packet, topic, props)
+        if not self.gateway.auth.can_publish(self.client_id, self.username, topic):
+            inbound.reason = ReasonCode.NOT_AUTHORIZED  # not stored; 3.1.1 acks carry no code (dropped)
+            return inbound
         packet_id = packet.packet_id
         if packet.qos == QoS.EXACTLY_ONCE and packet_id is not None:
             if packet_id in session.awaiting_rel or packet_id in pending_qos2:
@@ -622,7 +633,9 @@ class MqttConnection:
             except MqttCodecError:
                 codes.append(ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR)
                 continue
-            if wanted.topic_filter in config.deny_subscribe:
+            if wanted.topic_filter in config.deny_subscribe or not self.gateway.auth.can_subscribe(
+                self.client_id, self.username, wanted.topic_filter
+            ):
                 codes.append(ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR)
                 continue
             granted = min(int(wanted.qos), config.maximum_qos)

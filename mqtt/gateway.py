@@ -10,10 +10,12 @@ is set (RIP-28). Readers are woken by the store's long-poll (RIP-33 notify → p
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 import trio
@@ -23,6 +25,7 @@ from mqproxy.broker.errors import BackendError
 from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.broker.types import Message, SendResult
 from mqproxy.codecs.mqtt import Properties, parse_topic_filter
+from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
 from mqproxy.mqtt.retained import RetainedStore
@@ -47,9 +50,16 @@ def reader_filter(topic_filter: str) -> str:
 
 
 class Gateway:
-    def __init__(self, backend: Backend, config: MqttConfig, draining: trio.Event | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        config: MqttConfig,
+        draining: trio.Event | None = None,
+        auth: Authorizer = ALLOW_ALL,
+    ) -> None:
         self.backend = backend
         self.config = config
+        self.auth = auth
         self.index = SubscriptionIndex()
         self.retained = RetainedStore()
         self.sessions: dict[str, Session] = {}
@@ -348,12 +358,30 @@ def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str])
     return (lmq_name(topic),)
 
 
+def config_from_settings(mqtt: Any) -> MqttConfig:
+    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit).
+
+    Keys left at their settings default keep ``MqttConfig()``'s value."""
+    base = MqttConfig()
+    defaults = type(mqtt)()
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(base):
+        value = getattr(mqtt, f.name)
+        if value != getattr(defaults, f.name):
+            changes[f.name] = value
+    if changes.get("max_keep_alive") == 0:
+        changes["max_keep_alive"] = None
+    return dataclasses.replace(base, **changes)
+
+
 def gateway_for(server: object) -> Gateway:
-    """The server's gateway (created on first use from ``ServerState``)."""
+    """The server's gateway (created on first use from ``ServerState`` and its ``[mqtt]`` settings)."""
     registries: dict[str, object] = server.registries  # type: ignore[attr-defined]
     existing = registries.get(_KEY)
     if existing is None:
-        existing = Gateway(server.backend, MqttConfig(), server.draining)  # type: ignore[attr-defined]
+        mqtt = server.settings.mqtt  # type: ignore[attr-defined]
+        auth = Authorizer.from_settings(mqtt.allow_anonymous, mqtt.users, mqtt.acl)
+        existing = Gateway(server.backend, config_from_settings(mqtt), server.draining, auth)  # type: ignore[attr-defined]
         registries[_KEY] = existing
     assert isinstance(existing, Gateway)
     return existing

@@ -1,9 +1,11 @@
 """HTTP/1.1 on the shared port, driven by the sans-IO ``h11`` state machine.
 
 Paths: ``GET /healthz`` (200 when ready, 503 while starting or draining) and ``GET /metrics``
-(Prometheus text format). Anything else is a 404 (405 for a wrong method on a known path). A malformed
-request, or headers beyond :data:`MAX_HEADER_BYTES`, gets a 400/431 and the connection closes. Keep-alive
-is honoured up to ``server.idle_timeout_s`` between requests.
+(Prometheus text format). ``GET /mqtt`` (and ``GET /`` with ``Upgrade: websocket``) upgrades to MQTT
+over WebSocket (see :mod:`mqproxy.websocket`); a refused upgrade gets its 400/426 and the connection
+closes. Anything else is a 404 (405 for a wrong method on a known path). A malformed request, or headers
+beyond :data:`MAX_HEADER_BYTES`, gets a 400/431 and the connection closes. Keep-alive is honoured up to
+``server.idle_timeout_s`` between requests.
 """
 
 from __future__ import annotations
@@ -13,14 +15,20 @@ from http import HTTPStatus
 
 import h11
 import orjson
+import structlog
 import trio
 
 from mqproxy.context import ConnectionContext, receive_unless_draining
 from mqproxy.metrics import refresh_backend_metrics, render_metrics
-from mqproxy.negotiation import Detected
+from mqproxy.mqtt.connection import serve_mqtt
+from mqproxy.mqtt.gateway import gateway_for
+from mqproxy.negotiation import Detected, Protocol
+from mqproxy.websocket import WebSocketStream, is_websocket_upgrade, upgrade_response
 
 MAX_HEADER_BYTES = 16 * 1024
 READ_CHUNK = 16 * 1024
+#: Paths that upgrade to MQTT over WebSocket (``/`` only with ``Upgrade: websocket``).
+MQTT_PATHS = ("/mqtt", "/")
 
 Response = tuple[int, str, bytes]
 
@@ -52,9 +60,15 @@ async def _send(stream: trio.abc.Stream, conn: h11.Connection, event: h11.Event)
 
 
 async def _respond(
-    stream: trio.abc.Stream, conn: h11.Connection, status: int, content_type: str, body: bytes, close: bool
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    status: int,
+    content_type: str,
+    body: bytes,
+    close: bool,
+    extra_headers: list[tuple[str, str]] | None = None,
 ) -> None:
-    headers = [("content-type", content_type), ("content-length", str(len(body)))]
+    headers = [("content-type", content_type), ("content-length", str(len(body))), *(extra_headers or [])]
     if close:
         headers.append(("connection", "close"))
     reason = HTTPStatus(status).phrase.encode("ascii")
@@ -77,6 +91,66 @@ async def _route(ctx: ConnectionContext, method: bytes, target: bytes) -> Respon
     return await handler(ctx)
 
 
+def _wants_mqtt(event: h11.Request) -> bool:
+    path = _path(event.target)
+    return event.method == b"GET" and (
+        path == "/mqtt" or (path in MQTT_PATHS and is_websocket_upgrade(list(event.headers)))
+    )
+
+
+async def _upgrade_to_mqtt(
+    stream: trio.abc.Stream, conn: h11.Connection, ctx: ConnectionContext, event: h11.Request
+) -> None:
+    """Answer a WebSocket upgrade request, then serve MQTT over it until it ends."""
+    started = trio.current_time()
+    status, headers, why = upgrade_response(list(event.headers))
+    ctx.request_event(
+        op=f"GET {_path(event.target)}",
+        code=status,
+        status=str(status),
+        outcome="ok" if status == 101 else "error",
+        latency_ms=round((trio.current_time() - started) * 1000, 3),
+        req_bytes=0,
+        resp_bytes=0,
+    )
+    if status != 101:
+        ctx.error = "websocket_refused"
+        ctx.detail = why
+        body = (why + "\n").encode("ascii")
+        await _respond(stream, conn, status, "text/plain; charset=utf-8", body, True, headers)
+        return
+    while True:  # the request has no body: reach the end of it so that h11 can switch protocols
+        next_event = conn.next_event()
+        if next_event is h11.NEED_DATA:
+            idle_s = ctx.settings.server.idle_timeout_s
+            data = await receive_unless_draining(stream, READ_CHUNK, ctx.server, idle_s)
+            if data is None:
+                return
+            conn.receive_data(data)
+            continue
+        if next_event is h11.PAUSED or isinstance(next_event, h11.EndOfMessage):
+            break
+        if not isinstance(next_event, h11.Data):
+            return
+    await _send(stream, conn, h11.InformationalResponse(status_code=101, headers=headers))
+    trailing, _closed = conn.trailing_data
+    metrics = ctx.server.metrics
+    metrics.connections_open.labels(ctx.protocol).dec()
+    ctx.protocol = "mqtt"
+    structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
+    metrics.connections_total.labels(ctx.protocol).inc()
+    metrics.connections_open.labels(ctx.protocol).inc()
+    gateway = gateway_for(ctx.server)
+    websocket = WebSocketStream(stream, bytes(trailing), gateway.config.max_packet_size)
+    try:
+        await serve_mqtt(websocket, ctx, Detected(Protocol.MQTT))
+    finally:
+        if websocket.close_code not in (None, 1000) and ctx.error is None:
+            ctx.error = "websocket_closed"
+            ctx.detail = f"{websocket.close_code} {websocket.close_reason}"
+        await websocket.finish()
+
+
 async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
     idle_s = ctx.settings.server.idle_timeout_s
@@ -97,6 +171,9 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: 
             conn.receive_data(data)
             continue
         if isinstance(event, h11.Request):
+            if _wants_mqtt(event):
+                await _upgrade_to_mqtt(stream, conn, ctx, event)
+                return
             started = trio.current_time()
             path = _path(event.target)
             status, content_type, body = await _route(ctx, event.method, event.target)

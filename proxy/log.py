@@ -40,7 +40,7 @@ class RotatingFile:
         self._open()
 
     def _open(self) -> None:
-        self._fh: BinaryIO = open(self.path, "ab", buffering=0)  # noqa: SIM115 - owned for the sink's life
+        self._fh: BinaryIO = open(self.path, "ab", buffering=0)
         self._size = self._fh.tell()
         self._opened = time.monotonic()
 

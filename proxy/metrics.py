@@ -34,25 +34,31 @@ class Metrics:
             "mqproxy_connections", "Connections negotiated, by protocol", ["protocol"], registry=r
         )
         self.negotiation_failures = Counter(
-            "mqproxy_negotiation_failures", "Connections rejected before a protocol was chosen", ["reason"],
+            "mqproxy_negotiation_failures",
+            "Connections rejected before a protocol was chosen",
+            ["reason"],
             registry=r,
         )
         self.requests = Counter(
             "mqproxy_requests", "Requests handled", ["protocol", "op", "outcome"], registry=r
         )
         self.request_latency = Histogram(
-            "mqproxy_request_latency_seconds", "Request latency", ["protocol", "op"],
-            buckets=LATENCY_BUCKETS_S, registry=r,
+            "mqproxy_request_latency_seconds",
+            "Request latency",
+            ["protocol", "op"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
         )
         self.bytes_in = Counter("mqproxy_bytes_received", "Bytes received", ["protocol"], registry=r)
         self.bytes_out = Counter("mqproxy_bytes_sent", "Bytes sent", ["protocol"], registry=r)
         self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
         self.consumer_lag = Gauge(
-            "mqproxy_consumer_lag_messages", "Messages not yet consumed, by consumer group and topic",
-            ["group", "topic"], registry=r,
+            "mqproxy_consumer_lag_messages",
+            "Messages not yet consumed, by consumer group and topic",
+            ["group", "topic"],
+            registry=r,
         )
-
 
     def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
         """The (counter, latency histogram) children of one request kind, created once and cached

@@ -48,7 +48,9 @@ def remoting_context(server: ServerState) -> ServerContext:
     return existing
 
 
-async def serve_remoting_connection(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+async def serve_remoting_connection(
+    stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected
+) -> None:
     settings = ctx.settings
     limits = ConnectionLimits(
         max_frame_bytes=settings.remoting.max_frame_bytes,

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from mqproxy.context import ConnectionContext
-from mqproxy.http import serve_http
-from mqproxy.negotiation import Detected, Protocol
 from mqproxy.grpc_service.connection import serve_grpc
+from mqproxy.http import serve_http
 from mqproxy.mqtt.connection import serve_mqtt
+from mqproxy.negotiation import Detected, Protocol
 from mqproxy.remoting_route import serve_remoting_connection
 
 Handler = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[None]]

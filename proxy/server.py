@@ -20,10 +20,10 @@ import trio
 
 from mqproxy import __version__
 from mqproxy.backends import open_backend
-from mqproxy.connection import handle_connection
-from mqproxy.context import ServerState, format_addr
 from mqproxy.broker.services import ServiceSettings, open_services
 from mqproxy.broker.transactions import TransactionCheck
+from mqproxy.connection import handle_connection
+from mqproxy.context import ServerState, format_addr
 from mqproxy.grpc_service.connection import grpc_service
 from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
 from mqproxy.remoting_route import REMOTING_CHECK_BACK_KEY, SERVICES_KEY, remoting_context
@@ -35,7 +35,6 @@ _log = structlog.get_logger("mqproxy.server")
 #: accept() errors that mean "overloaded", not "broken" (trio's serve_listeners treats them the same way).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_RETRY_S = 0.1
-
 
 
 @dataclass(eq=False)
@@ -54,7 +53,9 @@ class ServerHandle:
 
 
 async def _accept_loop(
-    listener: trio.SocketListener, state: ServerState, ssl_context: ssl.SSLContext | None,
+    listener: trio.SocketListener,
+    state: ServerState,
+    ssl_context: ssl.SSLContext | None,
     nursery: trio.Nursery,
 ) -> None:
     while True:
@@ -62,7 +63,9 @@ async def _accept_loop(
             stream = await listener.accept()
         except OSError as exc:
             if exc.errno in ACCEPT_CAPACITY_ERRNOS:
-                _log.error("proxy.accept_failed", detail=f"{os.strerror(exc.errno)}; retrying in {ACCEPT_RETRY_S}s")
+                _log.error(
+                    "proxy.accept_failed", detail=f"{os.strerror(exc.errno)}; retrying in {ACCEPT_RETRY_S}s"
+                )
                 await trio.sleep(ACCEPT_RETRY_S)
                 continue
             raise
@@ -110,9 +113,13 @@ async def serve(
             sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
             return bool(sender is not None and await sender(check))
 
-        async with open_services(backend, service_settings(settings.broker), check_back=check_back) as services:
+        async with open_services(
+            backend, service_settings(settings.broker), check_back=check_back
+        ) as services:
             state.registries[SERVICES_KEY] = services
-            await _serve_state(settings, state, bound, listener, ssl_context, install_signal_handlers, task_status)
+            await _serve_state(
+                settings, state, bound, listener, ssl_context, install_signal_handlers, task_status
+            )
 
 
 def service_settings(broker: BrokerSettings) -> ServiceSettings:

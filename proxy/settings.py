@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 
 ENV_PREFIX = "MQPROXY_"
 
@@ -90,6 +90,47 @@ class RemotingSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MqttSettings:
+    """The ``[mqtt]`` section: gateway limits (mirroring :class:`mqproxy.mqtt.config.MqttConfig`) and auth.
+
+    ``users`` maps a user name to a ``pbkdf2_sha256$<iterations>$<salt b64>$<hash b64>`` line;
+    ``acl`` maps a user name (or ``*`` for every client) to ``{publish = [...], subscribe = [...]}``
+    topic filter patterns in which ``%c`` is the client id and ``%u`` the user name.
+    """
+
+    allow_anonymous: bool = True
+    users: dict[str, str] = field(default_factory=dict)
+    acl: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    deny_subscribe: tuple[str, ...] = ()
+    max_packet_size: int = field(default=1024 * 1024, metadata=_range(64, 268_435_455))
+    receive_maximum: int = field(default=64, metadata=_range(1, 65535))
+    default_send_quota: int = field(default=64, metadata=_range(1, 65535))
+    max_send_quota: int = field(default=1024, metadata=_range(1, 65535))
+    maximum_qos: int = field(default=2, metadata=_range(0, 2))
+    topic_alias_maximum: int = field(default=16, metadata=_range(0, 65535))
+    max_keep_alive: int = field(default=0, metadata=_range(0, 65535))
+    connect_timeout_s: float = field(default=10.0, metadata=_range(0.1, 3600))
+    write_timeout_s: float = field(default=30.0, metadata=_range(0.1, 3600))
+    send_buffer_packets: int = field(default=1024, metadata=_range(1, 1_000_000))
+    pull_batch: int = field(default=32, metadata=_range(1, 1024))
+    poll_interval_s: float = field(default=30.0, metadata=_range(0.1, 3600))
+
+    def __post_init__(self) -> None:
+        from mqproxy.mqtt.auth import check_acl, parse_password_hash
+
+        for user, line in self.users.items():
+            try:
+                parse_password_hash(line)
+            except ValueError as exc:
+                raise SettingsError(f"mqtt.users.{user}: {exc}") from None
+        for user, rules in self.acl.items():
+            try:
+                check_acl(rules)
+            except ValueError as exc:
+                raise SettingsError(f"mqtt.acl.{user}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
     tls: TlsSettings = TlsSettings()
@@ -97,21 +138,26 @@ class Settings:
     store: StoreSettings = StoreSettings()
     broker: BrokerSettings = BrokerSettings()
     remoting: RemotingSettings = RemotingSettings()
+    mqtt: MqttSettings = MqttSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
         """Settings suited to in-process tests: port 0, memory backend unless a data dir is given."""
         base: dict[str, dict[str, Any]] = {
             "server": {"listen": "127.0.0.1:0", "sniff_timeout_s": 2.0, "shutdown_grace_s": 1.0},
-            "store": {"backend": "embedded", "data_dir": str(data_dir)} if data_dir else {"backend": "memory"},
+            "store": {"backend": "embedded", "data_dir": str(data_dir)}
+            if data_dir
+            else {"backend": "memory"},
         }
         for name, values in sections.items():
             base.setdefault(name, {}).update(values)
         return build_settings(base)
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        """All sections as plain dicts (for the ``proxy.config`` event)."""
-        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """All sections as plain dicts (for the ``proxy.config`` event); password hashes are redacted."""
+        out = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["mqtt"]["users"] = {user: "<redacted>" for user in self.mqtt.users}
+        return out
 
 
 def parse_hostport(value: str, key: str = "server.listen") -> tuple[str, int]:
@@ -134,7 +180,25 @@ def _sections() -> dict[str, type]:
     return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
 
 
-def _coerce(key: str, kind: type, value: Any, *, from_env: bool) -> Any:
+def _coerce_nested(key: str, kind: Any, value: Any) -> Any:
+    """``tuple[str, ...]`` from a TOML array, ``dict[str, T]`` from a TOML table (recursively)."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise SettingsError(f"{key}: expected an array, got {type(value).__name__} {value!r}")
+        return tuple(_coerce_nested(f"{key}[{i}]", args[0], item) for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{key}: expected a table, got {type(value).__name__} {value!r}")
+        return {str(k): _coerce_nested(f"{key}.{k}", args[1], v) for k, v in value.items()}
+    return _coerce(key, kind, value, from_env=False)
+
+
+def _coerce(key: str, kind: Any, value: Any, *, from_env: bool) -> Any:
+    if get_origin(kind) is not None:
+        if from_env:
+            raise SettingsError(f"{key}: a table or array cannot be set from the environment")
+        return _coerce_nested(key, kind, value)
     if from_env:
         text = str(value).strip()
         if kind is bool:

@@ -10,7 +10,9 @@ from mqproxy.broker.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.broker.memory import InMemoryBackend
 
 PROTOCOL_METHODS = [
-    name for name, member in inspect.getmembers(Backend) if inspect.iscoroutinefunction(member) and not name.startswith("_")
+    name
+    for name, member in inspect.getmembers(Backend)
+    if inspect.iscoroutinefunction(member) and not name.startswith("_")
 ]
 
 
@@ -24,16 +26,18 @@ def test_memory_backend_implements_every_method_with_the_same_signature() -> Non
     backend = InMemoryBackend()
     assert isinstance(backend, Backend)
     for name in PROTOCOL_METHODS:
-        assert inspect.signature(getattr(InMemoryBackend, name)).parameters.keys() == inspect.signature(
-            getattr(Backend, name)
-        ).parameters.keys(), name
+        assert (
+            inspect.signature(getattr(InMemoryBackend, name)).parameters.keys()
+            == inspect.signature(getattr(Backend, name)).parameters.keys()
+        ), name
 
 
 def test_embedded_store_implements_every_method_with_the_same_signature() -> None:
     for name in PROTOCOL_METHODS:
-        assert inspect.signature(getattr(EmbeddedStore, name)).parameters.keys() == inspect.signature(
-            getattr(Backend, name)
-        ).parameters.keys(), name
+        assert (
+            inspect.signature(getattr(EmbeddedStore, name)).parameters.keys()
+            == inspect.signature(getattr(Backend, name)).parameters.keys()
+        ), name
 
 
 async def test_open_embedded_store_yields_a_backend(tmp_path: Path) -> None:

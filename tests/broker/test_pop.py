@@ -248,6 +248,22 @@ async def test_long_polling_wakes_on_arrival(
         assert trio.current_time() - start == pytest.approx(3.5)
 
 
+async def test_long_poll_sees_a_retry_topic_created_while_it_waits(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+        await _fill(backend, 1)
+        first = await services.pop.pop(G, T, None, 1, 2000)
+        assert _bodies(first) == [b"m0"]
+        assert await backend.get_topic(pop_retry_topic(G, T)) is None
+        start = trio.current_time()
+        # Not acked: revived at 2 s into the retry topic, which does not exist yet when this poll starts.
+        again = await services.pop.pop(G, T, None, 1, 2000, poll_s=20)
+        assert _bodies(again) == [b"m0"]
+        assert again.messages[0].delivery_attempt == 2
+        assert trio.current_time() - start < 4
+
+
 async def test_init_mode_max_starts_at_the_last_message(make_backend: MakeBackend) -> None:
     async with make_backend() as backend:
         services = BrokerServices(backend)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import struct
 import ast
 import gc
 import pathlib
+import struct
 import time
 from collections.abc import Sequence
 

@@ -23,7 +23,8 @@ def test_schema_is_valid_draft_2020_12() -> None:
 def test_conditional_requirements_mirror_the_event_table() -> None:
     table = {name: sorted(spec["required"]) for name, spec in SCHEMA["x-events"].items()}
     conditions = {
-        rule["if"]["properties"]["event"]["const"]: sorted(rule["then"]["required"]) for rule in SCHEMA["allOf"]
+        rule["if"]["properties"]["event"]["const"]: sorted(rule["then"]["required"])
+        for rule in SCHEMA["allOf"]
     }
     assert conditions == table
     for fields in table.values():
@@ -55,8 +56,15 @@ def test_every_emitted_event_is_documented() -> None:
 
 def test_a_valid_event_passes_and_a_drifted_one_fails() -> None:
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    good = {"ts": "2026-11-22T10:00:00Z", "level": "info", "event": "conn.rejected", "conn_id": "ab",
-            "reason": "sniff_timeout", "sniff_ms": 1.0, "bytes_in": 0}
+    good = {
+        "ts": "2026-11-22T10:00:00Z",
+        "level": "info",
+        "event": "conn.rejected",
+        "conn_id": "ab",
+        "reason": "sniff_timeout",
+        "sniff_ms": 1.0,
+        "bytes_in": 0,
+    }
     assert not list(validator.iter_errors(good))
     assert list(validator.iter_errors({**good, "unknownField": 1}))
     assert list(validator.iter_errors({k: v for k, v in good.items() if k != "reason"}))

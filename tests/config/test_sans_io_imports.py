@@ -23,7 +23,9 @@ def _imports(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "path", sorted(p for d in PURE_DIRS for p in (ROOT / d).rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+    "path",
+    sorted(p for d in PURE_DIRS for p in (ROOT / d).rglob("*.py")),
+    ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_module_is_sans_io(path: Path) -> None:
     assert not (_imports(path) & FORBIDDEN)

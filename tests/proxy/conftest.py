@@ -17,8 +17,9 @@ from mqproxy.settings import Settings
 async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
     """Start :func:`serve` in a nursery, yield its handle, stop it gracefully on exit."""
     async with trio.open_nursery() as nursery:
-        handle: ServerHandle = await nursery.start(lambda task_status: serve(
-            settings, install_signal_handlers=False, task_status=task_status))
+        handle: ServerHandle = await nursery.start(
+            lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
+        )
         try:
             yield handle
         finally:

@@ -15,12 +15,25 @@ from typing import Any
 import pytest
 
 
-def _start(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+def _start(
+    tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / "stdout.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
-         *extra],
-        stdout=log.open("wb"), stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
+        [
+            sys.executable,
+            "-m",
+            "mqproxy",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "data"),
+            *extra,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     return proc, log
 
@@ -81,7 +94,9 @@ def test_unknown_config_key_is_a_clear_startup_error(tmp_path: Path) -> None:
 def test_env_override_out_of_range_names_the_key(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0"],
-        capture_output=True, timeout=30, env={**os.environ, "MQPROXY_SERVER_SNIFF_TIMEOUT_S": "0"},
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "MQPROXY_SERVER_SNIFF_TIMEOUT_S": "0"},
     )
     assert proc.returncode == 2
     assert b"server.sniff_timeout_s" in proc.stderr
@@ -93,8 +108,18 @@ def test_busy_port_fails_with_a_message(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "mqproxy", "serve", "--listen", f"127.0.0.1:{port}", "--data-dir",
-             str(tmp_path / "d")], capture_output=True, timeout=30,
+            [
+                sys.executable,
+                "-m",
+                "mqproxy",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--data-dir",
+                str(tmp_path / "d"),
+            ],
+            capture_output=True,
+            timeout=30,
         )
     assert proc.returncode == 1
     assert b"cannot start" in proc.stderr

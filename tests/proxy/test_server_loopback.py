@@ -112,8 +112,12 @@ async def test_proxy_protocol_v1_and_v2_set_the_peer(server: Any, log_sink: Any,
     await s.send_all(b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 9876\r\n")
     assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
     v2 = (
-        b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + struct.pack(">H", 12)
-        + socket.inet_aton("198.51.100.9") + socket.inet_aton("127.0.0.1") + struct.pack(">HH", 5555, 9876)
+        b"\r\n\r\n\x00\r\nQUIT\n"
+        + bytes([0x21, 0x11])
+        + struct.pack(">H", 12)
+        + socket.inet_aton("198.51.100.9")
+        + socket.inet_aton("127.0.0.1")
+        + struct.pack(">HH", 5555, 9876)
     )
     s = await _connect(server)
     await s.send_all(v2)
@@ -198,7 +202,9 @@ async def test_bad_first_bytes_are_rejected_once(
     assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
 
 
-async def test_silence_and_one_byte_hit_the_sniff_timeout(start_server: Any, log_sink: Any, wait_for: Any) -> None:
+async def test_silence_and_one_byte_hit_the_sniff_timeout(
+    start_server: Any, log_sink: Any, wait_for: Any
+) -> None:
     async with start_server(Settings.for_tests(server={"sniff_timeout_s": 0.3})) as handle:
         silent = await _connect(handle)
         one = await _connect(handle)
@@ -231,7 +237,9 @@ async def test_http_header_of_one_megabyte_gets_431(server: Any, log_sink: Any, 
     assert log_sink.named("conn.closed")[0]["error"] == "bad_http_request"
 
 
-async def test_graceful_stop_closes_idle_connections_and_logs(start_server: Any, log_sink: Any, wait_for: Any) -> None:
+async def test_graceful_stop_closes_idle_connections_and_logs(
+    start_server: Any, log_sink: Any, wait_for: Any
+) -> None:
     async with start_server(Settings.for_tests(server={"shutdown_grace_s": 5.0})) as handle:
         idle = await _connect(handle)
         assert (await _http_get(idle, "/healthz", close=False)).startswith(b"HTTP/1.1 200")
@@ -255,7 +263,14 @@ async def test_thousand_killed_connections_leak_nothing(server: Any, log_sink: A
     await _http_get(s, "/healthz")
     await wait_for(lambda: server.state.open_connections == 0)
     before = _open_fds()
-    payloads = [b"", b"\x00", b"PROXY TCP4", b"\x16\x03\x01\x00\x05\x01", b"GET /healthz HTTP/1.1\r\n", b"\xff" * 100]
+    payloads = [
+        b"",
+        b"\x00",
+        b"PROXY TCP4",
+        b"\x16\x03\x01\x00\x05\x01",
+        b"GET /healthz HTTP/1.1\r\n",
+        b"\xff" * 100,
+    ]
     for i in range(1000):
         sock = await _connect(server)
         if payloads[i % len(payloads)]:
@@ -268,7 +283,9 @@ async def test_thousand_killed_connections_leak_nothing(server: Any, log_sink: A
     assert len(_closed_events(log_sink)) == 1001
 
 
-async def _remoting_call(stream: trio.abc.Stream, header: dict[str, Any], body: bytes = b"") -> tuple[dict[str, Any], bytes]:
+async def _remoting_call(
+    stream: trio.abc.Stream, header: dict[str, Any], body: bytes = b""
+) -> tuple[dict[str, Any], bytes]:
     await stream.send_all(_remoting_frame(header, body))
     buf = bytearray()
     with trio.fail_after(5):
@@ -279,10 +296,20 @@ async def _remoting_call(stream: trio.abc.Stream, header: dict[str, Any], body: 
     return json.loads(buf[8 : 8 + header_len]), bytes(buf[8 + header_len : 4 + total])
 
 
-async def test_remoting_frame_is_routed_and_answered_as_name_server(server: Any, log_sink: Any, wait_for: Any) -> None:
+async def test_remoting_frame_is_routed_and_answered_as_name_server(
+    server: Any, log_sink: Any, wait_for: Any
+) -> None:
     s = await _connect(server)
     header, body = await _remoting_call(
-        s, {"code": 105, "language": "JAVA", "version": 401, "opaque": 7, "flag": 0, "extFields": {"topic": "T1"}}
+        s,
+        {
+            "code": 105,
+            "language": "JAVA",
+            "version": 401,
+            "opaque": 7,
+            "flag": 0,
+            "extFields": {"topic": "T1"},
+        },
     )
     assert (header["code"], header["opaque"], header["flag"] & 1) == (0, 7, 1)
     route = json.loads(body)
@@ -293,7 +320,10 @@ async def test_remoting_frame_is_routed_and_answered_as_name_server(server: Any,
     await s.aclose()
     await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
     requests = log_sink.named("request")
-    assert [(r["op"], r["outcome"]) for r in requests] == [("GET_ROUTEINFO_BY_TOPIC", "ok"), ("UNKNOWN_99999", "error")]
+    assert [(r["op"], r["outcome"]) for r in requests] == [
+        ("GET_ROUTEINFO_BY_TOPIC", "ok"),
+        ("UNKNOWN_99999", "error"),
+    ]
     closed = log_sink.named("conn.closed")[0]
     assert closed["protocol"] == "remoting" and closed["requests"] == 2 and closed["error"] is None
 
@@ -302,10 +332,23 @@ async def test_graceful_stop_lets_an_in_flight_long_poll_finish(start_server: An
     async with start_server(Settings.for_tests(server={"shutdown_grace_s": 10.0})) as handle:
         s = await _connect(handle)
         await _remoting_call(s, {"code": 105, "opaque": 1, "flag": 0, "extFields": {"topic": "Drain"}})
-        pull = {"code": 11, "opaque": 2, "flag": 0, "extFields": {
-            "consumerGroup": "G", "topic": "Drain", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-            "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "1000", "subscription": "*",
-            "subVersion": "0"}}
+        pull = {
+            "code": 11,
+            "opaque": 2,
+            "flag": 0,
+            "extFields": {
+                "consumerGroup": "G",
+                "topic": "Drain",
+                "queueId": "0",
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": "6",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "1000",
+                "subscription": "*",
+                "subVersion": "0",
+            },
+        }
         await s.send_all(_remoting_frame(pull))
         await trio.sleep(0.2)  # the pull is now held by the long poll
         handle.stop("test")
@@ -369,9 +412,22 @@ async def test_rocketmq_send_with_mqtt_topic_reaches_an_mqtt_wildcard_subscriber
         await mqtt.send_all(b"\x82\x0a\x00\x01\x00\x05a/+/c\x00")  # SUBSCRIBE a/+/c QoS 0
         assert await mqtt.receive_some(5) == b"\x90\x03\x00\x01\x00"  # SUBACK granted QoS 0
     producer = await _connect(server)
-    ext = {"a": "PG", "b": "a", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0",
-           "i": "MQTT_TOPIC\x01a/b/c\x02TAGS\x01t\x02", "j": "0", "k": "false"}
-    header, _ = await _remoting_call(producer, {"code": 310, "opaque": 1, "flag": 0, "extFields": ext}, b"hello")
+    ext = {
+        "a": "PG",
+        "b": "a",
+        "c": "TBW102",
+        "d": "4",
+        "e": "0",
+        "f": "0",
+        "g": "0",
+        "h": "0",
+        "i": "MQTT_TOPIC\x01a/b/c\x02TAGS\x01t\x02",
+        "j": "0",
+        "k": "false",
+    }
+    header, _ = await _remoting_call(
+        producer, {"code": 310, "opaque": 1, "flag": 0, "extFields": ext}, b"hello"
+    )
     assert header["code"] == 0
     expected = b"\x30\x0c\x00\x05a/b/chello"  # PUBLISH QoS 0, topic a/b/c, payload "hello"
     buf = b""

@@ -42,8 +42,19 @@ def _start_proxy(tmp: Path) -> tuple[subprocess.Popen[bytes], tuple[str, int], P
     log = tmp / "logs" / "mqproxy.log"
     env = {**os.environ, "MQPROXY_LOG_FILE": str(log)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "data")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "mqproxy",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp / "data"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -72,8 +83,19 @@ def _drive(addr: tuple[str, int]) -> None:
         s.sendall(_frame({"code": 105, "opaque": 1, "flag": 0, "extFields": {"topic": "EtlTopic"}}))
         assert _read_frame(s)["code"] == 0
         for i in range(SENDS):
-            ext = {"a": "EtlProducers", "b": "EtlTopic", "c": "TBW102", "d": "4", "e": "0", "f": "0",
-                   "g": str(int(time.time() * 1000)), "h": "0", "i": "TAGS\x01t\x02", "j": "0", "k": "false"}
+            ext = {
+                "a": "EtlProducers",
+                "b": "EtlTopic",
+                "c": "TBW102",
+                "d": "4",
+                "e": "0",
+                "f": "0",
+                "g": str(int(time.time() * 1000)),
+                "h": "0",
+                "i": "TAGS\x01t\x02",
+                "j": "0",
+                "k": "false",
+            }
             s.sendall(_frame({"code": 310, "opaque": 10 + i, "flag": 0, "extFields": ext}, b"body-%d" % i))
             assert _read_frame(s)["code"] == 0
 
@@ -105,6 +127,8 @@ def test_batch_job_counts_what_the_proxy_served(spark: Any, tmp_path: Path) -> N
     requests = spark.read.parquet(str(out / "requests"))
     sends = requests.where((requests.protocol == "remoting") & (requests.op == "SEND_MESSAGE_V2")).collect()
     assert len(sends) == SENDS
-    assert all(r["outcome"] == "ok" and r["topic"] == "EtlTopic" and r["group"] == "EtlProducers" for r in sends)
+    assert all(
+        r["outcome"] == "ok" and r["topic"] == "EtlTopic" and r["group"] == "EtlProducers" for r in sends
+    )
     health = requests.where(requests.protocol == "http").count()
     assert health == HEALTH_CHECKS

@@ -259,7 +259,8 @@ def produce_txn(args: argparse.Namespace) -> int:
         msg.set_property("seq", str(index))
         msg.set_body(f"{args.body}-{index}-{state}")
         result = _CSendResult()
-        rc = dll.SendMessageTransaction(handle, msg, executor, TRANSACTION_STATES[state], ctypes.byref(result))
+        local = TRANSACTION_STATES[state]
+        rc = dll.SendMessageTransaction(handle, msg, executor, local, ctypes.byref(result))
         emit({"event": "sent", "index": index, "local": state, "rc": rc, "status": result.sendStatus,
               "msg_id": result.msgId.decode("utf-8", "replace"), "t": time.time()})
     time.sleep(args.linger)
