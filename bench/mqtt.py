@@ -232,6 +232,11 @@ class Step:
         return self.delivered_n / self.seconds
 
     @property
+    def server_us_per_delivery(self) -> float:
+        """Broker CPU per delivery: stable across machine load, unlike the rates."""
+        return self.server_cpu * self.seconds / self.delivered_n * 1e6 if self.delivered_n else float("nan")
+
+    @property
     def sustained(self) -> bool:
         """The criteria of the module text, with one message per publisher of rounding slack at low rates."""
         return (
@@ -382,7 +387,8 @@ async def ladder(
         )
         head = (
             f"{best.delivered:10.0f} {unit} (step {best.offered:.0f} pub/s{lat}; broker cpu "
-            f"{best.server_cpu:.0%}, generator cpu {best.client_cpu:.0%})"
+            f"{best.server_cpu:.0%} = {best.server_us_per_delivery:.0f} us/delivery, generator cpu "
+            f"{best.client_cpu:.0%})"
         )
     tail = (
         "; ladder top reached"
@@ -663,7 +669,7 @@ async def bench_broker(broker: Broker, args: argparse.Namespace) -> None:
         await ladder(
             broker,
             args,
-            "fan-out QoS 0 (1→100)",
+            f"fan-out QoS 0 (1→{args.fan_out})",
             qos=0,
             publishers=1,
             subscribers=args.fan_out,

@@ -359,19 +359,11 @@ def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str])
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:
-    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit).
-
-    Keys left at their settings default keep ``MqttConfig()``'s value."""
-    base = MqttConfig()
-    defaults = type(mqtt)()
-    changes: dict[str, Any] = {}
-    for f in dataclasses.fields(base):
-        value = getattr(mqtt, f.name)
-        if value != getattr(defaults, f.name):
-            changes[f.name] = value
-    if changes.get("max_keep_alive") == 0:
-        changes["max_keep_alive"] = None
-    return dataclasses.replace(base, **changes)
+    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit)."""
+    fields = {f.name: getattr(mqtt, f.name) for f in dataclasses.fields(MqttConfig)}
+    if fields.get("max_keep_alive") == 0:
+        fields["max_keep_alive"] = None
+    return MqttConfig(**fields)
 
 
 def gateway_for(server: object) -> Gateway:

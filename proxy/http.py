@@ -119,8 +119,12 @@ async def _upgrade_to_mqtt(
         body = (why + "\n").encode("ascii")
         await _respond(stream, conn, status, "text/plain; charset=utf-8", body, True, headers)
         return
-    while True:  # the request has no body: reach the end of it so that h11 can switch protocols
-        next_event = conn.next_event()
+    while True:  # reach the end of the request so that h11 can switch protocols
+        try:
+            next_event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            ctx.error, ctx.detail = "bad_http_request", str(exc)
+            return
         if next_event is h11.NEED_DATA:
             idle_s = ctx.settings.server.idle_timeout_s
             data = await receive_unless_draining(stream, READ_CHUNK, ctx.server, idle_s)

@@ -150,6 +150,25 @@ async def test_authenticate_rules() -> None:
     )
 
 
+async def test_a_verified_password_is_remembered_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mqproxy.mqtt import auth as auth_module
+
+    calls: list[bytes] = []
+    real = auth_module.verify_password
+
+    def counting(password: bytes, parsed: Any) -> bool:
+        calls.append(password)
+        return real(password, parsed)
+
+    monkeypatch.setattr(auth_module, "verify_password", counting)
+    auth = _authorizer()
+    for _ in range(3):
+        assert await auth.authenticate("alice", b"wonderland") == ReasonCode.SUCCESS
+    assert calls == [b"wonderland"]
+    assert await auth.authenticate("alice", b"wonderlan") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert calls == [b"wonderland", b"wonderlan"]
+
+
 def test_acl_substitution_and_wildcard_ids() -> None:
     auth = _authorizer()
     assert auth.can_publish("dev1", None, "devices/dev1/temp")

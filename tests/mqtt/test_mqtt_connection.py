@@ -525,31 +525,24 @@ async def test_shared_subscription_splits_and_gives_back(server: Any, log_sink: 
 
 
 async def test_slow_consumer_is_disconnected_and_loses_nothing_stored(log_sink: Any) -> None:
-    from mqproxy.mqtt import gateway as gateway_module
-    from mqproxy.mqtt.config import MqttConfig
-
-    original = gateway_module.MqttConfig
-    gateway_module.MqttConfig = lambda: MqttConfig(write_timeout_s=0.5, send_buffer_packets=4)  # type: ignore[assignment,misc]
-    try:
-        async with running_server(Settings.for_tests()) as handle:
-            slow, _ = await connect(handle.address, "slow", clean_start=False)
-            await subscribe(slow, ("big", Q1))
-            pub, _ = await connect(handle.address, "p")
-            payload = b"x" * 60_000
-            for _i in range(200):  # ~12 MB: far more than the socket buffers hold
-                await pub.send(Publish("big", payload, Q0))
-            await pub.send(PingReq())
-            await pub.receive(wait_s=20)
-            with trio.fail_after(10):
-                while not any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed")):  # noqa: ASYNC110
-                    await trio.sleep(0.05)
-            await slow.aclose()
-            again, connack = await connect(handle.address, "slow", clean_start=False)
-            assert connack.session_present
-            first = await receive_publish(again)
-            assert first.payload == payload  # the backlog is still in the LMQ
-    finally:
-        gateway_module.MqttConfig = original  # type: ignore[misc]
+    settings = Settings.for_tests(mqtt={"write_timeout_s": 0.5, "send_buffer_packets": 4})
+    async with running_server(settings) as handle:
+        slow, _ = await connect(handle.address, "slow", clean_start=False)
+        await subscribe(slow, ("big", Q1))
+        pub, _ = await connect(handle.address, "p")
+        payload = b"x" * 60_000
+        for _i in range(200):  # ~12 MB: far more than the socket buffers hold
+            await pub.send(Publish("big", payload, Q0))
+        await pub.send(PingReq())
+        await pub.receive(wait_s=20)
+        with trio.fail_after(10):
+            while not any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed")):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        await slow.aclose()
+        again, connack = await connect(handle.address, "slow", clean_start=False)
+        assert connack.session_present
+        first = await receive_publish(again)
+        assert first.payload == payload  # the backlog is still in the LMQ
 
 
 async def test_connect_refusals_get_connack(server: Any) -> None:

@@ -12,6 +12,8 @@ import pytest
 import trio
 import trio.testing
 import trustme
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import Connection
 from wsproto.events import (
@@ -186,6 +188,25 @@ async def test_finish_sends_normal_close_and_waits_for_the_answer() -> None:
     assert server.close_code == 1000
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=6), st.binary(max_size=120))
+def test_garbage_after_valid_frames_never_raises_or_hangs(payloads: list[bytes], garbage: bytes) -> None:
+    async def scenario() -> None:
+        server, peer, client = _pair(max_bytes=64)
+        wire = b"".join(client.send(BytesMessage(p)) for p in payloads) + garbage
+        await peer.send_all(wire)
+        await peer.send_stream.aclose()
+        got = b""
+        with trio.fail_after(2):
+            while chunk := await server.receive_some(7):
+                got += chunk
+        assert b"".join(payloads).startswith(got)  # only real payload, in order
+        if not garbage:
+            assert got == b"".join(payloads)
+
+    trio.run(scenario)
+
+
 # --- loopback through the server ---------------------------------------------------------------
 
 
@@ -282,6 +303,9 @@ async def test_oversize_message_closes_with_1009(start_server: Any, log_sink: An
         event = await client.next_event()
         assert isinstance(event, CloseConnection)
         assert event.code == 1009
+        await stream.send_all(client.ws.send(event.response()))  # completes the close handshake
+        with trio.fail_after(1):
+            assert await stream.receive_some(10) == b""  # the server then closes the TCP connection
         await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
     assert log_sink.named("conn.closed")[0]["error"] == "websocket_closed"
 
