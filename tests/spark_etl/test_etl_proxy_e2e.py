@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 SENDS = 5
 HEALTH_CHECKS = 3
 GARBAGE_CONNECTIONS = 2
+MQTT_PUBLISHES = 4
 
 
 def _frame(header: dict[str, Any], body: bytes = b"") -> bytes:
@@ -70,6 +71,63 @@ def _start_proxy(tmp: Path) -> tuple[subprocess.Popen[bytes], tuple[str, int], P
     raise AssertionError("proxy did not start")
 
 
+def _drive_mqtt(addr: tuple[str, int]) -> None:
+    """One MQTT 3.1.1 client: CONNECT, MQTT_PUBLISHES QoS 1 publishes (each PUBACKed), DISCONNECT."""
+    with socket.create_connection(addr, timeout=10) as s:
+        s.sendall(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04etl1")
+        assert s.recv(4) == b"\x20\x02\x00\x00"
+        for i in range(1, MQTT_PUBLISHES + 1):
+            topic, payload = b"etl/dev", b"reading-%d" % i
+            body = struct.pack(">H", len(topic)) + topic + struct.pack(">H", i) + payload
+            s.sendall(bytes([0x32, len(body)]) + body)
+            assert s.recv(4) == b"\x40\x02" + struct.pack(">H", i)  # PUBACK
+        s.sendall(b"\xe0\x00")
+
+
+def _drive_grpc(addr: tuple[str, int]) -> None:
+    """One gRPC QueryRoute call over h2c, answered with a v2 status OK."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    from mqproxy.codecs import rocketmq_v2 as v2
+    from mqproxy.codecs.grpc_wire import encode_message
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    request = v2.QueryRouteRequest(topic=v2.Resource(name="EtlTopic"))
+    stream_id = conn.get_next_available_stream_id()
+    conn.send_headers(
+        stream_id,
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", f"{addr[0]}:{addr[1]}"),
+            (":path", "/apache.rocketmq.v2.MessagingService/QueryRoute"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("x-mq-client-id", "etl-grpc"),
+        ],
+    )
+    conn.send_data(stream_id, encode_message(request.SerializeToString()), end_stream=True)
+    data, trailers = b"", None
+    with socket.create_connection(addr, timeout=10) as s:
+        s.sendall(conn.data_to_send())
+        while trailers is None:
+            chunk = s.recv(65536)
+            assert chunk, "gRPC connection closed before the trailers"
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.DataReceived):
+                    data += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, stream_id)
+                elif isinstance(event, h2.events.TrailersReceived):
+                    trailers = dict(event.headers)
+            s.sendall(conn.data_to_send())
+    assert trailers[b"grpc-status"] == b"0"
+    response = v2.QueryRouteResponse.FromString(data[5:])
+    assert response.status.code == v2.Code.OK
+
+
 def _drive(addr: tuple[str, int]) -> None:
     for _ in range(HEALTH_CHECKS):
         with socket.create_connection(addr, timeout=10) as s:
@@ -98,6 +156,8 @@ def _drive(addr: tuple[str, int]) -> None:
             }
             s.sendall(_frame({"code": 310, "opaque": 10 + i, "flag": 0, "extFields": ext}, b"body-%d" % i))
             assert _read_frame(s)["code"] == 0
+    _drive_mqtt(addr)
+    _drive_grpc(addr)
 
 
 def test_batch_job_counts_what_the_proxy_served(spark: Any, tmp_path: Path) -> None:
@@ -119,6 +179,8 @@ def test_batch_job_counts_what_the_proxy_served(spark: Any, tmp_path: Path) -> N
     by_protocol = {r["protocol"]: r["count"] for r in connections.groupBy("protocol").count().collect()}
     assert by_protocol.get("http") == HEALTH_CHECKS
     assert by_protocol.get("remoting") == 1
+    assert by_protocol.get("mqtt") == 1
+    assert by_protocol.get("grpc") == 1
 
     failures = spark.read.parquet(str(out / "negotiation_failures")).collect()
     assert sum(r["failures"] for r in failures) == GARBAGE_CONNECTIONS
@@ -132,3 +194,7 @@ def test_batch_job_counts_what_the_proxy_served(spark: Any, tmp_path: Path) -> N
     )
     health = requests.where(requests.protocol == "http").count()
     assert health == HEALTH_CHECKS
+    publishes = requests.where((requests.protocol == "mqtt") & (requests.op == "PUBLISH")).count()
+    assert publishes == MQTT_PUBLISHES
+    routes = requests.where((requests.protocol == "grpc") & (requests.op == "QueryRoute")).collect()
+    assert [(r["outcome"], r["client_id"]) for r in routes] == [("ok", "etl-grpc")]
