@@ -36,6 +36,7 @@ system-deps:
 clients: system-deps
 	@bash scripts/setup-clients.sh
 	@if [ -f scripts/setup-grpc-clients.sh ]; then bash scripts/setup-grpc-clients.sh; fi
+	@if [ -f scripts/setup-mqtt-node.sh ]; then bash scripts/setup-mqtt-node.sh; fi
 
 test: system-deps $(STAMP_TEST) clients
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider

@@ -26,6 +26,9 @@ class MqttConfig:
     #: Outgoing packets buffered per connection before delivery waits (the LMQ keeps the rest).
     send_buffer_packets: int = 1024
     pull_batch: int = 32
+    #: Bounds of the read cache shared by all subscription readers (0 disables it; see :mod:`.read_cache`).
+    read_cache_segments: int = 4096
+    read_cache_bytes: int = 64 * 1024 * 1024
     #: Longest single long-poll on an LMQ before re-checking.
     poll_interval_s: float = 30.0
     #: Topic filters refused at SUBSCRIBE (reason 0x87 Not authorized; 0x80 in 3.1.1).

@@ -744,7 +744,9 @@ class MqttConnection:
                     if spec is None or cursor is None or session.connection is not self:
                         return
                     start = cursor.next_offset
-                    result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, start, self.config.pull_batch)
+                    result = await self.gateway.read_cache.pull(
+                        cursor.lmq, LMQ_QUEUE_ID, start, self.config.pull_batch
+                    )
                     if not result.messages:
                         if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:
                             cursor.next_offset = result.next_offset

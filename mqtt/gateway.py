@@ -28,6 +28,7 @@ from mqproxy.codecs.mqtt import Properties, parse_topic_filter
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
+from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
 from mqproxy.mqtt.shared import SharedGroup
@@ -59,6 +60,10 @@ class Gateway:
     ) -> None:
         self.backend = backend
         self.config = config
+        #: Shared by every subscription reader: one store read serves all subscribers of a segment.
+        self.read_cache = ReadCache(
+            backend, max_segments=config.read_cache_segments, max_bytes=config.read_cache_bytes
+        )
         self.auth = auth
         self.index = SubscriptionIndex()
         self.retained = RetainedStore()
@@ -359,8 +364,10 @@ def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str])
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:
-    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit)."""
-    fields = {f.name: getattr(mqtt, f.name) for f in dataclasses.fields(MqttConfig)}
+    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit); a field
+    the section does not have keeps its default."""
+    names = [f.name for f in dataclasses.fields(MqttConfig) if hasattr(mqtt, f.name)]
+    fields = {name: getattr(mqtt, name) for name in names}
     if fields.get("max_keep_alive") == 0:
         fields["max_keep_alive"] = None
     return MqttConfig(**fields)

@@ -1,0 +1,228 @@
+"""A read cache shared by every subscription reader of the gateway, in front of ``Backend.pull`` on LMQs.
+
+RIP-33 fan-out: all subscribers of a topic read the same light message queue, so a 1-to-N broadcast would
+cost N store reads per message. :class:`ReadCache` keeps aligned *segments* of ``segment_size``
+consecutive queue offsets (segment ``k`` holds offsets ``[k*size, (k+1)*size)``) and serves every reader
+of a segment from one store read.
+
+Contract of :meth:`ReadCache.pull` (same answer as ``Backend.pull`` without a tag filter):
+
+* A cached answer holds the messages of ``[offset, offset + n)``; it may run on into the next cached
+  segments. Its ``min_offset``/``max_offset`` are those of the store read that loaded the data.
+* Only offsets below the end of what the store returned are served from memory. An offset at or past a
+  cached segment's end always reads the store (extending the segment from its end), so a partial tail
+  segment never hides later messages.
+* Concurrent misses on one segment share one store read: the first caller fetches, the others wait for
+  its result. If the fetching task is cancelled (or fails with anything but a ``BackendError``), a waiter
+  fetches again; a ``BackendError`` reaches every waiter.
+* At most ``max_segments`` segments and ``max_bytes`` of message ``store_size`` are kept; the least
+  recently used segment goes first. ``max_segments == 0`` or ``max_bytes == 0`` disables caching (every
+  call is a direct pull).
+
+Counters (plain attributes, never reset): ``hits`` (answered from a cached segment), ``coalesced``
+(answered by another caller's in-flight read), ``misses`` (segment reads from the store), ``bypasses``
+(direct store reads: cache disabled, or an offset a segment read could not serve), ``evictions``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import trio
+
+from mqproxy.broker.errors import BackendError
+from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
+
+if TYPE_CHECKING:
+    from mqproxy.broker.backend import Backend
+
+#: Offsets per segment (rocketmq-mqtt's ``pullBatchSize``).
+SEGMENT_SIZE = 32
+DEFAULT_MAX_SEGMENTS = 4096
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+_Key = tuple[str, int, int]  # (topic, queue id, segment start offset)
+
+
+class _Segment:
+    """Messages of offsets ``[start, start + len(messages))``; ``start`` is segment-aligned."""
+
+    __slots__ = ("max_offset", "messages", "min_offset", "size", "start")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.messages: tuple[StoredMessage, ...] = ()
+        self.size = 0
+        self.min_offset = 0
+        self.max_offset = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.messages)
+
+
+class _Fetch:
+    """One in-flight store read of a segment from ``start``; ``result`` stays None if it did not finish."""
+
+    __slots__ = ("done", "error", "result", "start")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.done = trio.Event()
+        self.result: PullResult | None = None
+        self.error: BackendError | None = None
+
+
+def _bytes(messages: tuple[StoredMessage, ...]) -> int:
+    return sum(max(m.store_size, len(m.body)) for m in messages)
+
+
+class ReadCache:
+    """Bounded LRU of LMQ segments with coalesced misses (see the module docstring for the contract)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        segment_size: int = SEGMENT_SIZE,
+        max_segments: int = DEFAULT_MAX_SEGMENTS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if segment_size < 1:
+            raise ValueError("segment_size must be at least 1")
+        if max_segments < 0 or max_bytes < 0:
+            raise ValueError("max_segments and max_bytes must not be negative")
+        self.backend = backend
+        self.segment_size = segment_size
+        self.max_segments = max_segments
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.coalesced = 0
+        self.misses = 0
+        self.bypasses = 0
+        self.evictions = 0
+        self._segments: OrderedDict[_Key, _Segment] = OrderedDict()
+        self._inflight: dict[_Key, _Fetch] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_segments > 0 and self.max_bytes > 0
+
+    @property
+    def backend_pulls(self) -> int:
+        """Store reads made through this cache."""
+        return self.misses + self.bypasses
+
+    def __len__(self) -> int:
+        """Number of cached segments."""
+        return len(self._segments)
+
+    async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
+        """Up to ``max_count`` messages of (``topic``, ``queue_id``) from ``offset``, as ``Backend.pull``."""
+        if not self.enabled or max_count < 1 or offset < 0:
+            self.bypasses += 1
+            return await self.backend.pull(topic, queue_id, offset, max_count)
+        key = (topic, queue_id, offset - offset % self.segment_size)
+        while True:
+            segment = self._segments.get(key)
+            if segment is not None and offset < segment.end:
+                self.hits += 1
+                return self._serve(key, segment, offset, max_count)
+            fetch = self._inflight.get(key)
+            if fetch is None:
+                fetch = await self._fetch(key, segment)
+                shared = False
+            else:
+                await fetch.done.wait()
+                if fetch.error is not None:
+                    raise fetch.error
+                if fetch.result is None:
+                    continue  # the fetching task was cancelled: fetch again (or wait for who does)
+                shared = True
+            if offset < fetch.start:
+                continue  # the segment was evicted during a read from its old end: read it from its start
+            answer = self._answer(fetch, offset, max_count)
+            if answer is not None:
+                if shared:
+                    self.coalesced += 1
+                return answer
+            self.bypasses += 1
+            return await self.backend.pull(topic, queue_id, offset, max_count)
+
+    async def _fetch(self, key: _Key, segment: _Segment | None) -> _Fetch:
+        """Read the rest of the segment from the store (from its cached end, else its start)."""
+        topic, queue_id, base = key
+        start = segment.end if segment is not None else base
+        fetch = self._inflight[key] = _Fetch(start)
+        self.misses += 1
+        try:
+            fetch.result = await self.backend.pull(topic, queue_id, start, base + self.segment_size - start)
+        except BackendError as exc:
+            fetch.error = exc
+            raise
+        finally:
+            if self._inflight.get(key) is fetch:
+                del self._inflight[key]
+            fetch.done.set()
+        self._store(key, fetch.start, fetch.result)
+        return fetch
+
+    def _store(self, key: _Key, start: int, result: PullResult) -> None:
+        messages = result.messages
+        if not messages or result.next_offset != start + len(messages):
+            return  # nothing read, or not one message per offset (a filter): not cacheable
+        segment = self._segments.get(key)
+        if segment is None or segment.end != start:
+            if start != key[2]:
+                return  # the cached head is gone: the segment is re-read from its start when needed
+            if segment is not None:
+                self._drop(key)
+            segment = self._segments[key] = _Segment(start)
+        added = _bytes(messages)
+        segment.messages += messages
+        segment.size += added
+        segment.min_offset = result.min_offset
+        segment.max_offset = result.max_offset
+        self.bytes += added
+        self._segments.move_to_end(key)
+        while self._segments and (len(self._segments) > self.max_segments or self.bytes > self.max_bytes):
+            self._drop(next(iter(self._segments)))
+            self.evictions += 1
+
+    def _drop(self, key: _Key) -> None:
+        segment = self._segments.pop(key)
+        self.bytes -= segment.size
+
+    def _serve(self, key: _Key, segment: _Segment, offset: int, max_count: int) -> PullResult:
+        """Messages from ``offset`` in ``segment``, continued through the following cached segments."""
+        self._segments.move_to_end(key)
+        at = offset - segment.start
+        found = segment.messages[at : at + max_count]
+        topic, queue_id, base = key
+        last = segment
+        while len(found) < max_count and len(last.messages) == self.segment_size:
+            base += self.segment_size
+            following = self._segments.get((topic, queue_id, base))
+            if following is None:
+                break
+            self._segments.move_to_end((topic, queue_id, base))
+            found += following.messages[: max_count - len(found)]
+            last = following
+        return PullResult(PullStatus.FOUND, found, offset + len(found), last.min_offset, last.max_offset)
+
+    @staticmethod
+    def _answer(fetch: _Fetch, offset: int, max_count: int) -> PullResult | None:
+        """The answer ``fetch`` gives for ``offset`` (>= its start), or None if it does not cover it."""
+        result = fetch.result
+        assert result is not None  # only called on a finished read
+        at = offset - fetch.start
+        if at < len(result.messages) and result.next_offset == fetch.start + len(result.messages):
+            found = result.messages[at : at + max_count]
+            return PullResult(
+                PullStatus.FOUND, found, offset + len(found), result.min_offset, result.max_offset
+            )
+        if at == 0:
+            return result if len(result.messages) <= max_count else None
+        return None
