@@ -110,7 +110,17 @@ class ProxyProcess:
         self.returncodes: list[int] = []
         self._runs = 0
 
-    def start(self, listen: str = "127.0.0.1:0") -> str:
+    def start(self, listen: str = "127.0.0.1:0", *, attempts: int = 1) -> str:
+        """Start the proxy; with ``attempts`` > 1 a failed start (e.g. the fixed port was taken by
+        another process's ephemeral connection meanwhile) is retried after a short pause."""
+        for attempt in range(1, attempts + 1):
+            address = self._start_once(listen, last=attempt == attempts)
+            if address is not None:
+                return address
+            time.sleep(0.5)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, listen: str, *, last: bool) -> str | None:
         assert self.proc is None, "proxy already running"
         self._runs += 1
         cmd = [self.executable, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
@@ -123,6 +133,8 @@ class ProxyProcess:
         started = self.reader.wait_for(lambda e: e.get("event") == "proxy.started", START_TIMEOUT)
         if started is None:
             self.kill()
+            if not last:
+                return None
             pytest.fail(f"proxy did not report proxy.started within {START_TIMEOUT} s (exit status "
                         f"{self.returncodes[-1]}):\n{self.diagnostics()}")
         self.address = str(started["listen"])
@@ -150,7 +162,7 @@ class ProxyProcess:
         port = self.port
         rc = self.stop()
         assert rc == 0, f"proxy exited with {rc} on SIGTERM:\n{self.diagnostics()}"
-        return self.start(f"127.0.0.1:{port}")
+        return self.start(f"127.0.0.1:{port}", attempts=10)
 
     def kill(self) -> None:
         if self.proc is not None:
