@@ -176,6 +176,10 @@ class ConnectionRegistry:
     def connections(self, group: str) -> list[GroupPeer]:
         return list(self._groups.get(group, ()))
 
+    def owner(self, group: str, client_id: str) -> GroupPeer | None:
+        """The connection that last heartbeated ``client_id`` into consumer ``group``, if still joined."""
+        return self._owners.get((group, client_id))
+
     def _release(self, group: str, peer: GroupPeer) -> None:
         members = self._groups.get(group)
         if members is None or peer not in members:
@@ -224,8 +228,15 @@ class RemotingConnection:
         """End the connection with an error (first reason wins)."""
         if self.stats.error is None:
             self.stats.error, self.stats.detail = reason, detail
-        self.closed = True
+        self.close_calls()
         self.nursery.cancel_scope.cancel()
+
+    def close_calls(self) -> None:
+        """Mark the connection closed; server->client calls still waiting return None at once."""
+        self.closed = True
+        calls, self._calls = self._calls, {}
+        for channel in calls.values():
+            channel.close()
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         if self.closed or self.session is None:
@@ -248,7 +259,10 @@ class RemotingConnection:
         return True
 
     async def call(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand | None:
-        """Send a server->client request and wait for its response (None on timeout or close)."""
+        """Send a server->client request and wait for its response.
+
+        None when no response came within ``timeout_s`` or the connection ended first (then at once;
+        :attr:`closed` tells the two apart)."""
         if self.closed or self.session is None:
             return None
         opaque = self.session.next_opaque()
@@ -260,7 +274,10 @@ class RemotingConnection:
             if self.closed:
                 return None
             with trio.move_on_after(timeout_s):
-                return await receive.receive()
+                try:
+                    return await receive.receive()
+                except trio.EndOfChannel:  # the connection ended while we waited
+                    return None
             return None
         finally:
             self._calls.pop(opaque, None)
@@ -377,7 +394,7 @@ async def serve_remoting(
             nursery.cancel_scope.cancel()
     finally:
         if connection is not None:
-            connection.closed = True
+            connection.close_calls()
             if connection.session is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(limits.cleanup_timeout_s):
                     await connection.session.close()

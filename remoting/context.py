@@ -44,6 +44,10 @@ class GroupMembership(Protocol):
         """Send NOTIFY_CONSUMER_IDS_CHANGED (oneway) to every connection of ``group`` but ``exclude``."""
         ...
 
+    def owner(self, group: str, client_id: str) -> object | None:
+        """The connection ``client_id`` of ``group`` lives on (for server→client calls), or None."""
+        ...
+
     def join_producer(self, group: str, conn: object) -> None:
         """Record that a producer of ``group`` lives on ``conn`` (transaction check-backs go there)."""
         ...
@@ -63,6 +67,9 @@ class NullGroups:
         return True
 
     def notify_changed(self, group: str, exclude: object | None) -> None:
+        return None
+
+    def owner(self, group: str, client_id: str) -> object | None:
         return None
 
     def join_producer(self, group: str, conn: object) -> None:

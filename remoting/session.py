@@ -51,7 +51,18 @@ from mqproxy.broker.service_errors import (
 )
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-from mqproxy.remoting import clients, consume, locks, offsets, pop, produce, retry, routes, transactions
+from mqproxy.remoting import (
+    admin,
+    clients,
+    consume,
+    locks,
+    offsets,
+    pop,
+    produce,
+    retry,
+    routes,
+    transactions,
+)
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
@@ -92,6 +103,8 @@ HANDLERS: Final[dict[int, Handler]] = {
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,
     RequestCode.NOTIFICATION: pop.notification,
     RequestCode.POLLING_INFO: pop.polling_info,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
 }
 
 #: BackendError subclass -> response code (spec §2, §3.2, §3.3, §3.17, §3.19; the broker services'
