@@ -364,10 +364,8 @@ def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str])
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:
-    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit); a field
-    the section does not have keeps its default."""
-    names = [f.name for f in dataclasses.fields(MqttConfig) if hasattr(mqtt, f.name)]
-    fields = {name: getattr(mqtt, name) for name in names}
+    """``MqttConfig`` from the ``[mqtt]`` settings section (``max_keep_alive = 0`` means no limit)."""
+    fields = {f.name: getattr(mqtt, f.name) for f in dataclasses.fields(MqttConfig)}
     if fields.get("max_keep_alive") == 0:
         fields["max_keep_alive"] = None
     return MqttConfig(**fields)

@@ -113,6 +113,8 @@ class MqttSettings:
     write_timeout_s: float = field(default=30.0, metadata=_range(0.1, 3600))
     send_buffer_packets: int = field(default=1024, metadata=_range(1, 1_000_000))
     pull_batch: int = field(default=32, metadata=_range(1, 1024))
+    read_cache_segments: int = field(default=4096, metadata=_range(0, 1_000_000))
+    read_cache_bytes: int = field(default=64 * 1024 * 1024, metadata=_range(0, 1 << 34))
     poll_interval_s: float = field(default=30.0, metadata=_range(0.1, 3600))
 
     def __post_init__(self) -> None:
