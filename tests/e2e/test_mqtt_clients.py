@@ -5,13 +5,10 @@ Each test runs the proxy in-process (trio) and the blocking client code in a wor
 
 from __future__ import annotations
 
-import queue
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,117 +18,12 @@ import trio
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
 
+from ..mqtt.conftest import running_server  # type: ignore[import-not-found]
+from .paho_driver import PROTOCOLS, V5, V311, PahoClient  # type: ignore[import-not-found]
+
 pytestmark = pytest.mark.e2e
-
-V311, V5 = mqtt.MQTTv311, mqtt.MQTTv5
-PROTOCOLS = [pytest.param(V311, id="v311"), pytest.param(V5, id="v5")]
-
-
-@asynccontextmanager
-async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
-    async with trio.open_nursery() as nursery:
-        handle: ServerHandle = await nursery.start(
-            lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
-        )
-        try:
-            yield handle
-        finally:
-            handle.stop("test")
-
-
-class Client:
-    """A paho client with its network loop thread; received messages land in ``messages``."""
-
-    def __init__(
-        self,
-        port: int,
-        client_id: str,
-        protocol: int,
-        *,
-        clean: bool = True,
-        expiry: int | None = None,
-        will: tuple[str, bytes, int, bool] | None = None,
-        keepalive: int = 60,
-        connect_props: Properties | None = None,
-    ) -> None:
-        kwargs: dict[str, Any] = {"client_id": client_id, "protocol": protocol}
-        if protocol != V5:
-            kwargs["clean_session"] = clean
-        self.paho = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, **kwargs)
-        self.protocol = protocol
-        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        self.connected: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        self.disconnected: queue.Queue[Any] = queue.Queue()
-        self.paho.on_message = lambda c, u, m: self.messages.put(m)
-        self.paho.on_connect = lambda c, u, flags, rc, props: self.connected.put((flags, rc))
-        self.paho.on_disconnect = lambda c, u, flags, rc, props: self.disconnected.put(rc)
-        if will is not None:
-            self.paho.will_set(*will)
-        props = connect_props
-        if protocol == V5 and expiry is not None:
-            props = props or Properties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = expiry
-        self.paho.connect(
-            "127.0.0.1",
-            port,
-            keepalive=keepalive,
-            clean_start=clean if protocol == V5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
-            properties=props,
-        )
-        self.paho.loop_start()
-        self.flags, self.rc = self.connected.get(timeout=5)
-
-    @property
-    def session_present(self) -> bool:
-        return bool(self.flags.session_present)
-
-    def subscribe(self, *subs: Any, properties: Properties | None = None) -> list[Any]:
-        done = threading.Event()
-        granted: list[Any] = []
-
-        def on_subscribe(c: Any, u: Any, mid: int, codes: list[Any], props: Any) -> None:
-            granted.extend(codes)
-            done.set()
-
-        self.paho.on_subscribe = on_subscribe
-        self.paho.subscribe(list(subs), properties=properties)
-        assert done.wait(5), "no SUBACK"
-        return granted
-
-    def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int = 0,
-        retain: bool = False,
-        properties: Properties | None = None,
-    ) -> None:
-        info = self.paho.publish(topic, payload, qos=qos, retain=retain, properties=properties)
-        info.wait_for_publish(5)
-
-    def get(self, timeout: float = 5.0) -> mqtt.MQTTMessage:
-        return self.messages.get(timeout=timeout)
-
-    def nothing(self, wait: float = 0.3) -> bool:
-        try:
-            self.messages.get(timeout=wait)
-        except queue.Empty:
-            return True
-        return False
-
-    def close(self) -> None:
-        self.paho.disconnect()
-        self.paho.loop_stop()
-
-    def drop(self) -> None:
-        """Close the socket without DISCONNECT (as a crashed device would)."""
-        self.paho.loop_stop()
-        sock = self.paho.socket()
-        if sock is not None:
-            sock.close()
 
 
 async def in_thread(fn: Callable[..., None], *args: Any) -> None:
@@ -147,10 +39,9 @@ async def port(log_sink: Any) -> AsyncIterator[int]:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_paho_qos_levels_and_wildcards(port: int, protocol: int) -> None:
     def scenario() -> None:
-        sub = Client(port, "sub", protocol)
-        granted = sub.subscribe(("t/+/x", 2), ("t/#", 0))
-        assert [int(getattr(g, "value", g)) for g in granted] == [2, 0]
-        pub = Client(port, "pub", protocol)
+        sub = PahoClient(port, "sub", protocol)
+        assert sub.subscribe(("t/+/x", 2), ("t/#", 0)) == [2, 0]
+        pub = PahoClient(port, "pub", protocol)
         for qos in (0, 1, 2):
             pub.publish("t/a/x", b"q%d" % qos, qos)
         got = sorted((m.payload, m.qos) for m in (sub.get() for _ in range(6)))
@@ -166,12 +57,12 @@ async def test_paho_qos_levels_and_wildcards(port: int, protocol: int) -> None:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_paho_retained_set_replace_clear(port: int, protocol: int) -> None:
     def scenario() -> None:
-        pub = Client(port, "pub", protocol)
+        pub = PahoClient(port, "pub", protocol)
         pub.publish("r/a", b"one", 1, retain=True)
         pub.publish("r/a", b"two", 1, retain=True)
         pub.publish("r/b", b"gone", 1, retain=True)
         pub.publish("r/b", b"", 1, retain=True)
-        sub = Client(port, "sub", protocol)
+        sub = PahoClient(port, "sub", protocol)
         sub.subscribe(("r/#", 1))
         message = sub.get()
         assert (message.topic, message.payload, message.retain) == ("r/a", b"two", True)
@@ -185,13 +76,13 @@ async def test_paho_retained_set_replace_clear(port: int, protocol: int) -> None
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_paho_will_on_abrupt_close(port: int, protocol: int) -> None:
     def scenario() -> None:
-        watcher = Client(port, "watcher", protocol)
+        watcher = PahoClient(port, "watcher", protocol)
         watcher.subscribe(("status/#", 1))
-        device = Client(port, "device", protocol, will=("status/device", b"offline", 1, False))
+        device = PahoClient(port, "device", protocol, will=("status/device", b"offline", 1, False))
         device.drop()
         message = watcher.get()
         assert (message.topic, message.payload) == ("status/device", b"offline")
-        polite = Client(port, "polite", protocol, will=("status/polite", b"offline", 1, False))
+        polite = PahoClient(port, "polite", protocol, will=("status/polite", b"offline", 1, False))
         polite.close()
         assert watcher.nothing()
         watcher.close()
@@ -202,14 +93,14 @@ async def test_paho_will_on_abrupt_close(port: int, protocol: int) -> None:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_paho_persistent_session_offline_queue(port: int, protocol: int) -> None:
     def scenario() -> None:
-        sub = Client(port, "durable", protocol, clean=False, expiry=300)
+        sub = PahoClient(port, "durable", protocol, clean=False, expiry=300)
         assert not sub.session_present
         sub.subscribe(("q/#", 1))
         sub.close()
-        pub = Client(port, "pub", protocol)
+        pub = PahoClient(port, "pub", protocol)
         for i in range(5):
             pub.publish("q/x", b"%d" % i, 1)
-        sub = Client(port, "durable", protocol, clean=False, expiry=300)
+        sub = PahoClient(port, "durable", protocol, clean=False, expiry=300)
         assert sub.session_present
         assert [sub.get().payload for _ in range(5)] == [b"0", b"1", b"2", b"3", b"4"]
         sub.close()
@@ -221,8 +112,8 @@ async def test_paho_persistent_session_offline_queue(port: int, protocol: int) -
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_paho_takeover(port: int, protocol: int) -> None:
     def scenario() -> None:
-        first = Client(port, "same", protocol)
-        second = Client(port, "same", protocol)
+        first = PahoClient(port, "same", protocol)
+        second = PahoClient(port, "same", protocol)
         rc = first.disconnected.get(timeout=5)
         if protocol == V5:
             assert rc.value == 0x8E  # Session taken over
@@ -237,7 +128,7 @@ async def test_paho_takeover(port: int, protocol: int) -> None:
 
 async def test_paho_v5_properties_alias_expiry_no_local(port: int) -> None:
     def scenario() -> None:
-        sub = Client(port, "sub5", V5)
+        sub = PahoClient(port, "sub5", V5)
         options = mqtt.SubscribeOptions(qos=1, noLocal=True)
         sub_props = Properties(PacketTypes.SUBSCRIBE)
         sub_props.SubscriptionIdentifier = 42
@@ -249,7 +140,7 @@ async def test_paho_v5_properties_alias_expiry_no_local(port: int) -> None:
         props.ResponseTopic = "v5/reply"
         props.CorrelationData = b"\x01\x02"
         props.TopicAlias = 1
-        pub = Client(port, "pub5", V5)
+        pub = PahoClient(port, "pub5", V5)
         pub.publish("v5/a", b"full", 1, properties=props)
         alias_only = Properties(PacketTypes.PUBLISH)
         alias_only.TopicAlias = 1
@@ -280,18 +171,18 @@ async def test_paho_v5_session_expiry_and_receive_maximum(port: int) -> None:
     def scenario() -> None:
         props = Properties(PacketTypes.CONNECT)
         props.ReceiveMaximum = 1
-        sub = Client(port, "rm", V5, connect_props=props)
+        sub = PahoClient(port, "rm", V5, connect_props=props)
         sub.subscribe(("rm", 1))
-        pub = Client(port, "pub", V5)
+        pub = PahoClient(port, "pub", V5)
         for i in range(20):
             pub.publish("rm", b"%d" % i, 1)
         assert [sub.get().payload for _ in range(20)] == [b"%d" % i for i in range(20)]
         sub.close()
-        short = Client(port, "short", V5, clean=False, expiry=1)
+        short = PahoClient(port, "short", V5, clean=False, expiry=1)
         short.subscribe(("se", 1))
         short.close()
         time.sleep(1.5)
-        again = Client(port, "short", V5, clean=False, expiry=1)
+        again = PahoClient(port, "short", V5, clean=False, expiry=1)
         assert not again.session_present
         again.close()
         pub.close()
@@ -301,10 +192,10 @@ async def test_paho_v5_session_expiry_and_receive_maximum(port: int) -> None:
 
 async def test_paho_v5_shared_subscription(port: int) -> None:
     def scenario() -> None:
-        members = [Client(port, f"member{i}", V5) for i in range(2)]
+        members = [PahoClient(port, f"member{i}", V5) for i in range(2)]
         for member in members:
             member.subscribe(("$share/workers/jobs/+", 1))
-        pub = Client(port, "pub", V5)
+        pub = PahoClient(port, "pub", V5)
         for i in range(40):
             pub.publish("jobs/x", b"%d" % i, 1)
         got: list[bytes] = []
@@ -326,16 +217,16 @@ async def test_paho_session_survives_proxy_restart(tmp_path: Path, log_sink: Any
     settings = Settings.for_tests(tmp_path)
 
     def before(port: int) -> None:
-        sub = Client(port, "dev", V311, clean=False)
+        sub = PahoClient(port, "dev", V311, clean=False)
         sub.subscribe(("home/+/temp", 1))
         sub.close()
-        pub = Client(port, "pub", V311)
+        pub = PahoClient(port, "pub", V311)
         pub.publish("home/k/temp", b"21.5", 1)
         pub.publish("home/cfg", b"kept", 1, retain=True)
         pub.close()
 
     def after(port: int) -> None:
-        sub = Client(port, "dev", V311, clean=False)
+        sub = PahoClient(port, "dev", V311, clean=False)
         assert sub.session_present
         assert sub.get().payload == b"21.5"
         sub.subscribe(("home/cfg", 0))
@@ -432,9 +323,9 @@ async def test_paho_throughput_one_publisher_one_subscriber(tmp_path: Path, log_
     count = 5000
 
     def scenario(port: int) -> float:
-        sub = Client(port, "bench-sub", V311)
+        sub = PahoClient(port, "bench-sub", V311)
         sub.subscribe(("bench/t", qos))
-        pub = Client(port, "bench-pub", V311)
+        pub = PahoClient(port, "bench-pub", V311)
         started = time.perf_counter()
         infos = [pub.paho.publish("bench/t", b"x" * 64, qos=qos) for _ in range(count)]
         for _ in range(count):

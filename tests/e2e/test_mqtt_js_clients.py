@@ -9,29 +9,27 @@ test uses its own topics and client ids on the module's shared proxy. Install MQ
 from __future__ import annotations
 
 import json
-import queue
 import shutil
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from .conftest import JsonLineReader  # type: ignore[import-not-found]
+from .paho_driver import PROTOCOLS, PahoClient  # type: ignore[import-not-found]
+
 pytestmark = pytest.mark.e2e
 
 NODE_DIR = Path(__file__).resolve().parent / "mqtt_node"
-PROTOCOLS = [pytest.param(4, id="v311"), pytest.param(5, id="v5")]
 LINGER_MS = "300"  # how long a subscriber keeps listening after its last expected message
 
 
 class NodeRun:
-    """One ``client.js`` child; its JSON events fill ``events`` as they are printed."""
+    """One ``client.js`` child; its JSON events fill ``reader.events`` as they are printed."""
 
     def __init__(self, node: str, args: list[str], stderr_path: Path) -> None:
         self.args = args
@@ -44,46 +42,29 @@ class NodeRun:
                 stderr=stderr,
                 stdin=subprocess.DEVNULL,
             )
-        self.events: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            event = json.loads(line)
-            with self._cond:
-                self.events.append(event)
-                self._cond.notify_all()
+        self.reader = JsonLineReader(self.proc.stdout)
 
     def wait_event(self, name: str, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for event in self.events:
-                    if event["event"] == name:
-                        return event
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.proc.poll() is not None:
-                    pytest.fail(f"no {name!r} event\n{self.describe()}")
-                self._cond.wait(min(remaining, 0.2))
+        event = self.reader.wait_for(lambda e: e.get("event") == name, timeout)
+        if event is None:
+            pytest.fail(f"no {name!r} event\n{self.describe()}")
+        return event
 
     def finish(self, timeout: float = 20.0) -> NodeRun:
-        """Wait for exit; the run must end with status 0 and a ``done`` event."""
+        """Wait for exit; the run must end with status 0 and a ``done`` event, printing only JSON objects."""
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._reader.join(5)
+        self.reader.join(5)
         assert self.proc.returncode == 0, self.describe()
         assert self.of("done"), self.describe()
+        assert len(self.reader.lines) == len(self.reader.events), self.describe()
         return self
 
     def of(self, name: str) -> list[dict[str, Any]]:
-        with self._cond:
-            return [e for e in self.events if e["event"] == name]
+        return [e for e in self.reader.events if e.get("event") == name]
 
     def messages(self) -> list[tuple[str, bytes, int, bool]]:
         return [
@@ -92,7 +73,10 @@ class NodeRun:
 
     def describe(self) -> str:
         stderr = self.stderr_path.read_text(errors="replace")[-3000:]
-        return f"client.js {' '.join(self.args)[:300]}\nrc={self.proc.returncode}\n{self.events}\n{stderr}"
+        return (
+            f"client.js {' '.join(self.args)[:300]}\nrc={self.proc.returncode}\n{self.reader.tail()}\n"
+            f"{stderr}"
+        )
 
 
 class MqttJs:
@@ -282,67 +266,40 @@ def test_mqttjs_websocket_publish_subscribe(js: MqttJs, protocol: int) -> None:
     assert tcp_sub.finish().messages() == [(f"{p}/big", big, 2, False), (f"{p}/small", b"from tcp", 1, False)]
 
 
-class Paho:
-    """A paho-mqtt client with its network thread; received messages land in ``messages``."""
-
-    def __init__(self, port: int, client_id: str, protocol: int) -> None:
-        self.paho = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            protocol=mqtt.MQTTv5 if protocol == 5 else mqtt.MQTTv311,
-        )
-        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        connected: queue.Queue[Any] = queue.Queue()
-        self.paho.on_message = lambda c, u, m: self.messages.put(m)
-        self.paho.on_connect = lambda c, u, flags, rc, props: connected.put(rc)
-        self.paho.connect("127.0.0.1", port, keepalive=30)
-        self.paho.loop_start()
-        assert connected.get(timeout=5) == 0
-
-    def subscribe(self, topic: str, qos: int) -> None:
-        granted: queue.Queue[Any] = queue.Queue()
-        self.paho.on_subscribe = lambda c, u, mid, codes, props: granted.put(codes)
-        self.paho.subscribe(topic, qos)
-        assert [int(getattr(g, "value", g)) for g in granted.get(timeout=5)] == [qos]
-
-    def publish(self, topic: str, payload: bytes, qos: int, properties: Properties | None = None) -> None:
-        self.paho.publish(topic, payload, qos=qos, properties=properties).wait_for_publish(5)
-
-    def close(self) -> None:
-        self.paho.disconnect()
-        self.paho.loop_stop()
-
-
 @pytest.fixture
-def paho_clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
+def paho_clients() -> Iterator[list[PahoClient]]:
+    made: list[PahoClient] = []
     yield made
     for client in made:
         client.close()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_mqttjs_and_paho_interop(js: MqttJs, proxy: Any, paho_clients: list[Paho], protocol: int) -> None:
+def test_mqttjs_and_paho_interop(
+    js: MqttJs, proxy: Any, paho_clients: list[PahoClient], protocol: int
+) -> None:
     p = f"io{protocol}"
-    watcher = Paho(proxy.port, f"{p}-paho-sub", protocol)
+    watcher = PahoClient(proxy.port, f"{p}-paho-sub", protocol)
     paho_clients.append(watcher)
-    watcher.subscribe(f"{p}/js", 1)
+    assert watcher.rc == 0
+    assert watcher.subscribe((f"{p}/js", 1)) == [1]
     payload = b"\x00from mqtt.js\xff"
     props = {"userProperties": {"origin": "mqtt.js"}} if protocol == 5 else {}
     js.publish(f"{p}-js-pub", protocol, message(f"{p}/js", payload, 1, **props))
-    got = watcher.messages.get(timeout=5)
+    got = watcher.get()
     assert (got.topic, got.payload, got.qos) == (f"{p}/js", payload, 1)
     if protocol == 5:
         assert got.properties.UserProperty == [("origin", "mqtt.js")]
 
     js_sub = js.subscriber(f"{p}-js-sub", protocol, f"{p}/paho:2", expect=1)
-    sender = Paho(proxy.port, f"{p}-paho-pub", protocol)
+    sender = PahoClient(proxy.port, f"{p}-paho-pub", protocol)
     paho_clients.append(sender)
+    assert sender.rc == 0
     paho_props = None
     if protocol == 5:
         paho_props = Properties(PacketTypes.PUBLISH)
         paho_props.UserProperty = [("origin", "paho")]
-    sender.publish(f"{p}/paho", b"from paho", 2, paho_props)
+    sender.publish(f"{p}/paho", b"from paho", 2, properties=paho_props)
     js_sub.finish()
     assert js_sub.messages() == [(f"{p}/paho", b"from paho", 2, False)]
     if protocol == 5:
