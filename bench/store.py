@@ -1,4 +1,4 @@
-"""Embedded-store micro-benchmarks: send/pull throughput, recovery time, idle-LMQ cost.
+"""Embedded-store micro-benchmarks: send/pull throughput, recovery time, idle-LMQ cost and sweep.
 
 Run: ``.venv/bin/python bench/store.py [--quick]``. Numbers are single runs on a shared machine: compare
 orders of magnitude, not small gaps.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import resource
 import shutil
@@ -20,6 +21,7 @@ import structlog
 import trio
 import trio.lowlevel
 
+from mqproxy.broker import embedded
 from mqproxy.broker.embedded import CACHE_SIZE, open_embedded_store
 from mqproxy.broker.index import Index
 from mqproxy.broker.types import Message
@@ -32,6 +34,15 @@ def rss_anon_kib() -> int:
             if line.startswith("RssAnon:"):
                 return int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def rss_kib() -> int:
+    """Resident memory including LMDB's file-backed (reclaimable) pages."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
 
 
 def du(path: Path) -> int:
@@ -177,6 +188,110 @@ async def lmq_bench(root: Path, count: int) -> None:
     )
 
 
+async def lmq_sweep_bench(root: Path, count: int, budget_s: float) -> None:
+    """Create up to ``count`` light queues (one 16-byte message each, 100 per batch) within ``budget_s``,
+    then sweep: once while none is idle (the steady-state cost of a sweep), once deleting them all.
+
+    Each sweep is one full pass (the per-call time budget is lifted; by default a call stops after
+    ``SWEEP_CALL_BUDGET_S`` of event-loop time and the next call resumes)."""
+    embedded.SWEEP_CALL_BUDGET_S = math.inf
+    data_dir = root / "lmq-sweep"
+    batch = 100
+    async with open_embedded_store(data_dir) as store:
+        await store.create_topic("Parent", 1)
+        start = time.perf_counter()
+        created = 0
+        while created < count and time.perf_counter() - start < budget_s:
+            n = min(batch, count - created)
+            await store.send_batch(
+                [Message("Parent", b"x" * 16, 0, dispatch=(f"%LMQ%q{created + i}",)) for i in range(n)]
+            )
+            created += n
+        elapsed = time.perf_counter() - start
+        print(
+            f"created {created:,} LMQs (one message each) in {elapsed:.1f} s "
+            f"({created / elapsed:,.0f} LMQs/s{', stopped by the time budget' if created < count else ''})"
+        )
+        await trio.to_thread.run_sync(store._index.sync)
+        in_use = {f"%LMQ%q{i}" for i in range(0, created, 1000)}  # 0.1% held by readers
+
+        async def sweep(idle_ms: int) -> tuple[list[str], float, str]:
+            """Run one sweep beside a probe task; return deleted names, seconds, event-loop hold figures."""
+            holds: list[float] = []
+            cpu: list[float] = []  # the same gaps in this thread's CPU time (excludes being preempted)
+            done = False
+
+            async def probe() -> None:
+                while not done:
+                    t, c = time.perf_counter(), time.thread_time()
+                    await trio.lowlevel.checkpoint()
+                    holds.append(time.perf_counter() - t)
+                    cpu.append(time.thread_time() - c)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(probe)
+                await trio.lowlevel.checkpoint()
+                t0 = time.perf_counter()
+                deleted = await store.delete_idle_lmqs(idle_ms, in_use, limit=created)
+                took = time.perf_counter() - t0
+                done = True
+            holds.sort()
+            cpu.sort()
+            p99 = holds[int(len(holds) * 0.99)] * 1000
+            return (
+                deleted,
+                took,
+                (
+                    f"event-loop hold p99 {p99:.1f} ms, max {holds[-1] * 1000:.1f} ms wall "
+                    f"(max {cpu[-1] * 1000:.1f} ms CPU)"
+                ),
+            )
+
+        gc.collect()
+        before = (du(data_dir / "index"), store._index.used_bytes(), du(data_dir / "commitlog"))
+        rss_before = (rss_anon_kib(), rss_kib())
+        kept, took, holds = await sweep(3_600_000)
+        assert kept == []
+        print(
+            f"sweep, none idle: visited {created:,} LMQs in {took:.2f} s "
+            f"({created / took:,.0f} LMQs/s), {holds}"
+        )
+        names, took, holds = await sweep(0)
+        deleted = len(names)
+        del names  # the returned names (~70 B each) are the caller's, not the store's, memory
+        print(
+            f"sweep, all idle: deleted {deleted:,} LMQs in {took:.2f} s "
+            f"({deleted / took:,.0f} LMQs/s), {holds}"
+        )
+        await trio.to_thread.run_sync(store._index.sync)
+        gc.collect()
+        after = (du(data_dir / "index"), store._index.used_bytes(), du(data_dir / "commitlog"))
+        rss_after = (rss_anon_kib(), rss_kib())
+        _, took, holds = await sweep(0)
+        print(f"sweep over the {created - deleted:,} in use: {took * 1000:.0f} ms, {holds}")
+    mib = 1024 * 1024
+    print(
+        f"store before: index file {before[0] / mib:.1f} MiB ({before[1] / mib:.1f} MiB of pages in use, "
+        f"{before[1] / created:.0f} B per LMQ incl. its parent-topic entry), "
+        f"commit log {before[2] / mib:.1f} MiB "
+        f"({before[2] / created:.0f} B per LMQ's one record)"
+    )
+    print(
+        f"store bytes per idle LMQ before cleanup: {(before[1] + before[2]) / created:.0f} B "
+        "(index pages + log)"
+    )
+    freed = (before[1] - after[1]) / max(deleted, 1)
+    print(f"index pages freed per deleted LMQ: {freed:.0f} B (its name row, one entry, B-tree overhead)")
+    print(
+        f"store after:  index file {after[0] / mib:.1f} MiB ({after[1] / mib:.1f} MiB of pages in use; "
+        f"freed pages stay in the file for reuse), commit log {after[2] / mib:.1f} MiB (no retention yet)"
+    )
+    print(
+        f"RSS before: anon {rss_before[0] / 1024:.0f} MiB, total {rss_before[1] / 1024:.0f} MiB; "
+        f"after: anon {rss_after[0] / 1024:.0f} MiB, total {rss_after[1] / 1024:.0f} MiB"
+    )
+
+
 def calibrate() -> float:
     """µs for sum(range(1000)): ~8-10 on an idle core of this machine class; scales the figures."""
     import timeit
@@ -192,6 +307,9 @@ async def main(quick: bool, only: str | None) -> None:
     try:
         if only == "lmq":
             await lmq_bench(root, int(100_000 * scale))
+            return
+        if only == "sweep":
+            await lmq_sweep_bench(root, int(1_000_000 * scale), 180 * scale)
             return
         if only == "stall":
             for in_thread in (False, True):
@@ -211,6 +329,7 @@ async def main(quick: bool, only: str | None) -> None:
         await pull_bench(root, int(50000 * scale))
         await recovery_bench(root, int(100_000 * scale))
         await lmq_bench(root, int(100_000 * scale))
+        await lmq_sweep_bench(root, int(1_000_000 * scale), 180 * scale)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -218,6 +337,6 @@ async def main(quick: bool, only: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one fifth of the default sizes")
-    parser.add_argument("--only", choices=["lmq", "recovery", "stall"], help="run one part")
+    parser.add_argument("--only", choices=["lmq", "recovery", "stall", "sweep"], help="run one part")
     args = parser.parse_args()
     trio.run(main, args.quick, args.only)

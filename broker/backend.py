@@ -12,13 +12,16 @@ Contract shared by all implementations:
 * Offsets are per (topic, queue): min offset is the first readable, max offset is one past the last.
 * ``wait_for_message`` is the long-polling primitive: it returns as soon as the queue's max offset
   exceeds ``offset`` (True) or when ``timeout_s`` elapses (False). Cancellation is honoured.
+* Queue lifecycle: ``rewrite_queue`` compacts a queue (min offset rises, max offset never falls);
+  ``delete_idle_lmqs`` removes idle, empty, fully read light queues (a later send recreates them at 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Protocol, runtime_checkable
 
+from mqproxy.broker.errors import BackendError
 from mqproxy.broker.types import (
     ConsumerInfo,
     ConsumerOffset,
@@ -87,6 +90,35 @@ class Backend(Protocol):
         """Every committed offset (for lag metrics); light message queues excluded."""
         ...
 
+    # --- queue lifecycle -----------------------------------------------------------------------
+    async def rewrite_queue(self, topic: str, queue_id: int, keep: Sequence[int], below: int) -> int:
+        """Compact a queue in one atomic step: re-append the entries at queue offsets ``keep`` (each must be
+        in [min_offset, below); given order is kept) at the queue's end, pointing at the same stored
+        messages (no new commit-log record), then delete every entry below ``below``. Returns the new
+        min offset. Offsets never go backwards. After a crash either the old or the new layout is visible.
+        Readers then see the kept messages at their new offsets (same body, properties, msg id,
+        store timestamp).
+
+        ``below`` must be <= the max offset and ``keep`` free of duplicates, else BackendError (nothing
+        changes). A kept message pulled from its own topic reports its new queue offset; pulled from a
+        light queue it reports its parent topic's offset, as any LMQ read does. A moved entry's index
+        time (``search_offset``, ``earliest_store_time``) is the rewrite's, so a queue's times stay sorted.
+        """
+        ...
+
+    async def delete_idle_lmqs(self, idle_ms: int, in_use: Container[str], limit: int = 10_000) -> list[str]:
+        """Delete up to ``limit`` light queues that are idle and empty and return their names. A queue
+        qualifies when it is an LMQ, its name is not in ``in_use``, nothing was appended to it for
+        ``idle_ms``, no long-poll waiter is parked on it, and every consumer group with an offset on it has
+        read to its end. Deleting removes its entries, its name→id row and those consumer offsets; a later
+        message to the same name starts a fresh queue at offset 0.
+
+        "Empty" means nobody has anything left to read: the queue's entries are deleted with it. A
+        rewrite counts as an append for idleness. One call visits each light queue at most once, in
+        chunks, yielding to trio between them, and resumes where the previous call stopped.
+        """
+        ...
+
     # --- accounting ----------------------------------------------------------------------------
     async def store_bytes(self) -> int:
         """Bytes of message data held (commit-log size for the embedded store)."""
@@ -115,3 +147,15 @@ class Backend(Protocol):
         ...
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None: ...
+
+
+def check_rewrite(keep: Sequence[int], below: int, min_offset: int, max_offset: int) -> None:
+    """Raise BackendError unless ``rewrite_queue(keep, below)`` is valid for a queue spanning
+    [``min_offset``, ``max_offset``)."""
+    if below > max_offset:
+        raise BackendError(f"rewrite below {below} is past the max offset {max_offset}")
+    if len(set(keep)) != len(keep):
+        raise BackendError("rewrite keeps an offset twice")
+    for offset in keep:
+        if not min_offset <= offset < below:
+            raise BackendError(f"kept offset {offset} is outside [{min_offset}, {below})")

@@ -6,10 +6,13 @@ Layout of ``data_dir``::
     commitlog/<20 digits> segment files (see :mod:`mqproxy.broker.commitlog`)
     index/               LMDB environment (see :mod:`mqproxy.broker.index`)
 
-Write path (all on the trio thread, no awaits in between, so it needs no lock): validate, assign queue
-offsets (and LMQ offsets), append the records with one ``os.pwrite``, then index them and
-advance the dispatch checkpoint in one LMDB transaction. The message is readable when ``send``
-returns (with sync flush, already just before: readers can see a record whose fsync is pending).
+Write path: ``send``/``send_batch`` validate, then queue the batch on a write coalescer
+(:mod:`mqproxy.broker.coalescer`): every send queued in the same scheduler turn, from any connection, is
+written together, on the trio thread with no awaits in between (so no lock): assign queue offsets (and
+LMQ offsets), append all records with one ``os.pwrite``, then index them and advance the dispatch
+checkpoint in one LMDB transaction, then wake each touched queue's waiters once. The message is readable
+when ``send`` returns (with sync flush, already just before: readers can see a record whose fsync is
+pending).
 
 Flush policies:
 
@@ -25,28 +28,37 @@ checkpoint lies beyond the valid log (the log lost a tail the index had seen), t
 rebuilt from the whole log. Deleting ``index/`` is a valid (slow) repair: queues and topics are rebuilt
 from the log; committed consumer offsets are lost.
 
+Queue lifecycle (index only, the log is never rewritten): ``rewrite_queue`` moves kept entries to a
+queue's end and raises its persisted floor; ``delete_idle_lmqs`` drops idle light queues. Neither writes
+a log record, so a full rebuild from the log shows the layout before them; a record at offset 0 of a
+light queue the index already holds marks a new generation of it, and recovery drops the old one.
+
 Not implemented yet: deleting old segments (retention), which would also raise queue min offsets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
 import structlog
 import trio
+import trio.lowlevel
 
+from mqproxy.broker.backend import check_rewrite
+from mqproxy.broker.coalescer import WriteCoalescer
 from mqproxy.broker.commitlog import CommitLog, sync_fds
 from mqproxy.broker.errors import StoreUnavailable, TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
-from mqproxy.broker.index import Entry, Index, offset_key, queue_key
+from mqproxy.broker.index import LMQ_KEY_PREFIX, Entry, Index, offset_key, queue_key
 from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
 from mqproxy.broker.records import MessageRecord, decode_message, encode_message
 from mqproxy.broker.sending import (
@@ -86,8 +98,19 @@ CACHE_SIZE = 16384
 INDEX_SYNC_INTERVAL_S = 1.0
 #: Entries dispatched per LMDB transaction while recovering.
 _RECOVERY_BATCH = 4096
+#: Longest :meth:`EmbeddedStore.delete_idle_lmqs` examines light queues in one event-loop turn (s) ...
+SWEEP_SLICE_S = 0.002
+#: ... and most queues it deletes in one turn (one index transaction, ~7 µs each).
+SWEEP_CHUNK = 64
+#: Event-loop time one call may spend in slices; the next call resumes where it stopped.
+SWEEP_CALL_BUDGET_S = 1.0
 
 _log = structlog.get_logger("mqproxy.store")
+
+#: One send queued for the write coalescer: topic, queue id, messages, each message's LMQ targets.
+_Send = tuple[str, int, Sequence[Message], list[tuple[str, ...]]]
+#: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash.
+_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int]
 
 
 def tag_hash(tag: str | None) -> int:
@@ -188,6 +211,8 @@ class EmbeddedStore:
         self._topics = TopicTable(default_queue_count, auto_create_topics)
         self._consumers = ConsumerRegistry()
         self._waiters = QueueWaiters()
+        #: Concurrent sends share one append (one pwrite, one index transaction).
+        self._writes: WriteCoalescer[_Send, tuple[list[SendResult], int]] = WriteCoalescer(self._append)
         self._clock = StoreClock()
         self._qids = _LRU(CACHE_SIZE)
         self._next_offsets = _LRU(CACHE_SIZE)
@@ -198,6 +223,7 @@ class EmbeddedStore:
         self._durable_changed = trio.Event()
         self._index_dirty = False
         self.fsync_count = 0
+        self._sweep_from = LMQ_KEY_PREFIX  # delete_idle_lmqs resumes at this ``qids`` key
 
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
@@ -241,6 +267,7 @@ class EmbeddedStore:
             nonlocal latest_store_ms
             record = decode_message(payload)
             latest_store_ms = max(latest_store_ms, record.store_timestamp_ms)
+            self._restart_lmqs(record, offset, new_queues, flush_batch)
             batch.extend(self._entries_for(record, offset, size, new_queues))
             if len(batch) >= _RECOVERY_BATCH:
                 flush_batch(offset + size)
@@ -300,6 +327,31 @@ class EmbeddedStore:
             entries.append((qid, queue_offset, offset, size, tag, ts))
             self._next_offsets.store(qid, queue_offset + 1)  # records arrive in log order
         return entries
+
+    def _restart_lmqs(
+        self,
+        record: MessageRecord,
+        offset: int,
+        new_queues: dict[bytes, int],
+        flush_batch: Callable[[int], None],
+    ) -> None:
+        """Recovery: a record at offset 0 of a light queue the index already holds starts a new generation
+        of it (the queue was deleted and re-created, and the index lost the deletion, or is being rebuilt
+        from the whole log): drop the old generation before dispatching the record.
+
+        Every generation's first entry is a record at offset 0 (a rewrite needs entries to move), so that
+        is the only place to look. The batch is flushed first so the index holds every earlier record.
+        """
+        for name, lmq_offset in record.lmqs:
+            if lmq_offset != 0:
+                continue
+            key = queue_key(name, LMQ_QUEUE_ID)
+            qid = new_queues.get(key) or self._lookup_qid(key)
+            if qid is None:
+                continue
+            flush_batch(offset)
+            if self._index.restart_queue(key, qid, offset):
+                self._next_offsets.store(qid, 0)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def _start(self, nursery: trio.Nursery) -> None:
@@ -394,32 +446,83 @@ class EmbeddedStore:
         targets = [check_message(m, self._max_message_bytes) for m in messages]
         config = self._config_for_send(messages[0].topic)
         queue_id = self._topics.pick_queue(config, messages[0].queue_id)
-        results, end = self._append(config.name, queue_id, messages, targets)
+        results, end = await self._writes.submit((config.name, queue_id, messages, targets))
         if self.flush == "sync":
             await self._wait_durable(end)
         return results
 
-    def _append(
-        self, topic: str, queue_id: int, messages: Sequence[Message], targets: list[tuple[str, ...]]
-    ) -> tuple[list[SendResult], int]:
-        """Store and index ``messages`` (validated) atomically; return results and the log end."""
+    def _append(self, sends: Sequence[_Send]) -> list[tuple[list[SendResult], int] | BaseException]:
+        """Store and index validated sends (queued by concurrent callers) with one ``pwrite`` and one
+        index transaction; return each send's results and the log end, or its own error.
+
+        A send whose records cannot be encoded fails alone. A failed write or index commit raises (every
+        send fails) and leaves nothing behind: records cut off, new queue ids forgotten.
+        """
+        self._check_writable()
         new_queues: dict[bytes, int] = {}
         next_qid_before = self._next_qid
-        next_offsets: dict[int, int] = {}
+        next_offsets: dict[int, int] = {}  # queue id -> next offset, for sends already encoded
+        qids: dict[bytes, int] = {}
+        lmq_qids: dict[str, int] = {}
+        store_ts = self._clock.now_ms()  # one store time per write keeps every queue's times sorted
+        payloads: list[bytes] = []
+        plans: list[list[_Planned] | Exception] = []
+        for topic, queue_id, messages, targets in sends:
+            taken: dict[int, int] = {}  # this send's offsets, merged once it encoded
 
-        def assign(key: bytes) -> tuple[int, int]:
-            qid = self._qid_for_write(key, new_queues)
-            offset = next_offsets.get(qid)
-            if offset is None:
-                offset = self._next_offset(qid)
-            next_offsets[qid] = offset + 1
-            return qid, offset
+            def assign(qid: int, taken: dict[int, int] = taken) -> int:
+                offset = taken.get(qid)
+                if offset is None:
+                    offset = next_offsets.get(qid)
+                    if offset is None:
+                        offset = self._next_offset(qid)
+                taken[qid] = offset + 1
+                return offset
 
+            def qid_of(key: bytes) -> int:
+                qid = qids.get(key)
+                if qid is None:
+                    qid = qids[key] = self._qid_for_write(key, new_queues)
+                return qid
+
+            def lmq_qid(name: str) -> int:
+                qid = lmq_qids.get(name)
+                if qid is None:
+                    qid = lmq_qids[name] = qid_of(queue_key(name, LMQ_QUEUE_ID))
+                return qid
+
+            mark = len(payloads)
+            try:
+                plan = self._encode(
+                    topic, queue_id, messages, targets, qid_of, lmq_qid, assign, store_ts, payloads
+                )
+            except Exception as exc:
+                del payloads[mark:]
+                plans.append(exc)
+                continue
+            next_offsets.update(taken)
+            plans.append(plan)
+        if not payloads:
+            return [p for p in plans if isinstance(p, Exception)]
         start = self._log.end
         try:
-            entries, results = self._encode_and_write(topic, queue_id, messages, targets, assign)
-            latest = results[-1].store_timestamp_ms
-            self._index.commit(entries, new_queues.items(), self._next_qid, self._log.end, latest)
+            positions = iter(self._log.append(payloads))
+            entries: list[Entry] = []
+            answers: list[tuple[list[SendResult], int] | BaseException] = []
+            end = self._log.end
+            for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
+                if isinstance(plan, Exception):
+                    answers.append(plan)
+                    continue
+                results: list[SendResult] = []
+                for qid, queue_offset, lmq_slots, lmq_map, code in plan:
+                    clo, size = next(positions)
+                    entries.append((qid, queue_offset, clo, size, code, store_ts))
+                    for lqid, loff in lmq_slots:
+                        entries.append((lqid, loff, clo, size, code, store_ts))
+                    results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
+                answers.append((results, end))
+            self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts)
         except BaseException:
             # Nothing was acknowledged: forget the records and the queue ids allocated for them.
             if self._log.end != start:
@@ -430,31 +533,42 @@ class EmbeddedStore:
                 self._next_offsets.pop(qid, None)
             raise
         self._index_dirty = True
+        store = self._next_offsets.store
         for qid, offset in next_offsets.items():
-            self._next_offsets.store(qid, offset)
-        self._waiters.notify((topic, queue_id))
-        for lmqs in targets:
-            for name in lmqs:
-                self._waiters.notify((name, LMQ_QUEUE_ID))
-        return results, self._log.end
+            store(qid, offset)
+        notify = self._waiters.notify
+        for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
+            if not isinstance(plan, Exception):
+                notify((topic, queue_id))
+        for name in lmq_qids:
+            notify((name, LMQ_QUEUE_ID))
+        return answers
 
-    def _encode_and_write(
+    def _encode(
         self,
         topic: str,
         queue_id: int,
         messages: Sequence[Message],
         targets: list[tuple[str, ...]],
-        assign: Callable[[bytes], tuple[int, int]],
-    ) -> tuple[list[Entry], list[SendResult]]:
-        """Assign offsets, encode and append the records; return their index entries and results."""
-        parent_key = queue_key(topic, queue_id)
-        payloads: list[bytes] = []
-        planned: list[tuple[int, int, list[tuple[int, int]], dict[str, int], int, int]] = []
+        qid_of: Callable[[bytes], int],
+        lmq_qid: Callable[[str], int],
+        assign: Callable[[int], int],
+        store_ts: int,
+        payloads: list[bytes],
+    ) -> list[_Planned]:
+        """Assign offsets to one send's messages and append their records to ``payloads``."""
+        parent = qid_of(queue_key(topic, queue_id))
+        plan: list[_Planned] = []
         for message, lmqs in zip(messages, targets, strict=True):
-            qid, queue_offset = assign(parent_key)
-            lmq_slots = [assign(queue_key(name, LMQ_QUEUE_ID)) for name in lmqs]
-            lmq_offsets = [offset for _, offset in lmq_slots]
-            store_ts = self._clock.now_ms()
+            queue_offset = assign(parent)
+            lmq_slots: list[tuple[int, int]] = []
+            lmq_offsets: list[int] = []
+            for name in lmqs:
+                lqid = lmq_qid(name)
+                loff = assign(lqid)
+                lmq_slots.append((lqid, loff))
+                lmq_offsets.append(loff)
+            lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
             payloads.append(
                 encode_message(
                     topic=topic,
@@ -466,23 +580,13 @@ class EmbeddedStore:
                     store_timestamp_ms=store_ts,
                     reconsume_times=message.reconsume_times,
                     born_host=message.born_host,
-                    lmqs=list(zip(lmqs, lmq_offsets, strict=True)),
+                    lmqs=list(lmq_map.items()),
                     properties=stored_properties(message.properties, lmqs, lmq_offsets),
                     body=bytes(message.body),
                 )
             )
-            lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
-            planned.append((qid, queue_offset, lmq_slots, lmq_map, store_ts, tag_hash(message.tags)))
-        positions = self._log.append(payloads)
-        entries: list[Entry] = []
-        results: list[SendResult] = []
-        for (qid, queue_offset, lmq_slots, lmq_map, store_ts, code), (clo, size) in zip(
-            planned, positions, strict=True
-        ):
-            entries.append((qid, queue_offset, clo, size, code, store_ts))
-            entries.extend((lqid, loff, clo, size, code, store_ts) for lqid, loff in lmq_slots)
-            results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
-        return entries, results
+            plan.append((parent, queue_offset, lmq_slots, lmq_map, tag_hash(message.tags)))
+        return plan
 
     def _lookup_qid(self, key: bytes) -> int | None:
         qid = self._qids.lookup(key)
@@ -551,7 +655,10 @@ class EmbeddedStore:
                 position = queue_offset + 1
                 if tags is not None and record.properties.get(PROPERTY_TAGS) not in tags:
                     continue
-                found.append(self._stored(record, clo, entry_size))
+                stored = self._stored(record, clo, entry_size)
+                if queue_offset != record.queue_offset and record.topic == topic:  # moved by a rewrite
+                    stored = dataclasses.replace(stored, queue_offset=queue_offset)
+                found.append(stored)
                 size += entry_size
                 if len(found) >= max_count:
                     done = True
@@ -670,6 +777,101 @@ class EmbeddedStore:
         validate_topic(topic)
         self._index.put_consumer_offset(offset_key(group, topic, queue_id), offset)
         self._index_dirty = True
+
+    # --- queue lifecycle -----------------------------------------------------------------------
+    async def rewrite_queue(self, topic: str, queue_id: int, keep: Sequence[int], below: int) -> int:
+        """See :meth:`Backend.rewrite_queue`. One LMDB transaction moves the entries, deletes the old ones
+        and raises the queue's persisted floor (so its max offset survives losing every entry).
+
+        Durability: the rewrite is committed only once every kept record is fdatasync'ed (it awaits
+        ``_wait_durable``, at most one flush interval with async flush; sync flush never waits). Without
+        that, the index syncer could make the rewrite durable first, and an OS crash would leave an index
+        whose entries point past the surviving log. Recovery would notice (checkpoint beyond the valid log
+        end) and rebuild every queue from the log, so nothing would be corrupt, but a full rebuild is
+        slow and forgets every floor; waiting costs one flush and keeps recovery on its fast path. The
+        queue is re-validated after the wait. Re-dispatch after a crash stays exact: the rewrite's
+        transaction follows the ones that indexed the kept records, so a surviving rewrite implies a
+        checkpoint past them, and records appended later carry offsets at or above the new end.
+        """
+        self._check_writable()
+        keep = list(keep)
+        while True:
+            qid, lo, hi = self._bounds(topic, queue_id)
+            check_rewrite(keep, below, lo, hi)
+            if qid is None or (not keep and below <= lo):
+                return lo
+            needed = 0
+            for offset in keep:
+                entry = self._index.entry(qid, offset)
+                if entry is None:
+                    raise StoreUnavailable(f"index lost entry {offset} of {topic}/{queue_id}")
+                needed = max(needed, entry[0] + entry[1])
+            if needed <= self._durable:
+                break
+            await self._wait_durable(needed)
+            self._check_writable()
+        min_offset, end = self._index.rewrite(qid, keep, below, self._clock.now_ms())
+        self._index_dirty = True
+        self._next_offsets.store(qid, end)
+        if keep:
+            self._waiters.notify((topic, queue_id))
+        return min_offset
+
+    async def delete_idle_lmqs(self, idle_ms: int, in_use: Container[str], limit: int = 10_000) -> list[str]:
+        """See :meth:`Backend.delete_idle_lmqs`.
+
+        Walks the ``qids`` rows of light queues (one contiguous key range) from where the previous call
+        stopped, wrapping around once, in slices of ``SWEEP_SLICE_S`` or ``SWEEP_CHUNK`` deletions, and
+        yields to trio between slices; after ``SWEEP_CALL_BUDGET_S`` of slices it returns (a million
+        queues take a few calls). Per queue it costs a few B-tree seeks and no lasting Python object:
+        idleness is the index time of its last entry (or of its last rewrite, kept with its floor), and
+        its readers come from the ``lmqoffs`` reverse index, one range seek. A slice's checks and deletions
+        run without a yield in between, so no send, pull or waiter can slip in.
+        """
+        self._check_writable()
+        idle_before = time.time_ns() // 1_000_000 - idle_ms
+        deleted: list[str] = []
+        origin = self._sweep_from
+        legs: list[tuple[bytes, bytes | None]] = [(origin, None)]
+        if origin > LMQ_KEY_PREFIX:
+            legs.append((LMQ_KEY_PREFIX, origin))
+        spent = 0.0
+        for start, stop in legs:
+            position: bytes | None = start
+            while position is not None and len(deleted) < limit:
+                if spent >= SWEEP_CALL_BUDGET_S:
+                    return deleted
+                self._check_writable()
+                began = time.perf_counter()
+                found, resume = self._index.scan_lmqs(
+                    position,
+                    stop,
+                    idle_before,
+                    max_found=SWEEP_CHUNK,
+                    deadline=began + SWEEP_SLICE_S,
+                )
+                victims: list[tuple[bytes, int]] = []
+                for key, qid in found:
+                    name = key[:-5].decode()  # queue_key: name, NUL, u32 queue id
+                    # QueueWaiters keeps an event exactly for the queues with a parked waiter.
+                    if name in in_use or (name, LMQ_QUEUE_ID) in self._waiters._events:
+                        continue
+                    victims.append((key, qid))
+                    deleted.append(name)
+                    if len(deleted) >= limit:
+                        resume = key + b"\x00"
+                        break
+                if victims:
+                    self._index.delete_queues(victims)
+                    self._index_dirty = True
+                    for key, qid in victims:
+                        self._qids.pop(key, None)
+                        self._next_offsets.pop(qid, None)
+                position = resume
+                self._sweep_from = resume if resume is not None else (stop or LMQ_KEY_PREFIX)
+                spent += time.perf_counter() - began
+                await trio.lowlevel.checkpoint()
+        return deleted
 
     # --- metadata ------------------------------------------------------------------------------
     async def get_topic(self, topic: str) -> TopicConfig | None:

@@ -6,9 +6,16 @@ multi-dispatch, long polling); used by tests and by handlers that want a throwaw
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+import dataclasses
+import time
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
+import trio
+import trio.lowlevel
+
+from mqproxy.broker.backend import check_rewrite
 from mqproxy.broker.errors import TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
 from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
@@ -41,7 +48,21 @@ _RECORD_OVERHEAD = 91
 
 @dataclass(slots=True)
 class _Queue:
+    """``messages[i]`` sits at queue offset ``base + i``; ``times[i]`` is its index time (store time, or
+    when a rewrite re-appended it, so times stay sorted); ``touched_ms`` is the last append or rewrite."""
+
     messages: list[StoredMessage] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    base: int = 0
+    touched_ms: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.messages)
+
+
+#: Light queues examined between two yields to trio in :meth:`InMemoryBackend.delete_idle_lmqs`.
+_SWEEP_CHUNK = 1024
 
 
 class InMemoryBackend:
@@ -58,6 +79,7 @@ class InMemoryBackend:
         self._max_message_bytes = max_message_bytes
         self._queues: dict[tuple[str, int], _Queue] = {}
         self._offsets: dict[tuple[str, str, int], int] = {}
+        self._lmq_groups: dict[str, set[str]] = {}  # LMQ name -> groups with an offset on it
         self._consumers = ConsumerRegistry()
         self._waiters = QueueWaiters()
         self._clock = StoreClock()
@@ -79,13 +101,13 @@ class InMemoryBackend:
         touched: set[tuple[str, int]] = {(config.name, queue_id)}
         for message, lmqs in zip(messages, targets, strict=True):
             lmq_queues = [self._queue(name, LMQ_QUEUE_ID) for name in lmqs]
-            lmq_offsets = [len(q.messages) for q in lmq_queues]
+            lmq_offsets = [q.end for q in lmq_queues]
             properties = stored_properties(message.properties, lmqs, lmq_offsets)
             size = _RECORD_OVERHEAD + len(message.body) + len(config.name) + properties_size(properties)
             stored = StoredMessage(
                 topic=config.name,
                 queue_id=queue_id,
-                queue_offset=len(queue.messages),
+                queue_offset=queue.end,
                 commitlog_offset=self._next_commitlog_offset,
                 store_size=size,
                 body=bytes(message.body),
@@ -101,10 +123,11 @@ class InMemoryBackend:
             )
             self._next_commitlog_offset += size
             self._by_commitlog_offset[stored.commitlog_offset] = stored
-            queue.messages.append(stored)
-            for name, q in zip(lmqs, lmq_queues, strict=True):
+            touched.update((name, LMQ_QUEUE_ID) for name in lmqs)
+            for q in (queue, *lmq_queues):
                 q.messages.append(stored)
-                touched.add((name, LMQ_QUEUE_ID))
+                q.times.append(stored.store_timestamp_ms)
+                q.touched_ms = stored.store_timestamp_ms
             results.append(
                 SendResult(
                     topic=config.name,
@@ -130,9 +153,9 @@ class InMemoryBackend:
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
     ) -> PullResult:
-        messages = self._readable(topic, queue_id)
-        max_offset = len(messages)
-        early = out_of_range(offset, 0, max_offset)
+        queue = self._readable(topic, queue_id)
+        min_offset, max_offset = queue.base, queue.end
+        early = out_of_range(offset, min_offset, max_offset)
         if early is not None:
             return early
         found: list[StoredMessage] = []
@@ -140,7 +163,7 @@ class InMemoryBackend:
         position = offset
         scan_end = min(max_offset, offset + max(max_count, 1) + MAX_SCAN_ENTRIES)
         while position < scan_end and len(found) < max(max_count, 1):
-            message = messages[position]
+            message = queue.messages[position - queue.base]
             if tag_filter is not None and not tag_filter.matches(message.tags):
                 position += 1
                 continue
@@ -150,7 +173,7 @@ class InMemoryBackend:
             size += message.store_size
             position += 1
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, tuple(found), position, 0, max_offset)
+        return PullResult(status, tuple(found), position, min_offset, max_offset)
 
     async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
         """The message stored at ``commitlog_offset``, or None (see EmbeddedStore.get_message)."""
@@ -162,32 +185,24 @@ class InMemoryBackend:
 
         def ready() -> bool:
             queue = self._queues.get(key)
-            return queue is not None and len(queue.messages) > offset
+            return queue is not None and queue.end > offset
 
         return await self._waiters.wait(key, ready, timeout_s)
 
     # --- offsets -------------------------------------------------------------------------------
     async def min_offset(self, topic: str, queue_id: int) -> int:
-        self._readable(topic, queue_id)
-        return 0
+        return self._readable(topic, queue_id).base
 
     async def max_offset(self, topic: str, queue_id: int) -> int:
-        return len(self._readable(topic, queue_id))
+        return self._readable(topic, queue_id).end
 
     async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        messages = self._readable(topic, queue_id)
-        lo, hi = 0, len(messages)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if messages[mid].store_timestamp_ms < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        queue = self._readable(topic, queue_id)
+        return queue.base + bisect.bisect_left(queue.times, timestamp_ms)
 
     async def earliest_store_time(self, topic: str, queue_id: int) -> int:
-        messages = self._readable(topic, queue_id)
-        return messages[0].store_timestamp_ms if messages else -1
+        queue = self._readable(topic, queue_id)
+        return queue.times[0] if queue.times else -1
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))
@@ -205,6 +220,57 @@ class InMemoryBackend:
     async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         validate_topic(topic)
         self._offsets[(group, topic, queue_id)] = offset
+        if is_lmq(topic):
+            self._lmq_groups.setdefault(topic, set()).add(group)
+
+    # --- queue lifecycle -----------------------------------------------------------------------
+    async def rewrite_queue(self, topic: str, queue_id: int, keep: Sequence[int], below: int) -> int:
+        queue = self._readable(topic, queue_id)
+        check_rewrite(keep, below, queue.base, queue.end)
+        if not keep and below <= queue.base:
+            return queue.base
+        now = self._clock.now_ms()
+        kept = [queue.messages[offset - queue.base] for offset in keep]
+        if not is_lmq(topic):  # read from its own queue, a message reports where it sits now
+            kept = [dataclasses.replace(m, queue_offset=queue.end + i) for i, m in enumerate(kept)]
+        cut = max(below - queue.base, 0)
+        queue.messages = queue.messages[cut:] + kept
+        queue.times = queue.times[cut:] + [now] * len(kept)
+        queue.base += cut
+        queue.touched_ms = now
+        if kept:
+            self._waiters.notify((topic, queue_id))
+        return queue.base
+
+    async def delete_idle_lmqs(self, idle_ms: int, in_use: Container[str], limit: int = 10_000) -> list[str]:
+        """See :meth:`Backend.delete_idle_lmqs`. Walks a snapshot of the light queues from the start on
+        every call (the reference backend keeps no scan position)."""
+        idle_before = time.time_ns() // 1_000_000 - idle_ms
+        names = [name for name, _ in self._queues if is_lmq(name)]
+        deleted: list[str] = []
+        for start in range(0, len(names), _SWEEP_CHUNK):
+            for name in names[start : start + _SWEEP_CHUNK]:
+                if len(deleted) >= limit:
+                    return deleted
+                if self._lmq_deletable(name, idle_before, in_use):
+                    self._delete_lmq(name)
+                    deleted.append(name)
+            await trio.lowlevel.checkpoint()
+        return deleted
+
+    def _lmq_deletable(self, name: str, idle_before: int, in_use: Container[str]) -> bool:
+        key = (name, LMQ_QUEUE_ID)
+        queue = self._queues.get(key)
+        if queue is None or queue.touched_ms > idle_before or name in in_use or key in self._waiters._events:
+            # (_events holds exactly the queues with a parked waiter; see QueueWaiters)
+            return False
+        groups = self._lmq_groups.get(name, ())
+        return all(self._offsets[(group, name, LMQ_QUEUE_ID)] >= queue.end for group in groups)
+
+    def _delete_lmq(self, name: str) -> None:
+        del self._queues[(name, LMQ_QUEUE_ID)]
+        for group in self._lmq_groups.pop(name, ()):
+            del self._offsets[(group, name, LMQ_QUEUE_ID)]
 
     # --- metadata ------------------------------------------------------------------------------
     async def get_topic(self, topic: str) -> TopicConfig | None:
@@ -249,8 +315,9 @@ class InMemoryBackend:
             queue = self._queues[key] = _Queue()
         return queue
 
-    def _readable(self, topic: str, queue_id: int) -> list[StoredMessage]:
+    def _readable(self, topic: str, queue_id: int) -> _Queue:
+        """The queue (a detached empty one if it was never written)."""
         config = self._topics.require(topic)
         TopicTable.check_read_queue(config, queue_id)
         queue = self._queues.get((topic, queue_id))
-        return queue.messages if queue is not None else []
+        return queue if queue is not None else _Queue()

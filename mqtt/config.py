@@ -31,5 +31,8 @@ class MqttConfig:
     read_cache_bytes: int = 64 * 1024 * 1024
     #: Longest single long-poll on an LMQ before re-checking.
     poll_interval_s: float = 30.0
+    #: Dead records (replaced or cleared retained values, superseded session snapshots) a state log must
+    #: hold, and outnumber its live ones, before it is compacted (at start-up and by the housekeeping timer).
+    compaction_min_records: int = 10_000
     #: Topic filters refused at SUBSCRIBE (reason 0x87 Not authorized; 0x80 in 3.1.1).
     deny_subscribe: tuple[str, ...] = ()

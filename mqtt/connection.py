@@ -8,6 +8,11 @@ in-flight window). Offsets of QoS 1/2 deliveries advance on PUBACK / PUBCOMP, of
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
 acknowledged in order (PUBACK / PUBREC only after the store accepted them).
 
+QoS 2 of a persistent session survives a crash: what the peer may act on is recorded in the session
+snapshot before the packet leaves (``_flush_state``, one write per read or delivery round): inbound ids
+before their PUBREC, their removal before PUBCOMP, an outbound delivery before its PUBLISH, its release
+before PUBREL. After a restart the first CONNECT re-sends them under their original packet ids.
+
 Closing: MQTT 5 peers get a DISCONNECT (or, while connecting, a CONNACK) with the reason code first; 3.1.1
 peers are closed silently, except that a refused CONNECT gets its CONNACK return code (0x01 for an
 unsupported level, 0x02 for a rejected client id). The session is then detached (ended or persisted) and
@@ -58,14 +63,16 @@ from mqproxy.codecs.mqtt import (
 )
 from mqproxy.context import ConnectionContext
 from mqproxy.mqtt.gateway import Gateway, gateway_for, now_ms, reader_filter
-from mqproxy.mqtt.mapping import decode_properties
-from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
+from mqproxy.mqtt.mapping import decode_properties, lmq_name
+from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
 from mqproxy.negotiation import Detected
 
 _READ_BYTES = 65536
 _COALESCE = 256
 _CLEANUP_S = 5.0
+#: A subscription reader that keeps finding its long-poll ready yields at least every this many rounds.
+_YIELD_EVERY = 8
 
 
 class _Close(Exception):
@@ -136,6 +143,10 @@ class MqttConnection:
         self._kicked: _Close | None = None
         self._readers: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        #: QoS 2 acks (PUBREL, PUBCOMP) that wait until the session's QoS 2 state is durable.
+        self._deferred: list[Packet] = []
+        #: Durable QoS 2 deliveries whose PUBLISH waits until their record is durable.
+        self._held: list[InFlight] = []
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -341,6 +352,8 @@ class MqttConnection:
                 index += 1
                 if self.normal_disconnect:
                     raise _Close(None, None)
+            if self._deferred or self._held:
+                await self._flush_state()
 
     def _log_request(
         self, kind: PacketType, status: str, started: float, topic: str | None, failed: bool = False
@@ -393,12 +406,17 @@ class MqttConnection:
                 session.finish(packet.packet_id)
                 return packet.reason_code.name, None
             entry.released = True
-            await self.send(PubRel(packet.packet_id))
+            if entry.durable:  # the peer may forget the id once it has the PUBREL: record that first
+                self._deferred.append(PubRel(packet.packet_id))
+            else:
+                await self.send(PubRel(packet.packet_id))
             return "SUCCESS", None
         if isinstance(packet, PubRel):
-            if packet.packet_id in session.awaiting_rel:
-                session.awaiting_rel.discard(packet.packet_id)
-                await self.send(PubComp(packet.packet_id))
+            if session.release(packet.packet_id):
+                if session.persistent:  # the peer may reuse the id after PUBCOMP: record that first
+                    self._deferred.append(PubComp(packet.packet_id))
+                else:
+                    await self.send(PubComp(packet.packet_id))
                 return "SUCCESS", None
             await self.send(PubComp(packet.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return "PACKET_IDENTIFIER_NOT_FOUND", None
@@ -410,6 +428,8 @@ class MqttConnection:
             await self.send(PingResp())
             return "SUCCESS", None
         if isinstance(packet, Disconnect):
+            if self._deferred:
+                await self._flush_state()
             return self._on_disconnect(packet), None
         raise _Close(
             ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client"
@@ -487,6 +507,8 @@ class MqttConnection:
             )
         await self.send(Connack(present, ReasonCode.SUCCESS, connack_props))
         self.connected = True
+        if session.restored:  # first attach after a restart: QoS 2 deliveries under their original ids
+            await session.restore_inflight(gateway.backend, self._restored_publish)
         for entry in list(session.inflight.values()):
             if entry.released:
                 await self.send(PubRel(entry.packet_id))
@@ -571,6 +593,12 @@ class MqttConnection:
         inbound: list[_Inbound] = []
         failure: _Close | None = None
         pending_qos2: set[int] = set()
+        if session.unconfirmed:  # after a restart: was a re-sent QoS 2 PUBLISH stored before the crash?
+            for packet in packets:
+                if packet.qos == QoS.EXACTLY_ONCE and packet.packet_id in session.unconfirmed:
+                    await session.confirm_stored(
+                        self.gateway.backend, packet.packet_id, self.client_id, packet.topic, packet.payload
+                    )
         for packet in packets:
             try:
                 inbound.append(self._check_publish(packet, pending_qos2))
@@ -578,6 +606,13 @@ class MqttConnection:
                 failure = close
                 break
         to_store = [item for item in inbound if item.stored]
+        accepted_qos2 = [
+            (i.packet.packet_id, i.topic)
+            for i in to_store
+            if i.packet.qos == QoS.EXACTLY_ONCE and i.packet.packet_id is not None
+        ]
+        if accepted_qos2:
+            await self._expect_pubrel(session, accepted_qos2)
         if to_store:
             outcomes = await self.gateway.publish_many(
                 [
@@ -595,6 +630,12 @@ class MqttConnection:
                         if isinstance(outcome, MessageTooLarge)
                         else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
                     )
+        for item in to_store:
+            packet_id = item.packet.packet_id
+            if item.packet.qos == QoS.EXACTLY_ONCE and packet_id is not None:
+                if item.reason.is_error:  # not stored: a re-send is a new attempt
+                    session.awaiting_rel.discard(packet_id)
+                session.rel_marks.pop(packet_id, None)  # stored (or refused): nothing to look for
         for item in inbound:
             packet = item.packet
             if item.error is not None and self.level != MQTT_5:  # 3.1.1 cannot refuse one PUBLISH
@@ -604,8 +645,6 @@ class MqttConnection:
             if packet.qos == QoS.AT_LEAST_ONCE and packet_id is not None:
                 await self.send(PubAck(packet_id, item.reason))
             elif packet.qos == QoS.EXACTLY_ONCE and packet_id is not None:
-                if not item.reason.is_error:
-                    session.awaiting_rel.add(packet_id)
                 await self.send(PubRec(packet_id, item.reason))
             status = "DUPLICATE" if item.duplicate else item.reason.name
             self._log_request(PacketType.PUBLISH, status, started, item.topic)
@@ -736,6 +775,7 @@ class MqttConnection:
         assert session is not None
         backend = self.gateway.backend
         inner = reader_filter(topic_filter)
+        rounds = 0
         with scope:
             try:
                 while True:
@@ -762,10 +802,16 @@ class MqttConnection:
                         await self._deliver(spec, inner, cursor, message, offset)
                         offset += 1
                         cursor.next_offset = offset
+                    if self._held:
+                        await self._flush_state()
                     await session.commit_offsets(backend)
-                    await trio.lowlevel.checkpoint()  # the store may answer without yielding
-                    if len(result.messages) < self.config.pull_batch:
-                        # Probably caught up: long-poll before pulling again (returns at once if not).
+                    rounds += 1
+                    caught_up = len(result.messages) < self.config.pull_batch
+                    if not caught_up or rounds % _YIELD_EVERY == 0:
+                        await trio.lowlevel.checkpoint()  # the store may answer without yielding
+                    if caught_up:
+                        # Probably caught up: long-poll before pulling again (returns at once if not; a
+                        # wait that blocks is the yield, so rounds that end in one skip the checkpoint).
                         await backend.wait_for_message(
                             cursor.lmq, LMQ_QUEUE_ID, cursor.next_offset, self.config.poll_interval_s
                         )
@@ -785,7 +831,10 @@ class MqttConnection:
     ) -> None:
         session = self.session
         assert session is not None
-        attrs = decode_properties(message.properties)
+        if cursor.restored and cursor.reached(offset):
+            return  # restored after a restart: in flight under its original id, or already done
+        delivery = self.gateway.read_cache.delivery(message)
+        attrs = delivery.attributes
         if (
             attrs is None
             or not topic_matches(inner, attrs.topic)
@@ -794,6 +843,18 @@ class MqttConnection:
             cursor.complete(offset)
             return
         retain = attrs.retain and spec.retain_as_published
+        if (
+            (attrs.qos == 0 or spec.qos == 0 or self.config.maximum_qos == 0)
+            and attrs.properties.message_expiry_interval is None
+            and not self.alias_maximum
+            and (spec.subscription_id is None or self.level != MQTT_5)
+        ):
+            # QoS 0 bytes every such subscriber shares: encoded once per message (what _push would send).
+            data = delivery.qos0_publish(self.level, retain)
+            if self.client_max_packet is None or len(data) <= self.client_max_packet:
+                await self._send_bytes(data)
+            cursor.complete(offset)
+            return
         publish = self._make_publish(
             attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec
         )
@@ -839,6 +900,8 @@ class MqttConnection:
             if cursor is not None:
                 cursor.complete(offset)
             return
+        if self._held and len(session.inflight) >= session.send_quota:
+            await self._flush_state()  # the window is full: what we hold must go before we wait
         await session.acquire_slot()
         if session.connection is not self:
             raise trio.ClosedResourceError("session detached")
@@ -847,8 +910,57 @@ class MqttConnection:
             return dataclasses.replace(publish, packet_id=packet_id)
 
         entry = session.add_inflight(factory, cursor, offset, shared)
+        if entry.durable:
+            self._held.append(entry)  # sent by _flush_state once its record is durable
+            return
         # The session keeps the full PUBLISH: aliases belong to this connection only.
         await self.send(self._aliased(entry.publish) if self.alias_maximum else entry.publish)
+
+    async def _expect_pubrel(self, session: Session, accepted: list[tuple[int, str]]) -> None:
+        """Add the ids of QoS 2 PUBLISHes about to be stored to ``awaiting_rel``; for a persistent session
+        make them durable first, each with the size of its topic's LMQ, so that after a crash a re-sent
+        PUBLISH can be told apart: stored already, or never (``Session.confirm_stored``)."""
+        session.awaiting_rel.update(packet_id for packet_id, _ in accepted)
+        if not session.persistent:
+            return
+        sizes: dict[str, int] = {}
+        for packet_id, topic in accepted:
+            lmq = lmq_name(topic)
+            if lmq not in sizes:
+                sizes[lmq] = await self.gateway.backend.max_offset(lmq, LMQ_QUEUE_ID)
+            session.rel_marks[packet_id] = (lmq, sizes[lmq])
+        await self._flush_state()
+
+    async def _flush_state(self) -> None:
+        """Write the session snapshot (QoS 2 ids and phases), then send what waited for it: the deferred
+        acks and the held PUBLISHes. Any task may call it; what it could not send stays queued."""
+        session = self.session
+        assert session is not None
+        deferred, self._deferred = self._deferred, []
+        held, self._held = self._held, []
+        try:
+            await self.gateway.persist(session)
+            while deferred:
+                await self.send(deferred[0])
+                del deferred[0]
+            while held:
+                entry = held[0]
+                if session.inflight.get(entry.packet_id) is entry and not entry.released:
+                    await self.send(self._aliased(entry.publish) if self.alias_maximum else entry.publish)
+                del held[0]
+        finally:
+            self._deferred[:0] = deferred
+            self._held[:0] = held
+
+    def _restored_publish(self, spec: SubscriptionSpec, message: StoredMessage) -> Publish | None:
+        """The PUBLISH of a QoS 2 delivery restored after a restart (see ``Session.restore_inflight``)."""
+        attrs = decode_properties(message.properties)
+        if attrs is None:
+            return None
+        retain = attrs.retain and spec.retain_as_published
+        return self._make_publish(
+            attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec
+        )
 
     def _aliased(self, publish: Publish) -> Publish:
         """``publish`` using a server→client Topic Alias (MQTT 5, when the client allows some)."""

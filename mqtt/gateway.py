@@ -36,6 +36,8 @@ from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionS
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
 _log = structlog.get_logger("mqproxy.mqtt")
+#: Seconds between checks whether a state log is worth compacting.
+HOUSEKEEPING_INTERVAL_S = 60.0
 #: Most client PUBLISHes written in one batch.
 MAX_BATCH = 64
 _KEY = "mqtt"
@@ -66,10 +68,10 @@ class Gateway:
         )
         self.auth = auth
         self.index = SubscriptionIndex()
-        self.retained = RetainedStore()
+        self.retained = RetainedStore(config.compaction_min_records)
         self.sessions: dict[str, Session] = {}
         self.shared_groups: dict[tuple[str, str], SharedGroup] = {}
-        self._state = SessionStateStore(backend)
+        self._state = SessionStateStore(backend, config.compaction_min_records)
         self._draining = draining if draining is not None else trio.Event()
         self._loaded = trio.Event()
         self._loading = False
@@ -115,8 +117,21 @@ class Gateway:
             session = Session(snapshot.client_id, snapshot.expiry_interval, self.config.default_send_quota)
             for spec in snapshot.subscriptions:
                 await self._add_subscription(session, spec, resume=True)
+            session.load_qos2(snapshot, now)
             self.sessions[session.client_id] = session
             self._schedule_expiry(session, disconnected)
+        self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
+
+    async def _housekeeping(self) -> None:
+        """Compact the state logs that became mostly dead records; runs every
+        :data:`HOUSEKEEPING_INTERVAL_S` in the timer task."""
+        try:
+            if self.retained.compaction_due():
+                await self.retained.compact(self.backend)
+            if self._state.compaction_due():
+                await self._state.compact()
+        finally:
+            self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
 
     # --- publishing ---------------------------------------------------------------------------
     def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
@@ -209,13 +224,13 @@ class Gateway:
             existing.send_quota = send_quota
             existing.epoch += 1
             if existing.persistent:
-                await self._state.save(existing.snapshot())
+                await self._state.write(client_id, existing.snapshot)
             return existing, True
         session = Session(client_id, expiry_interval, send_quota)
         session.epoch = 1
         self.sessions[client_id] = session
         if session.persistent:
-            await self._state.save(session.snapshot())
+            await self._state.write(client_id, session.snapshot)
         return session, False
 
     async def discard(self, session: Session) -> None:
@@ -229,7 +244,8 @@ class Gateway:
         for topic_filter in list(session.subscriptions):
             self._forget_subscription(session, topic_filter)
         session.wake_all()
-        await self._state.save(SessionSnapshot(session.client_id, 0, deleted=True))
+        client_id = session.client_id
+        await self._state.write(client_id, lambda: SessionSnapshot(client_id, 0, deleted=True))
 
     async def detached(self, session: Session) -> None:
         """A connection left ``session``: end it (expiry 0) or persist it and start its expiry timer."""
@@ -238,7 +254,7 @@ class Gateway:
             await self.discard(session)
             return
         disconnected = now_ms()
-        await self._state.save(session.snapshot(disconnected))
+        await self._state.write(session.client_id, lambda: session.snapshot(disconnected))
         self._schedule_expiry(session, disconnected)
 
     def _schedule_expiry(self, session: Session, disconnected_ms: int) -> None:
@@ -253,9 +269,19 @@ class Gateway:
 
         self.call_later(delay, expire)
 
+    def lmqs_in_use(self) -> set[str]:
+        """Every LMQ some session (online or offline) or shared group reads, and the retained queue: the
+        store's idle-queue sweep must not delete these."""
+        names = {RETAINED_LMQ}
+        for session in self.sessions.values():
+            names.update(cursor.lmq for cursor in session.cursors.values())
+        names.update(group.cursor.lmq for group in self.shared_groups.values())
+        return names
+
     async def persist(self, session: Session) -> None:
+        """Make ``session``'s current state durable (persistent sessions; concurrent calls share writes)."""
         if session.persistent:
-            await self._state.save(session.snapshot())
+            await self._state.write(session.client_id, session.snapshot)
 
     # --- subscriptions ------------------------------------------------------------------------
     async def subscribe(self, session: Session, spec: SubscriptionSpec) -> bool:
@@ -315,6 +341,24 @@ class Gateway:
         inner = reader_filter(topic_filter)
         if "+" in inner or "#" in inner:
             self.index.remove(inner)
+
+    # --- figures ------------------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        """Point-in-time figures for ``/metrics`` (cheap enough to compute per scrape)."""
+        online = sum(1 for s in self.sessions.values() if s.connection is not None)
+        cache = self.read_cache
+        return {
+            "sessions_online": online,
+            "sessions_offline": len(self.sessions) - online,
+            "subscriptions": sum(len(s.subscriptions) for s in self.sessions.values()),
+            "wildcard_filters": len(self.index),
+            "retained": len(self.retained),
+            "read_cache_hit": cache.hits,
+            "read_cache_coalesced": cache.coalesced,
+            "read_cache_miss": cache.misses,
+            "read_cache_bypass": cache.bypasses,
+            "read_cache_bytes": cache.bytes,
+        }
 
     # --- timers -------------------------------------------------------------------------------
     def call_later(self, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:

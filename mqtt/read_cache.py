@@ -19,6 +19,11 @@ Contract of :meth:`ReadCache.pull` (same answer as ``Backend.pull`` without a ta
   recently used segment goes first. ``max_segments == 0`` or ``max_bytes == 0`` disables caching (every
   call is a direct pull).
 
+:meth:`ReadCache.delivery` memoizes, per stored message, what every subscriber derives from it alike: its MQTT
+attributes and its QoS 0 PUBLISH bytes per protocol level and retain flag (at most ``max_deliveries``
+messages, oldest first out). An entry is reused only for the very object it was made from, so a message
+read again from the store is decoded again, never confused with another record.
+
 Counters (plain attributes, never reset): ``hits`` (answered from a cached segment), ``coalesced``
 (answered by another caller's in-flight read), ``misses`` (segment reads from the store), ``bypasses``
 (direct store reads: cache disabled, or an offset a segment read could not serve), ``evictions``.
@@ -33,6 +38,8 @@ import trio
 
 from mqproxy.broker.errors import BackendError
 from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
+from mqproxy.codecs.mqtt import MQTT_5, NO_PROPERTIES, Publish, QoS, encode
+from mqproxy.mqtt.mapping import MqttAttributes, decode_properties
 
 if TYPE_CHECKING:
     from mqproxy.broker.backend import Backend
@@ -41,6 +48,8 @@ if TYPE_CHECKING:
 SEGMENT_SIZE = 32
 DEFAULT_MAX_SEGMENTS = 4096
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+#: Messages whose per-subscriber-independent delivery work is memoized.
+DEFAULT_MAX_DELIVERIES = 4096
 
 _Key = tuple[str, int, int]  # (topic, queue id, segment start offset)
 
@@ -74,6 +83,32 @@ class _Fetch:
         self.error: BackendError | None = None
 
 
+class Delivery:
+    """What every subscriber derives alike from one stored message (see :meth:`ReadCache.delivery`)."""
+
+    __slots__ = ("_qos0", "attributes", "message")
+
+    def __init__(self, message: StoredMessage) -> None:
+        self.message = message
+        #: The MQTT view of the message; None if it is not meant for MQTT.
+        self.attributes: MqttAttributes | None = decode_properties(message.properties)
+        self._qos0: dict[tuple[int, bool], bytes] = {}
+
+    def qos0_publish(self, level: int, retain: bool) -> bytes:
+        """The QoS 0 PUBLISH of this message at protocol ``level`` (its MQTT 5 properties included at
+        level 5; no subscription identifier, no topic alias, expiry not adjusted). Only for MQTT messages.
+        """
+        key = (level, retain)
+        data = self._qos0.get(key)
+        if data is None:
+            attrs = self.attributes
+            assert attrs is not None
+            props = attrs.properties if level == MQTT_5 else NO_PROPERTIES
+            publish = Publish(attrs.topic, self.message.body, QoS.AT_MOST_ONCE, retain, False, None, props)
+            data = self._qos0[key] = encode(publish, level)
+        return data
+
+
 def _bytes(messages: tuple[StoredMessage, ...]) -> int:
     return sum(max(m.store_size, len(m.body)) for m in messages)
 
@@ -88,6 +123,7 @@ class ReadCache:
         segment_size: int = SEGMENT_SIZE,
         max_segments: int = DEFAULT_MAX_SEGMENTS,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     ) -> None:
         if segment_size < 1:
             raise ValueError("segment_size must be at least 1")
@@ -105,6 +141,8 @@ class ReadCache:
         self.evictions = 0
         self._segments: OrderedDict[_Key, _Segment] = OrderedDict()
         self._inflight: dict[_Key, _Fetch] = {}
+        self.max_deliveries = max_deliveries
+        self._deliveries: dict[int, Delivery] = {}  # by commit-log offset
 
     @property
     def enabled(self) -> bool:
@@ -118,6 +156,20 @@ class ReadCache:
     def __len__(self) -> int:
         """Number of cached segments."""
         return len(self._segments)
+
+    def delivery(self, message: StoredMessage) -> Delivery:
+        """The memoized :class:`Delivery` of ``message`` (made from this very object, else made now)."""
+        memo = self._deliveries.get(message.commitlog_offset)
+        if memo is not None and memo.message is message:
+            return memo
+        memo = Delivery(message)
+        if self.max_deliveries > 0:
+            deliveries = self._deliveries
+            deliveries.pop(message.commitlog_offset, None)
+            if len(deliveries) >= self.max_deliveries:
+                del deliveries[next(iter(deliveries))]
+            deliveries[message.commitlog_offset] = memo
+        return memo
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
         """Up to ``max_count`` messages of (``topic``, ``queue_id``) from ``offset``, as ``Backend.pull``."""

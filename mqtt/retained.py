@@ -3,17 +3,23 @@
 Every retained PUBLISH (including the empty one that clears) is stored once like any other message and
 also dispatched into :data:`~mqproxy.mqtt.mapping.RETAINED_LMQ`; the last record per MQTT topic in that
 queue is the topic's retained value. :meth:`RetainedStore.load` replays the queue at start-up into an
-in-memory map. (The queue is never compacted: replay time grows with the number of retained publishes.)
+in-memory topic tree; the gateway compacts the queue (see :mod:`mqproxy.broker.compaction`) so replay
+reads only live values.
+
+The tree has one node per topic level, so a wildcard SUBSCRIBE visits only the branches its filter can
+match: ``a/+/c`` costs the children of ``a``, not every retained topic.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mqproxy.broker.backend import Backend
+from mqproxy.broker.compaction import Replay, compact_if_worth, replay
 from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullStatus, StoredMessage
-from mqproxy.codecs.mqtt import Properties, topic_matches
+from mqproxy.broker.types import StoredMessage
+from mqproxy.codecs.mqtt import Properties
 from mqproxy.mqtt.mapping import RETAINED_LMQ, decode_properties
 
 
@@ -26,26 +32,68 @@ class RetainedMessage:
     store_timestamp_ms: int
 
 
-class RetainedStore:
+class _Node:
+    __slots__ = ("children", "message")
+
     def __init__(self) -> None:
-        self._by_topic: dict[str, RetainedMessage] = {}
+        self.children: dict[str, _Node] = {}
+        self.message: RetainedMessage | None = None
+
+    def subtree(self, skip_dollar: bool) -> Iterator[RetainedMessage]:
+        """Every message at or below this node (``skip_dollar``: not under a ``$`` first level)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            if node.message is not None:
+                yield node.message
+            for name, child in node.children.items():
+                if not (skip_dollar and node is self and name.startswith("$")):
+                    stack.append(child)
+
+
+def _retained_key(message: StoredMessage) -> tuple[str, bool] | None:
+    attrs = decode_properties(message.properties)
+    return None if attrs is None else (attrs.topic, bool(message.body))
+
+
+class RetainedStore:
+    """Retained messages by topic, matched against topic filters through a level tree.
+
+    Every :meth:`set` after :meth:`load` must mirror one record written to the retained queue: the store
+    counts them to know when :meth:`compact` is due.
+    """
+
+    def __init__(self, min_garbage: int = 10_000) -> None:
+        self._root = _Node()
+        self._count = 0
+        self._records = 0  # records in the retained queue (between compactions: an upper bound)
+        self._min_garbage = min_garbage
 
     def __len__(self) -> int:
-        return len(self._by_topic)
+        return self._count
 
     async def load(self, backend: Backend) -> None:
-        """Rebuild the map from the retained queue (call once, before serving)."""
-        offset = await backend.min_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
-        while True:
-            result = await backend.pull(RETAINED_LMQ, LMQ_QUEUE_ID, offset, 256)
-            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != offset:
-                offset = result.next_offset
-                continue
-            for message in result.messages:
-                self.apply(message)
-            if not result.messages or result.next_offset <= offset:
-                return
-            offset = result.next_offset
+        """Rebuild the tree from the retained queue, compacting the queue first if it is mostly dead
+        records (call once, before serving)."""
+        found = await replay(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key)
+        for message in found.live():
+            self.apply(message)
+        await self._compact(backend, found)
+
+    def compaction_due(self) -> bool:
+        """True once the queue probably holds more replaced or cleared values than live ones."""
+        garbage = self._records - self._count
+        return garbage >= self._min_garbage and garbage > self._count
+
+    async def compact(self, backend: Backend) -> None:
+        """Drop replaced and cleared values from the retained queue. Safe while publishers keep writing
+        (see :mod:`mqproxy.broker.compaction`)."""
+        await self._compact(backend, None)
+
+    async def _compact(self, backend: Backend, found: Replay | None) -> None:
+        await compact_if_worth(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key, self._min_garbage, found)
+        low = await backend.min_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
+        self._records = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID) - low
 
     def apply(self, message: StoredMessage) -> None:
         attrs = decode_properties(message.properties)
@@ -54,14 +102,79 @@ class RetainedStore:
 
     def set(self, topic: str, payload: bytes, qos: int, properties: Properties, store_ms: int) -> None:
         """Replace the topic's retained message; an empty payload clears it."""
+        self._records += 1
         if payload:
-            self._by_topic[topic] = RetainedMessage(topic, payload, qos, properties, store_ms)
-        else:
-            self._by_topic.pop(topic, None)
+            node = self._root
+            for level in topic.split("/"):
+                child = node.children.get(level)
+                if child is None:
+                    child = node.children[level] = _Node()
+                node = child
+            if node.message is None:
+                self._count += 1
+            node.message = RetainedMessage(topic, payload, qos, properties, store_ms)
+            return
+        path = [self._root]
+        for level in topic.split("/"):
+            child = path[-1].children.get(level)
+            if child is None:
+                return
+            path.append(child)
+        if path[-1].message is None:
+            return
+        path[-1].message = None
+        self._count -= 1
+        levels = topic.split("/")
+        for depth in range(len(levels), 0, -1):  # prune branches left empty
+            node = path[depth]
+            if node.message is not None or node.children:
+                break
+            del path[depth - 1].children[levels[depth - 1]]
+
+    def get(self, topic: str) -> RetainedMessage | None:
+        node = self._root
+        for level in topic.split("/"):
+            found = node.children.get(level)
+            if found is None:
+                return None
+            node = found
+        return node.message
+
+    def topics(self) -> Iterator[str]:
+        """Every topic holding a retained message."""
+        return (m.topic for m in self._root.subtree(skip_dollar=False))
 
     def matching(self, topic_filter: str) -> list[RetainedMessage]:
-        """Retained messages whose topic matches ``topic_filter`` (exact filters: one dict lookup)."""
+        """Retained messages whose topic matches ``topic_filter`` (a valid filter without ``$share``).
+
+        A leading ``+`` or ``#`` never matches a ``$`` topic ([MQTT-4.7.2-1]); ``a/#`` also matches ``a``.
+        """
         if "+" not in topic_filter and "#" not in topic_filter:
-            found = self._by_topic.get(topic_filter)
+            found = self.get(topic_filter)
             return [found] if found is not None else []
-        return [m for t, m in self._by_topic.items() if topic_matches(topic_filter, t)]
+        levels = topic_filter.split("/")
+        out: list[RetainedMessage] = []
+        frontier: list[_Node] = [self._root]
+        for depth, level in enumerate(levels):
+            first = depth == 0
+            if level == "#":
+                for node in frontier:
+                    out.extend(node.subtree(skip_dollar=first))
+                return out
+            following: list[_Node] = []
+            for node in frontier:
+                if level == "+":
+                    following.extend(
+                        child
+                        for name, child in node.children.items()
+                        if not (first and name.startswith("$"))
+                    )
+                else:
+                    child = node.children.get(level)
+                    if child is not None:
+                        following.append(child)
+            frontier = following
+            if not frontier:
+                return out
+        out.extend(node.message for node in frontier if node.message is not None)
+        return out

@@ -3,24 +3,45 @@
 A :class:`Session` holds the subscriptions, one :class:`Cursor` per subscription (its read position on the
 filter's LMQ and the un-acked offsets behind it), the outbound in-flight window and the inbound QoS 2
 packet ids awaiting PUBREL. A connection attaches to it, delivers from it and detaches; nothing here does
-I/O except :meth:`Session.commit_offsets`, which stores the cursors' offsets for persistent sessions.
+I/O except :meth:`Session.commit_offsets`, which stores the cursors' offsets for persistent sessions, and
+:meth:`Session.restore_inflight`, which re-reads restored QoS 2 deliveries from their LMQs.
+
+Exactly-once across a crash (persistent sessions): :meth:`Session.snapshot` carries the inbound ids awaiting
+PUBREL and the outbound QoS 2 deliveries (``InFlight.durable``) plus completed ones the committed offset
+has not passed yet. After a restart :meth:`Session.load_qos2` puts them back: the ids at once, the
+deliveries on the cursor (``Cursor.restored``: the reader skips those offsets) and, at the next attach,
+as in-flight entries under their original packet ids (:meth:`Session.restore_inflight`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.codecs.mqtt import Publish
-from mqproxy.mqtt.mapping import SESSION_GROUP_PREFIX
-from mqproxy.mqtt.state import SessionSnapshot, SubscriptionSpec
+from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.codecs.mqtt import Publish, QoS
+from mqproxy.mqtt.mapping import SESSION_GROUP_PREFIX, decode_properties
+from mqproxy.mqtt.state import (
+    COMPLETE,
+    RELEASED,
+    SENT,
+    InboundQos2,
+    OutboundQos2,
+    SessionSnapshot,
+    SubscriptionSpec,
+)
 
 if TYPE_CHECKING:
     from mqproxy.broker.backend import Backend
+
+#: Builds the PUBLISH of a restored delivery for the attaching connection (None: cannot, e.g. expired).
+PublishBuilder = Callable[[SubscriptionSpec, StoredMessage], "Publish | None"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 
@@ -30,10 +51,22 @@ class Cursor:
 
     ``next_offset`` is the next offset to read; ``committed`` the first offset not yet completed (every
     offset below it was delivered and, for QoS 1/2, acknowledged). Completion may happen out of order;
-    ``committed`` advances over the completed prefix.
+    ``committed`` advances over the completed prefix. ``restored`` maps offsets of QoS 2 deliveries
+    restored after a restart to whether they are done; the reader hands each to :meth:`reached` instead
+    of delivering it again.
     """
 
-    __slots__ = ("_done", "_order", "committed", "durable", "group", "lmq", "next_offset", "stored")
+    __slots__ = (
+        "_done",
+        "_order",
+        "committed",
+        "durable",
+        "group",
+        "lmq",
+        "next_offset",
+        "restored",
+        "stored",
+    )
 
     def __init__(self, lmq: str, offset: int, group: str = "") -> None:
         self.lmq = lmq
@@ -42,6 +75,7 @@ class Cursor:
         self.next_offset = offset
         self.committed = offset
         self.stored = offset  # last value written to the backend
+        self.restored: dict[int, bool] = {}
         self._order: deque[int] = deque()
         self._done: dict[int, bool] = {}
 
@@ -63,6 +97,28 @@ class Cursor:
             return
         self._done[offset] = True
         self._advance()
+
+    def reached(self, offset: int) -> bool:
+        """The reader is at ``offset``: True if it was restored (then it must not be delivered again).
+
+        A restored delivery still in flight is tracked here, in offset order, like a fresh one; a
+        completed one is completed.
+        """
+        done = self.restored.pop(offset, None)
+        if done is None:
+            return False
+        if done:
+            self.complete(offset)
+        else:
+            self.track(offset)
+        return True
+
+    def acknowledged(self, offset: int) -> None:
+        """An in-flight ``offset`` was acknowledged (PUBACK / PUBCOMP / refused PUBREC)."""
+        if offset in self.restored:  # the reader has not reached it yet: it completes it then
+            self.restored[offset] = True
+        else:
+            self.complete(offset)
 
     def _advance(self) -> None:
         order, done = self._order, self._done
@@ -95,6 +151,7 @@ class InFlight:
     offset: int
     released: bool = False  # QoS 2: PUBREC received, PUBREL sent
     shared: Any = None  # (SharedGroup, StoredMessage) for a shared-subscription delivery
+    durable: bool = False  # QoS 2 of a persistent session: in the snapshot; sent once that is written
 
 
 class Session:
@@ -107,6 +164,16 @@ class Session:
         self.shared: dict[str, Any] = {}  # topic filter -> SharedGroup
         self.inflight: dict[int, InFlight] = {}
         self.awaiting_rel: set[int] = set()
+        #: Persistent sessions: (LMQ, its size) just before the message of an id in ``awaiting_rel`` was
+        #: stored, until the store accepted it (see :class:`~mqproxy.mqtt.state.InboundQos2`).
+        self.rel_marks: dict[int, tuple[str, int]] = {}
+        #: Ids restored after a restart whose message may or may not be stored (:meth:`confirm_stored`).
+        self.unconfirmed: set[int] = set()
+        self.restarted_at_ms = 0
+        #: Completed durable QoS 2 deliveries whose offset the stored committed offset has not passed.
+        self.settled: list[tuple[Cursor, int]] = []
+        #: Outbound QoS 2 records loaded at start-up, waiting for the next attach.
+        self.restored: list[OutboundQos2] = []
         self.connection: Any = None
         self.epoch = 0  # bumped on every attach: timers of an older disconnect do nothing
         self.ended = False
@@ -122,9 +189,144 @@ class Session:
         return SESSION_GROUP_PREFIX + self.client_id
 
     def snapshot(self, disconnected_at_ms: int | None = None) -> SessionSnapshot:
+        """The durable view of this session, QoS 2 state included."""
         return SessionSnapshot(
-            self.client_id, self.expiry_interval, list(self.subscriptions.values()), disconnected_at_ms
+            self.client_id,
+            self.expiry_interval,
+            list(self.subscriptions.values()),
+            disconnected_at_ms,
+            awaiting_rel=[InboundQos2(i, *self.rel_marks.get(i, ("", 0))) for i in sorted(self.awaiting_rel)],
+            outbound=self._outbound_records(),
         )
+
+    def _outbound_records(self) -> list[OutboundQos2]:
+        if not (self.settled or self.restored or any(e.durable for e in self.inflight.values())):
+            return []
+        filters = {id(cursor): topic_filter for topic_filter, cursor in self.cursors.items()}
+        records = list(self.restored)
+        for entry in self.inflight.values():
+            topic_filter = filters.get(id(entry.cursor))
+            if entry.durable and topic_filter is not None:
+                phase = RELEASED if entry.released else SENT
+                records.append(OutboundQos2(entry.packet_id, topic_filter, entry.offset, phase))
+        self._prune_settled()
+        for cursor, offset in self.settled:
+            topic_filter = filters.get(id(cursor))
+            if topic_filter is not None:
+                records.append(OutboundQos2(0, topic_filter, offset, COMPLETE))
+        return records
+
+    def _prune_settled(self) -> None:
+        """Forget settled offsets that are committed or whose subscription is gone."""
+        live = {id(cursor) for cursor in self.cursors.values()}
+        self.settled = [(c, o) for c, o in self.settled if o >= c.stored and id(c) in live]
+
+    # --- restart ------------------------------------------------------------------------------
+    def load_qos2(self, snapshot: SessionSnapshot, now_ms: int) -> None:
+        """Put back the QoS 2 state of ``snapshot`` (after the subscriptions and their cursors).
+
+        Inbound ids whose message may not have been stored become ``unconfirmed``. Deliveries of gone
+        subscriptions or below the committed offset are dropped; the rest is marked on the cursors now
+        and becomes in-flight at the next attach (:meth:`restore_inflight`).
+        """
+        self.awaiting_rel = {entry.packet_id for entry in snapshot.awaiting_rel}
+        self.rel_marks = {e.packet_id: (e.lmq, e.offset) for e in snapshot.awaiting_rel if e.lmq}
+        self.unconfirmed = set(self.rel_marks)
+        self.restarted_at_ms = now_ms
+        seen: set[int] = set()
+        for record in sorted(snapshot.outbound, key=lambda r: r.offset):
+            cursor = self.cursors.get(record.topic_filter)
+            if cursor is None or record.offset < cursor.committed or record.offset in cursor.restored:
+                continue
+            if record.phase == COMPLETE:
+                cursor.restored[record.offset] = True
+                self.settled.append((cursor, record.offset))
+                continue
+            if record.packet_id == 0 or record.packet_id in seen:
+                continue
+            seen.add(record.packet_id)
+            cursor.restored[record.offset] = False
+            self.restored.append(record)
+
+    # --- inbound QoS 2 -------------------------------------------------------------------------
+    def release(self, packet_id: int) -> bool:
+        """PUBREL: forget ``packet_id``; False if it was not awaiting one."""
+        if packet_id not in self.awaiting_rel:
+            return False
+        self.awaiting_rel.discard(packet_id)
+        self.rel_marks.pop(packet_id, None)
+        self.unconfirmed.discard(packet_id)
+        return True
+
+    async def confirm_stored(
+        self, backend: Backend, packet_id: int, client_id: str, topic: str, payload: bytes
+    ) -> bool:
+        """An ``unconfirmed`` id came again in a PUBLISH: True if its message was stored before the
+        restart (the PUBLISH is a duplicate; the id keeps awaiting PUBREL), False if not (the id is
+        forgotten: store the PUBLISH as new). Looks for a message of ``client_id`` with this payload (and
+        ``topic``, unless empty) stored in the recorded LMQ after the recorded offset and before the
+        restart."""
+        self.unconfirmed.discard(packet_id)
+        mark = self.rel_marks.pop(packet_id, None)
+        if mark is None:
+            return packet_id in self.awaiting_rel
+        lmq, offset = mark
+        while True:
+            result = await backend.pull(lmq, LMQ_QUEUE_ID, offset, 64)
+            if not result.messages:
+                if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
+                    offset = result.next_offset
+                    continue
+                break
+            for message in result.messages:
+                if message.store_timestamp_ms >= self.restarted_at_ms:
+                    break
+                attrs = decode_properties(message.properties)
+                if (
+                    attrs is not None
+                    and attrs.client_id == client_id
+                    and message.body == payload
+                    and (not topic or attrs.topic == topic)
+                ):
+                    return True
+            else:
+                if result.next_offset > offset:
+                    offset = result.next_offset
+                    continue
+            break
+        self.awaiting_rel.discard(packet_id)
+        return False
+
+    # --- outbound QoS 2 after a restart ---------------------------------------------------------
+    async def restore_inflight(self, backend: Backend, build: PublishBuilder) -> None:
+        """Turn the records loaded by :meth:`load_qos2` into in-flight entries under their packet ids.
+
+        A ``SENT`` delivery gets its PUBLISH back from the LMQ via ``build``; if the message is gone
+        (or ``build`` declines) the entry is marked released instead, so the peer gets a PUBREL for the
+        id: that releases a copy it may hold and frees the id for reuse. Call before anything else
+        allocates packet ids on this session.
+        """
+        while self.restored:  # each record stays listed until its entry exists: snapshots never miss it
+            record = self.restored[0]
+            cursor = self.cursors.get(record.topic_filter)
+            spec = self.subscriptions.get(record.topic_filter)
+            if cursor is None or spec is None or record.offset not in cursor.restored:
+                del self.restored[0]
+                continue
+            publish: Publish | None = None
+            if record.phase == SENT:
+                result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
+                if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
+                    publish = build(spec, result.messages[0])
+            released = publish is None
+            if publish is None:  # only the id matters once released
+                publish = Publish(record.topic_filter, b"", QoS.EXACTLY_ONCE, packet_id=record.packet_id)
+            else:
+                publish = dataclasses.replace(publish, qos=QoS.EXACTLY_ONCE, packet_id=record.packet_id)
+            self.inflight[record.packet_id] = InFlight(
+                record.packet_id, publish, cursor, record.offset, released, durable=True
+            )
+            del self.restored[0]
 
     # --- outbound window ----------------------------------------------------------------------
     async def acquire_slot(self) -> None:
@@ -140,19 +342,31 @@ class Session:
         while packet_id in self.inflight:
             packet_id = packet_id % 65535 + 1
         self._next_packet_id = packet_id % 65535 + 1
-        entry = InFlight(packet_id, publish_factory(packet_id), cursor, offset, shared=shared)
+        publish = publish_factory(packet_id)
+        durable = (
+            publish.qos == QoS.EXACTLY_ONCE and cursor is not None and shared is None and self.persistent
+        )
+        entry = InFlight(packet_id, publish, cursor, offset, shared=shared, durable=durable)
         self.inflight[packet_id] = entry
         if cursor is not None:
             cursor.track(offset)
         return entry
 
     def finish(self, packet_id: int) -> InFlight | None:
-        """Drop a completed in-flight message and complete its offset; None if the id was unknown."""
+        """Drop a completed in-flight message and complete its offset; None if the id was unknown.
+
+        A durable QoS 2 delivery is remembered in ``settled`` until its offset is committed.
+        """
         entry = self.inflight.pop(packet_id, None)
         if entry is None:
             return None
-        if entry.cursor is not None:
-            entry.cursor.complete(entry.offset)
+        cursor = entry.cursor
+        if cursor is not None:
+            cursor.acknowledged(entry.offset)
+            if entry.durable:
+                self.settled.append((cursor, entry.offset))
+                if len(self.settled) > 2 * self.send_quota:
+                    self._prune_settled()
         self._slots.unpark()
         return entry
 

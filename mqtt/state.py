@@ -6,17 +6,28 @@ with ``"deleted": true`` ends the session. :meth:`SessionStateStore.load` replay
 the last record per client wins. Keeping the state in the store (not in side files) means it has the same
 flush policy and crash recovery as the messages and offsets it refers to, and works with any Backend.
 Consumer offsets per subscription live beside it as consumer offsets of group ``%MQTT%<client id>``.
-(Not compacted yet: replay time grows with the number of session changes.)
+The log is compacted to the newest record per live client (:mod:`mqproxy.broker.compaction`) at start-up
+and by the gateway's housekeeping timer, so replay reads about one record per persistent session.
+
+QoS 2 state rides in the same record, so that exactly-once survives a crash: the inbound packet ids
+awaiting PUBREL (``awaiting_rel``, see :class:`InboundQos2`) and the outbound QoS 2 deliveries
+(``outbound``, see :class:`OutboundQos2`). Records written before these fields existed load with both empty.
+Writes of one client go through :meth:`SessionStateStore.write`, which serializes them (the last record
+in the topic is the newest state) and lets concurrent callers share one append.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.types import Message, PullStatus
+from mqproxy.broker.compaction import Replay, compact_if_worth, replay
+from mqproxy.broker.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 
 _QUEUE = 0
@@ -34,6 +45,73 @@ class SubscriptionSpec:
     subscription_id: int | None = None
 
 
+#: Phases of an outbound QoS 2 delivery, as recorded in :attr:`OutboundQos2.phase`.
+SENT, RELEASED, COMPLETE = 0, 1, 2
+
+
+class InboundQos2(NamedTuple):
+    """An inbound QoS 2 packet id awaiting PUBREL, and where its message was going to be stored.
+
+    The id is recorded before the message is stored, so after a crash it is not known whether the store
+    got the message: ``lmq`` (the LMQ of the PUBLISH's topic) held ``offset`` messages just before, and
+    the re-sent PUBLISH is looked for from there (see ``Session.confirm_stored``). ``lmq`` empty: the
+    message is known to be stored. On the wire: ``[packet_id, lmq, offset]``.
+    """
+
+    packet_id: int
+    lmq: str = ""
+    offset: int = 0
+
+    @classmethod
+    def from_list(cls, raw: Any) -> InboundQos2:
+        """Raises ValueError unless ``raw`` is ``[id 1..65535, str, offset >= 0]``."""
+        if not isinstance(raw, list) or len(raw) != 3:
+            raise ValueError(f"awaiting_rel entry: expected 3 items, got {raw!r}")
+        packet_id, lmq, offset = raw
+        if (
+            type(packet_id) is not int
+            or not 0 < packet_id <= 0xFFFF
+            or not isinstance(lmq, str)
+            or type(offset) is not int
+            or offset < 0
+        ):
+            raise ValueError(f"awaiting_rel entry: bad values {raw!r}")
+        return cls(packet_id, lmq, offset)
+
+
+class OutboundQos2(NamedTuple):
+    """One outbound QoS 2 delivery of a persistent session, as recorded durably.
+
+    ``SENT``: the PUBLISH went out under ``packet_id`` (re-send it with DUP=1 after a restart).
+    ``RELEASED``: PUBREC came back and PUBREL went out (re-send the PUBREL, never the PUBLISH).
+    ``COMPLETE``: PUBCOMP came back but the subscription's committed offset has not passed ``offset``
+    yet (after a restart the reader must skip it, not deliver it again). ``offset`` is the position in the
+    LMQ read by the subscription ``topic_filter``. On the wire: ``[packet_id, topic_filter, offset, phase]``.
+    """
+
+    packet_id: int
+    topic_filter: str
+    offset: int
+    phase: int = SENT
+
+    @classmethod
+    def from_list(cls, raw: Any) -> OutboundQos2:
+        """Raises ValueError unless ``raw`` is ``[id 0..65535, str, offset >= 0, phase 0..2]``."""
+        if not isinstance(raw, list) or len(raw) != 4:
+            raise ValueError(f"outbound QoS 2 entry: expected 4 items, got {raw!r}")
+        packet_id, topic_filter, offset, phase = raw
+        if (
+            type(packet_id) is not int
+            or not 0 <= packet_id <= 0xFFFF
+            or not isinstance(topic_filter, str)
+            or type(offset) is not int
+            or offset < 0
+            or phase not in (SENT, RELEASED, COMPLETE)
+        ):
+            raise ValueError(f"outbound QoS 2 entry: bad values {raw!r}")
+        return cls(packet_id, topic_filter, offset, phase)
+
+
 @dataclass(slots=True)
 class SessionSnapshot:
     client_id: str
@@ -41,50 +119,136 @@ class SessionSnapshot:
     subscriptions: list[SubscriptionSpec] = field(default_factory=list)
     disconnected_at_ms: int | None = None  # None while connected
     deleted: bool = False
+    awaiting_rel: list[InboundQos2] = field(default_factory=list)  # inbound QoS 2, PUBREL not yet seen
+    outbound: list[OutboundQos2] = field(default_factory=list)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        raw: dict[str, Any] = {
+            "client_id": self.client_id,
+            "expiry_interval": self.expiry_interval,
+            "subscriptions": [asdict(s) for s in self.subscriptions],
+            "disconnected_at_ms": self.disconnected_at_ms,
+            "deleted": self.deleted,
+        }
+        if self.awaiting_rel:
+            raw["awaiting_rel"] = self.awaiting_rel  # named tuples: JSON arrays
+        if self.outbound:
+            raw["outbound"] = self.outbound
+        return json.dumps(raw, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> SessionSnapshot:
-        raw: dict[str, Any] = json.loads(data)
+        """Raises ValueError, TypeError or KeyError for a record that is not a valid snapshot."""
+        raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError(f"session snapshot: expected an object, got {type(raw).__name__}")
         subs = [SubscriptionSpec(**s) for s in raw.get("subscriptions", ())]
+        awaiting = raw.get("awaiting_rel", [])
+        if not isinstance(awaiting, list):
+            raise ValueError(f"awaiting_rel: expected a list, got {awaiting!r}")
+        outbound = raw.get("outbound", [])
+        if not isinstance(outbound, list):
+            raise ValueError(f"outbound: expected a list, got {outbound!r}")
         return cls(
             client_id=str(raw["client_id"]),
             expiry_interval=int(raw.get("expiry_interval", 0)),
             subscriptions=subs,
             disconnected_at_ms=raw.get("disconnected_at_ms"),
             deleted=bool(raw.get("deleted", False)),
+            awaiting_rel=[InboundQos2.from_list(entry) for entry in awaiting],
+            outbound=[OutboundQos2.from_list(entry) for entry in outbound],
         )
 
 
+class _Writes:
+    """Serializes one client's snapshot writes; ``wanted``/``done`` count requests for group commit."""
+
+    __slots__ = ("done", "lock", "wanted")
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.wanted = 0
+        self.done = 0
+
+
+def _snapshot_key(message: StoredMessage) -> tuple[str, bool] | None:
+    try:
+        snapshot = SessionSnapshot.from_json(message.body)
+    except (ValueError, TypeError, KeyError):
+        return None  # not ours (someone else wrote to the topic)
+    return snapshot.client_id, not snapshot.deleted
+
+
 class SessionStateStore:
-    def __init__(self, backend: Backend) -> None:
+    """The session-state log: appends snapshots, replays the newest per client, compacts itself.
+
+    ``min_garbage``: superseded records the log must hold, and outnumber live ones, before
+    :meth:`compaction_due` says so (see :mod:`mqproxy.broker.compaction`).
+    """
+
+    def __init__(self, backend: Backend, min_garbage: int = 10_000) -> None:
         self._backend = backend
+        self._writes: dict[str, _Writes] = {}
+        self._min_garbage = min_garbage
+        self._records = 0  # records in the log (between compactions: counted on append)
+        self._live: set[str] = set()
 
     async def load(self) -> dict[str, SessionSnapshot]:
-        """The live snapshot of every persistent session (creates the internal topic if missing)."""
+        """The live snapshot of every persistent session (creates the internal topic if missing);
+        compacts the log first if it is mostly superseded records."""
         backend = self._backend
         await backend.create_topic(SESSION_STATE_TOPIC, 1)
-        latest: dict[str, SessionSnapshot] = {}
-        offset = await backend.min_offset(SESSION_STATE_TOPIC, _QUEUE)
-        while True:
-            result = await backend.pull(SESSION_STATE_TOPIC, _QUEUE, offset, 256)
-            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != offset:
-                offset = result.next_offset
-                continue
-            for message in result.messages:
-                try:
-                    snapshot = SessionSnapshot.from_json(message.body)
-                except (ValueError, TypeError, KeyError):
-                    continue  # not ours (someone else wrote to the topic)
-                if snapshot.deleted:
-                    latest.pop(snapshot.client_id, None)
-                else:
-                    latest[snapshot.client_id] = snapshot
-            if not result.messages or result.next_offset <= offset:
-                return latest
-            offset = result.next_offset
+        found = await replay(backend, SESSION_STATE_TOPIC, _QUEUE, _snapshot_key)
+        latest = {}
+        for message in found.live():
+            snapshot = SessionSnapshot.from_json(message.body)
+            latest[snapshot.client_id] = snapshot
+        self._live = set(latest)
+        await self._compact(found)
+        return latest
+
+    def compaction_due(self) -> bool:
+        garbage = self._records - len(self._live)
+        return garbage >= self._min_garbage and garbage > len(self._live)
+
+    async def compact(self) -> None:
+        """Drop superseded snapshots from the log (safe while sessions keep writing)."""
+        await self._compact(None)
+
+    async def _compact(self, found: Replay | None) -> None:
+        backend = self._backend
+        await compact_if_worth(backend, SESSION_STATE_TOPIC, _QUEUE, _snapshot_key, self._min_garbage, found)
+        low = await backend.min_offset(SESSION_STATE_TOPIC, _QUEUE)
+        self._records = await backend.max_offset(SESSION_STATE_TOPIC, _QUEUE) - low
 
     async def save(self, snapshot: SessionSnapshot) -> None:
         await self._backend.send(Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE))
+        self._records += 1
+        if snapshot.deleted:
+            self._live.discard(snapshot.client_id)
+        else:
+            self._live.add(snapshot.client_id)
+
+    async def write(self, client_id: str, build: Callable[[], SessionSnapshot]) -> None:
+        """Append the snapshot ``build()`` returns, built when this write's turn comes.
+
+        Writes of one client are serialized, so the last record is always the newest state. A caller
+        that finds its change already covered by a write that started after it asked returns without
+        writing again (group commit): when this returns, every change made before the call is durable.
+        """
+        writes = self._writes.get(client_id)
+        if writes is None:
+            writes = self._writes[client_id] = _Writes()
+        writes.wanted += 1
+        ticket = writes.wanted
+        try:
+            async with writes.lock:
+                if writes.done >= ticket:
+                    return
+                target = writes.wanted
+                await self.save(build())
+                writes.done = target
+        finally:
+            if not writes.lock.locked() and writes.lock.statistics().tasks_waiting == 0:
+                if self._writes.get(client_id) is writes:
+                    del self._writes[client_id]

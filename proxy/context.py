@@ -39,6 +39,9 @@ class ServerState:
     #: Protocol-specific shared registries (e.g. the remoting group registry), keyed by protocol name.
     registries: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.metrics.watch_registries(self.registries)
+
     def connection_opened(self) -> None:
         self.open_connections += 1
         self.connections_total += 1

@@ -6,9 +6,11 @@ counters). The connection pipeline and protocol handlers update it; nothing here
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from mqproxy.broker.errors import BackendError
@@ -60,6 +62,10 @@ class Metrics:
             registry=r,
         )
 
+    def watch_registries(self, registries: dict[str, Any]) -> None:
+        """Export the MQTT gateway's figures from ``registries["mqtt"]`` once it exists (read per scrape)."""
+        self.registry.register(_GatewayCollector(registries))
+
     def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
         """The (counter, latency histogram) children of one request kind, created once and cached
         (``labels()`` takes a lock and builds a key on every call)."""
@@ -69,6 +75,48 @@ class Metrics:
             series = (self.requests.labels(protocol, op, outcome), self.request_latency.labels(protocol, op))
             self._series[key] = series
         return series
+
+
+class _GatewayCollector:
+    """Reads :meth:`~mqproxy.mqtt.gateway.Gateway.stats` at scrape time; nothing before the first MQTT
+    connection creates the gateway."""
+
+    def __init__(self, registries: dict[str, Any]) -> None:
+        self._registries = registries
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        gateway = self._registries.get("mqtt")
+        if gateway is None:
+            return
+        stats: dict[str, int] = gateway.stats()
+        sessions = GaugeMetricFamily("mqproxy_mqtt_sessions", "MQTT sessions held", labels=["state"])
+        sessions.add_metric(["online"], stats["sessions_online"])
+        sessions.add_metric(["offline"], stats["sessions_offline"])
+        yield sessions
+        yield GaugeMetricFamily(
+            "mqproxy_mqtt_subscriptions", "MQTT subscriptions of all sessions", value=stats["subscriptions"]
+        )
+        yield GaugeMetricFamily(
+            "mqproxy_mqtt_wildcard_filters", "Distinct wildcard filters in the index", value=stats["wildcard_filters"]
+        )
+        yield GaugeMetricFamily(
+            "mqproxy_mqtt_retained_messages", "Topics holding a retained message", value=stats["retained"]
+        )
+        cache = CounterMetricFamily(
+            "mqproxy_mqtt_read_cache_requests",
+            "Subscriber reads by how the shared read cache served them "
+            "(miss and bypass read the store; coalesced waited for another reader's store read)",
+            labels=["result"],
+        )
+        for result in ("hit", "coalesced", "miss", "bypass"):
+            cache.add_metric([result], stats[f"read_cache_{result}"])
+        yield cache
+        yield GaugeMetricFamily(
+            "mqproxy_mqtt_read_cache_bytes", "Message bytes held by the read cache", value=stats["read_cache_bytes"]
+        )
 
 
 async def refresh_backend_metrics(server: ServerState) -> None:

@@ -70,6 +70,8 @@ class StoreSettings:
     default_queue_count: int = field(default=4, metadata=_range(1, 1024))
     auto_create_topics: bool = True
     max_message_bytes: int = field(default=4 * 1024 * 1024, metadata=_range(1024, 64 * 1024 * 1024))
+    lmq_idle_seconds: int = field(default=3600, metadata=_range(0, 365 * 86400))
+    lmq_sweep_interval_seconds: float = field(default=60.0, metadata=_range(0.1, 86400))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class MqttSettings:
     read_cache_segments: int = field(default=4096, metadata=_range(0, 1_000_000))
     read_cache_bytes: int = field(default=64 * 1024 * 1024, metadata=_range(0, 1 << 34))
     poll_interval_s: float = field(default=30.0, metadata=_range(0.1, 3600))
+    compaction_min_records: int = field(default=10_000, metadata=_range(1, 1 << 40))
 
     def __post_init__(self) -> None:
         from mqproxy.mqtt.auth import check_acl, parse_password_hash

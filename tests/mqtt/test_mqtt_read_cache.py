@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 import pytest
@@ -15,9 +16,20 @@ from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.pulls import out_of_range
 from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
-from mqproxy.codecs.mqtt import Connack, Connect, Publish, QoS, SubAck, Subscribe, SubscribeTopic
+from mqproxy.codecs.mqtt import (
+    NO_PROPERTIES,
+    Connack,
+    Connect,
+    Properties,
+    Publish,
+    QoS,
+    SubAck,
+    Subscribe,
+    SubscribeTopic,
+    encode,
+)
 from mqproxy.mqtt.gateway import gateway_for
-from mqproxy.mqtt.mapping import lmq_name
+from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
 
 from .conftest import RawClient  # type: ignore[import-not-found]
@@ -358,3 +370,46 @@ async def test_broadcast_to_200_subscribers_reads_the_lmq_about_once(server: Any
     finally:
         for client in clients:
             await client.aclose()
+
+
+# --- per-message delivery memo ------------------------------------------------------------------------
+def _mqtt_message(offset: int, properties: dict[str, str]) -> StoredMessage:
+    return dataclasses.replace(stored("t", offset), properties=properties, body=b"payload")
+
+
+def test_delivery_is_memoized_per_message_object() -> None:
+    cache = ReadCache(cast(Backend, CountingBackend()))
+    message = _mqtt_message(1, encode_properties("a/b", 1, "pub", True, NO_PROPERTIES))
+    first = cache.delivery(message)
+    assert cache.delivery(message) is first
+    assert first.attributes is not None
+    assert (first.attributes.topic, first.attributes.qos, first.attributes.retain) == ("a/b", 1, True)
+    # Same commit-log offset, another object (read again from the store): decoded afresh.
+    again = _mqtt_message(1, encode_properties("a/c", 0, "pub", False, NO_PROPERTIES))
+    other = cache.delivery(again)
+    assert other is not first
+    assert other.attributes is not None
+    assert other.attributes.topic == "a/c"
+    assert cache.delivery(_mqtt_message(2, {})).attributes is None  # not an MQTT message
+
+
+def test_delivery_qos0_bytes_match_the_codec() -> None:
+    cache = ReadCache(cast(Backend, CountingBackend()))
+    props = Properties(user_properties=(("k", "v"),), content_type="text/plain")
+    delivery = cache.delivery(_mqtt_message(3, encode_properties("a/b", 2, "pub", False, props)))
+    for level in (3, 4):
+        assert delivery.qos0_publish(level, False) == encode(Publish("a/b", b"payload"), level)
+        assert delivery.qos0_publish(level, True) == encode(Publish("a/b", b"payload", retain=True), level)
+    assert delivery.qos0_publish(5, False) == encode(Publish("a/b", b"payload", properties=props), 5)
+    assert delivery.qos0_publish(4, False) is delivery.qos0_publish(4, False)  # encoded once
+
+
+def test_delivery_memo_is_bounded() -> None:
+    cache = ReadCache(cast(Backend, CountingBackend()), max_deliveries=3)
+    messages = [_mqtt_message(i, {}) for i in range(5)]
+    memos = [cache.delivery(m) for m in messages]
+    assert cache.delivery(messages[4]) is memos[4]
+    assert cache.delivery(messages[0]) is not memos[0]  # evicted, oldest first
+    assert len(cache._deliveries) == 3
+    off = ReadCache(cast(Backend, CountingBackend()), max_deliveries=0)
+    assert off.delivery(messages[0]) is not off.delivery(messages[0])

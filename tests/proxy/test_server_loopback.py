@@ -391,6 +391,25 @@ async def test_mqtt_connect_is_routed_to_the_mqtt_gateway(server: Any, log_sink:
     assert log_sink.named("conn.closed")[0]["error"] is None
 
 
+async def test_metrics_report_the_mqtt_gateway(server: Any) -> None:
+    mqtt = await _connect(server)
+    await mqtt.send_all(b"\x10\x10\x00\x04MQTT\x04\x00\x00\x3c\x00\x04dev1")  # clean session 0
+    with trio.fail_after(5):
+        assert await mqtt.receive_some(4) == b"\x20\x02\x00\x00"
+    await mqtt.send_all(b"\x82\x08\x00\x01\x00\x03a/+\x01")  # SUBSCRIBE a/+ QoS 1
+    with trio.fail_after(5):
+        assert await mqtt.receive_some(5) == b"\x90\x03\x00\x01\x01"
+    s = await _connect(server)
+    text = (await _http_get(s, "/metrics")).decode()
+    assert 'mqproxy_mqtt_sessions{state="online"} 1.0' in text
+    assert 'mqproxy_mqtt_sessions{state="offline"} 0.0' in text
+    assert "mqproxy_mqtt_subscriptions 1.0" in text
+    assert "mqproxy_mqtt_wildcard_filters 1.0" in text
+    assert 'mqproxy_mqtt_read_cache_requests_total{result="miss"}' in text
+    await mqtt.send_all(b"\xe0\x00")
+    await _read_all(mqtt)
+
+
 async def test_h2_preface_is_routed_to_the_grpc_service(server: Any, log_sink: Any, wait_for: Any) -> None:
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     client.initiate_connection()

@@ -1,0 +1,73 @@
+"""QoS 2 exactly-once across kill -9 of the proxy, with real paho-mqtt 2.x clients (3.1.1 and 5.0).
+
+A publisher streams QoS 2 messages and a slow subscriber receives them; both keep their sessions (clean
+session 0 / session expiry) and paho's own QoS 2 state. The proxy is killed with SIGKILL while flows in
+both directions are in flight, restarted on the same data dir and port, and paho reconnects by itself.
+Every message must reach the subscribing application exactly once.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .paho_driver import PROTOCOLS, V5, PahoClient  # type: ignore[import-not-found]
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+COUNT = 300
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_qos2_delivery_exactly_once_across_sigkill(new_proxy: Callable[..., Any], protocol: int) -> None:
+    proxy = new_proxy()
+    port = proxy.port
+    expiry = 3600 if protocol == V5 else None
+    sub = PahoClient(port, "qos2-dev", protocol, clean=False, expiry=expiry)
+    sub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
+    received: collections.Counter[bytes] = collections.Counter()
+    arrivals: queue.Queue[bytes] = queue.Queue()
+
+    def on_message(client: Any, userdata: Any, message: Any) -> None:
+        received[message.payload] += 1
+        arrivals.put(message.payload)
+        time.sleep(0.005)  # a slow device: deliveries are still in flight when the proxy dies
+
+    sub.paho.on_message = on_message
+    assert sub.subscribe(("crash/q2", 2)) == [2]
+    pub = PahoClient(port, "qos2-pub", protocol, clean=False, expiry=expiry)
+    pub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
+    sent: list[Any] = []
+
+    def stream() -> None:  # paced, so that publishing goes on across the kill (paho queues meanwhile)
+        for i in range(COUNT):
+            sent.append(pub.paho.publish("crash/q2", b"m%03d" % i, qos=2))
+            time.sleep(0.004)
+
+    publisher = threading.Thread(target=stream, daemon=True)
+    publisher.start()
+    for _ in range(COUNT // 4):
+        arrivals.get(timeout=10)
+    proxy.kill()  # SIGKILL, mid-stream
+    assert len(received) < COUNT, "the stream finished before the kill; nothing was tested"
+    assert len(sent) < COUNT, "the publisher finished before the kill; its side was not tested"
+    proxy.start(f"127.0.0.1:{port}", attempts=10)
+    deadline = time.monotonic() + 60
+    while len(received) < COUNT and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # anything delivered twice would show up now
+    publisher.join(5)
+    assert len(sent) == COUNT  # (paho queues what is published while disconnected and sends it later)
+    sub.paho.loop_stop()
+    pub.paho.loop_stop()
+    missing = [b"m%03d" % i for i in range(COUNT) if b"m%03d" % i not in received]
+    twice = {payload: n for payload, n in received.items() if n > 1}
+    assert not missing, f"lost {len(missing)}: {missing[:10]}"
+    assert not twice, f"delivered more than once: {twice}"
+    assert sum(received.values()) == COUNT

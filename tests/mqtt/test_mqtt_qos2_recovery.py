@@ -1,0 +1,372 @@
+"""QoS 2 exactly-once across a proxy crash: a gateway dies (its store calls start failing, as after
+kill -9) and a NEW gateway over the SAME store takes over; clients reconnect with their sessions."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.errors import StoreUnavailable
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.codecs.mqtt import (
+    Connack,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    QoS,
+    ReasonCode,
+    SubAck,
+    Subscribe,
+    SubscribeTopic,
+    encode,
+)
+from mqproxy.mqtt.config import MqttConfig
+from mqproxy.mqtt.gateway import Gateway
+from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, lmq_name
+from mqproxy.server import ServerHandle
+from mqproxy.settings import Settings
+
+from .conftest import RawClient, running_server  # type: ignore[import-not-found]
+
+Q1, Q2 = QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
+
+
+class CrashableBackend:
+    """Delegates to a real backend until :meth:`crash`; from then on every store call fails, so the
+    gateway using it can neither read nor write anything more (what a killed process leaves behind)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self._inner = inner
+        self.crashed = False
+        #: Crash at the first store of an MQTT message: "before" it is written or "after".
+        self.crash_at_message: str | None = None
+
+    def crash(self) -> None:
+        self.crashed = True
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            armed = self.crash_at_message is not None and _stores_mqtt_message(name, args)
+            if armed and self.crash_at_message == "before":
+                self.crash()
+            if self.crashed:
+                raise StoreUnavailable("crashed")
+            result = await attr(*args, **kwargs)
+            if armed:
+                self.crash()
+            if self.crashed:
+                raise StoreUnavailable("crashed")
+            return result
+
+        return call
+
+
+def _stores_mqtt_message(name: str, args: tuple[Any, ...]) -> bool:
+    if name == "send_batch":
+        return any(m.topic != SESSION_STATE_TOPIC for m in args[0])
+    return name == "send" and args[0].topic != SESSION_STATE_TOPIC
+
+
+class Proxy:
+    """An in-process server whose MQTT gateway can be crashed and replaced by a fresh one."""
+
+    def __init__(self, handle: ServerHandle) -> None:
+        self.handle = handle
+        self.address = handle.address
+        self.backend: Backend = handle.state.backend
+        self.store: CrashableBackend | None = None
+        self.restart()
+
+    def restart(self) -> None:
+        """Crash the current gateway (if any) and install a new one over the same store."""
+        if self.store is not None:
+            self.store.crash()
+        self.store = CrashableBackend(self.backend)
+        state = self.handle.state
+        state.registries["mqtt"] = Gateway(self.store, MqttConfig(), state.draining)  # type: ignore[arg-type]
+
+    async def count(self, topic: str) -> int:
+        """Messages stored for MQTT topic ``topic`` (its LMQ)."""
+        return await self.backend.max_offset(lmq_name(topic), LMQ_QUEUE_ID)
+
+    async def state_records(self) -> int:
+        return await self.backend.max_offset(SESSION_STATE_TOPIC, 0)
+
+
+@pytest.fixture(params=["memory", "embedded"])
+async def proxy(request: Any, tmp_path: Any, log_sink: Any) -> AsyncIterator[Proxy]:
+    settings = Settings.for_tests(tmp_path if request.param == "embedded" else "")
+    async with running_server(settings) as handle:
+        yield Proxy(handle)
+
+
+async def connect(proxy: Proxy, client_id: str, clean: bool = False, level: int = 4, **kw: Any) -> RawClient:
+    client = RawClient(await trio.open_tcp_stream(*proxy.address), level)
+    await client.send(Connect(client_id, level, clean_start=clean, **kw))
+    connack = await client.receive()
+    assert isinstance(connack, Connack)
+    assert connack.reason_code == ReasonCode.SUCCESS
+    client.session_present = connack.session_present  # type: ignore[attr-defined]
+    return client
+
+
+async def crash(proxy: Proxy, *clients: RawClient) -> None:
+    """kill -9: the gateway loses its store and every connection drops."""
+    proxy.restart()
+    for client in clients:
+        await client.aclose()
+    await trio.sleep(0.05)  # let the dead connections notice
+
+
+async def publish_q2(client: RawClient, topic: str, payload: bytes, packet_id: int) -> None:
+    await client.send(Publish(topic, payload, Q2, packet_id=packet_id))
+    assert await client.receive() == PubRec(packet_id)
+    await client.send(PubRel(packet_id))
+    assert await client.receive() == PubComp(packet_id)
+
+
+async def subscribe(client: RawClient, topic_filter: str, qos: QoS) -> None:
+    await client.send(Subscribe(1, (SubscribeTopic(topic_filter, qos),)))
+    ack = await client.receive()
+    assert isinstance(ack, SubAck)
+    assert ack.reason_codes == (ReasonCode(int(qos)),)
+
+
+async def complete_all(client: RawClient, count: int) -> list[tuple[bytes, QoS]]:
+    """Receive ``count`` PUBLISHes, completing every QoS 1/2 flow; their (payload, qos)."""
+    got: list[tuple[bytes, QoS]] = []
+    open_flows: set[int] = set()
+    while len(got) < count or open_flows:
+        packet = await client.receive()
+        if isinstance(packet, Publish):
+            got.append((packet.payload, packet.qos))
+            assert packet.packet_id is not None
+            if packet.qos == Q1:
+                await client.send(PubAck(packet.packet_id))
+            else:
+                open_flows.add(packet.packet_id)
+                await client.send(PubRec(packet.packet_id))
+        else:
+            assert isinstance(packet, PubRel), packet
+            open_flows.discard(packet.packet_id)
+            await client.send(PubComp(packet.packet_id))
+    return got
+
+
+async def nothing_more(client: RawClient, wait_s: float = 0.3) -> None:
+    with pytest.raises(trio.TooSlowError):
+        await client.receive(wait_s=wait_s)
+
+
+# --- inbound ------------------------------------------------------------------------------------
+async def test_inbound_qos2_resend_after_crash_is_not_stored_twice(proxy: Proxy) -> None:
+    pub = await connect(proxy, "pub")
+    await pub.send(Publish("in/t", b"once", Q2, packet_id=7))
+    assert await pub.receive() == PubRec(7)
+    assert await proxy.count("in/t") == 1
+    await crash(proxy, pub)
+
+    pub = await connect(proxy, "pub")
+    assert pub.session_present  # type: ignore[attr-defined]
+    await pub.send(Publish("in/t", b"once", Q2, packet_id=7, dup=True))
+    assert await pub.receive() == PubRec(7)
+    assert await proxy.count("in/t") == 1  # acknowledged, not stored again
+    await pub.send(PubRel(7))
+    assert await pub.receive() == PubComp(7)
+    await crash(proxy, pub)
+
+    # The removal was durable before PUBCOMP: id 7 is free for a new message after another crash.
+    pub = await connect(proxy, "pub")
+    await publish_q2(pub, "in/t", b"new", 7)
+    assert await proxy.count("in/t") == 2
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_inbound_crash_around_the_message_store(proxy: Proxy, when: str) -> None:
+    """The id is durable before the message is stored; a crash just before or just after the store
+    (no PUBREC either way) must end with the message stored exactly once after the re-send."""
+    pub = await connect(proxy, "pub")
+    assert proxy.store is not None
+    proxy.store.crash_at_message = when
+    await pub.send(Publish("w/t", b"payload", Q2, packet_id=5))
+    assert await pub.expect_eof() == []  # the proxy died: no PUBREC
+    assert await proxy.count("w/t") == (1 if when == "after" else 0)
+    await crash(proxy, pub)
+
+    pub = await connect(proxy, "pub")
+    await pub.send(Publish("w/t", b"payload", Q2, packet_id=5, dup=True))
+    assert await pub.receive() == PubRec(5)
+    assert await proxy.count("w/t") == 1
+    await pub.send(PubRel(5))
+    assert await pub.receive() == PubComp(5)
+    await publish_q2(pub, "w/t", b"payload", 5)  # the same id and payload again: a new message
+    assert await proxy.count("w/t") == 2
+
+
+async def test_inbound_batch_costs_one_state_write(proxy: Proxy) -> None:
+    pub = await connect(proxy, "pub")
+    before = await proxy.state_records()
+    await pub.send_raw(b"".join(encode(Publish("b/t", b"%d" % i, Q2, packet_id=i + 1), 4) for i in range(10)))
+    assert [await pub.receive() for _ in range(10)] == [PubRec(i + 1) for i in range(10)]
+    assert await proxy.state_records() == before + 1
+    for i in range(10):
+        await pub.send(PubRel(i + 1))
+    assert [await pub.receive() for _ in range(10)] == [PubComp(i + 1) for i in range(10)]
+    assert await proxy.state_records() <= before + 11  # at most one write per read of PUBRELs
+    await crash(proxy, pub)
+    pub = await connect(proxy, "pub")
+    await pub.send(Publish("b/t", b"fresh", Q2, packet_id=3))  # every id was released durably
+    assert await pub.receive() == PubRec(3)
+    assert await proxy.count("b/t") == 11
+
+
+# --- outbound -----------------------------------------------------------------------------------
+async def test_outbound_crash_before_pubrec_resends_same_id_with_dup(proxy: Proxy) -> None:
+    sub = await connect(proxy, "dev")
+    await subscribe(sub, "out/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "out/t", b"m0", 1)
+    await publish_q2(pub, "out/t", b"m1", 2)
+    first = [await sub.receive() for _ in range(2)]
+    assert all(isinstance(p, Publish) and p.qos == Q2 and not p.dup for p in first)
+    await crash(proxy, sub, pub)
+
+    sub = await connect(proxy, "dev")
+    assert sub.session_present  # type: ignore[attr-defined]
+    again = [await sub.receive() for _ in range(2)]
+    assert again == [
+        Publish("out/t", p.payload, Q2, dup=True, packet_id=p.packet_id)  # type: ignore[union-attr]
+        for p in first
+    ]
+    for packet in again:
+        assert isinstance(packet, Publish)
+        assert packet.packet_id is not None
+        await sub.send(PubRec(packet.packet_id))
+        assert await sub.receive() == PubRel(packet.packet_id)
+        await sub.send(PubComp(packet.packet_id))
+    await nothing_more(sub)  # the cursor does not deliver them again under new ids
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "out/t", b"m2", 3)
+    late = await sub.receive()
+    assert isinstance(late, Publish)
+    assert late.payload == b"m2"
+    assert not late.dup
+    await nothing_more(sub)
+
+
+async def test_outbound_crash_after_pubrec_resends_pubrel_not_publish(proxy: Proxy) -> None:
+    sub = await connect(proxy, "dev")
+    await subscribe(sub, "out/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "out/t", b"m0", 1)
+    got = await sub.receive()
+    assert isinstance(got, Publish)
+    assert got.packet_id is not None
+    await sub.send(PubRec(got.packet_id))
+    assert await sub.receive() == PubRel(got.packet_id)  # sent only once "released" is durable
+    await crash(proxy, sub, pub)
+
+    sub = await connect(proxy, "dev")
+    assert await sub.receive() == PubRel(got.packet_id)
+    await sub.send(PubComp(got.packet_id))
+    await nothing_more(sub)
+    await crash(proxy, sub)
+    sub = await connect(proxy, "dev")  # completed and committed: nothing comes back
+    await nothing_more(sub)
+
+
+async def test_outbound_completed_above_committed_offset_not_redelivered(proxy: Proxy) -> None:
+    sub = await connect(proxy, "dev")
+    await subscribe(sub, "mix/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await pub.send(Publish("mix/t", b"q1", Q1, packet_id=1))
+    assert await pub.receive() == PubAck(1)
+    await publish_q2(pub, "mix/t", b"q2", 2)
+    held = await sub.receive()  # QoS 1, never acknowledged: holds the committed offset back
+    assert isinstance(held, Publish)
+    assert held.qos == Q1
+    done = await sub.receive()
+    assert isinstance(done, Publish)
+    assert done.qos == Q2
+    assert done.packet_id is not None
+    await sub.send(PubRec(done.packet_id))
+    assert await sub.receive() == PubRel(done.packet_id)
+    await sub.send(PubComp(done.packet_id))
+    await sub.send(PingReq())
+    assert await sub.receive() == PingResp()
+    await crash(proxy, sub, pub)
+
+    sub = await connect(proxy, "dev")
+    # PUBCOMP is recorded lazily, so a PUBREL for the finished id may come again (harmless: the peer
+    # answers PUBCOMP). The QoS 1 message comes again (at least once); the completed QoS 2 one must not.
+    got: list[Any] = []
+    with trio.move_on_after(0.5):
+        while True:
+            packet = await sub.receive()
+            got.append(packet)
+            if isinstance(packet, PubRel):
+                await sub.send(PubComp(packet.packet_id))
+            elif isinstance(packet, Publish) and packet.packet_id is not None:
+                await sub.send(PubAck(packet.packet_id))
+    publishes = [(p.payload, p.qos) for p in got if isinstance(p, Publish)]
+    assert publishes == [(b"q1", Q1)]
+    assert [p for p in got if not isinstance(p, Publish)] in ([], [PubRel(done.packet_id)])
+
+
+async def test_outbound_mqtt5_restored_publish_keeps_properties(proxy: Proxy) -> None:
+    props = Properties(session_expiry_interval=600)
+    sub = await connect(proxy, "dev5", level=5, properties=props)
+    await sub.send(Subscribe(1, (SubscribeTopic("v5/+", Q2),), Properties(subscription_identifiers=(9,))))
+    assert isinstance(await sub.receive(), SubAck)
+    pub = await connect(proxy, "p", clean=True, level=5)
+    await pub.send(
+        Publish("v5/a", b"x", Q2, packet_id=1, properties=Properties(user_properties=(("k", "v"),)))
+    )
+    assert await pub.receive() == PubRec(1)
+    first = await sub.receive()
+    assert isinstance(first, Publish)
+    await crash(proxy, sub, pub)
+    sub = await connect(proxy, "dev5", level=5, properties=props)
+    again = await sub.receive()
+    assert isinstance(again, Publish)
+    assert again == Publish(
+        "v5/a", b"x", Q2, dup=True, packet_id=first.packet_id, properties=first.properties
+    )
+
+
+# --- what must not change -----------------------------------------------------------------------
+async def test_clean_sessions_and_qos1_write_no_qos2_state(proxy: Proxy) -> None:
+    sub = await connect(proxy, "clean-sub", clean=True)
+    await subscribe(sub, "c/t", Q2)
+    durable = await connect(proxy, "q1-sub")
+    await subscribe(durable, "c/t", Q1)
+    pub = await connect(proxy, "clean-pub", clean=True)
+    before = await proxy.state_records()
+    for i in range(5):
+        await publish_q2(pub, "c/t", b"%d" % i, i + 1)
+    assert sorted(await complete_all(sub, 5)) == [(b"%d" % i, Q2) for i in range(5)]
+    assert sorted(await complete_all(durable, 5)) == [(b"%d" % i, Q1) for i in range(5)]
+    await durable.send(PingReq())
+    assert await durable.receive() == PingResp()
+    assert await proxy.state_records() == before  # QoS 1 and clean sessions write no session state
+    await sub.send(Disconnect())
+    await crash(proxy, sub, durable, pub)
+    sub = await connect(proxy, "clean-sub", clean=True)
+    assert not sub.session_present  # type: ignore[attr-defined]
+    await nothing_more(sub)
