@@ -720,15 +720,19 @@ def main() -> int:
     parser.add_argument(
         "--rates-qos0",
         type=_floats,
-        default=_floats("100,200,500,1000,2000,5000,10000,20000,30000,50000,75000,100000,150000,200000"),
+        default=_floats(
+            "100,200,500,1000,2000,3000,4000,5000,7500,10000,20000,30000,50000,75000,100000,150000,200000"
+        ),
     )
     parser.add_argument(
-        "--rates-qos1", type=_floats, default=_floats("100,200,500,1000,2000,5000,10000,20000,30000,50000")
+        "--rates-qos1",
+        type=_floats,
+        default=_floats("100,200,500,1000,1500,2000,2500,3000,4000,5000,10000,20000,30000,50000"),
     )
     parser.add_argument(
         "--rates-fan-out",
         type=_floats,
-        default=_floats("1,2,5,10,20,50,100,200,500,1000,2000"),
+        default=_floats("1,2,5,10,20,50,100,200,300,500,700,1000,1500,2000"),
         help="publishes/s of the fan-out ladder (deliveries = x subscribers)",
     )
     parser.add_argument("--fan-out", type=int, default=FAN_OUT_SUBSCRIBERS, help="fan-out subscribers")

@@ -467,6 +467,19 @@ class EmbeddedStore:
         store_ts = self._clock.now_ms()  # one store time per write keeps every queue's times sorted
         payloads: list[bytes] = []
         plans: list[list[_Planned] | Exception] = []
+
+        def qid_of(key: bytes) -> int:
+            qid = qids.get(key)
+            if qid is None:
+                qid = qids[key] = self._qid_for_write(key, new_queues)
+            return qid
+
+        def lmq_qid(name: str) -> int:
+            qid = lmq_qids.get(name)
+            if qid is None:
+                qid = lmq_qids[name] = qid_of(queue_key(name, LMQ_QUEUE_ID))
+            return qid
+
         for topic, queue_id, messages, targets in sends:
             taken: dict[int, int] = {}  # this send's offsets, merged once it encoded
 
@@ -478,18 +491,6 @@ class EmbeddedStore:
                         offset = self._next_offset(qid)
                 taken[qid] = offset + 1
                 return offset
-
-            def qid_of(key: bytes) -> int:
-                qid = qids.get(key)
-                if qid is None:
-                    qid = qids[key] = self._qid_for_write(key, new_queues)
-                return qid
-
-            def lmq_qid(name: str) -> int:
-                qid = lmq_qids.get(name)
-                if qid is None:
-                    qid = lmq_qids[name] = qid_of(queue_key(name, LMQ_QUEUE_ID))
-                return qid
 
             mark = len(payloads)
             try:
@@ -853,8 +854,7 @@ class EmbeddedStore:
                 victims: list[tuple[bytes, int]] = []
                 for key, qid in found:
                     name = key[:-5].decode()  # queue_key: name, NUL, u32 queue id
-                    # QueueWaiters keeps an event exactly for the queues with a parked waiter.
-                    if name in in_use or (name, LMQ_QUEUE_ID) in self._waiters._events:
+                    if name in in_use or self._waiters.waiting((name, LMQ_QUEUE_ID)):
                         continue
                     victims.append((key, qid))
                     deleted.append(name)

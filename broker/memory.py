@@ -261,8 +261,7 @@ class InMemoryBackend:
     def _lmq_deletable(self, name: str, idle_before: int, in_use: Container[str]) -> bool:
         key = (name, LMQ_QUEUE_ID)
         queue = self._queues.get(key)
-        if queue is None or queue.touched_ms > idle_before or name in in_use or key in self._waiters._events:
-            # (_events holds exactly the queues with a parked waiter; see QueueWaiters)
+        if queue is None or queue.touched_ms > idle_before or name in in_use or self._waiters.waiting(key):
             return False
         groups = self._lmq_groups.get(name, ())
         return all(self._offsets[(group, name, LMQ_QUEUE_ID)] >= queue.end for group in groups)

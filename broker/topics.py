@@ -17,6 +17,7 @@ client's direct send to them is the handler's job; :func:`is_send_forbidden` say
 
 from __future__ import annotations
 
+import functools
 import re
 
 from mqproxy.broker.errors import IllegalTopic, QueueNotFound, TopicNotFound
@@ -74,14 +75,30 @@ def validate_topic(topic: str) -> None:
 
 def validate_send_topic(topic: str) -> None:
     """:func:`validate_topic` plus the 127-byte limit every stored message's topic obeys."""
+    if type(topic) is not str:
+        validate_topic(topic)  # raises for any non-string
+    _check_send_topic(topic)
+
+
+def validate_lmq(name: str) -> None:
+    """Raise :class:`IllegalTopic` unless ``name`` is a legal ``%LMQ%`` queue name."""
+    if type(name) is not str:
+        validate_topic(name)  # raises for any non-string
+    _check_lmq(name)
+
+
+# Every send checks its topic and each dispatch target; the same few thousand names recur, so legal ones
+# are remembered (a refusal raises, and exceptions are never cached).
+@functools.lru_cache(maxsize=16384)
+def _check_send_topic(topic: str) -> None:
     validate_topic(topic)
     if len(topic) > MAX_TOPIC_BYTES:
         raise IllegalTopic(f"cannot store into a topic longer than {MAX_TOPIC_BYTES} bytes")
 
 
-def validate_lmq(name: str) -> None:
-    """Raise :class:`IllegalTopic` unless ``name`` is a legal ``%LMQ%`` queue name."""
-    validate_send_topic(name)
+@functools.lru_cache(maxsize=16384)
+def _check_lmq(name: str) -> None:
+    _check_send_topic(name)
     if not is_lmq(name) or len(name) == len(LMQ_PREFIX):
         raise IllegalTopic(f"dispatch target {name[:64]!r} is not a %LMQ% name")
 

@@ -16,6 +16,10 @@ class QueueWaiters:
     def __init__(self) -> None:
         self._events: dict[Hashable, trio.Event] = {}
 
+    def waiting(self, key: Hashable) -> bool:
+        """True while some task is parked on ``key``."""
+        return key in self._events
+
     def notify(self, key: Hashable) -> None:
         """Wake every task waiting on ``key`` (call after the queue's max offset grew)."""
         event = self._events.pop(key, None)

@@ -270,12 +270,13 @@ class Gateway:
         self.call_later(delay, expire)
 
     def lmqs_in_use(self) -> set[str]:
-        """Every LMQ some session (online or offline) or shared group reads, and the retained queue: the
-        store's idle-queue sweep must not delete these."""
+        """Every LMQ some session (online or offline) or shared group reads, the retained queue, and every
+        LMQ the read cache holds segments of: the store's idle-queue sweep must not delete these."""
         names = {RETAINED_LMQ}
         for session in self.sessions.values():
             names.update(cursor.lmq for cursor in session.cursors.values())
         names.update(group.cursor.lmq for group in self.shared_groups.values())
+        names |= self.read_cache.cached_topics()
         return names
 
     async def persist(self, session: Session) -> None:

@@ -20,9 +20,11 @@ Contract of :meth:`ReadCache.pull` (same answer as ``Backend.pull`` without a ta
   call is a direct pull).
 
 :meth:`ReadCache.delivery` memoizes, per stored message, what every subscriber derives from it alike: its MQTT
-attributes and its QoS 0 PUBLISH bytes per protocol level and retain flag (at most ``max_deliveries``
-messages, oldest first out). An entry is reused only for the very object it was made from, so a message
-read again from the store is decoded again, never confused with another record.
+attributes and its QoS 0 PUBLISH bytes per protocol level and retain flag. At most ``max_deliveries``
+messages and about ``max_bytes / 4`` (body plus one encoding each) are kept, oldest first out; a message
+bigger than 1/64 of that is not kept (nothing is when ``max_bytes`` is 0). An entry is reused only for the
+very object it was made from, so a message read again from the store is decoded again, never confused
+with another record.
 
 Counters (plain attributes, never reset): ``hits`` (answered from a cached segment), ``coalesced``
 (answered by another caller's in-flight read), ``misses`` (segment reads from the store), ``bypasses``
@@ -86,13 +88,14 @@ class _Fetch:
 class Delivery:
     """What every subscriber derives alike from one stored message (see :meth:`ReadCache.delivery`)."""
 
-    __slots__ = ("_qos0", "attributes", "message")
+    __slots__ = ("_qos0", "attributes", "message", "size")
 
     def __init__(self, message: StoredMessage) -> None:
         self.message = message
         #: The MQTT view of the message; None if it is not meant for MQTT.
         self.attributes: MqttAttributes | None = decode_properties(message.properties)
         self._qos0: dict[tuple[int, bool], bytes] = {}
+        self.size = 2 * len(message.body) + 256  # what the memo charges for it: body and ~one encoding
 
     def qos0_publish(self, level: int, retain: bool) -> bytes:
         """The QoS 0 PUBLISH of this message at protocol ``level`` (its MQTT 5 properties included at
@@ -142,7 +145,9 @@ class ReadCache:
         self._segments: OrderedDict[_Key, _Segment] = OrderedDict()
         self._inflight: dict[_Key, _Fetch] = {}
         self.max_deliveries = max_deliveries
-        self._deliveries: dict[int, Delivery] = {}  # by commit-log offset
+        self._deliveries: dict[int, Delivery] = {}  # by commit-log offset, oldest first
+        self._delivery_budget = max_bytes // 4
+        self.delivery_bytes = 0
 
     @property
     def enabled(self) -> bool:
@@ -152,6 +157,11 @@ class ReadCache:
     def backend_pulls(self) -> int:
         """Store reads made through this cache."""
         return self.misses + self.bypasses
+
+    def cached_topics(self) -> set[str]:
+        """Queues with a cached or in-flight segment: while a queue is here it must not be deleted and
+        recreated, or its stale segments would answer for the new queue's offsets."""
+        return {key[0] for key in self._segments} | {key[0] for key in self._inflight}
 
     def __len__(self) -> int:
         """Number of cached segments."""
@@ -163,12 +173,18 @@ class ReadCache:
         if memo is not None and memo.message is message:
             return memo
         memo = Delivery(message)
-        if self.max_deliveries > 0:
+        if self.max_deliveries > 0 and memo.size <= self._delivery_budget // 64:
             deliveries = self._deliveries
-            deliveries.pop(message.commitlog_offset, None)
-            if len(deliveries) >= self.max_deliveries:
-                del deliveries[next(iter(deliveries))]
+            stale = deliveries.pop(message.commitlog_offset, None)
+            if stale is not None:
+                self.delivery_bytes -= stale.size
+            while deliveries and (
+                len(deliveries) >= self.max_deliveries
+                or self.delivery_bytes + memo.size > self._delivery_budget
+            ):
+                self.delivery_bytes -= deliveries.pop(next(iter(deliveries))).size
             deliveries[message.commitlog_offset] = memo
+            self.delivery_bytes += memo.size
         return memo
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:

@@ -117,7 +117,8 @@ async def test_server_protects_the_gateways_queues_and_the_retained_queue() -> N
     expected = {RETAINED_LMQ, lmq_name("a/b"), lmq_name("c/+"), lmq_name("d/#")}
     assert gateway.lmqs_in_use() == expected
     assert lmqs_in_use(registries) == expected
-    await _lmqs(backend, *expected, lmq_name("a/unread"))
+    await _lmqs(backend, *expected, lmq_name("a/unread"), lmq_name("was/read"))
+    await gateway.read_cache.pull(lmq_name("was/read"), 0, 0, 8)  # its segment is cached now
     assert await backend.delete_idle_lmqs(0, lmqs_in_use(registries)) == [lmq_name("a/unread")]
 
 

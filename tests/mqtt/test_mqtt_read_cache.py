@@ -413,3 +413,20 @@ def test_delivery_memo_is_bounded() -> None:
     assert len(cache._deliveries) == 3
     off = ReadCache(cast(Backend, CountingBackend()), max_deliveries=0)
     assert off.delivery(messages[0]) is not off.delivery(messages[0])
+
+
+def test_delivery_memo_is_bounded_by_bytes() -> None:
+    cache = ReadCache(cast(Backend, CountingBackend()), max_bytes=4 * 64_000)  # memo budget 64,000 B
+    messages = [_mqtt_message(i, {}) for i in range(300)]
+    for message in messages:
+        cache.delivery(message)
+    each = 2 * len(b"payload") + 256  # body and about one encoding
+    assert len(cache._deliveries) == 64_000 // each
+    assert cache.delivery_bytes == (64_000 // each) * each
+    newest = cache.delivery(messages[-1])
+    assert cache.delivery(messages[-1]) is newest  # the newest stay, the oldest went
+    assert messages[0].commitlog_offset not in cache._deliveries
+    big = dataclasses.replace(_mqtt_message(1000, {}), body=bytes(1000))  # over 1/64 of the budget
+    assert cache.delivery(big) is not cache.delivery(big)
+    disabled = ReadCache(cast(Backend, CountingBackend()), max_bytes=0)
+    assert disabled.delivery(messages[0]) is not disabled.delivery(messages[0])
