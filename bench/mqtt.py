@@ -641,6 +641,22 @@ async def lmq_case(broker: Broker, data_dir: Path, args: argparse.Namespace) -> 
     )
 
 
+async def read_cache_counts(broker: Broker) -> dict[str, float]:
+    """mqproxy's ``mqproxy_mqtt_read_cache_requests_total`` by result, scraped from ``/metrics``."""
+    stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        chunks = []
+        while data := await stream.receive_some(65536):
+            chunks.append(data)
+    counts = dict.fromkeys(("hit", "coalesced", "miss", "bypass"), 0.0)
+    for line in b"".join(chunks).decode().splitlines():
+        if line.startswith("mqproxy_mqtt_read_cache_requests_total{"):
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+            counts[result] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
 # --- driver ----------------------------------------------------------------------------------------
 
 
@@ -684,6 +700,7 @@ async def bench_broker(broker: Broker, args: argparse.Namespace) -> None:
             unit="msgs/s",
         )
     if "fan-out" in args.cases:
+        before = await read_cache_counts(broker) if broker.name == "mqproxy" else None
         await ladder(
             broker,
             args,
@@ -694,6 +711,15 @@ async def bench_broker(broker: Broker, args: argparse.Namespace) -> None:
             rates=args.rates_fan_out,
             unit="deliveries/s",
         )
+        if before is not None:
+            after = await read_cache_counts(broker)
+            store = sum(after[r] - before[r] for r in ("miss", "bypass"))
+            cached = sum(after[r] - before[r] for r in ("hit", "coalesced"))
+            print(
+                f"  {broker.name}: shared read cache over the fan-out ladder: {store:,.0f} store reads served "
+                f"{store + cached:,.0f} subscriber reads ({cached / max(store + cached, 1):.1%} from the cache)",
+                flush=True,
+            )
     if "latency" in args.cases:
         await latency(broker, args, 0)
         await latency(broker, args, 1)

@@ -71,9 +71,8 @@ from mqproxy.negotiation import Detected
 _READ_BYTES = 65536
 _COALESCE = 256
 _CLEANUP_S = 5.0
-#: A subscription reader yields at least every this many pull rounds (a backlog of ``pull_batch`` x this
-#: many messages goes out per scheduler turn, so one reader keeps pace with many publishing connections).
-_YIELD_EVERY = 4
+#: A subscription reader that keeps finding its long-poll ready yields at least every this many rounds.
+_YIELD_EVERY = 8
 
 
 class _Close(Exception):
@@ -807,11 +806,12 @@ class MqttConnection:
                         await self._flush_state()
                     await session.commit_offsets(backend)
                     rounds += 1
-                    if rounds % _YIELD_EVERY == 0:
+                    caught_up = len(result.messages) < self.config.pull_batch
+                    if not caught_up or rounds % _YIELD_EVERY == 0:
                         await trio.lowlevel.checkpoint()  # the store may answer without yielding
-                    if len(result.messages) < self.config.pull_batch:
+                    if caught_up:
                         # Probably caught up: long-poll before pulling again (returns at once if not; a
-                        # wait that blocks is a yield too).
+                        # wait that blocks is the yield, so rounds that end in one skip the checkpoint).
                         await backend.wait_for_message(
                             cursor.lmq, LMQ_QUEUE_ID, cursor.next_offset, self.config.poll_interval_s
                         )

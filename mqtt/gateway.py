@@ -245,7 +245,12 @@ class Gateway:
             self._forget_subscription(session, topic_filter)
         session.wake_all()
         client_id = session.client_id
-        await self._state.write(client_id, lambda: SessionSnapshot(client_id, 0, deleted=True))
+        state = self._state
+
+        def deletion() -> SessionSnapshot | None:  # a session never written needs no tombstone
+            return SessionSnapshot(client_id, 0, deleted=True) if state.is_live(client_id) else None
+
+        await state.write(client_id, deletion)
 
     async def detached(self, session: Session) -> None:
         """A connection left ``session``: end it (expiry 0) or persist it and start its expiry timer."""

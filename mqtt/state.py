@@ -229,8 +229,12 @@ class SessionStateStore:
         else:
             self._live.add(snapshot.client_id)
 
-    async def write(self, client_id: str, build: Callable[[], SessionSnapshot]) -> None:
-        """Append the snapshot ``build()`` returns, built when this write's turn comes.
+    def is_live(self, client_id: str) -> bool:
+        """True if the newest record written for ``client_id`` is a live snapshot (not a deletion)."""
+        return client_id in self._live
+
+    async def write(self, client_id: str, build: Callable[[], SessionSnapshot | None]) -> None:
+        """Append the snapshot ``build()`` returns (nothing if None), built when this write's turn comes.
 
         Writes of one client are serialized, so the last record is always the newest state. A caller
         that finds its change already covered by a write that started after it asked returns without
@@ -246,7 +250,9 @@ class SessionStateStore:
                 if writes.done >= ticket:
                     return
                 target = writes.wanted
-                await self.save(build())
+                snapshot = build()
+                if snapshot is not None:
+                    await self.save(snapshot)
                 writes.done = target
         finally:
             if not writes.lock.locked() and writes.lock.statistics().tasks_waiting == 0:

@@ -51,3 +51,23 @@ async def test_foreign_records_are_dropped_and_small_logs_left_alone() -> None:
     await store.save(SessionSnapshot("c1", 30))
     loaded = await SessionStateStore(backend, min_garbage=3).load()  # 3 dead of 4: compacted
     assert loaded["c1"].expiry_interval == 30 and await _records(backend) == 1
+
+
+async def test_clean_sessions_write_nothing_and_ending_a_stored_session_writes_a_tombstone() -> None:
+    from mqproxy.mqtt.config import MqttConfig
+    from mqproxy.mqtt.gateway import Gateway
+
+    backend = InMemoryBackend()
+    gateway = Gateway(backend, MqttConfig())
+    await gateway.ready()
+    for _ in range(3):  # clean session, connect and leave: no record at all
+        session, _ = await gateway.open_session("clean", True, 0, 10)
+        await gateway.detached(session)
+    assert await _records(backend) == 0
+    session, _ = await gateway.open_session("dev", False, 3600, 10)
+    assert await _records(backend) == 1
+    session, present = await gateway.open_session("dev", False, 0, 10)  # back with expiry 0
+    assert present
+    await gateway.detached(session)  # ends the stored session: its tombstone must be written
+    assert await _records(backend) == 2
+    assert await SessionStateStore(backend).load() == {}
