@@ -165,9 +165,7 @@ class RetainedStore:
             for node in frontier:
                 if level == "+":
                     following.extend(
-                        child
-                        for name, child in node.children.items()
-                        if not (first and name.startswith("$"))
+                        child for name, child in node.children.items() if not (first and name.startswith("$"))
                     )
                 else:
                     child = node.children.get(level)

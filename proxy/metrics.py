@@ -100,7 +100,9 @@ class _GatewayCollector:
             "mqproxy_mqtt_subscriptions", "MQTT subscriptions of all sessions", value=stats["subscriptions"]
         )
         yield GaugeMetricFamily(
-            "mqproxy_mqtt_wildcard_filters", "Distinct wildcard filters in the index", value=stats["wildcard_filters"]
+            "mqproxy_mqtt_wildcard_filters",
+            "Distinct wildcard filters in the index",
+            value=stats["wildcard_filters"],
         )
         yield GaugeMetricFamily(
             "mqproxy_mqtt_retained_messages", "Topics holding a retained message", value=stats["retained"]
@@ -115,7 +117,9 @@ class _GatewayCollector:
             cache.add_metric([result], stats[f"read_cache_{result}"])
         yield cache
         yield GaugeMetricFamily(
-            "mqproxy_mqtt_read_cache_bytes", "Message bytes held by the read cache", value=stats["read_cache_bytes"]
+            "mqproxy_mqtt_read_cache_bytes",
+            "Message bytes held by the read cache",
+            value=stats["read_cache_bytes"],
         )
 
 

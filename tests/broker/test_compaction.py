@@ -55,7 +55,8 @@ async def test_compaction_keeps_the_newest_live_record_per_key(kind: str, tmp_pa
         found = await replay(backend, TOPIC, 0, _key)
         assert (found.records, found.garbage, found.end) == (8, 6, 8)
         assert _state(found) == {"a": b"a=3", "c": b"c=2"}
-        assert found.worth_compacting(min_garbage=1) and not found.worth_compacting(min_garbage=7)
+        assert found.worth_compacting(min_garbage=1)
+        assert not found.worth_compacting(min_garbage=7)
         new_min = await compact(backend, TOPIC, 0, found)
         assert new_min == 8
         assert await backend.max_offset(TOPIC, 0) == 10

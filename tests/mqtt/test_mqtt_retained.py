@@ -43,7 +43,8 @@ def test_replace_and_clear_keep_count_and_prune_branches() -> None:
     store = _store("a/b/c", "a/b")
     store.set("a/b/c", b"new", 0, Properties(), 9)
     assert len(store) == 2
-    assert store.get("a/b/c") is not None and store.get("a/b/c").payload == b"new"  # type: ignore[union-attr]
+    assert store.get("a/b/c") is not None
+    assert store.get("a/b/c").payload == b"new"
     store.set("a/b/c", b"", 0, Properties(), 10)
     store.set("never/there", b"", 0, Properties(), 11)
     assert len(store) == 1

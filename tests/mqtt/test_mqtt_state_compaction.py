@@ -47,10 +47,12 @@ async def test_foreign_records_are_dropped_and_small_logs_left_alone() -> None:
     await store.save(SessionSnapshot("c1", 10))
     await store.save(SessionSnapshot("c1", 20))
     loaded = await SessionStateStore(backend, min_garbage=3).load()  # 2 dead of 3: below min_garbage
-    assert loaded["c1"].expiry_interval == 20 and await _records(backend) == 3
+    assert loaded["c1"].expiry_interval == 20
+    assert await _records(backend) == 3
     await store.save(SessionSnapshot("c1", 30))
     loaded = await SessionStateStore(backend, min_garbage=3).load()  # 3 dead of 4: compacted
-    assert loaded["c1"].expiry_interval == 30 and await _records(backend) == 1
+    assert loaded["c1"].expiry_interval == 30
+    assert await _records(backend) == 1
 
 
 async def test_clean_sessions_write_nothing_and_ending_a_stored_session_writes_a_tombstone() -> None:
