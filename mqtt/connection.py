@@ -64,6 +64,7 @@ from mqproxy.codecs.mqtt import (
 from mqproxy.context import ConnectionContext
 from mqproxy.mqtt.gateway import Gateway, gateway_for, now_ms, reader_filter
 from mqproxy.mqtt.mapping import decode_properties, lmq_name
+from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
 from mqproxy.negotiation import Detected
@@ -775,6 +776,7 @@ class MqttConnection:
         assert session is not None
         backend = self.gateway.backend
         inner = reader_filter(topic_filter)
+        hubs = self.gateway.push_hubs
         rounds = 0
         with scope:
             try:
@@ -793,9 +795,7 @@ class MqttConnection:
                             if result.next_offset > start:
                                 cursor.complete(result.next_offset - 1)  # the gap is gone from the store
                             continue
-                        await backend.wait_for_message(
-                            cursor.lmq, LMQ_QUEUE_ID, start, self.config.poll_interval_s
-                        )
+                        await hubs.park(topic_filter, cursor, self._deliver_now, self.config.poll_interval_s)
                         continue
                     offset = start
                     for message in result.messages:
@@ -812,9 +812,7 @@ class MqttConnection:
                     if caught_up:
                         # Probably caught up: long-poll before pulling again (returns at once if not; a
                         # wait that blocks is the yield, so rounds that end in one skip the checkpoint).
-                        await backend.wait_for_message(
-                            cursor.lmq, LMQ_QUEUE_ID, cursor.next_offset, self.config.poll_interval_s
-                        )
+                        await hubs.park(topic_filter, cursor, self._deliver_now, self.config.poll_interval_s)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             except BackendError as exc:
@@ -834,27 +832,15 @@ class MqttConnection:
         if cursor.restored and cursor.reached(offset):
             return  # restored after a restart: in flight under its original id, or already done
         delivery = self.gateway.read_cache.delivery(message)
+        shared_bytes = self._shared_qos0(spec, inner, session, delivery)
+        if shared_bytes is not None:
+            if shared_bytes:
+                await self._send_bytes(shared_bytes)
+            cursor.complete(offset)
+            return
         attrs = delivery.attributes
-        if (
-            attrs is None
-            or not topic_matches(inner, attrs.topic)
-            or (spec.no_local and attrs.client_id == session.client_id)
-        ):
-            cursor.complete(offset)
-            return
+        assert attrs is not None  # _shared_qos0 answered b"" otherwise
         retain = attrs.retain and spec.retain_as_published
-        if (
-            (attrs.qos == 0 or spec.qos == 0 or self.config.maximum_qos == 0)
-            and attrs.properties.message_expiry_interval is None
-            and not self.alias_maximum
-            and (spec.subscription_id is None or self.level != MQTT_5)
-        ):
-            # QoS 0 bytes every such subscriber shares: encoded once per message (what _push would send).
-            data = delivery.qos0_publish(self.level, retain)
-            if self.client_max_packet is None or len(data) <= self.client_max_packet:
-                await self._send_bytes(data)
-            cursor.complete(offset)
-            return
         publish = self._make_publish(
             attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec
         )
@@ -862,6 +848,56 @@ class MqttConnection:
             cursor.complete(offset)
             return
         await self._push(publish, cursor, offset, shared)
+
+    def _shared_qos0(
+        self, spec: SubscriptionSpec, inner: str, session: Session, delivery: Delivery
+    ) -> bytes | None:
+        """How ``delivery`` reaches this subscriber if no per-subscriber state is involved: ``b""`` if not
+        at all (another topic, no-local, too big for the client), the QoS 0 PUBLISH bytes every such
+        subscriber shares (encoded once per message), or None when it needs :meth:`_make_publish`."""
+        attrs = delivery.attributes
+        if (
+            attrs is None
+            or not topic_matches(inner, attrs.topic)
+            or (spec.no_local and attrs.client_id == session.client_id)
+        ):
+            return b""
+        if (
+            (attrs.qos == 0 or spec.qos == 0 or self.config.maximum_qos == 0)
+            and attrs.properties.message_expiry_interval is None
+            and not self.alias_maximum
+            and (spec.subscription_id is None or self.level != MQTT_5)
+        ):
+            data = delivery.qos0_publish(self.level, attrs.retain and spec.retain_as_published)
+            return data if self.client_max_packet is None or len(data) <= self.client_max_packet else b""
+        return None
+
+    def _deliver_now(self, topic_filter: str, cursor: Cursor, message: StoredMessage, offset: int) -> bool:
+        """The push hub's callback (see :mod:`.push_hub`): handle ``message`` at ``offset`` without the
+        reader task if that needs no waiting; True if the cursor moved past it."""
+        session = self.session
+        if (
+            session is None
+            or session.connection is not self
+            or session.cursors.get(topic_filter) is not cursor
+        ):
+            return False
+        spec = session.subscriptions.get(topic_filter)
+        if spec is None or cursor.restored:
+            return False
+        shared_bytes = self._shared_qos0(
+            spec, reader_filter(topic_filter), session, self.gateway.read_cache.delivery(message)
+        )
+        if shared_bytes is None:
+            return False
+        if shared_bytes:
+            try:
+                self._send.send_nowait(shared_bytes)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                return False
+        cursor.complete(offset)
+        cursor.next_offset = offset + 1
+        return True
 
     def _make_publish(
         self,

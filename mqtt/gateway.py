@@ -28,6 +28,7 @@ from mqproxy.codecs.mqtt import Properties, parse_topic_filter
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
+from mqproxy.mqtt.push_hub import PushHubs
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
@@ -66,6 +67,8 @@ class Gateway:
         self.read_cache = ReadCache(
             backend, max_segments=config.read_cache_segments, max_bytes=config.read_cache_bytes
         )
+        #: Delivers new messages to caught-up subscribers without waking each reader.
+        self.push_hubs = PushHubs(backend, self.read_cache, config.pull_batch, config.poll_interval_s)
         self.auth = auth
         self.index = SubscriptionIndex()
         self.retained = RetainedStore(config.compaction_min_records)
@@ -364,6 +367,8 @@ class Gateway:
             "read_cache_miss": cache.misses,
             "read_cache_bypass": cache.bypasses,
             "read_cache_bytes": cache.bytes,
+            "pushed": self.push_hubs.pushed,
+            "push_hubs": len(self.push_hubs),
         }
 
     # --- timers -------------------------------------------------------------------------------

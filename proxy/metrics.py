@@ -116,6 +116,14 @@ class _GatewayCollector:
         for result in ("hit", "coalesced", "miss", "bypass"):
             cache.add_metric([result], stats[f"read_cache_{result}"])
         yield cache
+        yield CounterMetricFamily(
+            "mqproxy_mqtt_pushed_deliveries",
+            "Deliveries a push hub made to a caught-up subscriber without waking its reader",
+            value=stats["pushed"],
+        )
+        yield GaugeMetricFamily(
+            "mqproxy_mqtt_push_hubs", "LMQs with a push hub serving parked readers", value=stats["push_hubs"]
+        )
         yield GaugeMetricFamily(
             "mqproxy_mqtt_read_cache_bytes",
             "Message bytes held by the read cache",

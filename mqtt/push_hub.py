@@ -1,0 +1,138 @@
+"""Push delivery for caught-up subscribers: one task per busy LMQ instead of one wake-up per subscriber.
+
+A subscription reader that has read its LMQ to the end parks here (:meth:`PushHubs.park`) instead of
+long-polling the store itself. The LMQ's hub task long-polls once, reads each new message once (through
+the shared read cache) and offers it to every parked reader through a synchronous ``deliver_now`` callback
+on its connection, which queues the PUBLISH bytes for that connection's writer without waking the reader.
+A reader is woken only when the callback declines (QoS 1/2, an expiring message, topic aliases, a full
+send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
+duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
+long-polls the store on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from mqproxy.broker.backend import Backend
+from mqproxy.broker.errors import BackendError
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.mqtt.read_cache import ReadCache
+from mqproxy.mqtt.session import Cursor
+
+_log = structlog.get_logger("mqproxy.mqtt")
+
+#: ``deliver_now(topic_filter, cursor, message, offset)``: True if the message was handled without the
+#: reader (queued for sending, or skipped) and the cursor moved past it; False to wake the reader instead.
+DeliverNow = Callable[[str, Cursor, StoredMessage, int], bool]
+
+
+class _Parked:
+    __slots__ = ("cursor", "deliver_now", "topic_filter", "woken")
+
+    def __init__(self, topic_filter: str, cursor: Cursor, deliver_now: DeliverNow) -> None:
+        self.topic_filter = topic_filter
+        self.cursor = cursor
+        self.deliver_now = deliver_now
+        self.woken = trio.Event()
+
+
+class _Hub:
+    __slots__ = ("lmq", "offset", "parked", "scope")
+
+    def __init__(self, lmq: str, offset: int) -> None:
+        self.lmq = lmq
+        self.offset = offset  # the next offset the hub will read; every parked cursor is here
+        self.parked: dict[int, _Parked] = {}
+        self.scope = trio.CancelScope()
+
+
+class PushHubs:
+    """The hubs of one gateway, by LMQ. ``pushed`` counts deliveries made without waking a reader."""
+
+    def __init__(
+        self, backend: Backend, read_cache: ReadCache, pull_batch: int, poll_interval_s: float
+    ) -> None:
+        self._backend = backend
+        self._cache = read_cache
+        self._batch = pull_batch
+        self._poll_s = poll_interval_s
+        self._hubs: dict[str, _Hub] = {}
+        self.pushed = 0
+        self.woken = 0
+
+    def __len__(self) -> int:
+        return len(self._hubs)
+
+    async def park(
+        self, topic_filter: str, cursor: Cursor, deliver_now: DeliverNow, timeout_s: float
+    ) -> None:
+        """Wait until the reader of ``cursor`` must pull again: the hub declined a message for it, the
+        cursor is not where the hub reads, or ``timeout_s`` passed. Meanwhile the hub may move the
+        cursor forward by delivering through ``deliver_now``."""
+        lmq = cursor.lmq
+        hub = self._hubs.get(lmq)
+        if hub is None:
+            hub = self._hubs[lmq] = _Hub(lmq, cursor.next_offset)
+            trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {lmq}")
+        elif hub.offset != cursor.next_offset:
+            await self._backend.wait_for_message(lmq, LMQ_QUEUE_ID, cursor.next_offset, timeout_s)
+            return
+        parked = _Parked(topic_filter, cursor, deliver_now)
+        key = id(parked)
+        hub.parked[key] = parked
+        try:
+            with trio.move_on_after(timeout_s):
+                await parked.woken.wait()
+        finally:
+            hub.parked.pop(key, None)
+            if not hub.parked:
+                hub.scope.cancel()  # nobody left: the hub task ends
+
+    async def _run(self, hub: _Hub) -> None:
+        try:
+            with hub.scope:
+                while hub.parked:
+                    await self._backend.wait_for_message(hub.lmq, LMQ_QUEUE_ID, hub.offset, self._poll_s)
+                    if not await self._push_new(hub):
+                        break
+        except BackendError as exc:
+            _log.warning("internal.error", detail=f"push hub for {hub.lmq} stopped: {exc}")
+        except Exception:  # a bug must not kill the process through a system task
+            _log.exception("internal.error", detail=f"push hub for {hub.lmq} failed")
+        finally:
+            if self._hubs.get(hub.lmq) is hub:
+                del self._hubs[hub.lmq]
+            for parked in hub.parked.values():
+                parked.woken.set()  # their readers pull on their own now
+
+    async def _push_new(self, hub: _Hub) -> bool:
+        """Offer the messages after ``hub.offset`` to every parked reader; False if the hub must stop."""
+        result = await self._cache.pull(hub.lmq, LMQ_QUEUE_ID, hub.offset, self._batch)
+        if not result.messages:
+            return result.status is not PullStatus.OFFSET_ILLEGAL
+        if result.next_offset - hub.offset != len(result.messages):
+            return False  # a filtered or holed answer: leave it to the readers
+        advanced: list[Cursor] = []
+        for position, message in enumerate(result.messages, hub.offset):
+            for key, parked in list(hub.parked.items()):
+                cursor = parked.cursor
+                if cursor.next_offset == position and parked.deliver_now(
+                    parked.topic_filter, cursor, message, position
+                ):
+                    self.pushed += 1
+                    if position == hub.offset:
+                        advanced.append(cursor)
+                    continue
+                del hub.parked[key]
+                parked.woken.set()
+                self.woken += 1
+        hub.offset = result.next_offset
+        for cursor in advanced:
+            if cursor.durable and cursor.committed != cursor.stored:
+                await cursor.commit(self._backend)  # what the reader's round would have done
+        return True

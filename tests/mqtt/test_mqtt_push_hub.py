@@ -1,0 +1,84 @@
+"""Push hubs: caught-up subscribers get new messages without a reader wake-up, and every case the hub
+declines (QoS 1, no-local, a full send queue) falls back to the reader with nothing lost or repeated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from mqproxy.codecs.mqtt import Publish, PubAck, QoS
+from mqproxy.mqtt.gateway import gateway_for
+from mqproxy.settings import Settings
+
+from .conftest import RawClient, running_server  # type: ignore[import-not-found]
+from .test_mqtt_connection import connect, receive_publish, subscribe  # type: ignore[import-not-found]
+
+Q0, Q1 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE
+
+
+async def _park_all(server: Any) -> None:
+    """Wait until every reader has read to the end and parked."""
+    for _ in range(100):
+        await trio.sleep(0.02)
+        if len(gateway_for(server.state).push_hubs):
+            await trio.sleep(0.1)
+            return
+
+
+async def test_mixed_subscribers_each_get_every_message_once_in_order(server: Any) -> None:
+    subscribers: list[RawClient] = []
+    for i in range(12):
+        client, _ = await connect(server.address, f"fan{i}")
+        await subscribe(client, ("hub/t", Q0))
+        subscribers.append(client)
+    qos1, _ = await connect(server.address, "fan-q1")
+    await subscribe(qos1, ("hub/t", Q1))
+    publisher, _ = await connect(server.address, "fan-pub", 5)
+    await subscribe(publisher, ("hub/#", Q0), no_local=True)  # sees none of its own messages
+    await _park_all(server)
+    gateway = gateway_for(server.state)
+    for n in range(6):
+        qos = Q1 if n % 2 else Q0
+        await publisher.send(Publish("hub/t", f"m{n}".encode(), qos, packet_id=n + 1 if qos else None))
+        if qos:
+            assert await publisher.receive() == PubAck(n + 1)
+    expected = [f"m{n}".encode() for n in range(6)]
+    for client in subscribers:
+        assert [(await receive_publish(client)).payload for _ in range(6)] == expected
+    got = [await receive_publish(qos1) for _ in range(6)]
+    assert [p.payload for p in got] == expected
+    assert [p.qos for p in got] == [Q0, Q1, Q0, Q1, Q0, Q1]
+    with trio.move_on_after(0.3):
+        unexpected = await publisher.receive()
+        raise AssertionError(f"no-local subscriber got {unexpected}")
+    for client in [*subscribers, qos1]:
+        with trio.move_on_after(0.1):
+            raise AssertionError(f"a second copy arrived: {await client.receive()}")
+    assert gateway.push_hubs.pushed >= 12 * 3  # the QoS 0 publishes went out through the hub
+    for client in [*subscribers, qos1, publisher]:
+        await client.aclose()
+
+
+async def test_a_full_send_queue_hands_delivery_back_to_the_reader(log_sink: Any) -> None:
+    settings = Settings.for_tests(mqtt={"send_buffer_packets": 2})
+    async with running_server(settings) as server:
+        slow, _ = await connect(server.address, "slow")
+        await subscribe(slow, ("hub/slow", Q0))
+        fast, _ = await connect(server.address, "fast")
+        await subscribe(fast, ("hub/slow", Q0))
+        publisher, _ = await connect(server.address, "pub")
+        await _park_all(server)
+        hubs = gateway_for(server.state).push_hubs
+        for n in range(40):  # far more than the 2-packet send queue, in one burst
+            await publisher.send(Publish("hub/slow", f"{n}".encode(), Q0))
+        expected = [f"{n}".encode() for n in range(40)]
+        assert [(await receive_publish(fast)).payload for _ in range(40)] == expected
+        await trio.sleep(0.2)
+        assert [(await receive_publish(slow)).payload for _ in range(40)] == expected
+        with trio.move_on_after(0.2):
+            raise AssertionError(f"a second copy arrived: {await slow.receive()}")
+        assert hubs.pushed > 0
+        assert hubs.woken > 0  # some messages found the queue full and went back to the readers
+        for client in (slow, fast, publisher):
+            await client.aclose()
