@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from mqproxy.codecs.mqtt import Publish, PubAck, QoS
+from mqproxy.codecs.mqtt import PubAck, Publish, QoS
 from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.settings import Settings
 
