@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,3 +115,28 @@ async def test_gateway_compacts_the_retained_log_at_load_and_when_due() -> None:
     await third.ready()
     assert third.retained.get("room/0").payload == b"w11"  # type: ignore[union-attr]
     assert third.retained.get("room/1").payload == b"v28"  # type: ignore[union-attr]
+
+
+async def test_the_housekeeping_timer_compacts_both_state_logs(autojump_clock: object) -> None:
+    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.broker.topics import LMQ_QUEUE_ID
+    from mqproxy.mqtt.config import MqttConfig
+    from mqproxy.mqtt.gateway import HOUSEKEEPING_INTERVAL_S, Gateway
+    from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC
+
+    async def span(backend: InMemoryBackend, topic: str, queue_id: int) -> int:
+        return await backend.max_offset(topic, queue_id) - await backend.min_offset(topic, queue_id)
+
+    backend = InMemoryBackend()
+    gateway = Gateway(backend, MqttConfig(compaction_min_records=5))
+    await gateway.ready()
+    for i in range(20):
+        await gateway.publish("dev/state", f"v{i}".encode(), 0, True, Properties(), "dev")
+        await gateway.open_session("dev", False, 60 + i, 10)  # each reconnect rewrites its snapshot
+    assert await span(backend, RETAINED_LMQ, LMQ_QUEUE_ID) == 20
+    assert await span(backend, SESSION_STATE_TOPIC, 0) == 20
+    await trio.sleep(HOUSEKEEPING_INTERVAL_S + 1)
+    assert await span(backend, RETAINED_LMQ, LMQ_QUEUE_ID) == 1
+    assert await span(backend, SESSION_STATE_TOPIC, 0) == 1
+    assert gateway.retained.get("dev/state").payload == b"v19"  # type: ignore[union-attr]
+    gateway._draining.set()  # stop the timer task

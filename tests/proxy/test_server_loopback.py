@@ -406,6 +406,7 @@ async def test_metrics_report_the_mqtt_gateway(server: Any) -> None:
     assert "mqproxy_mqtt_subscriptions 1.0" in text
     assert "mqproxy_mqtt_wildcard_filters 1.0" in text
     assert 'mqproxy_mqtt_read_cache_requests_total{result="miss"}' in text
+    assert "mqproxy_mqtt_pushed_deliveries_total 0.0" in text
     await mqtt.send_all(b"\xe0\x00")
     await _read_all(mqtt)
 
