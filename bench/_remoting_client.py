@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +86,16 @@ class _Slot:
 class RemotingClient:
     """One connection; create with :func:`open_client`. Methods may be called from many tasks."""
 
-    def __init__(self, stream: trio.SocketStream, group: str) -> None:
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        group: str,
+        on_request: Callable[[RemotingCommand], None] | None = None,
+    ) -> None:
         self._stream = stream
         self._group = group
+        #: Called with each request the server sends (e.g. CHECK_TRANSACTION_STATE).
+        self.on_request = on_request
         self._opaques = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
         self._send_lock = trio.Lock()
@@ -198,6 +205,10 @@ class RemotingClient:
                 if not data:
                     break
                 for command in decoder.receive_data(data):
+                    if not command.is_response:
+                        if self.on_request is not None:
+                            self.on_request(command)
+                        continue
                     slot = self._pending.pop(command.opaque, None)
                     if slot is not None:
                         slot.response = command
@@ -305,6 +316,25 @@ def start_proxy(
         if time.monotonic() >= deadline:
             raise RuntimeError(f"mqproxy did not start; see {log}")
         time.sleep(0.2)  # exited early (port still busy?): try again until the deadline
+
+
+class CpuMeter:
+    """CPU share (1.0 = one core) of this process and of the server over a ``with`` span."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.client = self.server = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._wall = time.perf_counter()
+        self._client = time.process_time()
+        self._server = cpu_seconds(self.server_pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = max(time.perf_counter() - self._wall, 1e-9)
+        self.client = (time.process_time() - self._client) / wall
+        self.server = (cpu_seconds(self.server_pid) - self._server) / wall
 
 
 def cpu_seconds(pid: int) -> float:

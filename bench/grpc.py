@@ -44,7 +44,7 @@ import h2.events
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _remoting_client import RemotingClient, cpu_seconds, open_client, peak_rss_kib, start_proxy
+from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -173,24 +173,6 @@ class Case:
     server_cpu: float = 0.0
 
 
-class _CpuMeter:
-    """CPU share (1.0 = one core) of this process and of the proxy over a measured span."""
-
-    def __init__(self, server_pid: int) -> None:
-        self.server_pid = server_pid
-
-    def __enter__(self) -> _CpuMeter:
-        self._wall = time.perf_counter()
-        self._client = time.process_time()
-        self._server = cpu_seconds(self.server_pid)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall = max(time.perf_counter() - self._wall, 1e-9)
-        self.client = (time.process_time() - self._client) / wall
-        self.server = (cpu_seconds(self.server_pid) - self._server) / wall
-
-
 def _pct(values: list[float], q: int) -> float:
     if not values:
         return float("nan")
@@ -200,7 +182,7 @@ def _pct(values: list[float], q: int) -> float:
 
 
 async def _run_workers(case: Case, pid: int, workers: list[Callable[[], Awaitable[None]]]) -> Case:
-    with _CpuMeter(pid) as cpu:
+    with CpuMeter(pid) as cpu:
         started = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for worker in workers:

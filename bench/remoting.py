@@ -40,7 +40,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _remoting_client import RemotingClient, cpu_seconds, open_client, peak_rss_kib, start_proxy
+from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs.remoting_codes import ResponseCode
 
@@ -143,24 +143,6 @@ def _pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-class _CpuMeter:
-    """CPU share (1.0 = one core) of this process and of the server over a measured span."""
-
-    def __init__(self, server_pid: int) -> None:
-        self.server_pid = server_pid
-
-    def __enter__(self) -> _CpuMeter:
-        self._wall = time.perf_counter()
-        self._client = time.process_time()
-        self._server = cpu_seconds(self.server_pid)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall = max(time.perf_counter() - self._wall, 1e-9)
-        self.client = (time.process_time() - self._client) / wall
-        self.server = (cpu_seconds(self.server_pid) - self._server) / wall
-
-
 async def _send_case(
     target: Target, body_size: int, producers: int, messages: int, seconds: float
 ) -> SendCase:
@@ -186,7 +168,7 @@ async def _send_case(
 
     async with AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(open_client(target.port)) for _ in range(producers)]
-        with _CpuMeter(target.pid) as cpu:
+        with CpuMeter(target.pid) as cpu:
             started = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for index, client in enumerate(clients):
@@ -236,7 +218,7 @@ async def _drain_case(target: Target, topic: str, total: int, consumers: int) ->
             await stack.enter_async_context(open_client(target.port, group=f"drain{consumers}"))
             for _ in range(consumers)
         ]
-        with _CpuMeter(target.pid) as cpu:
+        with CpuMeter(target.pid) as cpu:
             started = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for index, client in enumerate(clients):
@@ -318,7 +300,8 @@ def main() -> int:
     parser.add_argument("--drain-body", type=int, default=128, help="body size of the drained backlog")
     parser.add_argument("--warmup", type=int, default=400, help="unmeasured sends per body size first")
     parser.add_argument(
-        "--only", default="baseline,async,async-nolog,sync",
+        "--only",
+        default="baseline,async,async-nolog,sync",
         help="targets to run, comma list (async-nolog: async with request events off)",
     )
     parser.add_argument("--sample-rate", default="1.0", help="proxy log.request_sample_rate (default 1.0)")

@@ -65,7 +65,7 @@ from mqproxy.codecs.message_record import (
     encode_batch_body,
     encode_properties,
 )
-from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting import FLAG_ONEWAY, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 
 QUEUES = 4
@@ -78,55 +78,20 @@ POP_INVISIBLE_MS = 60_000
 HIGHEST_DEFAULT_LEVEL = 18
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 COMMIT = 8
-_RECEIVE_BYTES = 256 * 1024
 
 
 # --- a client that also takes requests from the server ---------------------------------------------
 
 
 class ServicesClient(RemotingClient):
-    """:class:`RemotingClient` plus server-initiated requests (CHECK_TRANSACTION_STATE) handed to
-    ``on_request``, and oneway sends."""
-
-    def __init__(
-        self,
-        stream: trio.SocketStream,
-        group: str,
-        on_request: Callable[[RemotingCommand], None] | None = None,
-    ) -> None:
-        super().__init__(stream, group)
-        self.on_request = on_request
+    """:class:`RemotingClient` plus oneway sends (server requests such as CHECK_TRANSACTION_STATE go to
+    ``on_request``)."""
 
     async def oneway(self, command: RemotingCommand) -> None:
         command.flag |= FLAG_ONEWAY
         command.opaque = next(self._opaques) & 0x7FFFFFFF
         async with self._send_lock:
             await self._stream.send_all(encode_command(command))
-
-    async def _read_loop(self) -> None:
-        decoder = FrameDecoder()
-        try:
-            while True:
-                try:
-                    data = await self._stream.receive_some(_RECEIVE_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    break
-                if not data:
-                    break
-                for command in decoder.receive_data(data):
-                    if not command.is_response:
-                        if self.on_request is not None:
-                            self.on_request(command)
-                        continue
-                    slot = self._pending.pop(command.opaque, None)
-                    if slot is not None:
-                        slot.response = command
-                        slot.event.set()
-        finally:
-            self._closed = True
-            for slot in self._pending.values():
-                slot.event.set()
-            self._pending.clear()
 
 
 @asynccontextmanager
