@@ -47,9 +47,15 @@ class Replay:
         return self.records - sum(1 for _, alive, _ in self.newest.values() if alive)
 
     def worth_compacting(self, min_garbage: int) -> bool:
-        """True once the records a compaction drops outnumber both ``min_garbage`` and the kept ones."""
-        garbage = self.garbage
-        return garbage >= min_garbage and garbage > self.records - garbage
+        """:func:`worth_compacting` for what this replay found."""
+        return worth_compacting(self.records, self.records - self.garbage, min_garbage)
+
+
+def worth_compacting(records: int, live: int, min_garbage: int) -> bool:
+    """True once the dead records of a log (``records - live``) reach ``min_garbage`` and outnumber the
+    live ones."""
+    garbage = records - live
+    return garbage >= min_garbage and garbage > live
 
 
 async def replay(backend: Backend, topic: str, queue_id: int, key_of: KeyOf) -> Replay:

@@ -52,7 +52,8 @@ class _Hub:
 
 
 class PushHubs:
-    """The hubs of one gateway, by LMQ. ``pushed`` counts deliveries made without waking a reader."""
+    """The hubs of one gateway, by LMQ. ``pushed`` counts deliveries made without waking a reader,
+    ``woken`` the readers woken because their hub declined a message."""
 
     def __init__(
         self, backend: Backend, read_cache: ReadCache, pull_batch: int, poll_interval_s: float

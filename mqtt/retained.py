@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.compaction import Replay, compact_if_worth, replay
+from mqproxy.broker.compaction import Replay, compact_if_worth, replay, worth_compacting
 from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.broker.types import StoredMessage
 from mqproxy.codecs.mqtt import Properties
@@ -82,8 +82,7 @@ class RetainedStore:
 
     def compaction_due(self) -> bool:
         """True once the queue probably holds more replaced or cleared values than live ones."""
-        garbage = self._records - self._count
-        return garbage >= self._min_garbage and garbage > self._count
+        return worth_compacting(self._records, self._count, self._min_garbage)
 
     async def compact(self, backend: Backend) -> None:
         """Drop replaced and cleared values from the retained queue. Safe while publishers keep writing

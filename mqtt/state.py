@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.compaction import Replay, compact_if_worth, replay
+from mqproxy.broker.compaction import Replay, compact_if_worth, replay, worth_compacting
 from mqproxy.broker.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 
@@ -208,8 +208,7 @@ class SessionStateStore:
         return latest
 
     def compaction_due(self) -> bool:
-        garbage = self._records - len(self._live)
-        return garbage >= self._min_garbage and garbage > len(self._live)
+        return worth_compacting(self._records, len(self._live), self._min_garbage)
 
     async def compact(self) -> None:
         """Drop superseded snapshots from the log (safe while sessions keep writing)."""
