@@ -2,7 +2,8 @@
 
 Tasks per connection (one nursery): the packet reader (this task), a writer that coalesces queued packets
 into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_timeout_s`` is a slow
-consumer and is disconnected), a drain watcher, and one delivery reader per subscription (pull from the
+consumer and is disconnected; on plain TCP a push hub's delivery skips the writer and goes straight to
+the socket when nothing is queued before it), a drain watcher, and one delivery reader per subscription (pull from the
 subscription's LMQ at the session cursor, long-poll the store when caught up, push PUBLISHes inside the
 in-flight window). Offsets of QoS 1/2 deliveries advance on PUBACK / PUBCOMP, of QoS 0 on write.
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
@@ -68,6 +69,7 @@ from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
 from mqproxy.negotiation import Detected
+from mqproxy.streams import direct_sender
 
 _READ_BYTES = 65536
 _COALESCE = 256
@@ -139,6 +141,8 @@ class MqttConnection:
         self.will_on_disconnect = False
         self.detached = trio.Event()
         self._send, self._receive = trio.open_memory_channel[bytes](self.config.send_buffer_packets)
+        self._direct = direct_sender(stream)
+        self._queued = 0  # byte strings handed to the writer and not yet sent
         self._writer_done = trio.Event()
         self._read_scope = trio.CancelScope()
         self._kicked: _Close | None = None
@@ -164,6 +168,7 @@ class MqttConnection:
                         scope.cancel()
                     self._final_packet(close)
                     self._send.close()
+                    self._direct = None
                     with trio.move_on_after(1.0):
                         await self._writer_done.wait()
                     nursery.cancel_scope.cancel()
@@ -209,10 +214,7 @@ class MqttConnection:
             props = Properties(reason_string=why) if why and self.problem_information else NO_PROPERTIES
             packet = Disconnect(close.reason_code, props)
         if packet is not None:
-            try:
-                self._send.send_nowait(encode(packet, self.level))
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+            self._write_nowait(encode(packet, self.level))
 
     async def _writer(self) -> None:
         receive = self._receive
@@ -226,6 +228,7 @@ class MqttConnection:
                         break
                 with trio.move_on_after(self.config.write_timeout_s) as scope:
                     await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else first)
+                self._queued -= len(chunks)
                 if scope.cancelled_caught:
                     self.kick(None, "slow_consumer", f"peer took no data for {self.config.write_timeout_s}s")
                     return
@@ -245,6 +248,27 @@ class MqttConnection:
             self._send.send_nowait(data)
         except trio.WouldBlock:
             await self._send.send(data)
+        self._queued += 1
+
+    def _write_nowait(self, data: bytes) -> bool:
+        """Send ``data`` after everything queued before it, without a schedule point: straight to the
+        socket if nothing is queued and the socket takes it (what it does not take is queued), else
+        queued for the writer. False, with nothing written, if the queue is full or closed."""
+        if not self._queued and self._direct is not None:
+            try:
+                written = self._direct(data)
+            except trio.BrokenResourceError:
+                self._direct = None  # the writer's send_all reports it and closes the connection
+                written = 0
+            if written == len(data):
+                return True
+            data = data[written:]  # the queue is empty, so the rest fits
+        try:
+            self._send.send_nowait(data)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        self._queued += 1
+        return True
 
     async def _detach(self) -> None:
         session = self.session
@@ -890,11 +914,8 @@ class MqttConnection:
         )
         if shared_bytes is None:
             return False
-        if shared_bytes:
-            try:
-                self._send.send_nowait(shared_bytes)
-            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                return False
+        if shared_bytes and not self._write_nowait(shared_bytes):
+            return False
         cursor.complete(offset)
         cursor.next_offset = offset + 1
         return True

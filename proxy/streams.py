@@ -3,11 +3,18 @@
 * :class:`CountingStream` counts bytes on the wire (TLS included) for ``conn.closed``.
 * :class:`PrefixedStream` replays bytes consumed while sniffing before reading the inner stream, so a
   protocol handler sees the connection from its first byte.
+* :func:`direct_sender` writes to a plain TCP connection without a task switch (broadcast fast path).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import trio
+
+#: ``send(data)``: write what the kernel takes of ``data`` now, never blocking; the count written.
+DirectSend = Callable[[bytes], int]
 
 
 class CountingStream(trio.abc.HalfCloseableStream):
@@ -75,3 +82,37 @@ class PrefixedStream(trio.abc.HalfCloseableStream):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def direct_sender(stream: trio.abc.Stream) -> DirectSend | None:
+    """A synchronous, non-blocking writer for ``stream`` if it is plain TCP (a :class:`PrefixedStream`
+    and/or :class:`CountingStream` over a ``trio.SocketStream``), else None (TLS, WebSocket, memory).
+
+    The writer returns how many bytes the socket took (0 when its send buffer is full) and counts them
+    like :meth:`CountingStream.send_all`; a reset or closed socket raises ``trio.BrokenResourceError``.
+    Bytes written this way bypass trio's send lock, so the caller must not use it while a ``send_all``
+    on the same stream may be in progress, and must queue whatever it did not take behind it in order.
+    """
+    counting: CountingStream | None = None
+    inner = stream
+    while isinstance(inner, (PrefixedStream, CountingStream)):
+        if isinstance(inner, CountingStream):
+            counting = inner
+        inner = inner.inner
+    if not isinstance(inner, trio.SocketStream):
+        return None
+    fileno = inner.socket.fileno  # asked each time: -1 once closed, never a reused number
+    write = os.write
+
+    def send(data: bytes) -> int:
+        try:
+            n = write(fileno(), data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+        if counting is not None:
+            counting.bytes_out += n
+        return n
+
+    return send

@@ -61,7 +61,10 @@ async def test_mixed_subscribers_each_get_every_message_once_in_order(server: An
 
 
 async def test_a_full_send_queue_hands_delivery_back_to_the_reader(log_sink: Any) -> None:
+    # 60 x 128 KiB outgrows any loopback socket buffer, so writes straight from the hub stop fitting
+    # (some only in part, the rest queued) and then the 2-packet send queue fills up as well.
     settings = Settings.for_tests(mqtt={"send_buffer_packets": 2})
+    count, blob = 60, bytes(128 * 1024)
     async with running_server(settings) as server:
         slow, _ = await connect(server.address, "slow")
         await subscribe(slow, ("hub/slow", Q0))
@@ -70,12 +73,12 @@ async def test_a_full_send_queue_hands_delivery_back_to_the_reader(log_sink: Any
         publisher, _ = await connect(server.address, "pub")
         await _park_all(server)
         hubs = gateway_for(server.state).push_hubs
-        for n in range(40):  # far more than the 2-packet send queue, in one burst
-            await publisher.send(Publish("hub/slow", f"{n}".encode(), Q0))
-        expected = [f"{n}".encode() for n in range(40)]
-        assert [(await receive_publish(fast)).payload for _ in range(40)] == expected
+        for n in range(count):  # in one burst, while ``slow`` reads nothing
+            await publisher.send(Publish("hub/slow", b"%d:" % n + blob, Q0))
+        expected = [b"%d:" % n + blob for n in range(count)]
+        assert [(await receive_publish(fast)).payload for _ in range(count)] == expected
         await trio.sleep(0.2)
-        assert [(await receive_publish(slow)).payload for _ in range(40)] == expected
+        assert [(await receive_publish(slow)).payload for _ in range(count)] == expected
         with trio.move_on_after(0.2):
             raise AssertionError(f"a second copy arrived: {await slow.receive()}")
         assert hubs.pushed > 0

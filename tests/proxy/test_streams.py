@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import ssl
+
+import pytest
 import trio
 import trio.testing
 
-from mqproxy.streams import CountingStream, PrefixedStream
+from mqproxy.streams import CountingStream, PrefixedStream, direct_sender
 
 
 async def _prefixed_pair() -> tuple[PrefixedStream, PrefixedStream]:
@@ -42,3 +45,60 @@ async def test_counting_stream_counts_both_directions() -> None:
     await b.send_all(b"abc")
     assert await counted.receive_some() == b"abc"
     assert (counted.bytes_in, counted.bytes_out) == (3, 5)
+
+
+async def _tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        accepted: list[trio.SocketStream] = []
+
+        async def accept() -> None:
+            accepted.append(await listener.accept())
+
+        nursery.start_soon(accept)
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+    await listener.aclose()
+    return accepted[0], client
+
+
+async def test_direct_sender_writes_counts_and_reports_a_full_buffer() -> None:
+    server, client = await _tcp_pair()
+    counted = CountingStream(server)
+    send = direct_sender(PrefixedStream(counted, b"sniffed"))
+    assert send is not None
+    assert send(b"hello") == 5
+    assert counted.bytes_out == 5
+    assert await client.receive_some() == b"hello"
+    total = 0
+    for chunk in (bytes(1 << 20), b"x"):  # the peer reads nothing: the buffers fill
+        while written := send(chunk):
+            total += written
+    assert send(b"more") == 0
+    assert counted.bytes_out == 5 + total
+    received = 0
+    while received < total:
+        received += len(await client.receive_some(1 << 20))
+    assert received == total
+    await client.aclose()
+    await server.aclose()
+
+
+async def test_direct_sender_raises_broken_once_closed() -> None:
+    server, client = await _tcp_pair()
+    send = direct_sender(server)
+    assert send is not None
+    await server.aclose()
+    with pytest.raises(trio.BrokenResourceError):
+        send(b"late")
+    await client.aclose()
+
+
+async def test_direct_sender_is_only_for_plain_tcp() -> None:
+    a, _ = trio.testing.memory_stream_pair()
+    assert direct_sender(CountingStream(a)) is None
+    server, client = await _tcp_pair()
+    tls = trio.SSLStream(server, ssl.create_default_context(ssl.Purpose.CLIENT_AUTH), server_side=True)
+    assert direct_sender(PrefixedStream(tls)) is None
+    await client.aclose()
+    await server.aclose()
