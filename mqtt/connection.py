@@ -2,10 +2,11 @@
 
 Tasks per connection (one nursery): the packet reader (this task), a writer that coalesces queued packets
 into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_timeout_s`` is a slow
-consumer and is disconnected; on plain TCP a push hub's delivery skips the writer and goes straight to
-the socket when nothing is queued before it), a drain watcher, and one delivery reader per subscription (pull from the
-subscription's LMQ at the session cursor, long-poll the store when caught up, push PUBLISHes inside the
-in-flight window). Offsets of QoS 1/2 deliveries advance on PUBACK / PUBCOMP, of QoS 0 on write.
+consumer and is disconnected; on plain TCP a push hub's delivery skips the writer and goes straight
+to the socket when nothing is queued before it), a drain watcher, and one delivery reader per
+subscription (pull from the subscription's LMQ at the session cursor, long-poll the store when caught
+up, push PUBLISHes inside the in-flight window). Offsets of QoS 1/2 deliveries advance on PUBACK /
+PUBCOMP, of QoS 0 on write.
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
 acknowledged in order (PUBACK / PUBREC only after the store accepted them).
 
@@ -732,7 +733,9 @@ class MqttConnection:
                     spec,
                 )
                 if publish is not None:
-                    await self._push(publish, None, 0)
+                    await self._push(publish, None, message.commitlog_offset, retained_for=spec.topic_filter)
+        if self._held:
+            await self._flush_state()
         first = packet.topics[0].topic_filter if packet.topics else None
         worst = next((c for c in codes if c.is_error), None)
         return (worst.name if worst is not None else "SUCCESS"), first
@@ -788,6 +791,8 @@ class MqttConnection:
                             e.shared is not None and e.shared[1] is message for e in session.inflight.values()
                         ):
                             group.give_back(message, offset)
+                    if self._held:
+                        await self._flush_state()  # a QoS 2 delivery goes out once its record is durable
                     await group.cursor.commit(backend)
                     await trio.lowlevel.checkpoint()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -944,7 +949,14 @@ class MqttConnection:
         granted = QoS(min(qos, spec.qos, self.config.maximum_qos))
         return Publish(topic, payload, granted, retain, False, 1 if granted else None, props)
 
-    async def _push(self, publish: Publish, cursor: Cursor | None, offset: int, shared: Any = None) -> None:
+    async def _push(
+        self,
+        publish: Publish,
+        cursor: Cursor | None,
+        offset: int,
+        shared: Any = None,
+        retained_for: str | None = None,
+    ) -> None:
         session = self.session
         assert session is not None
         data = encode(publish, self.level)
@@ -966,7 +978,7 @@ class MqttConnection:
         def factory(packet_id: int) -> Publish:
             return dataclasses.replace(publish, packet_id=packet_id)
 
-        entry = session.add_inflight(factory, cursor, offset, shared)
+        entry = session.add_inflight(factory, cursor, offset, shared, retained_for)
         if entry.durable:
             self._held.append(entry)  # sent by _flush_state once its record is durable
             return
@@ -1009,12 +1021,15 @@ class MqttConnection:
             self._deferred[:0] = deferred
             self._held[:0] = held
 
-    def _restored_publish(self, spec: SubscriptionSpec, message: StoredMessage) -> Publish | None:
-        """The PUBLISH of a QoS 2 delivery restored after a restart (see ``Session.restore_inflight``)."""
+    def _restored_publish(
+        self, spec: SubscriptionSpec, message: StoredMessage, retained: bool
+    ) -> Publish | None:
+        """The PUBLISH of a QoS 2 delivery restored after a restart (see ``Session.restore_inflight``);
+        ``retained``: it was a retained message sent at SUBSCRIBE."""
         attrs = decode_properties(message.properties)
         if attrs is None:
             return None
-        retain = attrs.retain and spec.retain_as_published
+        retain = attrs.retain and (retained or spec.retain_as_published)
         return self._make_publish(
             attrs.topic, message.body, attrs.qos, retain, attrs.properties, message.store_timestamp_ms, spec
         )

@@ -178,7 +178,9 @@ class Gateway:
             self._message(topic, payload, qos, retain, properties, client_id, born_host)
         )
         if retain:
-            self.retained.set(topic, payload, qos, properties, result.store_timestamp_ms)
+            self.retained.set(
+                topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
+            )
         return result
 
     async def publish_many(
@@ -210,7 +212,9 @@ class Gateway:
             start = end
         for (topic, payload, qos, retain, props), result in zip(items, out, strict=True):
             if retain and isinstance(result, SendResult):
-                self.retained.set(topic, payload, qos, props, result.store_timestamp_ms)
+                self.retained.set(
+                    topic, payload, qos, props, result.store_timestamp_ms, result.commitlog_offset
+                )
         return out
 
     # --- sessions -----------------------------------------------------------------------------
@@ -243,7 +247,7 @@ class Gateway:
         session.ended = True
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
-        session.give_back_shared()
+        await session.give_back_shared(self.backend)
         for topic_filter in list(session.subscriptions):
             self._forget_subscription(session, topic_filter)
         session.wake_all()

@@ -30,6 +30,7 @@ class RetainedMessage:
     qos: int
     properties: Properties
     store_timestamp_ms: int
+    commitlog_offset: int  # where the store holds it (the record of a QoS 2 delivery of it)
 
 
 class _Node:
@@ -97,9 +98,24 @@ class RetainedStore:
     def apply(self, message: StoredMessage) -> None:
         attrs = decode_properties(message.properties)
         if attrs is not None:
-            self.set(attrs.topic, message.body, attrs.qos, attrs.properties, message.store_timestamp_ms)
+            self.set(
+                attrs.topic,
+                message.body,
+                attrs.qos,
+                attrs.properties,
+                message.store_timestamp_ms,
+                message.commitlog_offset,
+            )
 
-    def set(self, topic: str, payload: bytes, qos: int, properties: Properties, store_ms: int) -> None:
+    def set(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        properties: Properties,
+        store_ms: int,
+        commitlog_offset: int,
+    ) -> None:
         """Replace the topic's retained message; an empty payload clears it."""
         self._records += 1
         if payload:
@@ -111,7 +127,7 @@ class RetainedStore:
                 node = child
             if node.message is None:
                 self._count += 1
-            node.message = RetainedMessage(topic, payload, qos, properties, store_ms)
+            node.message = RetainedMessage(topic, payload, qos, properties, store_ms, commitlog_offset)
             return
         path = [self._root]
         for level in topic.split("/"):

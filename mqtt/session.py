@@ -10,7 +10,9 @@ Exactly-once across a crash (persistent sessions): :meth:`Session.snapshot` carr
 PUBREL and the outbound QoS 2 deliveries (``InFlight.durable``) plus completed ones the committed offset
 has not passed yet. After a restart :meth:`Session.load_qos2` puts them back: the ids at once, the
 deliveries on the cursor (``Cursor.restored``: the reader skips those offsets) and, at the next attach,
-as in-flight entries under their original packet ids (:meth:`Session.restore_inflight`).
+as in-flight entries under their original packet ids (:meth:`Session.restore_inflight`). A shared
+subscription's deliveries are marked on its group's cursor, so no other member gets them; retained
+messages sent at SUBSCRIBE are recorded by commit-log offset and read back with ``get_message``.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from mqproxy.mqtt.state import (
 if TYPE_CHECKING:
     from mqproxy.broker.backend import Backend
 
-#: Builds the PUBLISH of a restored delivery for the attaching connection (None: cannot, e.g. expired).
-PublishBuilder = Callable[[SubscriptionSpec, StoredMessage], "Publish | None"]
+#: Builds the PUBLISH of a restored delivery for the attaching connection (None: cannot, e.g. expired);
+#: the flag says it is a retained message sent at SUBSCRIBE.
+PublishBuilder = Callable[[SubscriptionSpec, StoredMessage, bool], "Publish | None"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 
@@ -148,10 +151,11 @@ class InFlight:
     packet_id: int
     publish: Publish
     cursor: Cursor | None  # None for retained messages sent at SUBSCRIBE
-    offset: int
+    offset: int  # in the cursor's LMQ; for a retained message, its commit-log offset
     released: bool = False  # QoS 2: PUBREC received, PUBREL sent
     shared: Any = None  # (SharedGroup, StoredMessage) for a shared-subscription delivery
     durable: bool = False  # QoS 2 of a persistent session: in the snapshot; sent once that is written
+    retained_for: str | None = None  # a retained message sent at SUBSCRIBE: the subscription's filter
 
 
 class Session:
@@ -199,15 +203,32 @@ class Session:
             outbound=self._outbound_records(),
         )
 
+    def cursor_for(self, topic_filter: str) -> Cursor | None:
+        """The read position of a subscription: its own, or its shared group's."""
+        cursor = self.cursors.get(topic_filter)
+        if cursor is None and topic_filter in self.shared:
+            cursor = self.shared[topic_filter].cursor
+        return cursor
+
+    def _filters_by_cursor(self) -> dict[int, str]:
+        filters = {id(cursor): topic_filter for topic_filter, cursor in self.cursors.items()}
+        filters.update((id(group.cursor), topic_filter) for topic_filter, group in self.shared.items())
+        return filters
+
     def _outbound_records(self) -> list[OutboundQos2]:
         if not (self.settled or self.restored or any(e.durable for e in self.inflight.values())):
             return []
-        filters = {id(cursor): topic_filter for topic_filter, cursor in self.cursors.items()}
+        filters = self._filters_by_cursor()
         records = list(self.restored)
         for entry in self.inflight.values():
+            if not entry.durable:
+                continue
+            phase = RELEASED if entry.released else SENT
+            if entry.retained_for is not None:
+                records.append(OutboundQos2(entry.packet_id, entry.retained_for, entry.offset, phase, True))
+                continue
             topic_filter = filters.get(id(entry.cursor))
-            if entry.durable and topic_filter is not None:
-                phase = RELEASED if entry.released else SENT
+            if topic_filter is not None:
                 records.append(OutboundQos2(entry.packet_id, topic_filter, entry.offset, phase))
         self._prune_settled()
         for cursor, offset in self.settled:
@@ -218,7 +239,7 @@ class Session:
 
     def _prune_settled(self) -> None:
         """Forget settled offsets that are committed or whose subscription is gone."""
-        live = {id(cursor) for cursor in self.cursors.values()}
+        live = self._filters_by_cursor()
         self.settled = [(c, o) for c, o in self.settled if o >= c.stored and id(c) in live]
 
     # --- restart ------------------------------------------------------------------------------
@@ -235,7 +256,12 @@ class Session:
         self.restarted_at_ms = now_ms
         seen: set[int] = set()
         for record in sorted(snapshot.outbound, key=lambda r: r.offset):
-            cursor = self.cursors.get(record.topic_filter)
+            if record.retained:
+                if record.packet_id not in seen:
+                    seen.add(record.packet_id)
+                    self.restored.append(record)
+                continue
+            cursor = self.cursor_for(record.topic_filter)
             if cursor is None or record.offset < cursor.committed or record.offset in cursor.restored:
                 continue
             if record.phase == COMPLETE:
@@ -301,30 +327,47 @@ class Session:
     async def restore_inflight(self, backend: Backend, build: PublishBuilder) -> None:
         """Turn the records loaded by :meth:`load_qos2` into in-flight entries under their packet ids.
 
-        A ``SENT`` delivery gets its PUBLISH back from the LMQ via ``build``; if the message is gone
+        A ``SENT`` delivery gets its PUBLISH back from the store via ``build``; if the message is gone
         (or ``build`` declines) the entry is marked released instead, so the peer gets a PUBREL for the
         id: that releases a copy it may hold and frees the id for reuse. Call before anything else
         allocates packet ids on this session.
         """
         while self.restored:  # each record stays listed until its entry exists: snapshots never miss it
             record = self.restored[0]
-            cursor = self.cursors.get(record.topic_filter)
             spec = self.subscriptions.get(record.topic_filter)
-            if cursor is None or spec is None or record.offset not in cursor.restored:
-                del self.restored[0]
-                continue
-            publish: Publish | None = None
-            if record.phase == SENT:
-                result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
-                if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
-                    publish = build(spec, result.messages[0])
+            cursor: Cursor | None = None
+            message: StoredMessage | None = None
+            if record.retained:
+                if record.phase == SENT:
+                    message = await backend.get_message(record.offset)
+            else:
+                cursor = self.cursor_for(record.topic_filter)
+                shared = record.topic_filter in self.shared  # another member's reader may be past it
+                if cursor is None or spec is None or not (shared or record.offset in cursor.restored):
+                    del self.restored[0]
+                    continue
+                if record.phase == SENT:
+                    result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
+                    if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
+                        message = result.messages[0]
+            publish = None
+            if message is not None and spec is not None:
+                publish = build(spec, message, record.retained)
             released = publish is None
             if publish is None:  # only the id matters once released
                 publish = Publish(record.topic_filter, b"", QoS.EXACTLY_ONCE, packet_id=record.packet_id)
             else:
                 publish = dataclasses.replace(publish, qos=QoS.EXACTLY_ONCE, packet_id=record.packet_id)
+            group = self.shared.get(record.topic_filter) if cursor is not None else None
             self.inflight[record.packet_id] = InFlight(
-                record.packet_id, publish, cursor, record.offset, released, durable=True
+                record.packet_id,
+                publish,
+                cursor,
+                record.offset,
+                released,
+                shared=(group, message) if group is not None and not released else None,
+                durable=True,
+                retained_for=record.topic_filter if record.retained else None,
             )
             del self.restored[0]
 
@@ -335,18 +378,30 @@ class Session:
             await self._slots.park()
 
     def add_inflight(
-        self, publish_factory: Any, cursor: Cursor | None, offset: int, shared: Any = None
+        self,
+        publish_factory: Any,
+        cursor: Cursor | None,
+        offset: int,
+        shared: Any = None,
+        retained_for: str | None = None,
     ) -> InFlight:
-        """Allocate a packet id and record the message built by ``publish_factory(packet_id)``."""
+        """Allocate a packet id and record the message built by ``publish_factory(packet_id)``.
+
+        ``retained_for``: a retained message sent at SUBSCRIBE to that filter (no cursor; ``offset`` is
+        its commit-log offset). QoS 2 entries of a persistent session are ``durable``."""
         packet_id = self._next_packet_id
         while packet_id in self.inflight:
             packet_id = packet_id % 65535 + 1
         self._next_packet_id = packet_id % 65535 + 1
         publish = publish_factory(packet_id)
         durable = (
-            publish.qos == QoS.EXACTLY_ONCE and cursor is not None and shared is None and self.persistent
+            publish.qos == QoS.EXACTLY_ONCE
+            and (cursor is not None or retained_for is not None)
+            and self.persistent
         )
-        entry = InFlight(packet_id, publish, cursor, offset, shared=shared, durable=durable)
+        entry = InFlight(
+            packet_id, publish, cursor, offset, shared=shared, durable=durable, retained_for=retained_for
+        )
         self.inflight[packet_id] = entry
         if cursor is not None:
             cursor.track(offset)
@@ -370,13 +425,34 @@ class Session:
         self._slots.unpark()
         return entry
 
-    def give_back_shared(self) -> None:
-        """Return un-acked shared-subscription messages to their groups (the session is ending)."""
+    async def give_back_shared(self, backend: Backend) -> None:
+        """The session is ending: return the shared-subscription messages the peer has not received
+        for sure (no PUBREC yet) to their groups, so another member gets them, and complete the rest.
+        Deliveries restored after a restart but never re-sent (no attach since) count the same."""
+        groups = {id(group.cursor): group for group in self.shared.values()}
         for packet_id, entry in list(self.inflight.items()):
-            if entry.shared is not None and not entry.released:
-                group, message = entry.shared
-                del self.inflight[packet_id]
-                group.give_back(message, entry.offset)
+            group = groups.get(id(entry.cursor))
+            if group is None:
+                continue
+            del self.inflight[packet_id]
+            if entry.released or entry.shared is None:
+                group.cursor.acknowledged(entry.offset)
+            else:
+                group.give_back(entry.shared[1], entry.offset)
+        for record in self.restored:
+            group = self.shared.get(record.topic_filter)
+            if group is None or record.retained:
+                continue
+            cursor = group.cursor
+            if record.phase != SENT:
+                cursor.acknowledged(record.offset)
+            elif cursor.restored.pop(record.offset, None) is None:  # the group read past it already
+                result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
+                if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
+                    group.give_back(result.messages[0], record.offset)
+                else:
+                    cursor.complete(record.offset)  # gone from the store
+        self.restored.clear()
 
     def wake_all(self) -> None:
         self._slots.unpark_all()

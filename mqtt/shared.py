@@ -2,9 +2,11 @@
 
 All members read the filter's LMQ through one :class:`SharedGroup`; :meth:`SharedGroup.claim` hands out
 one message at a time, so each message goes to exactly one member and ready members share the load.
-The group's offset is committed as consumer group ``%MQTT_SHARE%<group>`` on the LMQ. A message a member
-took but did not get acknowledged before its session ended goes back to the group (``give_back``) and is
-delivered to another member.
+The group's offset is committed as consumer group ``%MQTT_SHARE%<group>`` on the LMQ (a new group commits
+its start at once). A message a member took but did not get acknowledged before its session ended goes
+back to the group (``give_back``) and is delivered to another member. A QoS 2 delivery of a persistent
+member is in that member's snapshot; after a restart it is marked on the group's cursor, which then
+skips it for every other member until its owner completes it (see ``Session.load_qos2``).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ class SharedGroup:
         lmq = lmq_name(topic_filter)
         group = SHARED_GROUP_PREFIX + name
         offset = await backend.query_consumer_offset(group, lmq, LMQ_QUEUE_ID)
-        if offset is None:
+        if offset is None:  # a new group starts at the end, and after a restart from there
             offset = await backend.max_offset(lmq, LMQ_QUEUE_ID)
+            await backend.commit_consumer_offset(group, lmq, LMQ_QUEUE_ID, offset)
         cursor = Cursor(lmq, offset, group)
         cursor.durable = True
         return cls(name, topic_filter, cursor)

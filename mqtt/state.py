@@ -86,20 +86,30 @@ class OutboundQos2(NamedTuple):
     ``RELEASED``: PUBREC came back and PUBREL went out (re-send the PUBREL, never the PUBLISH).
     ``COMPLETE``: PUBCOMP came back but the subscription's committed offset has not passed ``offset``
     yet (after a restart the reader must skip it, not deliver it again). ``offset`` is the position in the
-    LMQ read by the subscription ``topic_filter``. On the wire: ``[packet_id, topic_filter, offset, phase]``.
+    LMQ read by the subscription ``topic_filter`` (for a shared subscription, the group's LMQ). A
+    ``retained`` delivery is a retained message sent at SUBSCRIBE to ``topic_filter``: ``offset`` is then
+    its commit-log offset, and it is never ``COMPLETE`` (no read position waits for it). On the wire:
+    ``[packet_id, topic_filter, offset, phase]``, plus a fifth item ``1`` when ``retained``.
     """
 
     packet_id: int
     topic_filter: str
     offset: int
     phase: int = SENT
+    retained: bool = False
+
+    def to_list(self) -> list[Any]:
+        head: list[Any] = [self.packet_id, self.topic_filter, self.offset, self.phase]
+        return [*head, 1] if self.retained else head
 
     @classmethod
     def from_list(cls, raw: Any) -> OutboundQos2:
-        """Raises ValueError unless ``raw`` is ``[id 0..65535, str, offset >= 0, phase 0..2]``."""
-        if not isinstance(raw, list) or len(raw) != 4:
-            raise ValueError(f"outbound QoS 2 entry: expected 4 items, got {raw!r}")
-        packet_id, topic_filter, offset, phase = raw
+        """Raises ValueError unless ``raw`` is ``[id 0..65535, str, offset >= 0, phase 0..2]`` with an
+        optional fifth item ``1`` (retained)."""
+        if not isinstance(raw, list) or len(raw) not in (4, 5):
+            raise ValueError(f"outbound QoS 2 entry: expected 4 or 5 items, got {raw!r}")
+        packet_id, topic_filter, offset, phase = raw[:4]
+        retained = len(raw) == 5
         if (
             type(packet_id) is not int
             or not 0 <= packet_id <= 0xFFFF
@@ -107,9 +117,10 @@ class OutboundQos2(NamedTuple):
             or type(offset) is not int
             or offset < 0
             or phase not in (SENT, RELEASED, COMPLETE)
+            or (retained and (raw[4] != 1 or phase == COMPLETE))
         ):
             raise ValueError(f"outbound QoS 2 entry: bad values {raw!r}")
-        return cls(packet_id, topic_filter, offset, phase)
+        return cls(packet_id, topic_filter, offset, phase, retained)
 
 
 @dataclass(slots=True)
@@ -133,7 +144,7 @@ class SessionSnapshot:
         if self.awaiting_rel:
             raw["awaiting_rel"] = self.awaiting_rel  # named tuples: JSON arrays
         if self.outbound:
-            raw["outbound"] = self.outbound
+            raw["outbound"] = [entry.to_list() for entry in self.outbound]
         return json.dumps(raw, separators=(",", ":")).encode()
 
     @classmethod

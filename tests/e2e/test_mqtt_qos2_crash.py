@@ -3,7 +3,8 @@
 A publisher streams QoS 2 messages and a slow subscriber receives them; both keep their sessions (clean
 session 0 / session expiry) and paho's own QoS 2 state. The proxy is killed with SIGKILL while flows in
 both directions are in flight, restarted on the same data dir and port, and paho reconnects by itself.
-Every message must reach the subscribing application exactly once.
+Every message must reach the subscribing application exactly once; with two members of one shared
+subscription, exactly once across the group (a member gets back what it had in flight, nobody else).
 """
 
 from __future__ import annotations
@@ -24,23 +25,31 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 COUNT = 300
 
 
+@pytest.mark.parametrize("members", [1, 2], ids=["subscriber", "shared-group"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_qos2_delivery_exactly_once_across_sigkill(new_proxy: Callable[..., Any], protocol: int) -> None:
+def test_qos2_delivery_exactly_once_across_sigkill(
+    new_proxy: Callable[..., Any], protocol: int, members: int
+) -> None:
     proxy = new_proxy()
     port = proxy.port
     expiry = 3600 if protocol == V5 else None
-    sub = PahoClient(port, "qos2-dev", protocol, clean=False, expiry=expiry)
-    sub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
     received: collections.Counter[bytes] = collections.Counter()
     arrivals: queue.Queue[bytes] = queue.Queue()
+    lock = threading.Lock()
 
     def on_message(client: Any, userdata: Any, message: Any) -> None:
-        received[message.payload] += 1
+        with lock:
+            received[message.payload] += 1
         arrivals.put(message.payload)
         time.sleep(0.005)  # a slow device: deliveries are still in flight when the proxy dies
 
-    sub.paho.on_message = on_message
-    assert sub.subscribe(("crash/q2", 2)) == [2]
+    subs = []
+    for n in range(members):
+        sub = PahoClient(port, f"qos2-dev{n}", protocol, clean=False, expiry=expiry)
+        sub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
+        sub.paho.on_message = on_message
+        assert sub.subscribe(("$share/g/crash/q2" if members > 1 else "crash/q2", 2)) == [2]
+        subs.append(sub)
     pub = PahoClient(port, "qos2-pub", protocol, clean=False, expiry=expiry)
     pub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
     sent: list[Any] = []
@@ -64,7 +73,8 @@ def test_qos2_delivery_exactly_once_across_sigkill(new_proxy: Callable[..., Any]
     time.sleep(1.0)  # anything delivered twice would show up now
     publisher.join(5)
     assert len(sent) == COUNT  # (paho queues what is published while disconnected and sends it later)
-    sub.paho.loop_stop()
+    for sub in subs:
+        sub.paho.loop_stop()
     pub.paho.loop_stop()
     missing = [b"m%03d" % i for i in range(COUNT) if b"m%03d" % i not in received]
     twice = {payload: n for payload, n in received.items() if n > 1}

@@ -350,6 +350,75 @@ async def test_outbound_mqtt5_restored_publish_keeps_properties(proxy: Proxy) ->
     )
 
 
+async def test_outbound_shared_delivery_comes_back_to_the_same_member_only(proxy: Proxy) -> None:
+    first_member = await connect(proxy, "m1")
+    await subscribe(first_member, "$share/g/sh/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "sh/t", b"m0", 1)
+    first = await first_member.receive()
+    assert isinstance(first, Publish)
+    assert first.payload == b"m0"
+    second_member = await connect(proxy, "m2")
+    await subscribe(second_member, "$share/g/sh/t", Q2)
+    await crash(proxy, first_member, second_member, pub)
+
+    second_member = await connect(proxy, "m2")  # the other member comes back first
+    await nothing_more(second_member)  # m0 belongs to m1: it is not delivered again elsewhere
+    first_member = await connect(proxy, "m1")
+    again = await first_member.receive()
+    assert again == Publish("sh/t", b"m0", Q2, dup=True, packet_id=first.packet_id)
+    assert again.packet_id is not None
+    await first_member.send(PubRec(again.packet_id))
+    assert await first_member.receive() == PubRel(again.packet_id)
+    await first_member.send(PubComp(again.packet_id))
+    await nothing_more(first_member)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "sh/t", b"m1", 2)
+    got: list[bytes] = []
+    for member in (first_member, second_member):
+        with trio.move_on_after(0.5):
+            got += [payload for payload, _ in await complete_all(member, 1)]
+    assert got == [b"m1"]  # the group moved past m0: only the new message, once
+    await crash(proxy, first_member, second_member, pub)
+    for client_id in ("m1", "m2"):
+        member = await connect(proxy, client_id)
+        with trio.move_on_after(0.3):  # PUBCOMP is recorded lazily: a PUBREL may come again, no PUBLISH
+            while True:
+                packet = await member.receive()
+                assert isinstance(packet, PubRel), packet
+                await member.send(PubComp(packet.packet_id))
+        await member.aclose()
+
+
+async def test_outbound_retained_at_subscribe_resends_same_id_with_dup(proxy: Proxy) -> None:
+    pub = await connect(proxy, "p", clean=True)
+    await pub.send(Publish("ret/t", b"kept", Q2, retain=True, packet_id=1))
+    assert await pub.receive() == PubRec(1)
+    await pub.send(PubRel(1))
+    assert await pub.receive() == PubComp(1)
+    sub = await connect(proxy, "dev")
+    await subscribe(sub, "ret/#", Q2)
+    first = await sub.receive()
+    assert isinstance(first, Publish)
+    assert (first.payload, first.retain, first.qos) == (b"kept", True, Q2)
+    await crash(proxy, sub, pub)
+
+    sub = await connect(proxy, "dev")
+    again = await sub.receive()
+    assert again == Publish("ret/t", b"kept", Q2, retain=True, dup=True, packet_id=first.packet_id)
+    assert again.packet_id is not None
+    await sub.send(PubRec(again.packet_id))
+    assert await sub.receive() == PubRel(again.packet_id)
+    await sub.send(PubComp(again.packet_id))
+    await nothing_more(sub)
+    await crash(proxy, sub)
+    sub = await connect(proxy, "dev")
+    with trio.move_on_after(0.3):  # PUBCOMP is recorded lazily: a PUBREL may come again, no PUBLISH
+        while True:
+            assert await sub.receive() == PubRel(again.packet_id)
+            await sub.send(PubComp(again.packet_id))
+
+
 # --- what must not change -----------------------------------------------------------------------
 async def test_clean_sessions_and_qos1_write_no_qos2_state(proxy: Proxy) -> None:
     sub = await connect(proxy, "clean-sub", clean=True)

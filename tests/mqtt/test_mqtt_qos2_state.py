@@ -17,6 +17,7 @@ from mqproxy.broker.types import Message, StoredMessage
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Publish, QoS
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.session import Cursor, Session
+from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import (
     COMPLETE,
     RELEASED,
@@ -38,10 +39,14 @@ def test_snapshot_round_trip_with_qos2_state() -> None:
         [SubscriptionSpec("a/+", 2)],
         None,
         awaiting_rel=[InboundQos2(3), InboundQos2(9, "%LMQ%a%b", 40)],
-        outbound=[OutboundQos2(5, "a/+", 17, SENT), OutboundQos2(6, "a/+", 18, RELEASED)],
+        outbound=[
+            OutboundQos2(5, "a/+", 17, SENT),
+            OutboundQos2(6, "a/+", 18, RELEASED),
+            OutboundQos2(7, "a/+", 9000, SENT, retained=True),
+        ],
     )
     data = snapshot.to_json()
-    assert json.loads(data)["outbound"] == [[5, "a/+", 17, 0], [6, "a/+", 18, 1]]
+    assert json.loads(data)["outbound"] == [[5, "a/+", 17, 0], [6, "a/+", 18, 1], [7, "a/+", 9000, 0, 1]]
     assert json.loads(data)["awaiting_rel"] == [[3, "", 0], [9, "%LMQ%a%b", 40]]
     assert SessionSnapshot.from_json(data) == snapshot
 
@@ -83,6 +88,9 @@ def test_old_record_format_still_loads() -> None:
         {"outbound": [[1, "a", 2, 3]]},
         {"outbound": [["1", "a", 2, 0]]},
         {"outbound": [[1, 5, 2, 0]]},
+        {"outbound": [[1, "a", 2, 0, 0]]},
+        {"outbound": [[1, "a", 2, 2, 1]]},  # a retained delivery is never COMPLETE
+        {"outbound": [[1, "a", 2, 0, 1, 1]]},
     ],
 )
 def test_bad_qos2_fields_are_refused(extra: dict[str, Any]) -> None:
@@ -203,7 +211,8 @@ async def test_session_load_and_restore_inflight() -> None:
         OutboundQos2(0, "t", 3, COMPLETE),
     ]
 
-    def build(spec: SubscriptionSpec, message: StoredMessage) -> Publish:
+    def build(spec: SubscriptionSpec, message: StoredMessage, retained: bool) -> Publish:
+        assert not retained
         return Publish("t", message.body, QoS(spec.qos), packet_id=1)
 
     await session.restore_inflight(backend, build)
@@ -225,15 +234,17 @@ async def test_session_load_and_restore_inflight() -> None:
     assert cursor.committed == 2
 
 
-async def test_durable_flag_only_for_persistent_qos2_on_a_cursor() -> None:
+async def test_durable_flag_only_for_persistent_qos2() -> None:
     make = lambda qos: lambda pid: Publish("t", b"", qos, packet_id=pid)  # noqa: E731
     persistent = Session("p", 60, send_quota=10)
     cursor = Cursor("%LMQ%t", 0)
     assert persistent.add_inflight(make(Q2), cursor, 0).durable
     assert not persistent.add_inflight(make(QoS.AT_LEAST_ONCE), cursor, 1).durable
-    assert not persistent.add_inflight(make(Q2), None, 0).durable  # retained at SUBSCRIBE
-    assert not persistent.add_inflight(make(Q2), cursor, 2, shared=object()).durable
+    assert persistent.add_inflight(make(Q2), None, 77, retained_for="t").durable  # retained at SUBSCRIBE
+    assert not persistent.add_inflight(make(Q2), None, 0).durable  # no cursor, not retained
+    assert persistent.add_inflight(make(Q2), cursor, 2, shared=object()).durable
     assert not Session("c", 0, send_quota=10).add_inflight(make(Q2), cursor, 3).durable
+    assert not Session("c", 0, send_quota=10).add_inflight(make(Q2), None, 5, retained_for="t").durable
 
 
 async def test_completed_delivery_stays_recorded_until_committed() -> None:
@@ -299,3 +310,102 @@ async def test_confirm_stored_looks_between_the_mark_and_the_restart() -> None:
     assert session.release(1)
     assert not session.release(1)
     assert [e.packet_id for e in session.snapshot().awaiting_rel] == [2, 5]
+
+
+async def _lmq_with(backend: InMemoryBackend, lmq: str, count: int) -> None:
+    for i in range(count):
+        await backend.send(
+            Message(
+                "t",
+                b"m%d" % i,
+                properties=encode_properties("t", 2, "p", False, NO_PROPERTIES),
+                dispatch=(lmq,),
+            )
+        )
+
+
+async def test_shared_and_retained_deliveries_are_recorded_and_restored() -> None:
+    backend = InMemoryBackend()
+    lmq = "%LMQ%t"
+    group = await SharedGroup.open(backend, "g", "t")  # commits its start: 0
+    await _lmq_with(backend, lmq, 3)
+    retained = await backend.send(
+        Message("r", b"kept", properties=encode_properties("r", 2, "p", True, NO_PROPERTIES))
+    )
+    session = Session("dev", 60, send_quota=10)
+    session.subscriptions["$share/g/t"] = SubscriptionSpec("$share/g/t", 2)
+    session.shared["$share/g/t"] = group
+    session.subscriptions["r"] = SubscriptionSpec("r", 2)
+    make = lambda pid: Publish("t", b"", Q2, packet_id=pid)  # noqa: E731
+    session.add_inflight(make, group.cursor, 0, shared=(group, None))
+    session.add_inflight(make, None, retained.commitlog_offset, retained_for="r")
+    assert session.snapshot().outbound == [
+        OutboundQos2(1, "$share/g/t", 0, SENT),
+        OutboundQos2(2, "r", retained.commitlog_offset, SENT, retained=True),
+    ]
+
+    # After a restart: a new group over the same store, a new session loaded from that snapshot.
+    snapshot = session.snapshot()
+    group = await SharedGroup.open(backend, "g", "t")
+    session = Session("dev", 60, send_quota=10)
+    session.subscriptions["$share/g/t"] = SubscriptionSpec("$share/g/t", 2)
+    session.shared["$share/g/t"] = group
+    session.subscriptions["r"] = SubscriptionSpec("r", 2)
+    session.load_qos2(snapshot, 0)
+    assert group.cursor.restored == {0: False}  # no other member delivers offset 0 again
+    assert group.cursor.reached(0)  # another member's reader passes it first
+
+    built: list[tuple[bytes, bool]] = []
+
+    def build(spec: SubscriptionSpec, message: StoredMessage, is_retained: bool) -> Publish:
+        built.append((message.body, is_retained))
+        return Publish(spec.topic_filter, message.body, QoS(spec.qos), retain=is_retained, packet_id=9)
+
+    await session.restore_inflight(backend, build)
+    assert sorted(built) == [(b"kept", True), (b"m0", False)]
+    assert session.inflight[1].cursor is group.cursor
+    assert session.inflight[1].shared[0] is group
+    assert session.inflight[2].retained_for == "r"
+    assert session.inflight[2].publish.retain
+    assert all(e.durable and not e.released for e in session.inflight.values())
+    assert group.cursor.committed == 0
+    session.finish(1)  # PUBCOMP from the member: the group moves past offset 0
+    assert group.cursor.committed == 1
+    session.finish(2)
+    assert session.snapshot().outbound == [OutboundQos2(0, "$share/g/t", 0, COMPLETE)]
+
+
+async def test_ending_session_hands_unreceived_shared_deliveries_back() -> None:
+    backend = InMemoryBackend()
+    lmq = "%LMQ%t"
+    await backend.commit_consumer_offset("%MQTT_SHARE%g", lmq, 0, 0)
+    await _lmq_with(backend, lmq, 4)
+    group = await SharedGroup.open(backend, "g", "t")
+    session = Session("dev", 60, send_quota=10)
+    session.subscriptions["$share/g/t"] = SubscriptionSpec("$share/g/t", 2)
+    session.shared["$share/g/t"] = group
+    session.load_qos2(
+        SessionSnapshot(
+            "dev",
+            60,
+            outbound=[
+                OutboundQos2(1, "$share/g/t", 0, SENT),  # the group will read past it first
+                OutboundQos2(2, "$share/g/t", 1, SENT),  # the group has not reached it yet
+                OutboundQos2(3, "$share/g/t", 2, RELEASED),  # the member has it: completes
+            ],
+        ),
+        0,
+    )
+    message, offset = await group.claim(backend, 0.1)
+    assert (message.body, offset) == (b"m0", 0)
+    assert group.cursor.reached(0)  # what another member's reader does: skip it, wait for the owner
+    await session.give_back_shared(backend)
+    assert session.restored == []
+    assert group.cursor.restored == {2: True}  # the reader completes it when it gets there
+    claimed = [await group.claim(backend, 0.1) for _ in range(3)]
+    assert [(m.body, o) for m, o in claimed] == [(b"m0", 0), (b"m1", 1), (b"m2", 2)]
+    assert not group.cursor.reached(1)  # handed out as a fresh delivery
+    group.cursor.complete(0)
+    group.cursor.complete(1)
+    assert group.cursor.reached(2)
+    assert group.cursor.committed == 3  # offset 2 was completed by the give-back

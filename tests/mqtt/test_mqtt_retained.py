@@ -25,7 +25,7 @@ def _filters(draw: st.DrawFn) -> str:
 def _store(*topics: str) -> RetainedStore:
     store = RetainedStore()
     for i, topic in enumerate(topics):
-        store.set(topic, f"v{i}".encode(), 1, Properties(), i)
+        store.set(topic, f"v{i}".encode(), 1, Properties(), i, i)
     return store
 
 
@@ -42,15 +42,15 @@ def test_wildcards_follow_the_spec_including_dollar_topics() -> None:
 
 def test_replace_and_clear_keep_count_and_prune_branches() -> None:
     store = _store("a/b/c", "a/b")
-    store.set("a/b/c", b"new", 0, Properties(), 9)
+    store.set("a/b/c", b"new", 0, Properties(), 9, 9)
     assert len(store) == 2
     assert store.get("a/b/c") is not None
     assert store.get("a/b/c").payload == b"new"
-    store.set("a/b/c", b"", 0, Properties(), 10)
-    store.set("never/there", b"", 0, Properties(), 11)
+    store.set("a/b/c", b"", 0, Properties(), 10, 10)
+    store.set("never/there", b"", 0, Properties(), 11, 11)
     assert len(store) == 1
     assert store.get("a/b/c") is None
-    store.set("a/b", b"", 0, Properties(), 12)
+    store.set("a/b", b"", 0, Properties(), 12, 12)
     assert len(store) == 0
     assert list(store.topics()) == []
     assert store._root.children == {}  # every emptied branch was removed
@@ -66,7 +66,7 @@ def test_matches_the_reference_matcher(writes: list[tuple[str, bool]], topic_fil
     live: dict[str, bytes] = {}
     for i, (topic, keep) in enumerate(writes):
         payload = f"p{i}".encode() if keep else b""
-        store.set(topic, payload, 0, Properties(), i)
+        store.set(topic, payload, 0, Properties(), i, i)
         if payload:
             live[topic] = payload
         else:
