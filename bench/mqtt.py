@@ -1,10 +1,13 @@
 """MQTT benchmark: mqproxy against mosquitto and amqtt, same run, same load generator (issue 6).
 
 Every broker runs in its own process on 127.0.0.1 and is driven by ``bench/_mqtt_load.py`` (raw trio
-sockets, the project's sans-IO MQTT codec, MQTT 3.1.1, 64-byte payloads) in this process:
+sockets, the project's sans-IO MQTT codec, MQTT 3.1.1, 64-byte payloads) in this process, except the
+fan-out subscribers, which a child process counts (``SubscriberPool``, one epoll loop over plain sockets):
 
 * ``fan-in``: 10 publishers → 1 subscriber on one topic, QoS 0 and QoS 1, rate ladder (below).
-* ``fan-out``: 1 publisher → 100 QoS 0 subscribers of one topic, rate ladder; figure = deliveries/s.
+* ``fan-out``: 1 publisher → ``--fan-out`` (100) QoS 0 subscribers of one topic, rate ladder; figure =
+  deliveries/s. Fresh subscribers for every step, all in one pool process (so at most its open-files
+  limit, less a few dozen).
 * ``latency``: 1 → 1 at ``--latency-rate`` msgs/s, QoS 0 and QoS 1, publish→deliver p50/p90/p99/max.
 * ``idle``: ``--idle`` connections (keepalive 60, 100 connects in flight): connect rate, broker RSS
   delta per connection (user-space RSS, kernel socket buffers not counted), then one PINGREQ each.
@@ -20,11 +23,12 @@ waits up to ``--drain`` s for stragglers. A step is *sustained* when deliveries 
 broker that fell behind), and publishers reached ≥ 95 % of the offered rate. The ladder stops at the first
 failing step; ``max sustained`` is the delivered rate of the last passing step. Before each step the script
 waits (≤ 5 s) for broker CPU < 5 %. CPU columns are the share of one core used by this process (the
-generator: near 100 % means the figure is generator-bound) and by the broker.
+generator), by the fan-out subscriber pool (``pool``, also generator) and by the broker; either generator
+process near 100 % means the figure is generator-bound.
 
-The generator is one Python process sharing the 2 cores with the broker: when its cpu column nears
-100 %, or publishers fall short of the offered rate, the step measured the generator, not the broker (here
-that is mosquitto above about 30-50k msgs/s). ``--idle`` counts above this process's open-files limit
+The generator shares the 2 cores with the broker: when a generator cpu column nears 100 %, or publishers
+fall short of the offered rate, the step measured the generator, not the broker (for fan-in that is
+mosquitto above about 30-50k msgs/s). ``--idle`` counts above this process's open-files limit
 (raised to the hard limit at start; beyond it only with CAP_SYS_RESOURCE) are capped, with a note; past
 25,000 connections the clients bind 127.0.0.2, 127.0.0.3, … as source addresses.
 
@@ -62,6 +66,7 @@ from _mqtt_load import (
     MqttClient,
     ParsingSubscriber,
     Publisher,
+    SubscriberPool,
     connect,
     publish_size,
 )
@@ -100,18 +105,28 @@ def rss_bytes(pid: int) -> int:
 
 
 class CpuMeter:
-    """CPU share (1.0 = one core) of this process and of the broker between two :meth:`mark` calls."""
+    """CPU share (1.0 = one core) of this process, of an optional generator child ``helper`` and of the
+    broker ``pid`` between :meth:`mark` and :meth:`read`."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, helper: int | None = None) -> None:
+        self.pid, self.helper = pid, helper
         self.mark()
 
     def mark(self) -> None:
-        self._wall, self._client, self._server = time.monotonic(), time.process_time(), cpu_seconds(self.pid)
+        self._wall, self._client = time.monotonic(), time.process_time()
+        self._server, self._helper = cpu_seconds(self.pid), self._helper_seconds()
 
-    def read(self) -> tuple[float, float]:
+    def read(self) -> tuple[float, float, float]:
+        """(this process, helper — 0.0 without one, broker)."""
         wall = max(time.monotonic() - self._wall, 1e-9)
-        return (time.process_time() - self._client) / wall, (cpu_seconds(self.pid) - self._server) / wall
+        return (
+            (time.process_time() - self._client) / wall,
+            (self._helper_seconds() - self._helper) / wall,
+            (cpu_seconds(self.pid) - self._server) / wall,
+        )
+
+    def _helper_seconds(self) -> float:
+        return cpu_seconds(self.helper) if self.helper is not None else 0.0
 
 
 async def wait_quiet(pid: int, limit_s: float = 5.0) -> None:
@@ -226,9 +241,11 @@ class Step:
     delivered_n: int  # deliveries in the measured window
     loss: float  # 1 - deliveries / (publishes x fan_out) after the drain: dropped or still queued
     client_cpu: float
+    pool_cpu: float | None  # the subscriber pool process, None without one
     server_cpu: float
     latencies: list[float]
     note: str = ""
+    setup_s: float = 0.0  # seconds the subscriber pool took to subscribe everyone
 
     @property
     def achieved(self) -> float:
@@ -263,21 +280,34 @@ async def _ladder_step(
     subscribers: int,
     rate: float,
     tag: str,
+    pooled: bool = False,
 ) -> Step:
-    """One step: fresh clients on a fresh topic, publish ``rate`` msgs/s in total, count deliveries."""
+    """One step: fresh clients on a fresh topic, publish ``rate`` msgs/s in total, count deliveries.
+
+    ``pooled`` (QoS 0 only): the subscribers live in a :class:`SubscriberPool` child process."""
+    if pooled and qos:
+        raise ValueError("the subscriber pool counts QoS 0 deliveries only")
     topic = f"bench/{tag}"
     await wait_quiet(broker.pid)
     clients: list[MqttClient] = []
+    pool: SubscriberPool | None = None
     try:
         subs: list[ByteCountingSubscriber | ParsingSubscriber] = []
-        for i in range(subscribers):
-            client = await connect(broker.port, f"{tag}-s{i}")
-            clients.append(client)
-            await client.subscribe(topic, qos)
-            if qos == 0:
-                subs.append(ByteCountingSubscriber(client, publish_size(topic, PAYLOAD, 0)))
-            else:
-                subs.append(ParsingSubscriber(client, record=True))
+        if pooled:
+            pool = SubscriberPool(
+                broker.port, topic, subscribers, publish_size(topic, PAYLOAD, 0), f"{tag}-s"
+            )
+            await pool.start()
+            await wait_quiet(broker.pid)  # thousands of fresh sessions: let the broker settle first
+        else:
+            for i in range(subscribers):
+                client = await connect(broker.port, f"{tag}-s{i}")
+                clients.append(client)
+                await client.subscribe(topic, qos)
+                if qos == 0:
+                    subs.append(ByteCountingSubscriber(client, publish_size(topic, PAYLOAD, 0)))
+                else:
+                    subs.append(ParsingSubscriber(client, record=True))
         pubs = []
         for i in range(publishers):
             client = await connect(broker.port, f"{tag}-p{i}")
@@ -285,14 +315,14 @@ async def _ladder_step(
             pubs.append(Publisher(client, topic, qos=qos, rate=rate / publishers, stamp=qos == 1))
 
         def delivered() -> int:
-            return sum(s.received for s in subs)
+            return sum(s.received for s in subs) + (pool.received if pool is not None else 0)
 
         def published() -> int:
             return sum(p.sent for p in pubs)
 
-        cpu = CpuMeter(broker.pid)
+        cpu = CpuMeter(broker.pid, pool.pid if pool is not None else None)
         window: dict[str, float] = {}
-        note = ""
+        notes: list[str] = []
         async with trio.open_nursery() as nursery:
             for sub in subs:
                 nursery.start_soon(sub.run)
@@ -308,12 +338,17 @@ async def _ladder_step(
                 cpu.mark()
                 await trio.sleep(args.seconds)
                 window["p1"], window["d1"] = published(), delivered()
-                client_cpu, server_cpu = cpu.read()
+                client_cpu, pool_cpu, server_cpu = cpu.read()
             total = published() * subscribers
             await poll_until(lambda: delivered() >= total, args.drain)
             nursery.cancel_scope.cancel()
-        if qos == 0 and not all(s.aligned for s in subs if isinstance(s, ByteCountingSubscriber)):
-            note = "byte count not a multiple of the PUBLISH size"
+        if pool is not None:
+            await pool.aclose()  # makes its counts exact
+            if pool.disconnected:
+                notes.append(f"{pool.disconnected} subscribers disconnected by the broker")
+        counters = [s for s in subs if isinstance(s, ByteCountingSubscriber)]
+        if not all(s.aligned for s in counters) or (pool is not None and not pool.aligned):
+            notes.append("byte count not a multiple of the PUBLISH size")
         latencies: list[float] = []
         for sub, start in zip(subs, lat_start, strict=True):
             if isinstance(sub, ParsingSubscriber):
@@ -328,15 +363,27 @@ async def _ladder_step(
             int(window["d1"] - window["d0"]),
             max(loss, 0.0),
             client_cpu,
+            pool_cpu if pool is not None else None,
             server_cpu,
             latencies,
-            note,
+            "; ".join(notes),
+            pool.setup_s if pool is not None else 0.0,
         )
     except LoadError as exc:
-        return Step(rate, publishers, subscribers, args.seconds, 0, 0, 1.0, 0, 0, [], f"load error: {exc}")
+        return Step(
+            rate, publishers, subscribers, args.seconds, 0, 0, 1.0, 0, None, 0, [], f"load error: {exc}"
+        )
     finally:
         for client in clients:
             await client.aclose()
+        if pool is not None:
+            await pool.aclose()
+
+
+def _gen_cpu(step: Step) -> str:
+    """Generator CPU: this process, plus the subscriber pool process when the step had one."""
+    pool = f" + pool {step.pool_cpu:4.0%}" if step.pool_cpu is not None else ""
+    return f"{step.client_cpu:4.0%}{pool}"
 
 
 def _print_step(broker: str, case: str, step: Step) -> None:
@@ -346,11 +393,12 @@ def _print_step(broker: str, case: str, step: Step) -> None:
         else ""
     )
     verdict = "ok  " if step.sustained else "FAIL"
+    setup = f"  (subscribed in {step.setup_s:.1f} s)" if step.setup_s else ""
     print(
         f"  step {broker:9} {case:21} offered {step.offered:8.0f} pub/s published {step.achieved:8.0f} pub/s"
         f" delivered {step.delivered:9.0f}/s"
-        f" missing {step.loss:6.2%}{lat}  cpu gen {step.client_cpu:4.0%} broker {step.server_cpu:4.0%}"
-        f"  {verdict}{'  ' + step.note if step.note else ''}",
+        f" missing {step.loss:6.2%}{lat}  cpu gen {_gen_cpu(step)} broker {step.server_cpu:4.0%}"
+        f"  {verdict}{setup}{'  ' + step.note if step.note else ''}",
         flush=True,
     )
 
@@ -365,6 +413,7 @@ async def ladder(
     subscribers: int,
     rates: list[float],
     unit: str,
+    pooled: bool = False,
 ) -> None:
     best: Step | None = None
     failed: Step | None = None
@@ -377,6 +426,7 @@ async def ladder(
             subscribers=subscribers,
             rate=rate,
             tag=f"{case.replace(' ', '')}{index}",
+            pooled=pooled,
         )
         if args.verbose:
             _print_step(broker.name, case, step)
@@ -395,7 +445,7 @@ async def ladder(
         head = (
             f"{best.delivered:10.0f} {unit} (step {best.offered:.0f} pub/s{lat}; broker cpu "
             f"{best.server_cpu:.0%} = {best.server_us_per_delivery:.0f} us/delivery, generator cpu "
-            f"{best.client_cpu:.0%})"
+            f"{_gen_cpu(best)})"
         )
     tail = (
         "; ladder top reached"
@@ -599,7 +649,7 @@ async def lmq_case(broker: Broker, data_dir: Path, args: argparse.Namespace) -> 
     await _send_many(broker.port, 50, no_lmqs, 4)  # warm-up: creates the topic
     cpu = CpuMeter(broker.pid)
     plain_s = await _send_many(broker.port, baseline_n, no_lmqs, args.lmq_producers)
-    _, plain_cpu = cpu.read()
+    _, _, plain_cpu = cpu.read()
     print(
         f"{'lmq baseline':22} {broker.name:9} plain send (no dispatch): {baseline_n / plain_s:7.0f} msgs/s"
         f"  broker cpu {plain_cpu:.0%} = {plain_cpu * plain_s / baseline_n * 1e6:.0f} us/msg",
@@ -610,7 +660,7 @@ async def lmq_case(broker: Broker, data_dir: Path, args: argparse.Namespace) -> 
     log0 = _dir_bytes(data_dir / "commitlog")
     cpu.mark()
     create_s = await _send_many(broker.port, messages, new_lmqs, args.lmq_producers)
-    _, create_cpu = cpu.read()
+    _, _, create_cpu = cpu.read()
     await trio.sleep(1.0)  # let async flush land before measuring the store
     rss1, disk1, index1 = rss_bytes(broker.pid), _dir_bytes(data_dir), _dir_bytes(data_dir / "index")
     log1 = _dir_bytes(data_dir / "commitlog")
@@ -632,7 +682,7 @@ async def lmq_case(broker: Broker, data_dir: Path, args: argparse.Namespace) -> 
     await wait_quiet(broker.pid)
     cpu.mark()
     again_s = await _send_many(broker.port, again, old_lmqs, args.lmq_producers)
-    _, again_cpu = cpu.read()
+    _, _, again_cpu = cpu.read()
     print(
         f"{'lmq dispatch existing':22} {broker.name:9} {again} msgs x {LMQS_PER_MESSAGE} existing LMQs:"
         f" {again / again_s:7.0f} msgs/s = {again * LMQS_PER_MESSAGE / again_s:8.0f} LMQ dispatches/s"
@@ -710,6 +760,7 @@ async def bench_broker(broker: Broker, args: argparse.Namespace) -> None:
             subscribers=args.fan_out,
             rates=args.rates_fan_out,
             unit="deliveries/s",
+            pooled=True,
         )
         if before is not None:
             after = await read_cache_counts(broker)
@@ -759,7 +810,7 @@ def main() -> int:
     parser.add_argument(
         "--rates-fan-out",
         type=_floats,
-        default=_floats("1,2,5,10,20,50,100,200,300,500,700,1000,1500,2000"),
+        default=_floats("1,2,5,10,20,50,100,200,300,500,700,1000,1500,2000,2500,3000,4000,5000"),
         help="publishes/s of the fan-out ladder (deliveries = x subscribers)",
     )
     parser.add_argument("--fan-out", type=int, default=FAN_OUT_SUBSCRIBERS, help="fan-out subscribers")
