@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -901,29 +902,38 @@ class MqttConnection:
             return data if self.client_max_packet is None or len(data) <= self.client_max_packet else b""
         return None
 
-    def _deliver_now(self, topic_filter: str, cursor: Cursor, message: StoredMessage, offset: int) -> bool:
-        """The push hub's callback (see :mod:`.push_hub`): handle ``message`` at ``offset`` without the
-        reader task if that needs no waiting; True if the cursor moved past it."""
+    def _deliver_now(
+        self, topic_filter: str, cursor: Cursor, messages: Sequence[StoredMessage], offset: int
+    ) -> int:
+        """The push hub's callback (see :mod:`.push_hub`): handle the leading ``messages`` (the first at
+        ``offset``) that need no waiting, with one write; how many, the cursor moved past them."""
         session = self.session
         if (
             session is None
             or session.connection is not self
             or session.cursors.get(topic_filter) is not cursor
         ):
-            return False
+            return 0
         spec = session.subscriptions.get(topic_filter)
         if spec is None or cursor.restored:
-            return False
-        shared_bytes = self._shared_qos0(
-            spec, reader_filter(topic_filter), session, self.gateway.read_cache.delivery(message)
-        )
-        if shared_bytes is None:
-            return False
-        if shared_bytes and not self._write_nowait(shared_bytes):
-            return False
-        cursor.complete(offset)
-        cursor.next_offset = offset + 1
-        return True
+            return 0
+        inner = reader_filter(topic_filter)
+        delivery = self.gateway.read_cache.delivery
+        parts: list[bytes] = []
+        handled = 0
+        for message in messages:
+            data = self._shared_qos0(spec, inner, session, delivery(message))
+            if data is None:
+                break
+            if data:
+                parts.append(data)
+            handled += 1
+        if parts and not self._write_nowait(parts[0] if len(parts) == 1 else b"".join(parts)):
+            return 0
+        for done in range(offset, offset + handled):
+            cursor.complete(done)
+        cursor.next_offset = offset + handled
+        return handled
 
     def _make_publish(
         self,

@@ -1,10 +1,11 @@
 """Push delivery for caught-up subscribers: one task per busy LMQ instead of one wake-up per subscriber.
 
 A subscription reader that has read its LMQ to the end parks here (:meth:`PushHubs.park`) instead of
-long-polling the store itself. The LMQ's hub task long-polls once, reads each new message once (through
-the shared read cache) and offers it to every parked reader through a synchronous ``deliver_now`` callback
-on its connection, which queues the PUBLISH bytes for that connection's writer without waking the reader.
-A reader is woken only when the callback declines (QoS 1/2, an expiring message, topic aliases, a full
+long-polling the store itself. The LMQ's hub task long-polls once, reads each batch of new messages once
+(through the shared read cache) and offers it to every parked reader through a synchronous
+``deliver_now`` callback on its connection, which sends the batch's PUBLISH bytes with one write (or
+queues them for the connection's writer) without waking the reader. A reader is woken when the callback
+declines a message (QoS 1/2, an expiring message, topic aliases, a full
 send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
 duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
 long-polls the store on its own.
@@ -12,7 +13,7 @@ long-polls the store on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 import trio
@@ -26,9 +27,10 @@ from mqproxy.mqtt.session import Cursor
 
 _log = structlog.get_logger("mqproxy.mqtt")
 
-#: ``deliver_now(topic_filter, cursor, message, offset)``: True if the message was handled without the
-#: reader (queued for sending, or skipped) and the cursor moved past it; False to wake the reader instead.
-DeliverNow = Callable[[str, Cursor, StoredMessage, int], bool]
+#: ``deliver_now(topic_filter, cursor, messages, offset)``, ``messages`` starting at ``offset``: how many
+#: leading messages were handled without the reader (sent, queued or skipped), the cursor moved past
+#: them; fewer than all wakes the reader for the rest.
+DeliverNow = Callable[[str, Cursor, Sequence[StoredMessage], int], int]
 
 
 class _Parked:
@@ -119,16 +121,16 @@ class PushHubs:
         if result.next_offset - hub.offset != len(result.messages):
             return False  # a filtered or holed answer: leave it to the readers
         advanced: list[Cursor] = []
-        for position, message in enumerate(result.messages, hub.offset):
-            for key, parked in list(hub.parked.items()):
-                cursor = parked.cursor
-                if cursor.next_offset == position and parked.deliver_now(
-                    parked.topic_filter, cursor, message, position
-                ):
-                    self.pushed += 1
-                    if position == hub.offset:
-                        advanced.append(cursor)
-                    continue
+        messages = result.messages
+        for key, parked in list(hub.parked.items()):
+            cursor = parked.cursor
+            handled = 0
+            if cursor.next_offset == hub.offset:
+                handled = parked.deliver_now(parked.topic_filter, cursor, messages, hub.offset)
+            if handled:
+                self.pushed += handled
+                advanced.append(cursor)
+            if handled < len(messages):
                 del hub.parked[key]
                 parked.woken.set()
                 self.woken += 1

@@ -5,6 +5,12 @@ session 0 / session expiry) and paho's own QoS 2 state. The proxy is killed with
 both directions are in flight, restarted on the same data dir and port, and paho reconnects by itself.
 Every message must reach the subscribing application exactly once; with two members of one shared
 subscription, exactly once across the group (a member gets back what it had in flight, nobody else).
+
+The clients wait 4 s before reconnecting, so that their first attempt finds the proxy back: paho 2.1 puts
+its outbound flows back in order before each attempt, and a second pass turns a flow whose PUBREL is
+owed into a fresh PUBLISH, which MQTT 3.1.1 §4.3.3 forbids ("MUST NOT re-send the PUBLISH once it has sent
+the corresponding PUBREL") and which any broker must then store as a new message. The test checks that
+no attempt failed, so a slow restart shows as that, not as a duplicate.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from .paho_driver import PROTOCOLS, V5, PahoClient  # type: ignore[import-not-fo
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 COUNT = 300
+RECONNECT_S = 4
 
 
 @pytest.mark.parametrize("members", [1, 2], ids=["subscriber", "shared-group"])
@@ -36,6 +43,10 @@ def test_qos2_delivery_exactly_once_across_sigkill(
     received: collections.Counter[bytes] = collections.Counter()
     arrivals: queue.Queue[bytes] = queue.Queue()
     lock = threading.Lock()
+    failed_attempts: list[str] = []
+
+    def on_connect_fail(client: Any, userdata: Any) -> None:
+        failed_attempts.append(client._client_id.decode())
 
     def on_message(client: Any, userdata: Any, message: Any) -> None:
         with lock:
@@ -46,12 +57,14 @@ def test_qos2_delivery_exactly_once_across_sigkill(
     subs = []
     for n in range(members):
         sub = PahoClient(port, f"qos2-dev{n}", protocol, clean=False, expiry=expiry)
-        sub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
+        sub.paho.reconnect_delay_set(min_delay=RECONNECT_S, max_delay=RECONNECT_S)
+        sub.paho.on_connect_fail = on_connect_fail
         sub.paho.on_message = on_message
         assert sub.subscribe(("$share/g/crash/q2" if members > 1 else "crash/q2", 2)) == [2]
         subs.append(sub)
     pub = PahoClient(port, "qos2-pub", protocol, clean=False, expiry=expiry)
-    pub.paho.reconnect_delay_set(min_delay=1, max_delay=1)
+    pub.paho.reconnect_delay_set(min_delay=RECONNECT_S, max_delay=RECONNECT_S)
+    pub.paho.on_connect_fail = on_connect_fail
     sent: list[Any] = []
 
     def stream() -> None:  # paced, so that publishing goes on across the kill (paho queues meanwhile)
@@ -76,6 +89,7 @@ def test_qos2_delivery_exactly_once_across_sigkill(
     for sub in subs:
         sub.paho.loop_stop()
     pub.paho.loop_stop()
+    assert not failed_attempts, f"a reconnect attempt found the proxy still down: {failed_attempts}"
     missing = [b"m%03d" % i for i in range(COUNT) if b"m%03d" % i not in received]
     twice = {payload: n for payload, n in received.items() if n > 1}
     assert not missing, f"lost {len(missing)}: {missing[:10]}"
