@@ -173,10 +173,8 @@ def test_cursor_restored_offsets_keep_commit_order() -> None:
     assert cursor.restored == {}
 
 
-async def test_session_load_and_restore_inflight() -> None:
-    backend = InMemoryBackend()
-    lmq = "%LMQ%t"
-    for i in range(3):
+async def _lmq_with(backend: InMemoryBackend, lmq: str, count: int) -> None:
+    for i in range(count):
         await backend.send(
             Message(
                 "t",
@@ -185,6 +183,12 @@ async def test_session_load_and_restore_inflight() -> None:
                 dispatch=(lmq,),
             )
         )
+
+
+async def test_session_load_and_restore_inflight() -> None:
+    backend = InMemoryBackend()
+    lmq = "%LMQ%t"
+    await _lmq_with(backend, lmq, 3)
     session = Session("dev", 60, send_quota=10)
     session.subscriptions["t"] = SubscriptionSpec("t", 2)
     session.cursors["t"] = cursor = Cursor(lmq, 1, session.group)
@@ -310,18 +314,6 @@ async def test_confirm_stored_looks_between_the_mark_and_the_restart() -> None:
     assert session.release(1)
     assert not session.release(1)
     assert [e.packet_id for e in session.snapshot().awaiting_rel] == [2, 5]
-
-
-async def _lmq_with(backend: InMemoryBackend, lmq: str, count: int) -> None:
-    for i in range(count):
-        await backend.send(
-            Message(
-                "t",
-                b"m%d" % i,
-                properties=encode_properties("t", 2, "p", False, NO_PROPERTIES),
-                dispatch=(lmq,),
-            )
-        )
 
 
 async def test_shared_and_retained_deliveries_are_recorded_and_restored() -> None:
