@@ -230,13 +230,14 @@ class MqttConnection:
                         break
                 with trio.move_on_after(self.config.write_timeout_s) as scope:
                     await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else first)
-                self._queued -= len(chunks)
                 if scope.cancelled_caught:
                     self.kick(None, "slow_consumer", f"peer took no data for {self.config.write_timeout_s}s")
                     return
+                self._queued -= len(chunks)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.kick(None, "connection_reset", str(exc) or type(exc).__name__)
         finally:
+            self._direct = None  # a packet may be cut short: nothing more goes to this socket
             receive.close()
             self._writer_done.set()
 
@@ -246,11 +247,15 @@ class MqttConnection:
     async def _send_bytes(self, data: bytes) -> None:
         """Queue bytes for the writer. No schedule point while the queue has room, so the packets of one
         read (e.g. a burst of PUBACKs) reach the writer together and leave in one ``send_all``."""
+        self._queued += 1  # counted before any wait: the writer may send it before we resume
         try:
-            self._send.send_nowait(data)
-        except trio.WouldBlock:
-            await self._send.send(data)
-        self._queued += 1
+            try:
+                self._send.send_nowait(data)
+            except trio.WouldBlock:
+                await self._send.send(data)
+        except BaseException:
+            self._queued -= 1
+            raise
 
     def _write_nowait(self, data: bytes) -> bool:
         """Send ``data`` after everything queued before it, without a schedule point: straight to the

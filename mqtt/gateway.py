@@ -24,7 +24,7 @@ from mqproxy.broker.backend import Backend
 from mqproxy.broker.errors import BackendError
 from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.broker.types import Message, SendResult
-from mqproxy.codecs.mqtt import Properties, parse_topic_filter
+from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
@@ -120,6 +120,7 @@ class Gateway:
             session = Session(snapshot.client_id, snapshot.expiry_interval, self.config.default_send_quota)
             for spec in snapshot.subscriptions:
                 await self._add_subscription(session, spec, resume=True)
+            await self._hold_groups(session, snapshot)
             session.load_qos2(snapshot, now)
             self.sessions[session.client_id] = session
             self._schedule_expiry(session, disconnected)
@@ -313,12 +314,8 @@ class Gateway:
         if "+" in inner or "#" in inner:
             self.index.add(inner)
         if parsed.share_group is not None:
-            key = (parsed.share_group, inner)
-            group = self.shared_groups.get(key)
-            if group is None:
-                group = self.shared_groups[key] = await SharedGroup.open(
-                    self.backend, parsed.share_group, inner
-                )
+            group = await self._shared_group(parsed.share_group, inner)
+            session.held.pop(spec.topic_filter, None)
             group.members += 1
             session.subscriptions[spec.topic_filter] = spec
             session.shared[spec.topic_filter] = group
@@ -336,6 +333,25 @@ class Gateway:
         session.subscriptions[spec.topic_filter] = spec
         session.cursors[spec.topic_filter] = cursor
 
+    async def _hold_groups(self, session: Session, snapshot: SessionSnapshot) -> None:
+        """Open the groups of shared QoS 2 deliveries whose filter the session no longer subscribes."""
+        for record in snapshot.outbound:
+            if record.retained or record.topic_filter in session.shared:
+                continue
+            try:
+                parsed = parse_topic_filter(record.topic_filter)
+            except MqttCodecError:
+                continue
+            if parsed.share_group is not None:
+                group = await self._shared_group(parsed.share_group, parsed.filter)
+                session.held[record.topic_filter] = group
+
+    async def _shared_group(self, name: str, inner: str) -> SharedGroup:
+        group = self.shared_groups.get((name, inner))
+        if group is None:
+            group = self.shared_groups[(name, inner)] = await SharedGroup.open(self.backend, name, inner)
+        return group
+
     async def unsubscribe(self, session: Session, topic_filter: str) -> bool:
         if topic_filter not in session.subscriptions:
             return False
@@ -348,8 +364,11 @@ class Gateway:
         session.cursors.pop(topic_filter, None)
         group = session.shared.pop(topic_filter, None)
         if group is not None:
+            if any(e.shared is not None and e.shared[0] is group for e in session.inflight.values()):
+                session.held[topic_filter] = group  # its QoS 2 deliveries are still completed
             group.members -= 1
-            if group.members <= 0:
+            # A group with deliveries still in flight stays, so a new member resumes it, not its offset.
+            if group.members <= 0 and not group.cursor.pending:
                 self.shared_groups.pop((group.name, group.topic_filter), None)
         inner = reader_filter(topic_filter)
         if "+" in inner or "#" in inner:

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 PublishBuilder = Callable[[SubscriptionSpec, StoredMessage, bool], "Publish | None"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
+#: Completed QoS 2 deliveries a snapshot keeps at most (see ``Session._prune_settled``).
+_SETTLED_MAX = 1024
 
 
 class Cursor:
@@ -116,6 +118,11 @@ class Cursor:
             self.track(offset)
         return True
 
+    @property
+    def pending(self) -> bool:
+        """True while some offset handed out is not completed (``committed`` waits for it)."""
+        return bool(self._order)
+
     def acknowledged(self, offset: int) -> None:
         """An in-flight ``offset`` was acknowledged (PUBACK / PUBCOMP / refused PUBREC)."""
         if offset in self.restored:  # the reader has not reached it yet: it completes it then
@@ -166,6 +173,8 @@ class Session:
         self.subscriptions: dict[str, SubscriptionSpec] = {}
         self.cursors: dict[str, Cursor] = {}
         self.shared: dict[str, Any] = {}  # topic filter -> SharedGroup
+        #: Shared filters no longer subscribed whose groups still wait for QoS 2 deliveries of ours.
+        self.held: dict[str, Any] = {}
         self.inflight: dict[int, InFlight] = {}
         self.awaiting_rel: set[int] = set()
         #: Persistent sessions: (LMQ, its size) just before the message of an id in ``awaiting_rel`` was
@@ -203,16 +212,22 @@ class Session:
             outbound=self._outbound_records(),
         )
 
+    def group_for(self, topic_filter: str) -> Any:
+        """The shared group of ``topic_filter``, subscribed or only ``held``; None if not shared."""
+        return self.shared.get(topic_filter) or self.held.get(topic_filter)
+
     def cursor_for(self, topic_filter: str) -> Cursor | None:
         """The read position of a subscription: its own, or its shared group's."""
         cursor = self.cursors.get(topic_filter)
-        if cursor is None and topic_filter in self.shared:
-            cursor = self.shared[topic_filter].cursor
+        if cursor is None:
+            group = self.group_for(topic_filter)
+            cursor = group.cursor if group is not None else None
         return cursor
 
     def _filters_by_cursor(self) -> dict[int, str]:
         filters = {id(cursor): topic_filter for topic_filter, cursor in self.cursors.items()}
-        filters.update((id(group.cursor), topic_filter) for topic_filter, group in self.shared.items())
+        for groups in (self.held, self.shared):
+            filters.update((id(group.cursor), topic_filter) for topic_filter, group in groups.items())
         return filters
 
     def _outbound_records(self) -> list[OutboundQos2]:
@@ -238,9 +253,14 @@ class Session:
         return records
 
     def _prune_settled(self) -> None:
-        """Forget settled offsets that are committed or whose subscription is gone."""
+        """Forget settled offsets that are committed or whose subscription is gone, and all but the
+        newest ``2 x send_quota`` (at most ``_SETTLED_MAX``): a shared group's offset can be held back by
+        another member for good, and the snapshot is rewritten on every QoS 2 delivery. Past that bound
+        a crash may deliver an old completed message again (at least once)."""
         live = self._filters_by_cursor()
-        self.settled = [(c, o) for c, o in self.settled if o >= c.stored and id(c) in live]
+        kept = [(c, o) for c, o in self.settled if o >= c.stored and id(c) in live]
+        limit = min(2 * self.send_quota, _SETTLED_MAX)
+        self.settled = kept[-limit:] if len(kept) > limit else kept
 
     # --- restart ------------------------------------------------------------------------------
     def load_qos2(self, snapshot: SessionSnapshot, now_ms: int) -> None:
@@ -342,8 +362,11 @@ class Session:
                     message = await backend.get_message(record.offset)
             else:
                 cursor = self.cursor_for(record.topic_filter)
-                shared = record.topic_filter in self.shared  # another member's reader may be past it
-                if cursor is None or spec is None or not (shared or record.offset in cursor.restored):
+                group = self.group_for(record.topic_filter)
+                if spec is None and group is not None:  # unsubscribed meanwhile: still completed
+                    spec = SubscriptionSpec(record.topic_filter, QoS.EXACTLY_ONCE)
+                # (another member's reader may be past a shared delivery: the group does not mark it)
+                if cursor is None or spec is None or not (group or record.offset in cursor.restored):
                     del self.restored[0]
                     continue
                 if record.phase == SENT:
@@ -358,14 +381,14 @@ class Session:
                 publish = Publish(record.topic_filter, b"", QoS.EXACTLY_ONCE, packet_id=record.packet_id)
             else:
                 publish = dataclasses.replace(publish, qos=QoS.EXACTLY_ONCE, packet_id=record.packet_id)
-            group = self.shared.get(record.topic_filter) if cursor is not None else None
+            group = self.group_for(record.topic_filter) if cursor is not None else None
             self.inflight[record.packet_id] = InFlight(
                 record.packet_id,
                 publish,
                 cursor,
                 record.offset,
                 released,
-                shared=(group, message) if group is not None and not released else None,
+                shared=(group, None if released else message) if group is not None else None,
                 durable=True,
                 retained_for=record.topic_filter if record.retained else None,
             )
@@ -429,18 +452,17 @@ class Session:
         """The session is ending: return the shared-subscription messages the peer has not received
         for sure (no PUBREC yet) to their groups, so another member gets them, and complete the rest.
         Deliveries restored after a restart but never re-sent (no attach since) count the same."""
-        groups = {id(group.cursor): group for group in self.shared.values()}
         for packet_id, entry in list(self.inflight.items()):
-            group = groups.get(id(entry.cursor))
-            if group is None:
+            if entry.shared is None:  # (a shared entry keeps its group after UNSUBSCRIBE)
                 continue
+            group, message = entry.shared
             del self.inflight[packet_id]
-            if entry.released or entry.shared is None:
+            if entry.released or message is None:
                 group.cursor.acknowledged(entry.offset)
             else:
-                group.give_back(entry.shared[1], entry.offset)
+                group.give_back(message, entry.offset)
         for record in self.restored:
-            group = self.shared.get(record.topic_filter)
+            group = self.group_for(record.topic_filter)
             if group is None or record.retained:
                 continue
             cursor = group.cursor

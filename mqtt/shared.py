@@ -80,7 +80,9 @@ class SharedGroup:
         start = cursor.next_offset
         result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, start, 32)
         if result.messages:
-            self._buffer.extend((m, start + i) for i, m in enumerate(result.messages))
+            for i, message in enumerate(result.messages):
+                self._buffer.append((message, start + i))
+                cursor.track(start + i)  # claimed or not: the group's offset waits for it
             cursor.next_offset = start + len(result.messages)
             return
         if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:

@@ -1,0 +1,543 @@
+"""Edge cases of shared-subscription delivery (give-back, UNSUBSCRIBE with deliveries in flight, the
+group offset, QoS 2 across a crash) and of push-hub writes straight to the socket (mixed batches,
+takeover, slow consumers, byte counts, ordering against the writer task)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.codecs.mqtt import (
+    Disconnect,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    QoS,
+    ReasonCode,
+    UnsubAck,
+    Unsubscribe,
+    encode,
+)
+from mqproxy.mqtt.gateway import Gateway, gateway_for
+from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
+from mqproxy.settings import Settings
+
+from .conftest import RawClient, running_server  # type: ignore[import-not-found]
+from .test_mqtt_connection import connect as connect_to  # type: ignore[import-not-found]
+from .test_mqtt_connection import receive_publish  # type: ignore[import-not-found]
+from .test_mqtt_connection import subscribe as subscribe_to  # type: ignore[import-not-found]
+from .test_mqtt_qos2_recovery import (  # type: ignore[import-not-found]
+    Proxy,
+    connect,
+    crash,
+    publish_q2,
+    subscribe,
+)
+
+Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
+
+
+@pytest.fixture
+async def proxy(tmp_path: Any, log_sink: Any) -> Any:
+    async with running_server(Settings.for_tests(tmp_path)) as handle:
+        yield Proxy(handle)
+
+
+async def group_offset(proxy: Proxy, group: str, topic_filter: str) -> int | None:
+    return await proxy.backend.query_consumer_offset(
+        SHARED_GROUP_PREFIX + group, lmq_name(topic_filter), LMQ_QUEUE_ID
+    )
+
+
+# --- shared subscriptions: a session that ends hands its un-acked messages back -----------------
+async def ack(client: RawClient, publish: Publish) -> None:
+    """Complete the flow of a received QoS 1/2 PUBLISH."""
+    assert publish.packet_id is not None
+    if publish.qos == Q1:
+        await client.send(PubAck(publish.packet_id))
+        return
+    await client.send(PubRec(publish.packet_id))
+    assert await client.receive() == PubRel(publish.packet_id)
+    await client.send(PubComp(publish.packet_id))
+
+
+@pytest.mark.parametrize("unsubscribe_first", [False, True])
+@pytest.mark.parametrize("qos", [Q1, Q2])
+async def test_ending_member_hands_unacked_shared_message_back(
+    proxy: Proxy, qos: QoS, unsubscribe_first: bool
+) -> None:
+    """m1 holds an un-acked shared delivery (after UNSUBSCRIBE, or not), then its session ends: the
+    message must go to the other member, and the group's committed offset must move past it."""
+    m1 = await connect(proxy, "m1", clean=True)
+    await subscribe(m1, "$share/g/u/t", qos)
+    m2 = await connect(proxy, "m2", clean=True)
+    await subscribe(m2, "$share/g/u/t", qos)
+    pub = await connect(proxy, "p", clean=True)
+    first: Publish | None = None
+    for n in range(4):  # until m1 has one (members take turns, but not strictly)
+        await pub.send(Publish("u/t", b"m%d" % n, Q1, packet_id=n + 1))
+        assert await pub.receive() == PubAck(n + 1)
+        with trio.move_on_after(0.3):
+            got = await m1.receive()
+            assert isinstance(got, Publish)
+            first = got
+            break
+    assert first is not None
+    others: list[bytes] = []
+    with trio.move_on_after(0.3):
+        while True:
+            got = await m2.receive()
+            assert isinstance(got, Publish)
+            others.append(got.payload)
+            await ack(m2, got)
+    if unsubscribe_first:
+        await m1.send(Unsubscribe(9, ("$share/g/u/t",)))
+        assert await m1.receive() == UnsubAck(9, ())
+    await m1.send(Disconnect())  # clean session: it ends here, with ``first`` un-acked
+    await m1.aclose()
+    handed = await m2.receive(wait_s=1.0)
+    assert isinstance(handed, Publish)
+    assert handed.payload == first.payload
+    await ack(m2, handed)
+    await pub.send(Publish("u/t", b"last", Q1, packet_id=9))
+    assert await pub.receive() == PubAck(9)
+    last = await m2.receive()
+    assert isinstance(last, Publish)
+    assert last.payload == b"last"
+    await ack(m2, last)
+    await trio.sleep(0.1)
+    stored = await proxy.backend.max_offset(lmq_name("u/t"), LMQ_QUEUE_ID)
+    assert await group_offset(proxy, "g", "u/t") == stored
+    for client in (m2, pub):
+        await client.aclose()
+
+
+async def test_restored_shared_delivery_handed_back_before_the_group_reached_it(proxy: Proxy) -> None:
+    """Checked, correct: after a crash m1's shared QoS 2 delivery X is restored (marked on the group
+    cursor, in flight again at m1's attach). m1's window is full (Receive Maximum 1), so its reader never
+    reaches X; then m1's session ends (clean-start takeover) and X is handed back. The handed-back copy
+    is skipped once (``Cursor.reached``) but the group's own read of X then delivers it: X reaches m2
+    exactly once and the group's offset moves on."""
+    props = Properties(session_expiry_interval=3600)
+    m1 = await connect(proxy, "m1", level=5, properties=props)
+    await subscribe(m1, "$share/g/sh/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "sh/t", b"x", 1)
+    first = await m1.receive()
+    assert isinstance(first, Publish)
+    assert first.payload == b"x"
+    m2 = await connect(proxy, "m2")
+    await subscribe(m2, "$share/g/sh/t", Q2)
+    await crash(proxy, m1, m2, pub)
+
+    small = Properties(session_expiry_interval=3600, receive_maximum=1)
+    m1 = await connect(proxy, "m1", level=5, properties=small)
+    again = await m1.receive()
+    assert again == Publish("sh/t", b"x", Q2, dup=True, packet_id=first.packet_id)
+    m1_new = await connect(proxy, "m1", level=5, clean=True)  # takeover with a clean start: session ends
+    await m1.aclose()
+    m2 = await connect(proxy, "m2")
+    handed = await m2.receive(wait_s=1.0)
+    assert isinstance(handed, Publish)
+    assert handed.payload == b"x"
+    await ack(m2, handed)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "sh/t", b"y", 2)
+    last = await m2.receive()
+    assert isinstance(last, Publish)
+    assert last.payload == b"y"
+    await ack(m2, last)
+    await trio.sleep(0.1)
+    assert await group_offset(proxy, "g", "sh/t") == await proxy.count("sh/t")
+    for client in (m1_new, m2, pub):
+        await client.aclose()
+
+
+async def test_shared_qos2_in_flight_across_unsubscribe_and_resubscribe_is_not_sent_twice(
+    proxy: Proxy,
+) -> None:
+    """m1 (the group's only member) has shared QoS 2 delivery X released (PUBREC in, PUBREL out: the
+    client has handed X to its application), UNSUBSCRIBEs, SUBSCRIBEs again, then completes X. X must
+    not come again."""
+    m1 = await connect(proxy, "m1")
+    await subscribe(m1, "$share/g/rs/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "rs/t", b"x", 1)
+    first = await m1.receive()
+    assert isinstance(first, Publish)
+    assert first.payload == b"x"
+    assert first.packet_id is not None
+    await m1.send(PubRec(first.packet_id))
+    assert await m1.receive() == PubRel(first.packet_id)  # exactly-once: the client has X now
+    await m1.send(Unsubscribe(5, ("$share/g/rs/t",)))
+    assert await m1.receive() == UnsubAck(5, ())
+    await subscribe(m1, "$share/g/rs/t", Q2)
+    await m1.send(PubComp(first.packet_id))
+    with trio.move_on_after(0.5):
+        packet = await m1.receive()
+        raise AssertionError(f"X came again: {packet}")
+    for client in (m1, pub):
+        await client.aclose()
+
+
+async def test_shared_qos2_in_flight_at_unsubscribe_is_not_redelivered_after_a_crash(proxy: Proxy) -> None:
+    """m1 has shared QoS 2 delivery X released (client handed X to its application) and UNSUBSCRIBEs
+    while m2 stays in the group; then the proxy crashes before PUBCOMP. X must not go to m2."""
+    m1 = await connect(proxy, "m1")
+    await subscribe(m1, "$share/g/uc/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "uc/t", b"x", 1)
+    first = await m1.receive()
+    assert isinstance(first, Publish)
+    assert first.payload == b"x"
+    assert first.packet_id is not None
+    m2 = await connect(proxy, "m2")
+    await subscribe(m2, "$share/g/uc/t", Q2)
+    await m1.send(PubRec(first.packet_id))
+    assert await m1.receive() == PubRel(first.packet_id)
+    await m1.send(Unsubscribe(5, ("$share/g/uc/t",)))
+    assert await m1.receive() == UnsubAck(5, ())
+    await crash(proxy, m1, m2, pub)
+
+    m2 = await connect(proxy, "m2")
+    with trio.move_on_after(0.5):
+        packet = await m2.receive()
+        raise AssertionError(f"X went to a second member after the crash: {packet}")
+    await m2.aclose()
+
+
+async def test_member_snapshot_stays_bounded_while_another_member_holds_the_group_back(
+    proxy: Proxy,
+) -> None:
+    """m1 (persistent, offline) holds shared QoS 2 delivery X un-acked, so the group's committed offset
+    stays at X. m2 (Receive Maximum 4) then completes 60 QoS 2 deliveries of the group. Its snapshot
+    should stay bounded by a small multiple of its window."""
+    m1 = await connect(proxy, "m1")
+    await subscribe(m1, "$share/g/big/t", Q2)
+    pub = await connect(proxy, "p", clean=True)
+    await publish_q2(pub, "big/t", b"x", 1)
+    first = await m1.receive()
+    assert isinstance(first, Publish)
+    assert first.payload == b"x"
+    await m1.aclose()  # persistent session, offline, X un-acked
+    await trio.sleep(0.1)
+    m2 = await connect(
+        proxy, "m2", level=5, properties=Properties(session_expiry_interval=3600, receive_maximum=4)
+    )
+    await subscribe(m2, "$share/g/big/t", Q2)
+    count = 60
+    for n in range(count):
+        await publish_q2(pub, "big/t", b"%d" % n, n % 60000 + 2)
+        got = await m2.receive()
+        assert isinstance(got, Publish)
+        assert got.payload == b"%d" % n
+        await ack(m2, got)
+    await trio.sleep(0.1)
+    gateway = proxy.handle.state.registries["mqtt"]
+    assert isinstance(gateway, Gateway)
+    records = len(gateway.sessions["m2"].snapshot().outbound)
+    assert await group_offset(proxy, "g", "big/t") == 0  # held back by m1's X
+    assert records <= 3 * 4, records
+    for client in (m2, pub):
+        await client.aclose()
+
+
+# --- push hubs: a batch only partly handled by the hub ---------------------------------------------
+async def _park_all(server: Any, lmqs: int = 1) -> None:
+    for _ in range(100):
+        await trio.sleep(0.02)
+        if len(gateway_for(server.state).push_hubs) >= lmqs:
+            await trio.sleep(0.1)
+            return
+    raise AssertionError("the readers never parked")
+
+
+async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscriber_once_in_order(
+    server: Any,
+) -> None:
+    """Checked, correct: 25 PUBLISHes arrive in ONE read (one store batch, one hub batch) mixing QoS 0,
+    QoS 1, an expiring message, a packet too big for one subscriber and the no-local publisher's own
+    messages. Every subscriber gets exactly its messages, once, in order, whether the hub or its reader
+    handled them, and the hub handled some."""
+
+    def kind(n: int) -> str:
+        return ("plain", "q1", "expiring", "big", "plain")[n % 5]
+
+    def payload(n: int) -> bytes:
+        return b"%d:" % n + (bytes(3000) if kind(n) == "big" else b"")
+
+    plain, _ = await connect_to(server.address, "plain")
+    await subscribe_to(plain, ("burst/t", Q0))
+    q1, _ = await connect_to(server.address, "q1")
+    await subscribe_to(q1, ("burst/t", Q1))
+    small, _ = await connect_to(server.address, "small", 5, properties=Properties(maximum_packet_size=1000))
+    await subscribe_to(small, ("burst/t", Q0))
+    aliased, _ = await connect_to(server.address, "aliased", 5, properties=Properties(topic_alias_maximum=4))
+    await subscribe_to(aliased, ("burst/t", Q0))
+    pub, _ = await connect_to(server.address, "pub", 5)
+    await subscribe_to(pub, ("burst/t", Q0), no_local=True)
+    await _park_all(server)
+    hubs = gateway_for(server.state).push_hubs
+    pushed = hubs.pushed
+    burst = b""
+    count = 25
+    for n in range(count):
+        qos = Q1 if kind(n) == "q1" else Q0
+        props = Properties(message_expiry_interval=600) if kind(n) == "expiring" else Properties()
+        burst += encode(
+            Publish("burst/t", payload(n), qos, packet_id=n + 1 if qos else None, properties=props), 5
+        )
+    await pub.send_raw(burst)
+    expected = [payload(n) for n in range(count)]
+    got = [(await receive_publish(plain)).payload for _ in range(count)]
+    assert got == expected
+    q1_got = [await receive_publish(q1) for _ in range(count)]
+    assert [p.payload for p in q1_got] == expected
+    assert [p.qos for p in q1_got] == [Q1 if kind(n) == "q1" else Q0 for n in range(count)]
+    small_expected = [payload(n) for n in range(count) if kind(n) != "big"]
+    assert [(await receive_publish(small)).payload for _ in small_expected] == small_expected
+    assert [(await receive_publish(aliased)).payload for _ in range(count)] == expected
+    acks = [await pub.receive() for _ in range(count // 5)]
+    assert all(isinstance(a, PubAck) for a in acks)
+    await trio.sleep(0.2)
+    for client in (plain, q1, small, aliased, pub):
+        with trio.move_on_after(0.01):
+            raise AssertionError(f"unexpected: {await client.receive()}")
+    assert hubs.pushed > pushed
+    for client in (plain, q1, small, aliased, pub):
+        await client.aclose()
+
+
+async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(server: Any) -> None:
+    """Checked, correct: a slow-reading MQTT 5 subscriber is taken over while hub writes straight to its
+    socket, some in part, with the rest and the writer's queue backed up behind. Its byte stream stays
+    parseable: a gap-free, in-order run of the burst, then DISCONNECT (Session taken over) last; the new
+    connection continues after it with no message twice."""
+    count, blob = 50, bytes(64 * 1024)
+    props = Properties(session_expiry_interval=60)
+    old, _ = await connect_to(server.address, "victim", 5, clean_start=False, properties=props)
+    await subscribe_to(old, ("tk/t", Q0))
+    pub, _ = await connect_to(server.address, "tk-pub")
+    await _park_all(server)
+    old_packets: list[Any] = []
+
+    async def read_slowly() -> None:
+        try:
+            while True:
+                data = await old.stream.receive_some(16384)
+                if not data:
+                    return
+                old_packets.extend(old.decoder.receive_data(data))  # raises on a corrupt stream
+                await trio.sleep(0.004)
+        except trio.BrokenResourceError:
+            return
+
+    async def publish_all() -> None:
+        for n in range(count):
+            await pub.send(Publish("tk/t", b"%d:" % n + blob, Q0))
+            await trio.sleep(0.005)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_slowly)
+        nursery.start_soon(publish_all)
+        await trio.sleep(0.15)
+        new, connack = await connect_to(server.address, "victim", 5, clean_start=False, properties=props)
+        assert connack.session_present
+    assert old_packets
+    assert isinstance(old_packets[-1], Disconnect)
+    assert old_packets[-1].reason_code == ReasonCode.SESSION_TAKEN_OVER
+    numbers = [int(p.payload.split(b":")[0]) for p in old_packets[:-1]]
+    assert all(isinstance(p, Publish) for p in old_packets[:-1])
+    assert numbers == list(range(len(numbers)))
+    later: list[int] = []
+    with trio.move_on_after(1.0):
+        while not later or later[-1] != count - 1:
+            packet = await new.receive()
+            assert isinstance(packet, Publish)
+            later.append(int(packet.payload.split(b":")[0]))
+    assert later == sorted(later)
+    assert not later or later[0] >= len(numbers), (len(numbers), later[:3])  # none twice
+    for client in (old, new, pub):
+        await client.aclose()
+
+
+async def test_a_peer_that_reads_nothing_is_still_disconnected_when_only_the_hub_writes(
+    log_sink: Any,
+) -> None:
+    """Checked, correct: hub writes straight to the socket until it is full, then queue; the writer's
+    ``send_all`` of the remainder times out and the connection ends as ``slow_consumer``."""
+    settings = Settings.for_tests(mqtt={"write_timeout_s": 0.3})
+    async with running_server(settings) as server:
+        sleepy, _ = await connect_to(server.address, "sleepy")
+        await subscribe_to(sleepy, ("slow/t", Q0))
+        pub, _ = await connect_to(server.address, "slow-pub")
+        await _park_all(server)
+        for n in range(40):
+            await pub.send(Publish("slow/t", b"%d:" % n + bytes(128 * 1024), Q0))
+        await trio.sleep(0.6)  # reads nothing meanwhile
+        received = await sleepy.expect_eof(wait_s=5.0)  # fails (hangs) unless the server closed it
+        assert len(received) < 40
+        closed = [e for e in log_sink.named("conn.closed") if e.get("error") == "slow_consumer"]
+        assert len(closed) == 1
+        assert gateway_for(server.state).push_hubs.pushed > 0
+        await pub.aclose()
+        await sleepy.aclose()
+
+
+# --- push hubs: direct writes after the writer gave up --------------------------------------------
+async def test_no_direct_write_after_the_writer_timed_out_mid_packet() -> None:
+    """The writer's ``send_all`` times out (slow consumer) with part of a packet on the wire; until the
+    connection's ``run`` tears down, a push hub may still call ``_write_nowait``. Nothing may be
+    written after the cut packet: the peer would parse the new bytes as the rest of the old packet."""
+    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.context import ConnectionContext
+    from mqproxy.mqtt.config import MqttConfig
+    from mqproxy.mqtt.connection import MqttConnection
+
+    near, far = trio.socket.socketpair()
+    near.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
+    far.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    gateway = Gateway(InMemoryBackend(), MqttConfig(write_timeout_s=0.2))
+    ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0), server=None)  # type: ignore[arg-type]
+    conn = MqttConnection(trio.SocketStream(near), ctx, gateway)
+    assert conn._direct is not None  # plain socket: the direct path is on
+    cut = encode(Publish("a/b", bytes(1 << 20), Q0), 4)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._writer)
+        await conn._send_bytes(cut)
+        await conn._writer_done.wait()  # timed out: kicked as a slow consumer
+    assert conn._kicked is not None
+    assert conn._kicked.error == "slow_consumer"
+    got = bytearray()
+    with trio.move_on_after(0.2):
+        while len(got) < len(cut):
+            got += await far.recv(65536)  # the peer wakes up and drains what the cut left
+    assert 0 < len(got) < len(cut)
+    later = encode(Publish("a/b", b"hub", Q0), 4)
+    conn._write_nowait(later)  # the hub's delivery, before run() closes the connection
+    extra = b""
+    with trio.move_on_after(0.2):
+        extra = await far.recv(65536)
+    assert extra == b"", f"{len(extra)} bytes written behind a truncated packet"
+    near.close()
+    far.close()
+
+
+async def test_bytes_written_by_the_hub_are_counted_in_conn_closed(log_sink: Any) -> None:
+    """Checked, correct: ``conn.closed`` ``bytes_out`` of a subscriber served by the hub equals the bytes
+    its peer read (CONNACK, SUBACK and the PUBLISHes, whether written straight or by the writer)."""
+    async with running_server(Settings.for_tests()) as server:
+        sub, _ = await connect_to(server.address, "counted")
+        await subscribe_to(sub, ("count/t", Q0))
+        pub, _ = await connect_to(server.address, "count-pub")
+        await _park_all(server)
+        pushed = gateway_for(server.state).push_hubs.pushed
+        for n in range(10):
+            await pub.send(Publish("count/t", b"%d" % n + bytes(n * 100), Q0))
+        received = [await receive_publish(sub) for _ in range(10)]
+        assert [p.payload[:1] for p in received] == [b"%d" % n for n in range(10)]
+        assert gateway_for(server.state).push_hubs.pushed >= pushed + 10
+        await sub.send(Disconnect())
+        await sub.expect_eof()
+        await trio.sleep(0.1)
+        payload_bytes = sum(len(encode(p, 4)) for p in received)
+        connack_suback = 4 + 5
+        closed = [
+            e for e in log_sink.named("conn.closed") if e["bytes_out"] == payload_bytes + connack_suback
+        ]
+        assert len(closed) == 1, [e["bytes_out"] for e in log_sink.named("conn.closed")]
+        await pub.aclose()
+        await sub.aclose()
+
+
+async def test_group_offset_never_passes_a_claimed_but_undelivered_message(proxy: Proxy) -> None:
+    """Member A claims X but waits for a window slot (its other subscription took it) before its
+    delivery is tracked; member B meanwhile sends X+1 at QoS 0. The group's committed offset must not
+    pass X before X is delivered, or a crash loses X."""
+    a = await connect(proxy, "A", clean=True, level=5, properties=Properties(receive_maximum=1))
+    await subscribe(a, "$share/g/j/t", Q1)  # A's reader is the group's first to wait: it gets X
+    await subscribe(a, "blk/t", Q1)
+    await trio.sleep(0.1)
+    b = await connect(proxy, "B", clean=True)
+    await subscribe(b, "$share/g/j/t", Q0)
+    pub = await connect(proxy, "p", clean=True)
+    await pub.send(Publish("blk/t", b"slot", Q1, packet_id=1))
+    assert await pub.receive() == PubAck(1)
+    hold = await a.receive()
+    assert isinstance(hold, Publish)
+    assert hold.payload == b"slot"
+    for n, payload in enumerate((b"x", b"x+1")):
+        await pub.send(Publish("j/t", payload, Q1, packet_id=n + 2))
+        assert await pub.receive() == PubAck(n + 2)
+    got = await b.receive()
+    assert isinstance(got, Publish)
+    assert got.payload == b"x+1"
+    await trio.sleep(0.2)
+    assert (await group_offset(proxy, "g", "j/t") or 0) <= 0, "committed past X, which nobody has"
+    await crash(proxy, a, b, pub)
+    c = await connect(proxy, "C", clean=True)
+    await subscribe(c, "$share/g/j/t", Q1)
+    again = await c.receive(wait_s=1.0)
+    assert isinstance(again, Publish)
+    assert again.payload == b"x"
+    await c.aclose()
+
+
+async def _queue_race_once() -> tuple[bytes, bool]:
+    """Three tasks block in ``_send_bytes`` on a full 1-packet queue behind a large write; when the
+    writer drains, the last of them queues ``d`` and then calls ``_write_nowait(e)`` without a
+    schedule point (what the packet reader does when it sends an ack and then ``_final_packet``).
+    Returns what the peer got after the large write and what ``_write_nowait`` answered."""
+    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.context import ConnectionContext
+    from mqproxy.mqtt.config import MqttConfig
+    from mqproxy.mqtt.connection import MqttConnection
+
+    near, far = trio.socket.socketpair()
+    gateway = Gateway(InMemoryBackend(), MqttConfig(send_buffer_packets=1))
+    ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0), server=None)  # type: ignore[arg-type]
+    conn = MqttConnection(trio.SocketStream(near), ctx, gateway)
+    big = bytes(1 << 20)
+    got = bytearray()
+    accepted: list[bool] = []
+
+    async def blocked(data: bytes) -> None:
+        await conn._send_bytes(data)
+
+    async def blocked_then_direct() -> None:
+        await conn._send_bytes(b"2")
+        await conn._send_bytes(b"d")
+        accepted.append(conn._write_nowait(b"e"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._writer)
+        await conn._send_bytes(big)
+        await trio.sleep(0.005)  # the writer is inside send_all(big): the peer reads nothing yet
+        await conn._send_bytes(b"b")  # fills the queue
+        for task in (lambda: blocked(b"1"), lambda: blocked(b"3"), blocked_then_direct):
+            nursery.start_soon(task)
+            await trio.sleep(0.001)
+        while not accepted or len(got) < len(big) + 5 + accepted[0]:
+            got.extend(await far.recv(1 << 20))
+        nursery.cancel_scope.cancel()
+    near.close()
+    far.close()
+    return bytes(got[len(big) :]), accepted[0]
+
+
+async def test_write_nowait_never_overtakes_bytes_queued_before_it() -> None:
+    """``_queued`` must count every byte string the writer has not sent yet."""
+    overtaken = 0
+    for _ in range(30):
+        tail, accepted = await _queue_race_once()
+        assert tail.startswith(b"b")
+        assert b"d" in tail
+        if accepted and tail.index(b"e") < tail.index(b"d"):
+            overtaken += 1
+    assert overtaken == 0, f"e overtook d in {overtaken} of 30 tries"
