@@ -37,6 +37,7 @@ from .test_mqtt_qos2_recovery import (  # type: ignore[import-not-found]
     connect,
     crash,
     publish_q2,
+    shared_delivery_then_crash,
     subscribe,
 )
 
@@ -125,16 +126,7 @@ async def test_restored_shared_delivery_handed_back_before_the_group_reached_it(
     is skipped once (``Cursor.reached``) but the group's own read of X then delivers it: X reaches m2
     exactly once and the group's offset moves on."""
     props = Properties(session_expiry_interval=3600)
-    m1 = await connect(proxy, "m1", level=5, properties=props)
-    await subscribe(m1, "$share/g/sh/t", Q2)
-    pub = await connect(proxy, "p", clean=True)
-    await publish_q2(pub, "sh/t", b"x", 1)
-    first = await m1.receive()
-    assert isinstance(first, Publish)
-    assert first.payload == b"x"
-    m2 = await connect(proxy, "m2")
-    await subscribe(m2, "$share/g/sh/t", Q2)
-    await crash(proxy, m1, m2, pub)
+    first = await shared_delivery_then_crash(proxy, b"x", level=5, properties=props)
 
     small = Properties(session_expiry_interval=3600, receive_maximum=1)
     m1 = await connect(proxy, "m1", level=5, properties=small)

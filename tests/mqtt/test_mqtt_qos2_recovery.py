@@ -350,17 +350,24 @@ async def test_outbound_mqtt5_restored_publish_keeps_properties(proxy: Proxy) ->
     )
 
 
-async def test_outbound_shared_delivery_comes_back_to_the_same_member_only(proxy: Proxy) -> None:
-    first_member = await connect(proxy, "m1")
-    await subscribe(first_member, "$share/g/sh/t", Q2)
+async def shared_delivery_then_crash(proxy: Proxy, payload: bytes, **first_member: Any) -> Publish:
+    """Members m1 (connected with ``first_member``) and m2 share ``sh/t`` at QoS 2 in group ``g``; one
+    message goes to m1, which does not answer it; then the proxy crashes. Returns m1's PUBLISH."""
+    m1 = await connect(proxy, "m1", **first_member)
+    await subscribe(m1, "$share/g/sh/t", Q2)
     pub = await connect(proxy, "p", clean=True)
-    await publish_q2(pub, "sh/t", b"m0", 1)
-    first = await first_member.receive()
+    await publish_q2(pub, "sh/t", payload, 1)
+    first = await m1.receive()
     assert isinstance(first, Publish)
-    assert first.payload == b"m0"
-    second_member = await connect(proxy, "m2")
-    await subscribe(second_member, "$share/g/sh/t", Q2)
-    await crash(proxy, first_member, second_member, pub)
+    assert first.payload == payload
+    m2 = await connect(proxy, "m2")
+    await subscribe(m2, "$share/g/sh/t", Q2)
+    await crash(proxy, m1, m2, pub)
+    return first
+
+
+async def test_outbound_shared_delivery_comes_back_to_the_same_member_only(proxy: Proxy) -> None:
+    first = await shared_delivery_then_crash(proxy, b"m0")
 
     second_member = await connect(proxy, "m2")  # the other member comes back first
     await nothing_more(second_member)  # m0 belongs to m1: it is not delivered again elsewhere
