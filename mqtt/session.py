@@ -356,6 +356,7 @@ class Session:
             record = self.restored[0]
             spec = self.subscriptions.get(record.topic_filter)
             cursor: Cursor | None = None
+            group: Any = None
             message: StoredMessage | None = None
             if record.retained:
                 if record.phase == SENT:
@@ -381,7 +382,6 @@ class Session:
                 publish = Publish(record.topic_filter, b"", QoS.EXACTLY_ONCE, packet_id=record.packet_id)
             else:
                 publish = dataclasses.replace(publish, qos=QoS.EXACTLY_ONCE, packet_id=record.packet_id)
-            group = self.group_for(record.topic_filter) if cursor is not None else None
             self.inflight[record.packet_id] = InFlight(
                 record.packet_id,
                 publish,
