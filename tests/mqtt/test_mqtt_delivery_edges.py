@@ -38,6 +38,7 @@ from .test_mqtt_qos2_recovery import (  # type: ignore[import-not-found]
     crash,
     publish_q2,
     shared_delivery_then_crash,
+    shared_delivery_to_m1,
     subscribe,
 )
 
@@ -157,14 +158,7 @@ async def test_shared_qos2_in_flight_across_unsubscribe_and_resubscribe_is_not_s
     """m1 (the group's only member) has shared QoS 2 delivery X released (PUBREC in, PUBREL out: the
     client has handed X to its application), UNSUBSCRIBEs, SUBSCRIBEs again, then completes X. X must
     not come again."""
-    m1 = await connect(proxy, "m1")
-    await subscribe(m1, "$share/g/rs/t", Q2)
-    pub = await connect(proxy, "p", clean=True)
-    await publish_q2(pub, "rs/t", b"x", 1)
-    first = await m1.receive()
-    assert isinstance(first, Publish)
-    assert first.payload == b"x"
-    assert first.packet_id is not None
+    m1, pub, first = await shared_delivery_to_m1(proxy, "rs/t", b"x")
     await m1.send(PubRec(first.packet_id))
     assert await m1.receive() == PubRel(first.packet_id)  # exactly-once: the client has X now
     await m1.send(Unsubscribe(5, ("$share/g/rs/t",)))
@@ -181,14 +175,7 @@ async def test_shared_qos2_in_flight_across_unsubscribe_and_resubscribe_is_not_s
 async def test_shared_qos2_in_flight_at_unsubscribe_is_not_redelivered_after_a_crash(proxy: Proxy) -> None:
     """m1 has shared QoS 2 delivery X released (client handed X to its application) and UNSUBSCRIBEs
     while m2 stays in the group; then the proxy crashes before PUBCOMP. X must not go to m2."""
-    m1 = await connect(proxy, "m1")
-    await subscribe(m1, "$share/g/uc/t", Q2)
-    pub = await connect(proxy, "p", clean=True)
-    await publish_q2(pub, "uc/t", b"x", 1)
-    first = await m1.receive()
-    assert isinstance(first, Publish)
-    assert first.payload == b"x"
-    assert first.packet_id is not None
+    m1, pub, first = await shared_delivery_to_m1(proxy, "uc/t", b"x")
     m2 = await connect(proxy, "m2")
     await subscribe(m2, "$share/g/uc/t", Q2)
     await m1.send(PubRec(first.packet_id))
@@ -210,13 +197,7 @@ async def test_member_snapshot_stays_bounded_while_another_member_holds_the_grou
     """m1 (persistent, offline) holds shared QoS 2 delivery X un-acked, so the group's committed offset
     stays at X. m2 (Receive Maximum 4) then completes 60 QoS 2 deliveries of the group. Its snapshot
     should stay bounded by a small multiple of its window."""
-    m1 = await connect(proxy, "m1")
-    await subscribe(m1, "$share/g/big/t", Q2)
-    pub = await connect(proxy, "p", clean=True)
-    await publish_q2(pub, "big/t", b"x", 1)
-    first = await m1.receive()
-    assert isinstance(first, Publish)
-    assert first.payload == b"x"
+    m1, pub, _ = await shared_delivery_to_m1(proxy, "big/t", b"x")
     await m1.aclose()  # persistent session, offline, X un-acked
     await trio.sleep(0.1)
     m2 = await connect(

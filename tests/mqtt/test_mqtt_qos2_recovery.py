@@ -350,16 +350,26 @@ async def test_outbound_mqtt5_restored_publish_keeps_properties(proxy: Proxy) ->
     )
 
 
-async def shared_delivery_then_crash(proxy: Proxy, payload: bytes, **first_member: Any) -> Publish:
-    """Members m1 (connected with ``first_member``) and m2 share ``sh/t`` at QoS 2 in group ``g``; one
-    message goes to m1, which does not answer it; then the proxy crashes. Returns m1's PUBLISH."""
+async def shared_delivery_to_m1(
+    proxy: Proxy, topic: str, payload: bytes, **first_member: Any
+) -> tuple[RawClient, RawClient, Publish]:
+    """m1 (connected with ``first_member``) alone in group ``g`` on ``topic`` at QoS 2; a clean publisher
+    sends ``payload`` once and m1 receives it, unanswered. Returns (m1, the publisher, m1's PUBLISH)."""
     m1 = await connect(proxy, "m1", **first_member)
-    await subscribe(m1, "$share/g/sh/t", Q2)
+    await subscribe(m1, f"$share/g/{topic}", Q2)
     pub = await connect(proxy, "p", clean=True)
-    await publish_q2(pub, "sh/t", payload, 1)
+    await publish_q2(pub, topic, payload, 1)
     first = await m1.receive()
     assert isinstance(first, Publish)
     assert first.payload == payload
+    assert first.packet_id is not None
+    return m1, pub, first
+
+
+async def shared_delivery_then_crash(proxy: Proxy, payload: bytes, **first_member: Any) -> Publish:
+    """Members m1 (connected with ``first_member``) and m2 share ``sh/t`` at QoS 2 in group ``g``; one
+    message goes to m1, which does not answer it; then the proxy crashes. Returns m1's PUBLISH."""
+    m1, pub, first = await shared_delivery_to_m1(proxy, "sh/t", payload, **first_member)
     m2 = await connect(proxy, "m2")
     await subscribe(m2, "$share/g/sh/t", Q2)
     await crash(proxy, m1, m2, pub)
