@@ -37,6 +37,7 @@ clients: system-deps
 	@bash scripts/setup-clients.sh
 	@if [ -f scripts/setup-grpc-clients.sh ]; then bash scripts/setup-grpc-clients.sh; fi
 	@if [ -f scripts/setup-mqtt-node.sh ]; then bash scripts/setup-mqtt-node.sh; fi
+	@$(PY) scripts/stock_rocketmq.py fetch >/dev/null
 
 test: system-deps $(STAMP_TEST) clients
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
@@ -49,4 +50,4 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/store.py
 
 clean:
-	rm -rf $(VENV) .clients
+	rm -rf $(VENV) .clients .cache

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mqproxy's commands need, only where missing.
 #   setup-system.sh venv   only what `python3 -m venv` needs (for `make serve`)
-#   setup-system.sh        everything the test tiers need: a Java runtime for Spark, Node.js/npm for the
-#                          JavaScript clients, mosquitto_pub/mosquitto_sub for the MQTT smoke test
+#   setup-system.sh        everything the test tiers need: a JDK (Spark, stock RocketMQ, the Java clients)
+#                          and Maven to fetch them, Go for the Go clients, Node.js/npm for the JavaScript
+#                          clients, mosquitto_pub/mosquitto_sub for the MQTT smoke test
 set -euo pipefail
 need=()
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 if [ "${1:-all}" != venv ]; then
-  command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+  command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
+  command -v go >/dev/null 2>&1 || need+=(golang-go)
   command -v node >/dev/null 2>&1 || need+=(nodejs)
   command -v npm >/dev/null 2>&1 || need+=(npm)
   command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)

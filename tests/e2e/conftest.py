@@ -5,6 +5,16 @@
 * ``clients``: the installed remoting clients by name (``py044``, ``pycvs``, ``alions``);
   ``client(name)`` skips the test when that client is not installed (``scripts/setup-clients.sh``).
 
+* ``target`` (module scope, parametrised ``mqproxy`` / ``stock``): the same test runs against mqproxy and
+  against the stock RocketMQ; ``target.namesrv`` is the name-server address a remoting client is given,
+  ``target.grpc`` the gRPC endpoint (mqproxy's one port, or RocketMQ's proxy).
+* ``java_driver`` (factory): ``java_driver("remoting4", "mqtest.Remoting4", ("client4",))`` compiles
+  ``tests/e2e/java/remoting4`` (+ ``java/common``) against the named Maven artifact sets and returns a
+  :class:`Client` whose ``spawn``/``run`` start that main class; drivers print JSON lines (``Events.java``).
+* ``stock`` (session scope): a stock Apache RocketMQ (name server, one broker, RocketMQ's proxy in cluster
+  mode) from ``scripts/stock_rocketmq.py``; ``stock_rocketmq`` is that module (class paths, mqadmin,
+  ``compile_java``, ``StockCluster`` for tests that need a cluster of their own).
+
 ``E2E_MQPROXY_BIN`` overrides the proxy executable (default: ``mqproxy`` next to the running interpreter;
 the name avoids the ``MQPROXY_`` prefix, which the proxy reads as configuration).
 Each client process gets ``HOME`` pointing at a temp dir, because the C++ cores log under ``$HOME/logs``.
@@ -28,6 +38,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+import stock_rocketmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
+
 DRIVERS = Path(__file__).resolve().parent / "clients"
 CLIENT_ENVS = REPO / ".clients"
 START_TIMEOUT = 20.0
@@ -238,6 +251,10 @@ class Client:
                                     stdin=subprocess.DEVNULL, env=env, cwd=self.workdir)
         return ClientRun(f"{self.name} {args[0]}", proc, JsonLineReader(proc.stdout), stderr_path)
 
+    def run(self, *args: str, timeout: float = 60.0) -> ClientRun:
+        """Spawn and wait (the run is killed after ``timeout`` seconds)."""
+        return self.spawn(*args).wait(timeout)
+
     def produce(self, namesrv: str, topic: str, count: int, *, start: int = 0, tag: str = "TagA",
                 key: str = "key", body: str = "body", props: dict[str, str] | None = None,
                 timeout: float = 30.0) -> ClientRun:
@@ -345,3 +362,79 @@ def pytest_runtest_makereport(
         for n, proc in enumerate(proxies):
             report.sections.append((f"mqproxy #{n} log", proc.diagnostics()))
     return report
+
+
+#: Broker settings of the session's stock cluster: transaction check-backs come within seconds, not a minute.
+STOCK_BROKER_CONF = {
+    "transactionCheckInterval": "2000",
+    "transactionTimeOut": "1000",
+}
+
+
+@pytest.fixture(scope="session")
+def stock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stock_rocketmq.StockCluster]:
+    """A stock Apache RocketMQ 5.3 (name server + one broker + RocketMQ's proxy, cluster mode).
+
+    Fails (not skips) with the launcher's one-line reason when Maven, Java or a JVM is not right:
+    ``make test`` installs and fetches everything it needs.
+    """
+    cluster = stock_rocketmq.StockCluster(tmp_path_factory.mktemp("stock"), brokers=1, proxy="cluster",
+                                          broker_conf=STOCK_BROKER_CONF)
+    try:
+        cluster.start()
+    except stock_rocketmq.LauncherError as exc:
+        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+
+
+@dataclass
+class Target:
+    """Where a client is pointed: mqproxy (``proxy`` set) or the stock RocketMQ (``cluster`` set)."""
+
+    name: str
+    namesrv: str
+    grpc: str
+    proxy: ProxyProcess | None = None
+    cluster: stock_rocketmq.StockCluster | None = None
+
+    def mqadmin(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Apache RocketMQ's mqadmin against this target's name server."""
+        return stock_rocketmq.mqadmin(self.namesrv, *args, timeout=timeout)
+
+
+@pytest.fixture(scope="module", params=["mqproxy", "stock"])
+def target(request: pytest.FixtureRequest) -> Target:
+    if request.param == "mqproxy":
+        proxy = request.getfixturevalue("proxy")
+        return Target("mqproxy", proxy.address, proxy.address, proxy=proxy)
+    cluster = request.getfixturevalue("stock")
+    return Target("stock", cluster.namesrv_addr, cluster.proxy_grpc_addr, cluster=cluster)
+
+
+@pytest.fixture(scope="session")
+def java_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str, tuple[str, ...]], Client]:
+    home = tmp_path_factory.mktemp("java-home")
+    workdir = tmp_path_factory.mktemp("java-runs")
+    built: dict[tuple[str, str, tuple[str, ...]], Client] = {}
+
+    def make(suite: str, main: str, sets: tuple[str, ...]) -> Client:
+        key = (suite, main, sets)
+        if key not in built:
+            try:
+                cp = stock_rocketmq.classpath(*sets)
+                classes = stock_rocketmq.compile_java([JAVA_SOURCES / suite, JAVA_SOURCES / "common"], cp,
+                                                      name=suite)
+                java = stock_rocketmq.java_executable()
+            except stock_rocketmq.LauncherError as exc:
+                pytest.fail(f"Java driver {suite}: {exc}", pytrace=False)
+            argv = [java, "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                    "-XX:-UsePerfData", f"-Duser.home={home}", "-Drocketmq.client.logRoot=" + str(home / "logs"),
+                    "-cp", f"{classes}{os.pathsep}{cp}", main]
+            built[key] = Client(suite, argv, home, workdir)
+        return built[key]
+
+    return make
