@@ -2,8 +2,9 @@
 """Stock Apache RocketMQ for tests and benchmarks: fetched from Maven Central, run on loopback.
 
 Nothing here is committed but this file: every jar comes from Maven Central at test time, through
-``mvn dependency:copy-dependencies``, into a cache folder outside git (``$MQPROXY_TEST_CACHE``, default
-``<repo>/.cache``). Standard library only, so tests, benchmarks and a shell can all use it.
+``mvn dependency:copy-dependencies``, into a cache folder outside git (``$MQTEST_CACHE``, default
+``<repo>/.cache``; not an ``MQPROXY_*`` name, which mqproxy would read as a setting).
+Standard library only, so tests, benchmarks and a shell can all use it.
 
 Contracts:
 
@@ -49,14 +50,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("MQPROXY_TEST_CACHE", REPO / ".cache"))
+CACHE = Path(os.environ.get("MQTEST_CACHE", REPO / ".cache"))
 ROCKETMQ_VERSION = "5.3.3"
 
 #: Named artifact sets: each is fetched with its transitive runtime dependencies into its own folder.
 ARTIFACT_SETS: dict[str, tuple[str, ...]] = {
     # name server, broker, proxy and mqadmin (rocketmq-tools) of one release
-    "server": tuple(f"org.apache.rocketmq:rocketmq-{a}:{ROCKETMQ_VERSION}"
-                    for a in ("namesrv", "broker", "proxy", "tools")),
+    "server": tuple(
+        f"org.apache.rocketmq:rocketmq-{a}:{ROCKETMQ_VERSION}"
+        for a in ("namesrv", "broker", "proxy", "tools")
+    ),
     # the 4.x remoting client, with the ACL 1.0 RPC hook
     "client4": ("org.apache.rocketmq:rocketmq-client:4.9.8", "org.apache.rocketmq:rocketmq-acl:4.9.8"),
     # the 5.x remoting client (pop consumption, ACL hook included since 5.3.3)
@@ -69,11 +72,16 @@ ARTIFACT_SETS: dict[str, tuple[str, ...]] = {
 
 #: Java 17 needs these for RocketMQ's store and Netty (RocketMQ targets Java 8).
 JAVA17_OPENS = (
-    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
-    "--add-opens", "java.base/java.nio=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/sun.nio.ch=ALL-UNNAMED",
 )
 
 START_TIMEOUT = 90.0
@@ -102,17 +110,29 @@ def _pom(coords: Sequence[str]) -> str:
     deps = []
     for coord in coords:
         group, artifact, version = coord.split(":")
-        deps.append(f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-                    f"<version>{version}</version></dependency>")
-    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-            "<groupId>mqproxy.tests</groupId><artifactId>deps</artifactId><version>1</version>"
-            f"<packaging>pom</packaging><dependencies>{''.join(deps)}</dependencies></project>\n")
+        deps.append(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>mqproxy.tests</groupId><artifactId>deps</artifactId><version>1</version>"
+        f"<packaging>pom</packaging><dependencies>{''.join(deps)}</dependencies></project>\n"
+    )
 
 
 def _maven_failure(output: str) -> str:
     lowered = output.lower()
-    if any(s in lowered for s in ("unknownhost", "could not transfer", "connection refused",
-                                  "connect timed out", "network is unreachable")):
+    if any(
+        s in lowered
+        for s in (
+            "unknownhost",
+            "could not transfer",
+            "connection refused",
+            "connect timed out",
+            "network is unreachable",
+        )
+    ):
         return "Maven Central unreachable"
     for line in output.splitlines():
         if "[ERROR]" in line and line.strip() != "[ERROR]":
@@ -139,15 +159,24 @@ def fetch(name: str) -> Path:
         (home / "pom.xml").write_text(_pom(coords))
         if lib.exists():
             shutil.rmtree(lib)
-        cmd = [mvn, "-B", "-q", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
-               f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(home / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={lib}",
+            "-DincludeScope=runtime",
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
         except subprocess.TimeoutExpired as exc:
             raise LauncherError(f"fetching {name} from Maven Central took over 900 s") from exc
         if done.returncode != 0 or not lib.is_dir():
-            raise LauncherError(f"fetching {name} ({', '.join(coords)}): "
-                                f"{_maven_failure(done.stdout + done.stderr)}")
+            raise LauncherError(
+                f"fetching {name} ({', '.join(coords)}): {_maven_failure(done.stdout + done.stderr)}"
+            )
         stamp.write_text("\n".join(coords) + "\n")
     return lib
 
@@ -185,15 +214,21 @@ def compile_java(sources: Path | Sequence[Path], cp: str, *, name: str | None = 
         return out
     javac = shutil.which("javac") or str(Path(java_executable()).parent / "javac")
     if not Path(javac).exists():
-        raise LauncherError("javac not found: install a JDK 17, not only a JRE (scripts/setup-system.sh does)")
+        raise LauncherError(
+            "javac not found: install a JDK 17, not only a JRE (scripts/setup-system.sh does)"
+        )
     with _locked(out.with_suffix(".lock")):
         if (out / ".complete").exists():
             return out
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
-        done = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp", cp,
-                               *map(str, files)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp", cp, *map(str, files)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip())
             raise LauncherError(f"javac failed: {first[:300]}")
@@ -268,8 +303,9 @@ class JavaProcess:
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
-            self.proc = _popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, cwd=self.cwd)
+            self.proc = _popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd
+            )
         _register(self)
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
@@ -281,8 +317,10 @@ class JavaProcess:
             if self.proc.poll() is not None:
                 rc = self.proc.returncode
                 self.stop()
-                raise LauncherError(f"{self.name} exited with {rc} before it was ready: "
-                                    f"{_jvm_failure(text)} (log: {self.log})")
+                raise LauncherError(
+                    f"{self.name} exited with {rc} before it was ready: "
+                    f"{_jvm_failure(text)} (log: {self.log})"
+                )
             if "Address already in use" in text:
                 self.stop()
                 raise PortTaken(f"{self.name}: port {self.port} (or a neighbour) is taken (log: {self.log})")
@@ -290,8 +328,9 @@ class JavaProcess:
                 return
             if time.monotonic() > deadline:
                 self.stop()
-                raise LauncherError(f"{self.name} not ready within {timeout:.0f} s: {_jvm_failure(text)} "
-                                    f"(log: {self.log})")
+                raise LauncherError(
+                    f"{self.name} not ready within {timeout:.0f} s: {_jvm_failure(text)} (log: {self.log})"
+                )
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
@@ -353,12 +392,25 @@ import atexit  # noqa: E402  (registered next to the function it calls)
 atexit.register(stop_all)
 
 
-def jvm_argv(cp: str, main: str, args: Sequence[str], *, heap_mb: int = 256, home: Path,
-             extra: Sequence[str] = ()) -> list[str]:
+def jvm_argv(
+    cp: str, main: str, args: Sequence[str], *, heap_mb: int = 256, home: Path, extra: Sequence[str] = ()
+) -> list[str]:
     """The command line of a RocketMQ JVM: Java 17 flags, a small heap, ``home`` for its logs."""
-    return [java_executable(), f"-Xms{min(heap_mb, 128)}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC",
-            "-XX:-UsePerfData", *JAVA17_OPENS, f"-Drocketmq.home.dir={home}", f"-Duser.home={home}",
-            *extra, "-cp", cp, main, *args]
+    return [
+        java_executable(),
+        f"-Xms{min(heap_mb, 128)}m",
+        f"-Xmx{heap_mb}m",
+        "-XX:+UseG1GC",
+        "-XX:-UsePerfData",
+        *JAVA17_OPENS,
+        f"-Drocketmq.home.dir={home}",
+        f"-Duser.home={home}",
+        *extra,
+        "-cp",
+        cp,
+        main,
+        *args,
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- cluster
@@ -386,12 +438,14 @@ def broker_defaults() -> dict[str, str]:
     }
 
 
-def remoting_call(addr: str, code: int, ext: dict[str, str] | None = None, *,
-                  timeout: float = 5.0) -> tuple[int, str, bytes]:
+def remoting_call(
+    addr: str, code: int, ext: dict[str, str] | None = None, *, timeout: float = 5.0
+) -> tuple[int, str, bytes]:
     """One RocketMQ remoting request (JSON header) to ``addr``; returns (code, remark, body)."""
     host, port = addr.rsplit(":", 1)
-    header = json.dumps({"code": code, "language": "JAVA", "version": 0, "opaque": 1, "flag": 0,
-                         "extFields": ext or {}}).encode()
+    header = json.dumps(
+        {"code": code, "language": "JAVA", "version": 0, "opaque": 1, "flag": 0, "extFields": ext or {}}
+    ).encode()
     frame = (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(frame)
@@ -403,8 +457,8 @@ def remoting_call(addr: str, code: int, ext: dict[str, str] | None = None, *,
             buf += chunk
     length = int.from_bytes(buf[:4], "big")
     header_len = int.from_bytes(buf[4:8], "big") & 0xFFFFFF
-    reply = json.loads(buf[8:8 + header_len])
-    return int(reply["code"]), str(reply.get("remark") or ""), buf[8 + header_len:4 + length]
+    reply = json.loads(buf[8 : 8 + header_len])
+    return int(reply["code"]), str(reply.get("remark") or ""), buf[8 + header_len : 4 + length]
 
 
 GET_ROUTEINFO_BY_TOPIC = 105
@@ -514,9 +568,20 @@ class StockCluster:
             home.mkdir(parents=True, exist_ok=True)
             conf = home / "namesrv.conf"
             conf.write_text(f"listenPort={port}\nbindAddress=127.0.0.1\n")
-            proc = JavaProcess("name server", jvm_argv(cp, "org.apache.rocketmq.namesrv.NamesrvStartup",
-                                                       ["-c", str(conf)], heap_mb=128, home=home),
-                               home / "namesrv.log", "boot success", port, home)
+            proc = JavaProcess(
+                "name server",
+                jvm_argv(
+                    cp,
+                    "org.apache.rocketmq.namesrv.NamesrvStartup",
+                    ["-c", str(conf)],
+                    heap_mb=128,
+                    home=home,
+                ),
+                home / "namesrv.log",
+                "boot success",
+                port,
+                home,
+            )
             proc.start()
             proc.wait_ready()
             self.namesrv_port, self.namesrv_process = port, proc
@@ -535,8 +600,14 @@ class StockCluster:
             home.mkdir(parents=True, exist_ok=True)
             conf = home / "broker.conf"
             self._write_broker_conf(conf, name, port, home / "store", overrides)
-            proc = JavaProcess(f"broker {name}", self._broker_argv(cp, conf, home), home / "broker.log",
-                               "boot success", port, home)
+            proc = JavaProcess(
+                f"broker {name}",
+                self._broker_argv(cp, conf, home),
+                home / "broker.log",
+                "boot success",
+                port,
+                home,
+            )
             proc.start()
             proc.wait_ready()
             self._wait_registered(proc, f"127.0.0.1:{port}")
@@ -548,15 +619,28 @@ class StockCluster:
         return broker
 
     def _broker_argv(self, cp: str, conf: Path, home: Path) -> list[str]:
-        return jvm_argv(cp, "org.apache.rocketmq.broker.BrokerStartup", ["-c", str(conf)],
-                        heap_mb=self.broker_heap_mb, home=home, extra=("-XX:MaxDirectMemorySize=512m",))
+        return jvm_argv(
+            cp,
+            "org.apache.rocketmq.broker.BrokerStartup",
+            ["-c", str(conf)],
+            heap_mb=self.broker_heap_mb,
+            home=home,
+            extra=("-XX:MaxDirectMemorySize=512m",),
+        )
 
-    def _write_broker_conf(self, conf: Path, name: str, port: int, store: Path,
-                           overrides: dict[str, str]) -> None:
+    def _write_broker_conf(
+        self, conf: Path, name: str, port: int, store: Path, overrides: dict[str, str]
+    ) -> None:
         settings = broker_defaults()
-        settings.update(brokerClusterName=self.cluster_name, brokerName=name, listenPort=str(port),
-                        haListenPort=str(port + 1), namesrvAddr=self.namesrv_addr,
-                        storePathRootDir=str(store), storePathCommitLog=str(store / "commitlog"))
+        settings.update(
+            brokerClusterName=self.cluster_name,
+            brokerName=name,
+            listenPort=str(port),
+            haListenPort=str(port + 1),
+            namesrvAddr=self.namesrv_addr,
+            storePathRootDir=str(store),
+            storePathCommitLog=str(store / "commitlog"),
+        )
         settings.update(self.broker_conf)
         settings.update(overrides)
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -568,9 +652,14 @@ class StockCluster:
         """Start a stopped broker again on the same port and store."""
         broker = self.broker(name)
         broker.process.stop()
-        proc = JavaProcess(broker.process.name, self._broker_argv(classpath("server"), broker.conf,
-                                                                  broker.conf.parent),
-                           broker.process.log, "boot success", broker.port, broker.conf.parent)
+        proc = JavaProcess(
+            broker.process.name,
+            self._broker_argv(classpath("server"), broker.conf, broker.conf.parent),
+            broker.process.log,
+            "boot success",
+            broker.port,
+            broker.conf.parent,
+        )
         # the old log already holds a ready line: wait for a fresh one in a fresh file
         broker.process.log.rename(broker.process.log.with_suffix(f".{int(time.time() * 1000)}.log"))
         proc.start()
@@ -591,7 +680,9 @@ class StockCluster:
                 pass
             if time.monotonic() > deadline:
                 proc.stop()
-                raise LauncherError(f"{proc.name} did not register with the name server within {timeout:.0f} s")
+                raise LauncherError(
+                    f"{proc.name} did not register with the name server within {timeout:.0f} s"
+                )
             time.sleep(0.1)
 
     def _start_proxy(self, cp: str) -> None:
@@ -604,28 +695,45 @@ class StockCluster:
             home = self.workdir / f"proxy-{mode}"
             home.mkdir(parents=True, exist_ok=True)
             conf = home / "rmq-proxy.json"
-            conf.write_text(json.dumps({
-                "rocketMQClusterName": self.cluster_name,
-                "namesrvAddr": self.namesrv_addr,
-                "grpcServerPort": grpc_port,
-                "remotingListenPort": remoting_port,
-                "proxyMode": mode,
-            }))
+            conf.write_text(
+                json.dumps(
+                    {
+                        "rocketMQClusterName": self.cluster_name,
+                        "namesrvAddr": self.namesrv_addr,
+                        "grpcServerPort": grpc_port,
+                        "remotingListenPort": remoting_port,
+                        "proxyMode": mode,
+                    }
+                )
+            )
             args = ["-pc", str(conf), "-pm", mode]
             if mode == "local":
                 bport = free_port(neighbours=(-2, 1))
                 bconf = home / "broker.conf"
                 self._write_broker_conf(bconf, f"{self.cluster_name}-proxy-broker", bport, home / "store", {})
                 args += ["-bc", str(bconf)]
-            proc = JavaProcess(f"RocketMQ proxy ({mode})",
-                               jvm_argv(cp, "org.apache.rocketmq.proxy.ProxyStartup", args,
-                                        heap_mb=self.broker_heap_mb if mode == "local" else 256, home=home,
-                                        extra=("-XX:MaxDirectMemorySize=512m",)),
-                               home / "proxy.log", "rocketmq-proxy startup successfully", grpc_port, home)
+            proc = JavaProcess(
+                f"RocketMQ proxy ({mode})",
+                jvm_argv(
+                    cp,
+                    "org.apache.rocketmq.proxy.ProxyStartup",
+                    args,
+                    heap_mb=self.broker_heap_mb if mode == "local" else 256,
+                    home=home,
+                    extra=("-XX:MaxDirectMemorySize=512m",),
+                ),
+                home / "proxy.log",
+                "rocketmq-proxy startup successfully",
+                grpc_port,
+                home,
+            )
             proc.start()
             proc.wait_ready()
             self.proxy_grpc_port, self.proxy_remoting_port, self.proxy_process = (
-                grpc_port, remoting_port, proc)
+                grpc_port,
+                remoting_port,
+                proc,
+            )
 
         self._retrying(make)
 
@@ -647,13 +755,20 @@ class StockCluster:
             time.sleep(0.1)
 
 
-def mqadmin(namesrv: str, *args: str, home: Path | None = None,
-            timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def mqadmin(
+    namesrv: str, *args: str, home: Path | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """Run Apache RocketMQ's ``mqadmin`` (rocketmq-tools) against ``namesrv``."""
     home = home or Path(tempfile.mkdtemp(prefix="mqadmin-"))
     home.mkdir(parents=True, exist_ok=True)
-    argv = jvm_argv(classpath("server"), "org.apache.rocketmq.tools.command.MQAdminStartup",
-                    [*args, "-n", namesrv], heap_mb=128, home=home, extra=("-XX:TieredStopAtLevel=1",))
+    argv = jvm_argv(
+        classpath("server"),
+        "org.apache.rocketmq.tools.command.MQAdminStartup",
+        [*args, "-n", namesrv],
+        heap_mb=128,
+        home=home,
+        extra=("-XX:TieredStopAtLevel=1",),
+    )
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=home)
     except subprocess.TimeoutExpired as exc:
@@ -682,18 +797,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif opts.cmd == "run":
             workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="stock-rocketmq-"))
             with StockCluster(workdir, brokers=opts.brokers, proxy=opts.proxy) as cluster:
-                print(json.dumps({"namesrv": cluster.namesrv_addr,
-                                  "brokers": {b.name: b.addr for b in cluster.broker_list},
-                                  "proxy_grpc": cluster.proxy_grpc_addr if opts.proxy else None,
-                                  "proxy_remoting": cluster.proxy_remoting_addr if opts.proxy else None,
-                                  "workdir": str(workdir)}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "namesrv": cluster.namesrv_addr,
+                            "brokers": {b.name: b.addr for b in cluster.broker_list},
+                            "proxy_grpc": cluster.proxy_grpc_addr if opts.proxy else None,
+                            "proxy_remoting": cluster.proxy_remoting_addr if opts.proxy else None,
+                            "workdir": str(workdir),
+                        }
+                    ),
+                    flush=True,
+                )
                 with contextlib.suppress(KeyboardInterrupt):
                     signal.pause()
         else:
             args = [a for a in opts.args if a != "--"]
-            done = subprocess.run(jvm_argv(classpath("server"), "org.apache.rocketmq.tools.command.MQAdminStartup",
-                                           args, heap_mb=128, home=Path(tempfile.mkdtemp(prefix="mqadmin-"))),
-                                  check=False)
+            done = subprocess.run(
+                jvm_argv(
+                    classpath("server"),
+                    "org.apache.rocketmq.tools.command.MQAdminStartup",
+                    args,
+                    heap_mb=128,
+                    home=Path(tempfile.mkdtemp(prefix="mqadmin-")),
+                ),
+                check=False,
+            )
             return done.returncode
     except LauncherError as exc:
         print(f"stock_rocketmq: {exc}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import tomllib
 from importlib.resources import files
 from pathlib import Path
 
@@ -12,7 +13,10 @@ import jsonschema
 
 SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_text(encoding="utf-8"))
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_DIRS = ["proxy", "codecs", "negotiation", "remoting", "broker", "mqtt", "grpc_service"]
+#: Every source folder that installs as part of the ``mqproxy`` package (pyproject ``package-dir``).
+SOURCE_DIRS = sorted(
+    {d.split("/")[0] for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+     ["package-dir"].values()} - {"spark_etl", "config"})
 LOG_METHODS = {"debug", "info", "warning", "error", "critical", "exception"}
 
 

@@ -432,7 +432,7 @@ def java_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str,
             except stock_rocketmq.LauncherError as exc:
                 pytest.fail(f"Java driver {suite}: {exc}", pytrace=False)
             argv = [java, "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                    "-XX:-UsePerfData", f"-Duser.home={home}", "-Drocketmq.client.logRoot=" + str(home / "logs"),
+                    "-XX:-UsePerfData", f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home / 'logs'}",
                     "-cp", f"{classes}{os.pathsep}{cp}", main]
             built[key] = Client(suite, argv, home, workdir)
         return built[key]

@@ -24,10 +24,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_maven_failure_names_an_unreachable_central() -> None:
-    out = "[ERROR] Failed ... Could not transfer artifact org.apache.rocketmq:x:pom:1 from/to central: Unknown host"
+    out = "[ERROR] Could not transfer artifact org.apache.rocketmq:x:pom:1 from/to central: Unknown host"
     assert stock_rocketmq._maven_failure(out) == "Maven Central unreachable"
     assert stock_rocketmq._maven_failure("[ERROR]\n[ERROR] Could not find artifact a:b:jar:1") == (
-        "Could not find artifact a:b:jar:1")
+        "Could not find artifact a:b:jar:1"
+    )
 
 
 def test_fetch_without_maven_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -52,15 +53,21 @@ def test_pom_lists_every_coordinate() -> None:
 def test_a_jvm_that_fails_is_reported_in_one_line_and_reaped(tmp_path: Path) -> None:
     cp = stock_rocketmq.classpath("server")
     proc = stock_rocketmq.JavaProcess(
-        "bogus", stock_rocketmq.jvm_argv(cp, "org.example.NoSuchMain", [], home=tmp_path),
-        tmp_path / "bogus.log", "never", stock_rocketmq.free_port(), tmp_path)
+        "bogus",
+        stock_rocketmq.jvm_argv(cp, "org.example.NoSuchMain", [], home=tmp_path),
+        tmp_path / "bogus.log",
+        "never",
+        stock_rocketmq.free_port(),
+        tmp_path,
+    )
     proc.start()
     pid = proc.proc.pid  # type: ignore[union-attr]
     with pytest.raises(stock_rocketmq.LauncherError) as info:
         proc.wait_ready(timeout=60)
     message = str(info.value)
     assert "\n" not in message
-    assert "bogus exited with 1" in message and "NoSuchMain" in message
+    assert "bogus exited with 1" in message
+    assert "NoSuchMain" in message
     proc.stop()
     assert not _alive(pid)
 
@@ -78,11 +85,20 @@ def test_a_port_taken_is_named(tmp_path: Path) -> None:
         (home / "namesrv.conf").write_text(f"listenPort={port}\nbindAddress=127.0.0.1\n")
         proc = stock_rocketmq.JavaProcess(
             "name server",
-            stock_rocketmq.jvm_argv(stock_rocketmq.classpath("server"), "org.apache.rocketmq.namesrv.NamesrvStartup",
-                                    ["-c", str(home / "namesrv.conf")], heap_mb=128, home=home),
-            home / "namesrv.log", "boot success", port, home)
+            stock_rocketmq.jvm_argv(
+                stock_rocketmq.classpath("server"),
+                "org.apache.rocketmq.namesrv.NamesrvStartup",
+                ["-c", str(home / "namesrv.conf")],
+                heap_mb=128,
+                home=home,
+            ),
+            home / "namesrv.log",
+            "boot success",
+            port,
+            home,
+        )
         proc.start()
-        with pytest.raises(stock_rocketmq.LauncherError, match="port|Address already in use|exited"):
+        with pytest.raises(stock_rocketmq.LauncherError, match=r"port|Address already in use|exited"):
             proc.wait_ready(timeout=60)
         proc.stop()
 
@@ -95,9 +111,12 @@ def test_cluster_starts_serves_admin_and_stops_every_process(tmp_path: Path) -> 
         pids += [b.process.proc.pid for b in cluster.broker_list]  # type: ignore[union-attr]
         listed = cluster.mqadmin("clusterList")
         assert listed.returncode == 0, listed.stderr
-        assert "broker-a" in listed.stdout and "broker-b" in listed.stdout
+        assert "broker-a" in listed.stdout
+        assert "broker-b" in listed.stdout
         assert "LauncherTest" in listed.stdout
-        created = cluster.mqadmin("updateTopic", "-c", "LauncherTest", "-t", "LauncherTopic", "-r", "4", "-w", "4")
+        created = cluster.mqadmin(
+            "updateTopic", "-c", "LauncherTest", "-t", "LauncherTopic", "-r", "4", "-w", "4"
+        )
         assert created.returncode == 0, created.stdout + created.stderr
         cluster.wait_route("LauncherTopic")
         # a broker stopped and started again keeps its address
@@ -119,5 +138,6 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path: Path) -> None:
         cluster.start()
     assert str(info.value).startswith("broker broker-a exited with 1 before it was ready: ")
     assert "heap" in str(info.value)
-    assert cluster.namesrv_process is not None and not cluster.namesrv_process.running
+    assert cluster.namesrv_process is not None
+    assert not cluster.namesrv_process.running
     assert not stock_rocketmq._LIVE

@@ -1,0 +1,214 @@
+"""
+mqproxy.remoting_client.connection
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+One client connection to a remoting server.
+
+Contracts:
+
+* :meth:`RemotingConnection.request` assigns the opaque, sends, and returns the response with that opaque;
+  it raises :class:`RemotingTimeout` after ``timeout_s`` seconds (the late response is dropped) and
+  :class:`ConnectionClosed` when the connection ends first. Any number of requests may be outstanding.
+* :meth:`RemotingConnection.oneway` sends with the oneway flag and returns once written.
+* A request from the server is passed to the handler in a task of its own; a non-None answer is sent
+  back with the request's opaque (oneway requests are never answered). Without a handler, requests are
+  answered REQUEST_CODE_NOT_SUPPORTED.
+* :meth:`RemotingConnection.run` reads until the peer closes or a frame is malformed; then every pending
+  request fails with ConnectionClosed and :attr:`RemotingConnection.closed` is set.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import structlog
+import trio
+
+from mqproxy.codecs.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FLAG_ONEWAY,
+    FrameDecoder,
+    RemotingCodecError,
+    RemotingCommand,
+    encode_command,
+)
+from mqproxy.codecs.remoting_codes import ResponseCode
+
+__all__ = [
+    "ConnectionClosed",
+    "RemotingClientError",
+    "RemotingConnection",
+    "RemotingTimeout",
+    "ServerRequestHandler",
+]
+
+#: Handles one request the server sent; returns the response (None: no answer).
+ServerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+#: A request hook applied to every outgoing request (e.g. ACL signing), in place.
+RequestHook = Callable[[RemotingCommand], None]
+
+_RECEIVE_BYTES: Final = 256 * 1024
+_log = structlog.get_logger("mqproxy.remoting_client")
+
+
+class RemotingClientError(Exception):
+    """A request could not be completed; ``addr`` is the server's address."""
+
+    def __init__(self, addr: str, reason: str) -> None:
+        super().__init__(f"{addr}: {reason}")
+        self.addr = addr
+        self.reason = reason
+
+
+class RemotingTimeout(RemotingClientError):
+    """No response within the request's timeout."""
+
+
+class ConnectionClosed(RemotingClientError):
+    """The connection ended before the response arrived (or was already closed)."""
+
+
+class _Pending:
+    __slots__ = ("event", "response")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: RemotingCommand | None = None
+
+
+class RemotingConnection:
+    """A multiplexed remoting connection over ``stream``; start :meth:`run` in a nursery."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        addr: str,
+        *,
+        on_request: ServerRequestHandler | None = None,
+        hook: RequestHook | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.addr = addr
+        self._stream = stream
+        self._on_request = on_request
+        self._hook = hook
+        self._max_frame_bytes = max_frame_bytes
+        self._opaques = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._send_lock = trio.Lock()
+        self._handlers: trio.Nursery | None = None
+        #: Set once the connection has ended; no request succeeds after that.
+        self.closed = trio.Event()
+        self.close_reason = ""
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    async def request(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send ``command`` and wait up to ``timeout_s`` seconds for its response."""
+        if self.closed.is_set():
+            raise ConnectionClosed(self.addr, f"connection closed ({self.close_reason})")
+        command.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        command.flag &= ~FLAG_ONEWAY
+        pending = self._pending[opaque] = _Pending()
+        try:
+            await self._write(command)
+            with trio.move_on_after(timeout_s):
+                await pending.event.wait()
+        finally:
+            self._pending.pop(opaque, None)
+        if pending.response is not None:
+            return pending.response
+        if self.closed.is_set():
+            raise ConnectionClosed(self.addr, f"connection closed before the response ({self.close_reason})")
+        raise RemotingTimeout(self.addr, f"no response to request code {command.code} within {timeout_s:g} s")
+
+    async def oneway(self, command: RemotingCommand) -> None:
+        if self.closed.is_set():
+            raise ConnectionClosed(self.addr, f"connection closed ({self.close_reason})")
+        command.opaque = next(self._opaques) & 0x7FFFFFFF
+        command.flag |= FLAG_ONEWAY
+        await self._write(command)
+
+    async def _write(self, command: RemotingCommand, *, hooked: bool = True) -> None:
+        if hooked and self._hook is not None:
+            self._hook(command)
+        frame = encode_command(command, max_frame_bytes=self._max_frame_bytes)
+        try:
+            async with self._send_lock:
+                await self._stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._finish(f"write failed: {exc}")
+            raise ConnectionClosed(self.addr, f"write failed: {exc}") from None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read responses and server requests until the connection ends; then close the stream."""
+        decoder = FrameDecoder(self._max_frame_bytes)
+        reason = "closed by peer"
+        try:
+            async with trio.open_nursery() as handlers:
+                self._handlers = handlers
+                task_status.started()
+                try:
+                    while True:
+                        data = await self._stream.receive_some(_RECEIVE_BYTES)
+                        if not data:
+                            break
+                        for command in decoder.receive_data(data):
+                            self._dispatch(command)
+                except RemotingCodecError as exc:
+                    reason = f"malformed frame from server: {exc}"
+                    _log.warning("remoting_client.bad_frame", remote=self.addr, reason=str(exc))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    reason = f"read failed: {exc}"
+                finally:
+                    self._finish(reason)
+                    handlers.cancel_scope.cancel()
+        finally:
+            self._finish(reason)
+            await trio.aclose_forcefully(self._stream)
+
+    def _dispatch(self, command: RemotingCommand) -> None:
+        if command.is_response:
+            pending = self._pending.get(command.opaque)
+            if pending is not None:
+                pending.response = command
+                pending.event.set()
+            return
+        assert self._handlers is not None
+        self._handlers.start_soon(self._serve_request, command)
+
+    async def _serve_request(self, request: RemotingCommand) -> None:
+        if self._on_request is None:
+            response: RemotingCommand | None = RemotingCommand.response_to(
+                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported"
+            )
+        else:
+            try:
+                response = await self._on_request(request)
+            except Exception as exc:  # a handler bug answers SYSTEM_ERROR, the connection lives on
+                _log.error("internal.error", exc_info=exc, remote=self.addr, code=request.code)
+                response = RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, repr(exc)[:256])
+        if response is None or request.is_oneway:
+            return
+        response.opaque = request.opaque
+        try:
+            await self._write(response, hooked=False)
+        except ConnectionClosed:
+            pass
+
+    def _finish(self, reason: str) -> None:
+        if self.closed.is_set():
+            return
+        self.close_reason = reason
+        self.closed.set()
+        for pending in self._pending.values():
+            pending.event.set()
+
+    async def aclose(self) -> None:
+        """Close the connection; pending requests fail with ConnectionClosed."""
+        self._finish("closed by client")
+        await trio.aclose_forcefully(self._stream)
