@@ -50,7 +50,9 @@ import trustme
 
 from .conftest import Client, ClientRun, ProxyProcess, Target  # type: ignore[import-not-found]
 
-pytestmark = pytest.mark.e2e
+#: A target's first test also starts what it needs: the stock cluster (session-wide, 3 JVMs) and this
+#: module's two client JVMs; on a shared 2-core machine that can pass the default 300 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 SCENARIOS = ("normal", "invisible", "fifo", "delay", "transaction", "push", "mismatch")
 #: Topic (scenario name, capitalised) -> message type it is created with.
@@ -295,9 +297,9 @@ def test_transactions_commit_rollback_and_check_back(jrun: ScenarioRun) -> None:
         # stock: a check-back may also reach a transaction the producer already committed (when nobody
         # answered the broker's first check, it stores the half message again and the producer's commit
         # names the old copy); answered COMMIT, that commits it a second time and the message is
-        # delivered twice. Only the duplicate is allowed here.
+        # delivered twice. Duplicates of committed messages are all this allows.
         ids = [e["id"] for e in received]
-        assert {e["body"] for e in received if ids.count(e["id"]) > 1} <= {"tx-commit"}
+        assert {e["body"] for e in received if ids.count(e["id"]) > 1} <= {"tx-commit", "tx-unknown"}
     else:
         assert sorted(e["id"] for e in received) == sorted([sent["commit"], sent["unknown"]])  # once each
     for e in received + checked:
