@@ -1,9 +1,10 @@
 """The broker services wired over one :class:`~mqproxy.broker.backend.Backend`.
 
-:class:`BrokerServices` owns the scheduler (delays), retry/DLQ, transactions, pop and queue locks, and
-runs their background tasks (delivery of due messages, revive, transaction check-back). Protocol layers
-hold one instance and call its parts; :meth:`BrokerServices.send` is the produce entry point that routes
-a message to the half topic, the schedule topic or its own topic.
+:class:`BrokerServices` owns the scheduler (delays), retry/DLQ, transactions, pop, queue locks and the
+administrator-set metadata (subscription-group configs, topic message types), and runs their background
+tasks (delivery of due messages, revive, transaction check-back). Protocol layers hold one instance and
+call its parts; :meth:`BrokerServices.send` is the produce entry point that routes a message to the half
+topic, the schedule topic or its own topic.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mqproxy.broker.internal_topics import (
     wall_clock_ms,
 )
 from mqproxy.broker.locks import DEFAULT_LOCK_TTL_S, QueueLocks
+from mqproxy.broker.metadata import BrokerMetadata
 from mqproxy.broker.pop import DEFAULT_REVIVE_QUEUES, PopService
 from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
 from mqproxy.broker.schedule import DEFAULT_DELAY_LEVELS, DEFAULT_MAX_TIMER_DELAY_MS, Scheduler
@@ -99,9 +101,11 @@ class BrokerServices:
             now_ms=now_ms,
         )
         self.locks = QueueLocks(settings.lock_ttl_s)
+        self.metadata = BrokerMetadata(backend)
 
     async def start(self) -> None:
         """Create the internal topics and replay the services' state (run does this too)."""
+        await self.metadata.start()
         await self.scheduler.start()
         await self.transactions.start()
         await self.pop.start()

@@ -90,6 +90,7 @@ def grpc_service(server: ServerState) -> MessagingService:
             auto_create_topics=settings.store.auto_create_topics,
             server_settings=ServerSettings(
                 max_body_bytes=max_body,
+                consumer_max_attempts=settings.broker.max_reconsume_times + 1,
                 long_polling_timeout_s=min(20.0, settings.remoting.long_poll_max_s) or 20.0,
             ),
             services=lambda: server.registries.get("services"),

@@ -15,6 +15,8 @@ v2 ``SystemProperties``    stored property
 ``message_group``          ``__SHARDINGKEY`` (FIFO)
 ``delivery_timestamp``     ``TIMER_DELIVER_MS`` (DELAY)
 ``trace_context``          ``TRACE_CONTEXT``
+``born_host``              ``__BORNHOST`` (the client's own name for itself; delivered back as sent,
+                           else the connection's IP)
 ``message_type`` TRANSACT  ``TRAN_MSG=true``, ``CHECK_IMMUNITY_TIME_IN_SECONDS``, sysFlag PREPARED
 =========================  ==========================================================
 
@@ -33,6 +35,7 @@ from collections.abc import Mapping
 from mqproxy.broker.errors import IllegalTopic
 from mqproxy.broker.sending import MAX_PROPERTIES_BYTES, properties_size
 from mqproxy.broker.topics import RETRY_PREFIX, is_send_forbidden, validate_send_topic
+from mqproxy.broker.transactions import PROPERTY_HALF_TIME_MS
 from mqproxy.broker.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.message_id import MessageIdError, offset_msg_id
@@ -56,6 +59,7 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_DELAY_LEVEL = "DELAY"
+PROPERTY_BORN_HOST = "__BORNHOST"
 
 #: Property keys a client may not set as user properties (RocketMQ ``MessageConst.STRING_HASH_SET``
 #: plus the keys this module maps from system properties). They are also hidden from ``user_properties``
@@ -107,7 +111,7 @@ RESERVED_PROPERTY_KEYS = frozenset(
         "TIMER_OUT_MS",
         "TIMER_DEL_UNIQKEY",
         "TIMER_DELAY_LEVEL",
-        "__BORNHOST",
+        PROPERTY_BORN_HOST,
         "BORN_TIMESTAMP",
         PROPERTY_SHARDING_KEY,
         PROPERTY_TRACE_CONTEXT,
@@ -119,8 +123,11 @@ RESERVED_PROPERTY_KEYS = frozenset(
         "SCHEDULE_DUE_MS",
         "DLQ_ORIGIN_TOPIC",
         "DLQ_ORIGIN_MESSAGE_ID",
+        PROPERTY_HALF_TIME_MS,
     }
 )
+#: Properties that make a message a DELAY one.
+_DELAY_PROPERTIES = (PROPERTY_DELAY_LEVEL, PROPERTY_TIMER_DELIVER_MS, "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 #: Characters that would corrupt the remoting properties encoding (``k\x01v\x02``).
 _SEPARATORS = ("\x01", "\x02")
 
@@ -218,6 +225,8 @@ def to_broker_message(
         properties[PROPERTY_SHARDING_KEY] = group
     if sp.HasField("delivery_timestamp"):
         properties[PROPERTY_TIMER_DELIVER_MS] = str(_timestamp_ms(sp.delivery_timestamp))
+    if sp.born_host.strip() and not _has_separator(sp.born_host):
+        properties[PROPERTY_BORN_HOST] = sp.born_host[:255]
     if sp.HasField("trace_context") and sp.trace_context:
         if _has_separator(sp.trace_context):
             raise ConvertError(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "illegal trace context")
@@ -247,13 +256,14 @@ def to_broker_message(
 
 
 def message_type_of(properties: Mapping[str, str]) -> pb.MessageType:
-    """The v2 message type a stored message was sent as."""
+    """The v2 message type a stored message was sent as (Apache ``TopicMessageType.parseFromMessageProperty``:
+    transaction, then delay, then FIFO)."""
     if properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
         return pb.MessageType.TRANSACTION
+    if any(key in properties for key in _DELAY_PROPERTIES):
+        return pb.MessageType.DELAY
     if PROPERTY_SHARDING_KEY in properties:
         return pb.MessageType.FIFO
-    if PROPERTY_TIMER_DELIVER_MS in properties or PROPERTY_DELAY_LEVEL in properties:
-        return pb.MessageType.DELAY
     return pb.MessageType.NORMAL
 
 
@@ -305,7 +315,7 @@ def to_rmq_message(
         body_encoding=pb.Encoding.IDENTITY,
         message_type=message_type_of(props),
         born_timestamp=_timestamp(stored.born_timestamp_ms),
-        born_host=stored.born_host[0],
+        born_host=props.get(PROPERTY_BORN_HOST) or stored.born_host[0],
         store_timestamp=_timestamp(stored.store_timestamp_ms),
         store_host=_host(stored.store_host),
         queue_id=stored.queue_id,

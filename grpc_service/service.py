@@ -18,8 +18,13 @@ Contracts:
 * :class:`~.errors.RpcError` ends a call with a gRPC status instead.
 
 Routes name one broker (``broker-a``, id 0) at the proxy's advertised address, queue ids from 0,
-permission READ_WRITE. ``accept_message_types`` lists NORMAL and FIFO, plus DELAY when the scheduler is
-available and TRANSACTION when the transaction service is (clients validate the type they send against it).
+permission READ_WRITE. ``accept_message_types`` is the topic's administrator-set message type
+(:class:`~mqproxy.broker.metadata.BrokerMetadata`: MIXED lists all four) and a send of another type is
+refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as the Apache proxy does; an untyped (auto-created) topic
+lists NORMAL and FIFO, plus DELAY when the scheduler is available and TRANSACTION when the transaction
+service is (clients validate the type they send against it). QueryAssignment gives a FIFO group (one whose
+config says ``consumeMessageOrderly``) every queue, any other group one broker-wide queue (id -1), like
+the Apache proxy.
 
 Broker services (receipt handles, retry, delay, transactions) are looked up per call through the
 ``services`` callable (``ServerState.registries["services"]``: a ``BrokerServices`` with ``send``, ``pop``,
@@ -30,9 +35,10 @@ a future delivery timestamp ``UNSUPPORTED``. A message parked for a future deliv
 
 Semantics worth knowing: a message group is hashed (CRC32) onto one writable queue; ReceiveMessage pops
 from every queue of the topic (the request's queue id is ignored: the Node client only ever names queue 0)
-and pops in order when the client's settings say ``fifo``; transactional messages get ``PGROUP`` =
-``%GRPC%<topic>`` (v2 has no producer group) and :meth:`MessagingService.check_back` sends their check-back
-to a live producer of the topic over its Telemetry stream.
+and pops in order for a FIFO group (its config, else the client's settings saying ``fifo``);
+transactional messages get ``PGROUP`` = ``%GRPC%<topic>`` (v2 has no producer group) and
+:meth:`MessagingService.check_back` sends their check-back to a live producer of the topic over its
+Telemetry stream.
 """
 
 from __future__ import annotations
@@ -51,12 +57,13 @@ from google.protobuf.message import DecodeError
 
 from mqproxy.broker.errors import BackendError, IllegalTopic
 from mqproxy.broker.internal_topics import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
+from mqproxy.broker.metadata import GroupConfig, TopicMessageType
 from mqproxy.broker.schedule import recall_handle
 from mqproxy.broker.topics import validate_topic
 from mqproxy.broker.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
-from mqproxy.grpc_service.convert import ConvertError, to_broker_message, to_rmq_message
+from mqproxy.grpc_service.convert import ConvertError, message_type_of, to_broker_message, to_rmq_message
 from mqproxy.grpc_service.errors import ApiError, RpcError, code_for
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
 
@@ -247,7 +254,22 @@ class MessagingService:
             raise ApiError(pb.Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return config
 
-    def _accept_types(self) -> list[pb.MessageType]:
+    def _metadata(self) -> Any:
+        return getattr(self._services(), "metadata", None)
+
+    def _topic_type(self, topic: str) -> TopicMessageType | None:
+        metadata = self._metadata()
+        return None if metadata is None else metadata.topic_type(topic)
+
+    def _group_config(self, group: str) -> GroupConfig | None:
+        metadata = self._metadata()
+        return None if metadata is None else metadata.group(group)
+
+    def _accept_types(self, topic: str) -> list[pb.MessageType]:
+        """What the route of ``topic`` says it accepts (see the module docstring)."""
+        typed = self._topic_type(topic)
+        if typed is not None and typed is not TopicMessageType.MIXED:
+            return [pb.MessageType[typed.value]]
         types = [pb.MessageType.NORMAL, pb.MessageType.FIFO]
         services = self._services()
         if getattr(services, "scheduler", None) is not None:
@@ -255,6 +277,18 @@ class MessagingService:
         if getattr(services, "transactions", None) is not None:
             types.append(pb.MessageType.TRANSACTION)
         return types
+
+    def _check_type(self, message: Message) -> None:
+        """A typed topic takes only its type (Apache ``DefaultTopicMessageTypeValidator``)."""
+        typed = self._topic_type(message.topic)
+        if typed is None or typed is TopicMessageType.MIXED:
+            return
+        actual = message_type_of(message.properties)
+        if actual.name != typed.value:
+            raise ApiError(
+                pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {message.topic} accepts {typed.value} messages, not {actual.name}",
+            )
 
     def _queues(self, config: TopicConfig) -> list[Any]:
         broker = pb.Broker(name=BROKER_NAME, id=0, endpoints=self._endpoints)
@@ -265,7 +299,7 @@ class MessagingService:
             perm = pb.Permission.READ
         elif config.perm & PERM_WRITE:
             perm = pb.Permission.WRITE
-        accept = self._accept_types()
+        accept = self._accept_types(config.name)
         count = max(config.read_queues, config.write_queues)
         return [
             pb.MessageQueue(
@@ -294,9 +328,16 @@ class MessagingService:
 
     async def query_assignment(self, call: Call, request: Any) -> Any:
         topic = self._topic_name(call, request.topic)
-        self._group_name(call, request.group)
+        group = self._group_name(call, request.group)
         config = await self._topic(topic, create=True)
-        assignments = [pb.Assignment(message_queue=q) for q in self._queues(config)]
+        queues = self._queues(config)
+        if not self._is_fifo_group(group):
+            # one broker-wide queue: a receive pops every queue anyway (Apache proxy: queue id -1)
+            whole = queues[0]
+            whole.id = -1
+            del whole.accept_message_types[:]
+            queues = [whole]
+        assignments = [pb.Assignment(message_queue=q) for q in queues]
         return pb.QueryAssignmentResponse(status=_ok(), assignments=assignments)
 
     # ------------------------------------------------------------------------------- clients
@@ -359,7 +400,9 @@ class MessagingService:
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces / verify results: nothing to do with them
                 try:
-                    reply = settings_reply(command.settings, self.server_settings)
+                    reply = settings_reply(
+                        command.settings, self.server_settings, self._settings_group(command.settings)
+                    )
                 except SettingsError as exc:
                     raise RpcError(GrpcStatus.INVALID_ARGUMENT, str(exc)) from None
                 if client_id:
@@ -372,6 +415,11 @@ class MessagingService:
         finally:
             if client_id:
                 self.clients.detach(client_id, push)
+
+    def _settings_group(self, settings: Any) -> GroupConfig | None:
+        if settings.WhichOneof("pub_sub") != "subscription":
+            return None
+        return self._group_config(settings.subscription.group.name)
 
     async def check_back(self, check: Any) -> bool:
         """Transaction check-back for half messages sent over gRPC (``PGROUP`` = prefix + topic):
@@ -439,6 +487,7 @@ class MessagingService:
 
     async def _store(self, message: Message, msg: Any) -> Any:
         config = await self._topic(message.topic, create=True)
+        self._check_type(message)
         sp = msg.system_properties
         if sp.HasField("message_group"):
             writable = max(config.write_queues, 1)
@@ -566,7 +615,16 @@ class MessagingService:
 
     # ------------------------------------------------------------------------------- pop consumption
 
+    def _is_fifo_group(self, group: str) -> bool:
+        """The group's config says ``consumeMessageOrderly``."""
+        config = self._group_config(group)
+        return config is not None and config.consume_orderly
+
     def _is_fifo(self, call: Call, group: str) -> bool:
+        """Pop in order: the group's config decides; a group without one follows the client's settings."""
+        config = self._group_config(group)
+        if config is not None:
+            return config.consume_orderly
         record = self.clients.get(call.client_id) if call.client_id else None
         settings = record.settings if record is not None else None
         if settings is None or settings.WhichOneof("pub_sub") != "subscription":

@@ -8,7 +8,10 @@ Client settings (the ``Telemetry`` stream) and the registry of live gRPC clients
 does, filling everything the official clients need (spec §2-§4): ``backoff_policy`` always with an
 ``exponential_backoff`` (the Node client crashes otherwise), ``publishing.max_body_size`` never 0 (a 0
 makes every later send fail), ``subscription.receive_batch_size`` / ``long_polling_timeout`` / ``fifo``,
-``request_timeout`` and ``metric``. Pure: no I/O.
+``request_timeout`` and ``metric``. A consumer group with an administrator-set config
+(:class:`~mqproxy.broker.metadata.GroupConfig`) decides ``fifo`` (``consumeMessageOrderly``: the Java client
+never asks for it, it learns it here) and ``max_attempts`` (``retryMaxTimes + 1``), as the Apache proxy's
+``GrpcClientSettingsManager`` does. Pure: no I/O.
 
 :class:`ClientRegistry` remembers, per ``x-mq-client-id``, the last settings, the client type, the group
 and the topics, and the sender of the client's open Telemetry stream (for server-initiated commands such
@@ -22,6 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from mqproxy.broker.metadata import GroupConfig
+from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES
 from mqproxy.codecs import rocketmq_v2 as pb
 
 __all__ = ["ClientRecord", "ClientRegistry", "ServerSettings", "SettingsError", "settings_reply"]
@@ -40,7 +45,8 @@ class ServerSettings:
 
     max_body_bytes: int = 4 * 1024 * 1024
     producer_max_attempts: int = 3
-    consumer_max_attempts: int = 16
+    #: first delivery + the broker's redeliveries (``max_reconsume_times``)
+    consumer_max_attempts: int = DEFAULT_MAX_RECONSUME_TIMES + 1
     receive_batch_size: int = 32
     long_polling_timeout_s: float = 20.0
     request_timeout_s: float = 3.0
@@ -51,8 +57,9 @@ def _duration(seconds: float) -> object:
     return pb.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
 
 
-def settings_reply(client: object, server: ServerSettings) -> object:
-    """The ``Settings`` to send back for the client's ``Settings``; raises :class:`SettingsError`."""
+def settings_reply(client: object, server: ServerSettings, group: GroupConfig | None = None) -> object:
+    """The ``Settings`` to send back for the client's ``Settings`` (``group``: the config of a consumer's
+    group, if an administrator set one); raises :class:`SettingsError`."""
     reply = pb.Settings()
     reply.CopyFrom(client)
     which = client.WhichOneof("pub_sub")  # type: ignore[attr-defined]
@@ -69,11 +76,13 @@ def settings_reply(client: object, server: ServerSettings) -> object:
         reply.publishing.max_body_size = server.max_body_bytes
     else:
         sub = reply.subscription
-        policy.max_attempts = server.consumer_max_attempts
+        policy.max_attempts = server.consumer_max_attempts if group is None else group.retry_max_times + 1
         policy.exponential_backoff.initial.CopyFrom(_duration(1.0))
         policy.exponential_backoff.max.CopyFrom(_duration(60.0))
         policy.exponential_backoff.multiplier = 2.0
-        if not sub.HasField("fifo"):
+        if group is not None:
+            sub.fifo = group.consume_orderly
+        elif not sub.HasField("fifo"):
             sub.fifo = False
         if not sub.HasField("receive_batch_size") or sub.receive_batch_size <= 0:
             sub.receive_batch_size = server.receive_batch_size

@@ -54,6 +54,7 @@ from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting import (
     admin,
     clients,
+    config_admin,
     consume,
     locks,
     offsets,
@@ -105,6 +106,9 @@ HANDLERS: Final[dict[int, Handler]] = {
     RequestCode.POLLING_INFO: pop.polling_info,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
     RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: config_admin.update_and_create_topic,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: config_admin.update_and_create_subscription_group,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: config_admin.delete_subscription_group,
 }
 
 #: BackendError subclass -> response code (spec §2, §3.2, §3.3, §3.17, §3.19; the broker services'

@@ -158,7 +158,7 @@ def test_delivery_mapping_golden() -> None:
     assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group) == ("TagA", ["k1", "k2"], "U1", "g")
     assert sp.body_digest.checksum == hashlib.md5(b"abc").hexdigest().upper()
     assert sp.body_encoding == pb.Encoding.IDENTITY
-    assert sp.message_type == pb.MessageType.FIFO
+    assert sp.message_type == pb.MessageType.DELAY  # a delivery time outranks the group, as in Apache's proxy
     assert (sp.queue_id, sp.queue_offset, sp.delivery_attempt) == (2, 7, 1)
     assert sp.receipt_handle == "rh"
     assert sp.invisible_duration.ToMilliseconds() == 1500
@@ -246,7 +246,7 @@ def test_consumer_settings_reply_fills_subscription() -> None:
     sub = reply.subscription
     assert (sub.receive_batch_size, sub.fifo, sub.long_polling_timeout.ToSeconds()) == (32, False, 7)
     assert reply.request_timeout.ToSeconds() == 5
-    assert reply.backoff_policy.max_attempts == 16
+    assert reply.backoff_policy.max_attempts == 17  # the first delivery and 16 redeliveries
     assert reply.backoff_policy.exponential_backoff.initial.ToSeconds() == 1
     with pytest.raises(SettingsError):
         settings_reply(pb.Settings(client_type=pb.ClientType.PRODUCER), ServerSettings())

@@ -425,6 +425,7 @@ async def test_transaction_check_back_reaches_the_producer(grpc_env: GrpcEnv) ->
     recover = command.recover_orphaned_transaction_command
     assert recover.transaction_id == "TXC"
     assert recover.message.body == b"half"
+    assert dict(recover.message.user_properties) == {}  # the service's own TRAN_HALF_TIME_MS stays inside
     assert (
         await grpc_env.service.check_back(
             TransactionCheck("%GRPC%Other", "X", 1, half, _retopic(half, "Other"))

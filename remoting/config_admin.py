@@ -1,0 +1,131 @@
+"""
+mqproxy.remoting.config_admin
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+The admin requests that set broker metadata (what ``mqadmin updateTopic -b`` / ``updateSubGroup -b`` /
+``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.broker.metadata.BrokerMetadata`:
+
+* UPDATE_AND_CREATE_TOPIC (17): header ``topic``, ``readQueueNums``, ``writeQueueNums``, ``attributes``
+  (``+message.type=FIFO``, …). Creates the topic with max(read, write) queues if it does not exist (an
+  existing topic keeps its queues) and types it: the attribute's type, else the type it had, else NORMAL
+  (RocketMQ's default for a created topic). Reserved system topics and ``%RETRY%``/``%DLQ%``/``%LMQ%``
+  names are refused with INVALID_PARAMETER.
+* UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = RocketMQ's ``SubscriptionGroupConfig`` as JSON
+  (``groupName``, ``consumeMessageOrderly``, ``retryMaxTimes``; other keys ignored).
+* DELETE_SUBSCRIPTIONGROUP (207): header ``groupName``; SUBSCRIPTION_GROUP_NOT_EXIST when it has no config.
+
+Without broker services every code answers SERVICE_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import orjson
+
+from mqproxy.broker.errors import IllegalTopic
+from mqproxy.broker.metadata import GroupConfig, TopicMessageType, parse_topic_attributes
+from mqproxy.broker.topics import (
+    AUTO_CREATE_TEMPLATE_TOPIC,
+    LMQ_PREFIX,
+    MAX_QUEUE_COUNT,
+    SYSTEM_TOPIC_PREFIX,
+    is_retry_or_dlq,
+    is_send_forbidden,
+    validate_topic,
+)
+from mqproxy.codecs.remoting import RemotingCommand
+from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.headers import Fields
+from mqproxy.remoting.reply import Note, Reply
+from mqproxy.remoting.services import require_services
+
+if TYPE_CHECKING:
+    from mqproxy.remoting.session import RemotingSession
+
+__all__ = ["delete_subscription_group", "update_and_create_subscription_group", "update_and_create_topic"]
+
+_WHAT: Final = "broker metadata"
+
+
+def _check_user_topic(topic: str) -> None:
+    try:
+        validate_topic(topic)
+    except IllegalTopic as exc:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
+    reserved = (
+        is_send_forbidden(topic)
+        or is_retry_or_dlq(topic)
+        or topic.startswith((LMQ_PREFIX, SYSTEM_TOPIC_PREFIX))
+        or topic == AUTO_CREATE_TEMPLATE_TOPIC
+    )
+    if reserved:
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
+        )
+
+
+async def update_and_create_topic(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    fields = Fields(request.ext_fields)
+    topic = fields.text("topic")
+    note.topic = topic
+    metadata = require_services(session, _WHAT).metadata
+    _check_user_topic(topic)
+    queues = max(fields.integer("readQueueNums", 0), fields.integer("writeQueueNums", 0))
+    if not 1 <= queues <= MAX_QUEUE_COUNT:
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER, f"queue count {queues} outside 1..{MAX_QUEUE_COUNT}"
+        )
+    message_type = parse_topic_attributes(fields.text("attributes", ""))
+    if await session.backend.get_topic(topic) is None:
+        await session.backend.create_topic(topic, queues)
+    if message_type is None:
+        message_type = metadata.topic_type(topic) or TopicMessageType.NORMAL
+    await metadata.set_topic_type(topic, message_type)
+    return Reply(ResponseCode.SUCCESS)
+
+
+def _group_config(body: bytes) -> GroupConfig:
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, "body is not a SubscriptionGroupConfig") from None
+    name = raw.get("groupName") if isinstance(raw, dict) else None
+    if not isinstance(name, str) or not name:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, "SubscriptionGroupConfig has no groupName")
+    try:
+        validate_topic(name)  # groups follow the topic character rules
+    except IllegalTopic:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, f"illegal group name {name[:64]!r}") from None
+    retry_max_times = raw.get("retryMaxTimes", 16)
+    if not isinstance(retry_max_times, int) or not 0 <= retry_max_times <= 1000:
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER, f"retryMaxTimes {retry_max_times!r} outside 0..1000"
+        )
+    return GroupConfig(
+        name=name,
+        consume_orderly=bool(raw.get("consumeMessageOrderly", False)),
+        retry_max_times=retry_max_times,
+    )
+
+
+async def update_and_create_subscription_group(
+    session: RemotingSession, request: RemotingCommand, note: Note
+) -> Reply:
+    metadata = require_services(session, _WHAT).metadata
+    config = _group_config(request.body)
+    note.group = config.name
+    await metadata.put_group(config)
+    return Reply(ResponseCode.SUCCESS)
+
+
+async def delete_subscription_group(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    name = Fields(request.ext_fields).text("groupName")
+    note.group = name
+    metadata = require_services(session, _WHAT).metadata
+    if not await metadata.delete_group(name):
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {name} does not exist"
+        )
+    return Reply(ResponseCode.SUCCESS)
