@@ -42,9 +42,6 @@ sys.path.insert(0, str(REPO / "scripts"))
 import stock_rocketmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 
 DRIVERS = Path(__file__).resolve().parent / "clients"
-#: Variables of the test tooling that carry the proxy's ``MQPROXY_`` prefix; the proxy would read them as
-#: settings (``MQPROXY_TEST_CACHE`` -> an unknown section "test") and refuse to start.
-NOT_PROXY_SETTINGS = frozenset({"MQPROXY_TEST_CACHE"})
 CLIENT_ENVS = REPO / ".clients"
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 15.0
@@ -142,8 +139,7 @@ class ProxyProcess:
         cmd = [self.executable, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
                "--log-format", "json"]
         with open(self.log_dir / f"proxy-{self._runs}.stderr", "wb") as stderr:
-            env = dict(os.environ, **(self.env or {}))
-            env = {k: v for k, v in env.items() if k not in NOT_PROXY_SETTINGS}
+            env = dict(os.environ, **self.env) if self.env else None
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
                                          env=env)
         self.reader = JsonLineReader(self.proc.stdout)
