@@ -6,8 +6,9 @@
 * :meth:`TransactionService.end` with COMMIT re-sends it to its real topic/queue (``TRAN_MSG``,
   ``REAL_*`` removed, sysFlag COMMIT, delay rules apply) and writes an op record; ROLLBACK writes only
   the op record; UNKNOWN does nothing.
-* Unresolved half messages are checked ``timeout_s`` after prepare (or after
-  ``CHECK_IMMUNITY_TIME_IN_SECONDS``), then every ``check_interval_s``, through the ``check_back``
+* Unresolved half messages are checked ``timeout_s`` after prepare (or, when the message sets
+  ``CHECK_IMMUNITY_TIME_IN_SECONDS``, that long after it, shorter or longer than the timeout, as
+  in the Java broker), then every ``check_interval_s``, through the ``check_back``
   callback the protocol layer provides; after ``check_max`` checks the message is copied to
   :data:`CHECK_MAX_TOPIC`, resolved, and ``txn.discarded`` is logged.
 
@@ -216,8 +217,10 @@ class TransactionService:
     def _track(self, half: StoredMessage) -> _Half:
         props = half.properties
         prepared = _int(props.get(PROPERTY_HALF_TIME_MS), half.store_timestamp_ms)
-        immunity_s = _int(props.get(PROPERTY_CHECK_IMMUNITY_TIME), 0)
-        first = prepared + max(self._timeout_ms, immunity_s * 1000)
+        # CHECK_IMMUNITY_TIME_IN_SECONDS replaces the transaction timeout, shorter or longer (as in the
+        # Java broker's check loop); absent or not a number: the timeout
+        immunity_s = _int(props.get(PROPERTY_CHECK_IMMUNITY_TIME), -1)
+        first = prepared + (immunity_s * 1000 if immunity_s >= 0 else self._timeout_ms)
         state = _Half(
             commitlog_offset=half.commitlog_offset,
             producer_group=props.get(PROPERTY_PRODUCER_GROUP, ""),

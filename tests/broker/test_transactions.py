@@ -228,6 +228,25 @@ async def test_immunity_window(make_backend: MakeBackend, autojump_clock: trio.t
         assert len(await _all(backend, "Orders")) == 1
 
 
+async def test_immunity_shorter_than_the_timeout_comes_first(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The immunity time replaces the timeout (the Java broker checks after it), so a short one is
+    checked before the timeout; a malformed one falls back to the timeout."""
+    checks = Checks()
+    settings = ServiceSettings(transaction_timeout_s=6, transaction_check_interval_s=30)
+    async with (
+        make_backend() as backend,
+        open_services(backend, settings, check_back=checks, now_ms=trio_clock_ms()) as services,
+    ):
+        start = trio.current_time()
+        await services.send(half("TXS", CHECK_IMMUNITY_TIME_IN_SECONDS="1"))
+        await services.send(half("TXM", CHECK_IMMUNITY_TIME_IN_SECONDS="soon"))
+        await trio.sleep(7)
+        seen = sorted((round(t - start), check.transaction_id) for t, check in checks.seen)
+        assert seen == [(1, "TXS"), (6, "TXM")]
+
+
 async def test_restart_keeps_half_messages_checkable_and_counts(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
