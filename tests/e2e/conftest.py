@@ -139,7 +139,9 @@ class ProxyProcess:
         cmd = [self.executable, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
                "--log-format", "json"]
         with open(self.log_dir / f"proxy-{self._runs}.stderr", "wb") as stderr:
-            env = dict(os.environ, **self.env) if self.env else None
+            # MQPROXY_TEST_CACHE names the tests' cache folder; the proxy would read it as a setting
+            env = {k: v for k, v in os.environ.items() if k != "MQPROXY_TEST_CACHE"}
+            env.update(self.env or {})
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
                                          env=env)
         self.reader = JsonLineReader(self.proc.stdout)
