@@ -16,6 +16,8 @@ v2 ``SystemProperties``    stored property
 ``delivery_timestamp``     ``TIMER_DELIVER_MS`` (DELAY)
 ``trace_context``          ``TRACE_CONTEXT``
 ``message_type`` TRANSACT  ``TRAN_MSG=true``, ``CHECK_IMMUNITY_TIME_IN_SECONDS``, sysFlag PREPARED
+``born_host``              ``__BORNHOST`` (the record's born host stays the connection's peer;
+                           delivery reads the property first, as RocketMQ's proxy does)
 =========================  ==========================================================
 
 ``user_properties`` are stored verbatim; a user key that RocketMQ reserves is refused. Bodies are stored
@@ -56,6 +58,8 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_DELAY_LEVEL = "DELAY"
+#: The born host a gRPC client declares (``MessageConst.PROPERTY_BORN_HOST``).
+PROPERTY_BORN_HOST = "__BORNHOST"
 
 #: Property keys a client may not set as user properties (RocketMQ ``MessageConst.STRING_HASH_SET``
 #: plus the keys this module maps from system properties). They are also hidden from ``user_properties``
@@ -222,6 +226,10 @@ def to_broker_message(
         if _has_separator(sp.trace_context):
             raise ConvertError(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "illegal trace context")
         properties[PROPERTY_TRACE_CONTEXT] = sp.trace_context
+    if sp.born_host.strip():
+        if _has_separator(sp.born_host):
+            raise ConvertError(pb.Code.BAD_REQUEST, "illegal born host")
+        properties[PROPERTY_BORN_HOST] = sp.born_host
     if sp.message_type == pb.MessageType.TRANSACTION:
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         sys_flag |= SYSFLAG_TRANSACTION_PREPARED
@@ -305,7 +313,7 @@ def to_rmq_message(
         body_encoding=pb.Encoding.IDENTITY,
         message_type=message_type_of(props),
         born_timestamp=_timestamp(stored.born_timestamp_ms),
-        born_host=stored.born_host[0],
+        born_host=props.get(PROPERTY_BORN_HOST) or stored.born_host[0],
         store_timestamp=_timestamp(stored.store_timestamp_ms),
         store_host=_host(stored.store_host),
         queue_id=stored.queue_id,
