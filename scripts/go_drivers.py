@@ -48,7 +48,7 @@ class GoBuildError(RuntimeError):
 def go_executable() -> str:
     found = shutil.which("go")
     if found is None:
-        raise GoBuildError("Go not found: install Go >= 1.25 (scripts/setup-system.sh installs golang-go)")
+        raise GoBuildError("Go not found: put Go >= 1.25 on PATH (tests/e2e/go/go.mod needs it)")
     return found
 
 
@@ -73,11 +73,15 @@ def _first_line(text: str) -> str:
     return lines[0][:300] if lines else "no output"
 
 
+_NETWORK_ERRORS = ("dial tcp", "no such host", "i/o timeout", "connection refused", "tls handshake timeout",
+                   "network is unreachable")
+
+
 def _failure(output: str) -> str:
+    for line in output.splitlines():
+        if any(s in line.lower() for s in _NETWORK_ERRORS):
+            return f"Go module proxy unreachable ({line.strip()[:240]})"
     lowered = output.lower()
-    if any(s in lowered for s in ("dial tcp", "no such host", "i/o timeout", "connection refused",
-                                  "tls handshake timeout", "network is unreachable")):
-        return f"Go module proxy unreachable ({_first_line(output)})"
     if "requires go >=" in lowered or "go.mod requires go" in lowered:
         return f"Go too old: {_first_line(output)}"
     if "updates to go.mod needed" in lowered or "missing go.sum entry" in lowered:

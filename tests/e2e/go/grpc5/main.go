@@ -151,7 +151,12 @@ func received(mv *rmq.MessageView) []any {
 	if ts := mv.GetBornTimestamp(); ts != nil {
 		born = ts.UnixMilli()
 	}
+	var bornHost any
+	if h := mv.GetBornHost(); h != nil {
+		bornHost = *h
+	}
 	return []any{"msgId", mv.GetMessageId(), "topic", mv.GetTopic(), "body", string(mv.GetBody()), "tag", tag,
+		"bornHost", bornHost,
 		"keys", mv.GetKeys(), "props", mv.GetProperties(), "messageGroup", group, "deliveryAttempt",
 		mv.GetDeliveryAttempt(), "deliveryTimestamp", delivery, "bornTimestamp", born, "offset", mv.GetOffset()}
 }
