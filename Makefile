@@ -38,6 +38,7 @@ clients: system-deps
 	@if [ -f scripts/setup-grpc-clients.sh ]; then bash scripts/setup-grpc-clients.sh; fi
 	@if [ -f scripts/setup-mqtt-node.sh ]; then bash scripts/setup-mqtt-node.sh; fi
 	@$(PY) scripts/stock_rocketmq.py fetch >/dev/null
+	@$(PY) scripts/go_drivers.py build >/dev/null
 
 test: system-deps $(STAMP_TEST) clients
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider

@@ -15,10 +15,11 @@ most one hop of the shortest level late. ``DELAY`` wins when both are set. Level
 delay; levels above the highest are clamped to it (as the Java broker does).
 
 Recall (RocketMQ 5 ``RecallMessage``): a deliver-at message gets a recall handle (:func:`recall_handle`:
-topic, ``UNIQ_KEY``, deliver-at). :meth:`Scheduler.recall` before the deliver-at time appends a record to
-:data:`RECALL_TOPIC` and marks (topic, ``UNIQ_KEY``) recalled in memory; the level tasks drop a recalled
-parked message at its next hop instead of re-sending it. :meth:`Scheduler.start` replays the whole recall
-topic, so a recall survives a restart. Recalled keys stay in memory (one small entry per recall).
+RocketMQ's v1 layout of topic, broker name, deliver-at and ``UNIQ_KEY``). :meth:`Scheduler.recall` before
+the deliver-at time appends a record to :data:`RECALL_TOPIC` and marks (topic, ``UNIQ_KEY``) recalled in
+memory; the level tasks drop a recalled parked message at its next hop instead of re-sending it.
+:meth:`Scheduler.start` replays the whole recall topic, so a recall survives a restart. Recalled keys stay
+in memory (one small entry per recall).
 """
 
 from __future__ import annotations
@@ -86,32 +87,41 @@ _MAX_HANDLE_CHARS = 1024
 
 @dataclass(frozen=True, slots=True)
 class RecallHandle:
-    """What a recall handle names: the real topic, the message's ``UNIQ_KEY`` and its deliver-at time."""
+    """What a recall handle names: the real topic, the message's ``UNIQ_KEY`` and its deliver-at time
+    (and the broker it was parked on; empty for handles of the older four-field layout)."""
 
     topic: str
     message_id: str
     deliver_at_ms: int
+    broker_name: str = ""
 
 
-def recall_handle(topic: str, message_id: str, deliver_at_ms: int) -> str:
-    """The opaque handle a producer gets for a deliver-at message (URL-safe base64, no padding)."""
-    raw = f"{_RECALL_VERSION} {topic} {deliver_at_ms} {message_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+def recall_handle(topic: str, message_id: str, deliver_at_ms: int, *, broker_name: str) -> str:
+    """The opaque handle a producer gets for a deliver-at message: RocketMQ's v1 layout
+    (``RecallMessageHandle.HandleV1``), ``"v1 <topic> <brokerName> <deliver-at ms> <UNIQ_KEY>"`` in URL-safe
+    base64 with padding, so a handle reads the same whichever server issued it."""
+    raw = f"{_RECALL_VERSION} {topic} {broker_name} {deliver_at_ms} {message_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
 def parse_recall_handle(handle: str) -> RecallHandle:
-    """Inverse of :func:`recall_handle`; :class:`InvalidArgument` for anything else."""
+    """Inverse of :func:`recall_handle` (padding optional); also reads the four-field layout earlier
+    versions issued (``"v1 <topic> <deliver-at ms> <UNIQ_KEY>"``). :class:`InvalidArgument` otherwise."""
     if not handle or len(handle) > _MAX_HANDLE_CHARS:
         raise InvalidArgument("recall handle is empty or too long")
     try:
-        padded = (handle + "=" * (-len(handle) % 4)).encode("ascii")
+        bare = handle.rstrip("=")
+        padded = (bare + "=" * (-len(bare) % 4)).encode("ascii")
         raw = base64.b64decode(padded, altchars=b"-_", validate=True).decode("utf-8")
     except (binascii.Error, ValueError):  # UnicodeError is a ValueError
         raise InvalidArgument("recall handle does not decode") from None
     parts = raw.split(" ")
-    if len(parts) != 4 or parts[0] != _RECALL_VERSION or not parts[2].isdigit() or not all(parts[1:]):
+    if len(parts) == 4:  # the earlier layout, without the broker name
+        parts.insert(2, "")
+    version, topic, broker_name, deliver_at, message_id = parts if len(parts) == 5 else ("",) * 5
+    if version != _RECALL_VERSION or not deliver_at.isdigit() or not topic or not message_id:
         raise InvalidArgument("malformed recall handle")
-    return RecallHandle(parts[1], parts[3], int(parts[2]))
+    return RecallHandle(topic, message_id, int(deliver_at), broker_name)
 
 
 def parse_delay_levels(text: str) -> tuple[int, ...]:

@@ -9,7 +9,7 @@ topic, the schedule topic or its own topic.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +37,7 @@ from mqproxy.broker.transactions import (
     CheckBack,
     TransactionService,
 )
-from mqproxy.broker.types import Message, SendResult
+from mqproxy.broker.types import PROPERTY_DELAY_LEVEL, Message, SendResult
 
 #: Pause before restarting a background task that crashed.
 RESTART_PAUSE_S = 1.0
@@ -59,10 +59,23 @@ class ServiceSettings:
     lock_ttl_s: float = DEFAULT_LOCK_TTL_S
 
 
+def is_half(sys_flag: int, properties: Mapping[str, str], reconsume_times: int) -> bool:
+    """A message to store as a half message: sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1).
+
+    Not when it is a consumer's re-send of a consumed message (``reconsume_times`` > 0 with a ``DELAY``
+    level, the Java client's fallback when send-back fails): a committed transactional message keeps
+    ``TRAN_MSG=true``, and the Java broker makes the same exception.
+    """
+    prepared = sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+    if not prepared and properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() != "true":
+        return False
+    delay = properties.get(PROPERTY_DELAY_LEVEL, "").strip()
+    return not (reconsume_times > 0 and delay.isdigit() and int(delay) > 0)
+
+
 def is_transactional(message: Message) -> bool:
-    """A half message: sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1)."""
-    prepared = message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
-    return prepared or message.properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+    """A half message (:func:`is_half`)."""
+    return is_half(message.sys_flag, message.properties, message.reconsume_times)
 
 
 class BrokerServices:

@@ -3,11 +3,13 @@
 * :meth:`TransactionService.prepare` stores the message in :data:`HALF_TOPIC` queue 0 (invisible to
   consumers) with ``REAL_TOPIC``, ``REAL_QID``, ``__transactionId__`` (= ``UNIQ_KEY``) and its prepare
   time, transaction sysFlag bits cleared.
-* :meth:`TransactionService.end` with COMMIT re-sends it to its real topic/queue (``TRAN_MSG``,
-  ``REAL_*`` removed, sysFlag COMMIT, delay rules apply) and writes an op record; ROLLBACK writes only
+* :meth:`TransactionService.end` with COMMIT re-sends it to its real topic/queue (``REAL_*`` removed,
+  ``TRAN_MSG=true`` kept as the Java broker keeps it, sysFlag COMMIT, delay rules apply) and writes an
+  op record; ROLLBACK writes only
   the op record; UNKNOWN does nothing.
-* Unresolved half messages are checked ``timeout_s`` after prepare (or after
-  ``CHECK_IMMUNITY_TIME_IN_SECONDS``), then every ``check_interval_s``, through the ``check_back``
+* Unresolved half messages are checked ``timeout_s`` after prepare (or, when the message sets
+  ``CHECK_IMMUNITY_TIME_IN_SECONDS``, that long after it, shorter or longer than the timeout, as
+  in the Java broker), then every ``check_interval_s``, through the ``check_back``
   callback the protocol layer provides; after ``check_max`` checks the message is copied to
   :data:`CHECK_MAX_TOPIC`, resolved, and ``txn.discarded`` is logged.
 
@@ -216,8 +218,10 @@ class TransactionService:
     def _track(self, half: StoredMessage) -> _Half:
         props = half.properties
         prepared = _int(props.get(PROPERTY_HALF_TIME_MS), half.store_timestamp_ms)
-        immunity_s = _int(props.get(PROPERTY_CHECK_IMMUNITY_TIME), 0)
-        first = prepared + max(self._timeout_ms, immunity_s * 1000)
+        # CHECK_IMMUNITY_TIME_IN_SECONDS replaces the transaction timeout, shorter or longer (as in the
+        # Java broker's check loop); absent or not a number: the timeout
+        immunity_s = _int(props.get(PROPERTY_CHECK_IMMUNITY_TIME), -1)
+        first = prepared + (immunity_s * 1000 if immunity_s >= 0 else self._timeout_ms)
         state = _Half(
             commitlog_offset=half.commitlog_offset,
             producer_group=props.get(PROPERTY_PRODUCER_GROUP, ""),
@@ -250,6 +254,7 @@ class TransactionService:
         validate_send_topic(message.topic)
         props[PROPERTY_REAL_TOPIC] = message.topic
         props[PROPERTY_REAL_QID] = str(message.queue_id)
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"  # also when only the sysFlag said PREPARED
         uniq = props.get(PROPERTY_UNIQ_KEY)
         if uniq:
             props.setdefault(PROPERTY_TRANSACTION_ID, uniq)
@@ -324,7 +329,9 @@ class TransactionService:
         props = dict(half.properties)
         topic = props.pop(PROPERTY_REAL_TOPIC, "")
         queue_id = _int(props.pop(PROPERTY_REAL_QID, None), -1)
-        for key in (PROPERTY_TRANSACTION_PREPARED, PROPERTY_HALF_TIME_MS, PROPERTY_TRANSACTION_CHECK_TIMES):
+        # TRAN_MSG stays, as the Java broker keeps it: consumers read it to take the transaction id from
+        # UNIQ_KEY, and gRPC delivers the message as TRANSACTION
+        for key in (PROPERTY_HALF_TIME_MS, PROPERTY_TRANSACTION_CHECK_TIMES):
             props.pop(key, None)
         props[PROPERTY_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
         sys_flag = (half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT

@@ -59,6 +59,7 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_DELAY_LEVEL = "DELAY"
+#: The born host a gRPC client declares (``MessageConst.PROPERTY_BORN_HOST``).
 PROPERTY_BORN_HOST = "__BORNHOST"
 
 #: Property keys a client may not set as user properties (RocketMQ ``MessageConst.STRING_HASH_SET``
@@ -225,12 +226,14 @@ def to_broker_message(
         properties[PROPERTY_SHARDING_KEY] = group
     if sp.HasField("delivery_timestamp"):
         properties[PROPERTY_TIMER_DELIVER_MS] = str(_timestamp_ms(sp.delivery_timestamp))
-    if sp.born_host.strip() and not _has_separator(sp.born_host):
-        properties[PROPERTY_BORN_HOST] = sp.born_host[:255]
     if sp.HasField("trace_context") and sp.trace_context:
         if _has_separator(sp.trace_context):
             raise ConvertError(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "illegal trace context")
         properties[PROPERTY_TRACE_CONTEXT] = sp.trace_context
+    if sp.born_host.strip():
+        if _has_separator(sp.born_host):
+            raise ConvertError(pb.Code.BAD_REQUEST, "illegal born host")
+        properties[PROPERTY_BORN_HOST] = sp.born_host
     if sp.message_type == pb.MessageType.TRANSACTION:
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         sys_flag |= SYSFLAG_TRANSACTION_PREPARED

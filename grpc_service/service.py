@@ -482,7 +482,9 @@ class MessagingService:
         )
         deliver_at = message.properties.get(PROPERTY_TIMER_DELIVER_MS, "")
         if result.topic == SCHEDULE_TOPIC and deliver_at.isdigit():
-            entry.recall_handle = recall_handle(message.topic, message_id, int(deliver_at))
+            entry.recall_handle = recall_handle(
+                message.topic, message_id, int(deliver_at), broker_name=BROKER_NAME
+            )
         return entry
 
     async def _store(self, message: Message, msg: Any) -> Any:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Final
 
 from mqproxy.broker.errors import IllegalTopic, QueueNotFound, TopicNotFound
 from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
+from mqproxy.broker.services import is_half
 from mqproxy.broker.topics import (
     DLQ_PREFIX,
     MAX_TOPIC_BYTES,
@@ -54,8 +55,6 @@ from mqproxy.broker.types import (
 from mqproxy.codecs.message_id import MessageIdError, new_uniq_key, offset_msg_id
 from mqproxy.codecs.message_record import (
     MAX_PROPERTIES_BYTES,
-    SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_PREPARED,
     RecordError,
     decode_batch_body,
     decode_properties,
@@ -70,8 +69,6 @@ if TYPE_CHECKING:
     from mqproxy.broker.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
-#: Property marking a transactional half message (``MessageConst.PROPERTY_TRANSACTION_PREPARED``).
-PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
 #: Retry limit when the request carries none (subscription-group default ``retryMaxTimes``).
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16
 _uniq_counter = itertools.count()
@@ -180,10 +177,10 @@ def _check_topic(topic: str) -> None:
 
 
 def _is_half_message(header: SendHeader, properties: dict[str, str]) -> bool:
-    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1). Without broker services such a message is
-    refused like a broker with ``rejectTransactionMessage`` rather than delivered uncommitted."""
-    prepared = header.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
-    return prepared or properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1; :func:`~mqproxy.broker.services.is_half`). Without
+    broker services such a message is refused like a broker with ``rejectTransactionMessage`` rather than
+    delivered uncommitted."""
+    return is_half(header.sys_flag, properties, header.reconsume_times)
 
 
 def _delay_remark(services: BrokerServices, properties: dict[str, str]) -> str | None:

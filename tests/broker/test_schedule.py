@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -25,6 +26,9 @@ from mqproxy.broker.schedule import (
 from mqproxy.broker.service_errors import InvalidArgument, InvalidDelay, MessageNotFound
 from mqproxy.broker.services import ServiceSettings, open_services
 from mqproxy.broker.types import Message, StoredMessage
+
+#: The broker name recall handles carry in these tests.
+B = "broker-a"
 
 MakeBackend = Callable[[], AbstractAsyncContextManager[Backend]]
 
@@ -236,10 +240,18 @@ def _timer(body: bytes, uniq: str, at: int) -> Message:
 
 
 def test_recall_handle_round_trips_and_rejects_garbage() -> None:
-    handle = recall_handle("Topic-1", "7F0000010000ABCD", 1_700_000_123_456)
-    assert parse_recall_handle(handle) == RecallHandle("Topic-1", "7F0000010000ABCD", 1_700_000_123_456)
-    assert "=" not in handle
-    for bad in ("", "x" * 2000, "h", "@@@@", "djEgVCB4IElE", recall_handle("T", "I", 5)[:-2] + "!!"):
+    handle = recall_handle("Topic-1", "7F0000010000ABCD", 1_700_000_123_456, broker_name="broker-a")
+    assert parse_recall_handle(handle) == RecallHandle(
+        "Topic-1", "7F0000010000ABCD", 1_700_000_123_456, "broker-a"
+    )
+    # RocketMQ's RecallMessageHandle.HandleV1: URL-safe base64 (padded) of the five space-separated fields
+    assert base64.urlsafe_b64decode(handle) == b"v1 Topic-1 broker-a 1700000123456 7F0000010000ABCD"
+    assert parse_recall_handle(handle.rstrip("=")) == parse_recall_handle(handle)
+    # the four-field layout of earlier versions (no broker name) still reads
+    legacy = base64.urlsafe_b64encode(b"v1 Topic-1 1700000123456 7F0000010000ABCD").decode().rstrip("=")
+    assert parse_recall_handle(legacy) == RecallHandle("Topic-1", "7F0000010000ABCD", 1_700_000_123_456)
+    truncated = recall_handle("T", "I", 5, broker_name="b")[:-2] + "!!"
+    for bad in ("", "x" * 2000, "h", "@@@@", "djEgVCB4IElE", truncated):
         with pytest.raises(InvalidArgument):
             parse_recall_handle(bad)
 
@@ -255,17 +267,17 @@ async def test_recalled_timer_message_is_dropped_mid_cascade(
         await services.send(_timer(b"gone", "K2", at))
         await trio.sleep(5.5)  # both took their first (5 s) hop
         scheduler = services.scheduler
-        assert await scheduler.recall("T", recall_handle("T", "K2", at)) == "K2"
-        assert await scheduler.recall("T", recall_handle("T", "K2", at)) == "K2"  # idempotent
+        assert await scheduler.recall("T", recall_handle("T", "K2", at, broker_name=B)) == "K2"
+        assert await scheduler.recall("T", recall_handle("T", "K2", at, broker_name=B)) == "K2"  # idempotent
         assert scheduler.is_recalled("T", "K2")
         assert not scheduler.is_recalled("Other", "K2")
         await trio.sleep(3)
         assert [m.body for m in await _all(backend, "T")] == [b"kept"]
         assert scheduler.dropped_recalled == 1
         with pytest.raises(MessageNotFound):
-            await scheduler.recall("T", recall_handle("T", "K1", at))
+            await scheduler.recall("T", recall_handle("T", "K1", at, broker_name=B))
         with pytest.raises(InvalidArgument, match="topic"):
-            await scheduler.recall("Other", recall_handle("T", "K9", clock() + 60_000))
+            await scheduler.recall("Other", recall_handle("T", "K9", clock() + 60_000, broker_name=B))
         assert len(await _all(backend, RECALL_TOPIC)) == 1
 
 
@@ -277,7 +289,7 @@ async def test_recall_survives_a_restart(tmp_path: Path, autojump_clock: trio.te
     async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock) as services:
         await services.send(_timer(b"a", "A", at))
         await services.send(_timer(b"b", "B", at))
-        await services.scheduler.recall("T", recall_handle("T", "A", at))
+        await services.scheduler.recall("T", recall_handle("T", "A", at, broker_name=B))
         await trio.sleep(0.5)  # stopped before the first (1 s) hop: the recall exists only as a record
         assert services.scheduler.dropped_recalled == 0
     await trio.sleep(5)  # down while both become due

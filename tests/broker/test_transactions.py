@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -84,8 +85,11 @@ async def test_commit_makes_the_message_visible_once(
         (committed,) = await _all(backend, "Orders")
         assert committed.sys_flag & 0xC == 0x8
         assert committed.properties["TRAN_PREPARED_QUEUE_OFFSET"] == str(prepared.queue_offset)
-        for gone in ("TRAN_MSG", "REAL_TOPIC", "REAL_QID", "TRAN_HALF_TIME_MS"):
+        for gone in ("REAL_TOPIC", "REAL_QID", "TRAN_HALF_TIME_MS"):
             assert gone not in committed.properties
+        # the Java broker keeps TRAN_MSG on the committed message (consumers take the transaction id
+        # from UNIQ_KEY when they see it)
+        assert committed.properties["TRAN_MSG"] == "true"
         assert committed.properties["UNIQ_KEY"] == "TX1"
         with pytest.raises(TransactionAlreadyResolved):
             await services.transactions.end(
@@ -130,6 +134,23 @@ async def test_bad_end_requests(make_backend: MakeBackend, autojump_clock: trio.
         with pytest.raises(InvalidArgument, match="PGROUP"):
             await services.send(Message("Orders", b"x", properties={"TRAN_MSG": "true"}))
         assert [m.body for m in await _all(backend, "Orders")] == [b"plain"]
+
+
+async def test_a_consumers_resend_of_a_committed_message_is_not_a_half_message(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The committed message keeps TRAN_MSG=true; the Java client's fallback when send-back fails sends
+    it again with reconsumeTimes > 0 and a DELAY level, and that is stored (parked), not held as a half
+    message (the Java broker makes the same exception)."""
+    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+        resend = Message("%RETRY%G", b"tx", properties={"TRAN_MSG": "true", "PGROUP": "PG", "DELAY": "3"},
+                         sys_flag=0x4, reconsume_times=1)
+        await services.send(resend)
+        assert services.transactions.unresolved == 0
+        assert await _all(backend, HALF_TOPIC) == []
+        first_try = dataclasses.replace(resend, reconsume_times=0)
+        await services.send(first_try)
+        assert services.transactions.unresolved == 1
 
 
 async def test_end_by_transaction_id_and_delayed_commit(
@@ -226,6 +247,25 @@ async def test_immunity_window(make_backend: MakeBackend, autojump_clock: trio.t
             resolution=COMMIT, producer_group="PG", commitlog_offset=late.commitlog_offset, from_check=True
         )
         assert len(await _all(backend, "Orders")) == 1
+
+
+async def test_immunity_shorter_than_the_timeout_comes_first(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The immunity time replaces the timeout (the Java broker checks after it), so a short one is
+    checked before the timeout; a malformed one falls back to the timeout."""
+    checks = Checks()
+    settings = ServiceSettings(transaction_timeout_s=6, transaction_check_interval_s=30)
+    async with (
+        make_backend() as backend,
+        open_services(backend, settings, check_back=checks, now_ms=trio_clock_ms()) as services,
+    ):
+        start = trio.current_time()
+        await services.send(half("TXS", CHECK_IMMUNITY_TIME_IN_SECONDS="1"))
+        await services.send(half("TXM", CHECK_IMMUNITY_TIME_IN_SECONDS="soon"))
+        await trio.sleep(7)
+        seen = sorted((round(t - start), check.transaction_id) for t, check in checks.seen)
+        assert seen == [(1, "TXS"), (6, "TXM")]
 
 
 async def test_restart_keeps_half_messages_checkable_and_counts(

@@ -11,6 +11,9 @@
 * ``java_driver`` (factory): ``java_driver("remoting4", "mqtest.Remoting4", ("client4",))`` compiles
   ``tests/e2e/java/remoting4`` (+ ``java/common``) against the named Maven artifact sets and returns a
   :class:`Client` whose ``spawn``/``run`` start that main class; drivers print JSON lines (``Events.java``).
+* ``go_driver`` (factory): ``go_driver("grpc5")`` builds the Go driver ``tests/e2e/go/grpc5`` with
+  ``go build`` (once per source hash, into the cache folder; ``scripts/go_drivers.py``) and returns a
+  :class:`Client` that runs it; drivers print JSON lines (``tests/e2e/go/events``).
 * ``stock`` (session scope): a stock Apache RocketMQ (name server, one broker, RocketMQ's proxy in cluster
   mode) from ``scripts/stock_rocketmq.py``; ``stock_rocketmq`` is that module (class paths, mqadmin,
   ``compile_java``, ``StockCluster`` for tests that need a cluster of their own).
@@ -39,6 +42,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+import go_drivers  # noqa: E402  (builds tests/e2e/go with `go build`; stdlib-only, like the launcher)
 import stock_rocketmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 
 DRIVERS = Path(__file__).resolve().parent / "clients"
@@ -436,5 +440,23 @@ def java_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str,
                     "-cp", f"{classes}{os.pathsep}{cp}", main]
             built[key] = Client(suite, argv, home, workdir)
         return built[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def go_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Client]:
+    home = tmp_path_factory.mktemp("go-home")
+    workdir = tmp_path_factory.mktemp("go-runs")
+    built: dict[str, Client] = {}
+
+    def make(name: str) -> Client:
+        if name not in built:
+            try:
+                binary = go_drivers.build(name)
+            except go_drivers.GoBuildError as exc:
+                pytest.fail(f"Go driver {name}: {exc}", pytrace=False)
+            built[name] = Client(f"go-{name}", [str(binary)], home, workdir)
+        return built[name]
 
     return make

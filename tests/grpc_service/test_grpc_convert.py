@@ -85,6 +85,22 @@ def test_send_mapping_golden() -> None:
     assert out.sys_flag == 0
 
 
+def test_the_declared_born_host_is_kept_and_delivered() -> None:
+    """RocketMQ's proxy stores the client's ``born_host`` as ``__BORNHOST`` and delivers it (the record's
+    born host is the connection's peer); without one, delivery shows the peer's address."""
+    sent = to_broker_message(v2(born_host="producer-7"), born_host=HOST, max_body_bytes=LIMIT)
+    assert sent.properties["__BORNHOST"] == "producer-7"
+    assert sent.born_host == HOST
+    back = to_rmq_message(stored(sent.properties), max_body_bytes=LIMIT)
+    assert back.system_properties.born_host == "producer-7"
+    assert "__BORNHOST" not in back.user_properties
+    anonymous = to_broker_message(v2(born_host=" "), born_host=HOST, max_body_bytes=LIMIT)
+    assert "__BORNHOST" not in anonymous.properties
+    assert to_rmq_message(stored(anonymous.properties), max_body_bytes=LIMIT).system_properties.born_host == (
+        "10.0.0.9"
+    )
+
+
 def test_transaction_and_gzip() -> None:
     msg = v2(
         gzip.compress(b"inflated"),

@@ -91,7 +91,8 @@ async def test_recalled_message_is_never_delivered_the_other_is(grpc_env: GrpcEn
 async def test_recall_rejects_bad_handles(grpc_env: GrpcEnv) -> None:
     client = await grpc_env.connect()
     entry = await send_one(client, message("RecallBad", b"x", "RB-1", now_ms() + 60_000))
-    for handle in ("", "h", "!!!not base64!!!", recall_handle("RecallBad", "RB-1", 1)[:-3] + "@@@"):
+    garbled = recall_handle("RecallBad", "RB-1", 1, broker_name="broker-a")[:-3] + "@@@"
+    for handle in ("", "h", "!!!not base64!!!", garbled):
         assert (await recall(client, "RecallBad", handle)).status.code == Code.BAD_REQUEST, handle
     other_topic = await recall(client, "OtherTopic", entry.recall_handle)
     assert other_topic.status.code == Code.BAD_REQUEST

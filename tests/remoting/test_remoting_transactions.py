@@ -108,7 +108,9 @@ async def test_half_message_is_invisible_until_commit(wire, svc_session, backend
     (record,) = decode_records((await svc_session.handle(wire(RequestCode.PULL_MESSAGE, ext))).body)
     assert record.body == b"order #1"
     assert record.properties["UNIQ_KEY"] == UNIQ
-    assert "TRAN_MSG" not in record.properties
+    assert record.properties["TRAN_MSG"] == "true"  # kept, as the Java broker keeps it
+    assert "REAL_TOPIC" not in record.properties
+    assert "REAL_QID" not in record.properties
     assert record.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
     # ending it again is an error and changes nothing
     again = await svc_session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
