@@ -189,8 +189,11 @@ def rocketmq_target(flush: str, cluster: rmq.StockCluster, broker: rmq.Broker, q
         args = ["updateTopic", "-b", broker.addr, "-t", topic, "-r", str(queues), "-w", str(queues)]
         if grpc:
             args += ["-a", "+message.type=NORMAL"]
-        done = cluster.mqadmin(*args, timeout=120)
-        if done.returncode != 0 or "success" not in done.stdout:
+        for _ in range(3):  # idempotent; on a loaded machine the broker may miss mqadmin's 3 s timeout
+            done = cluster.mqadmin(*args, timeout=120)
+            if done.returncode == 0 and "success" in done.stdout:
+                break
+        else:
             raise RuntimeError(
                 f"mqadmin updateTopic {topic}: rc {done.returncode}\n{done.stdout}\n{done.stderr}"
             )
