@@ -43,8 +43,11 @@ each target in turn:
 Every row also gives the CPU used meanwhile by the server processes (mqproxy; the stock name server,
 broker and proxy) and by the client JVM, in cores, and the 1-minute load average when the row started.
 The machine (CPU, cores, memory, Java, Python, versions) and ``uptime`` before and after are printed;
-a markdown summary table ends the output. Exit status 1 (and a ``FAILED`` line) if any send failed, a
-drain fell short, or a case produced no figures.
+a markdown summary table ends the output. Exit status 1 (and a ``FAILED`` line) if a send failed after
+the warm-up, a drain fell short, or a case produced no figures; failures in the warm-up (for the benchmark
+Producer, in its first 10 s, which its cumulative counters cannot split further) are shown as ``(+N ...)``:
+on a loaded machine the clients' 3 s start-up timeouts (route look-ups of 16 threads at once) expire
+against either target.
 
     python bench/vs_rocketmq.py [--seconds 20] [--warmup 5] [--threads 16] [--size 128] [--queues 8]
         [--grpc-threads 16] [--flush async[,sync]] [--cases producer,drain,latency,grpc] [--keep]
@@ -274,7 +277,12 @@ class Clients:
         )
 
     def run(
-        self, argv: list[str], *, timeout: float, stop_after: Callable[[JavaRun], float | None] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        timeout: float,
+        stop_after: Callable[[JavaRun], float | None] | None = None,
     ) -> JavaRun:
         """Run one client JVM (own process group) to its end, or until ``stop_after(run)`` returns a
         monotonic deadline that has passed (then SIGTERM); killed after ``timeout`` seconds."""
@@ -306,6 +314,9 @@ class Clients:
             run.returncode = proc.wait()
             reader.join(5)
         run.elapsed = time.monotonic() - run.started
+        # its output stays in the work directory (kept with --keep or when something failed)
+        log = self.home / f"{name.replace('/', '-')}.out"
+        log.write_text("".join(f"{at - run.started:9.3f} {line}\n" for at, line in run.lines))
         return run
 
 
@@ -328,7 +339,8 @@ class Row:
     case: str
     target: Target
     figures: dict[str, float] = field(default_factory=dict)
-    failed: int = 0
+    failed: int = 0  # after the warm-up: counts against the run (exit status 1)
+    early_failed: int = 0  # in the warm-up (the benchmark Producer: in its first 10 s): shown only
     note: str = ""
     ok: bool = True
     server_cores: float = 0.0
@@ -384,7 +396,10 @@ def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) ->
 
     with measured(row):
         run = clients.run(
-            clients.argv(clients.remoting_cp, PRODUCER_MAIN, args), timeout=run_s + 60, stop_after=stop_after
+            f"producer-{target.name}",
+            clients.argv(clients.remoting_cp, PRODUCER_MAIN, args),
+            timeout=run_s + 60,
+            stop_after=stop_after,
         )
     reports = []
     if run.lines:
@@ -398,7 +413,13 @@ def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) ->
         row.note = f"no report from the benchmark Producer (rc {run.returncode}):\n{run.tail()}"
         return row
     last = reports[-1][1]
-    row.failed = int(last.group(4)) + int(last.group(5))
+
+    def failures(m: re.Match[str]) -> int:
+        return int(m.group(4)) + int(m.group(5))
+
+    # its counters are cumulative; its first report comes at 10 s, the earliest split it allows
+    row.early_failed = failures(reports[0][1])
+    row.failed = failures(last) - row.early_failed
     # a report at k s covers [k - 9, k]; keep those whose window starts after the warm-up
     window = [m for at, m in reports if at - PRODUCER_WINDOW_S >= opts.warmup - 0.5]
     if not window:
@@ -437,7 +458,9 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
     ]
     with measured(row):
         run = clients.run(
-            clients.argv(clients.remoting_cp, "mqbench.ConsumerProbe", args), timeout=opts.drain_timeout + 60
+            f"drain-{target.name}",
+            clients.argv(clients.remoting_cp, "mqbench.ConsumerProbe", args),
+            timeout=opts.drain_timeout + 60,
         )
     done = run.events("done")
     if not done:
@@ -467,7 +490,7 @@ def _latency_row(case: str, target: Target, run: JavaRun) -> Row:
         row.note = f"the driver ended without a result (rc {run.returncode}):\n{run.tail()}"
         return row
     summary = done[-1]["summary"]
-    row.failed = int(summary["failed"]) + int(summary["warmup_failed"])
+    row.failed, row.early_failed = int(summary["failed"]), int(summary["warmup_failed"])
     row.figures = {k: float(summary[k]) for k in ("tps", "p50_ms", "p99_ms", "max_ms", "mean_ms", "sent")}
     if summary.get("first_error"):
         row.note = f"first error: {summary['first_error']}"
@@ -494,6 +517,7 @@ def case_latency(clients: Clients, target: Target, opts: argparse.Namespace) -> 
     row = Row("latency", target)
     with measured(row):
         run = clients.run(
+            f"latency-{target.name}",
             clients.argv(clients.remoting_cp, "mqbench.RemotingSend", args),
             timeout=opts.warmup + opts.seconds + 90,
         )
@@ -520,6 +544,7 @@ def case_grpc(clients: Clients, target: Target, opts: argparse.Namespace) -> Row
     row = Row("grpc", target)
     with measured(row):
         run = clients.run(
+            f"grpc-{target.name}",
             clients.argv(clients.grpc_driver_cp, "mqbench.GrpcSend", args),
             timeout=opts.warmup + opts.seconds + 90,
         )
@@ -554,9 +579,14 @@ def _fmt(value: float, digits: int = 2) -> str:
 def format_row(row: Row) -> str:
     f = row.figures
     name = f"{row.case:8} {row.target.name:15}"
+    early = ""
+    if row.early_failed:
+        early = (
+            f" (+{row.early_failed} {'in its first 10 s' if row.case == 'producer' else 'in the warm-up'})"
+        )
     tail = (
-        f"  failed {row.failed}  server {row.server_cores:.2f} cores  client {row.client_cores:.2f} cores"
-        f"  load {row.load:.2f}"
+        f"  failed {row.failed}{early}  server {row.server_cores:.2f} cores"
+        f"  client {row.client_cores:.2f} cores  load {row.load:.2f}"
     )
     if not row.ok and not f.get("tps"):
         return f"{name} FAILED {row.note}"
@@ -660,7 +690,9 @@ def summary_cell(row: Row) -> str:
         text = f"{tps} ({f['consumed']:,.0f} of {f['produced']:,.0f})"
     else:
         text = f"{tps}, p50 {_fmt(f['p50_ms'])} ms, p99 {_fmt(f['p99_ms'])} ms"
-    return text + (f", {row.failed} failed" if row.failed else "")
+    if row.failed or row.early_failed:
+        text += f", {row.failed} failed" + (f" (+{row.early_failed} early)" if row.early_failed else "")
+    return text
 
 
 def summary_table(rows: list[Row], flushes: list[str], cases: list[str]) -> list[str]:
@@ -765,8 +797,8 @@ def main() -> int:
                     rows.append(row)
                     print(format_row(row), flush=True)
                 print(ratio_line(case, flush, rows[-2], rows[-1]), flush=True)
-        for proxy in proxies:
-            print(f"peak RSS mqproxy {peak_rss_kib(proxy.pid) / 1024:.1f} MiB (VmHWM)", flush=True)
+        for flush, proxy in zip(opts.flush, proxies, strict=True):
+            print(f"peak RSS mqproxy/{flush} {peak_rss_kib(proxy.pid) / 1024:.1f} MiB (VmHWM)", flush=True)
     except (rmq.LauncherError, RuntimeError) as exc:
         print(f"FAILED: {exc}", flush=True)
         setup_failed = True
