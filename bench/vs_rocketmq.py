@@ -40,8 +40,11 @@ each target in turn:
     shared by ``--grpc-threads`` threads, synchronous ``send``, per-send latencies; through mqproxy's port
     vs through RocketMQ's proxy (cluster mode, in front of the same stock broker).
 
-Every row also gives the CPU used meanwhile by the server processes (mqproxy; the stock name server,
-broker and proxy) and by the client JVM, in cores, and the 1-minute load average when the row started.
+Every row also gives the CPU used meanwhile by the server processes (mqproxy; the stock name server and
+broker, and RocketMQ's proxy in the gRPC case) and by the client JVM, in cores; the servers' CPU per message
+stored (send cases: the topic's max offsets before and after) or delivered (drain), warm-up and background
+work included (the servers' CPU at rest is printed once); and the 1-minute load average when the row
+started. CPU per message moves far less than msgs/s when other jobs share the machine.
 The machine (CPU, cores, memory, Java, Python, versions) and ``uptime`` before and after are printed;
 a markdown summary table ends the output. Exit status 1 (and a ``FAILED`` line) if a send failed after
 the warm-up, a drain fell short, or a case produced no figures; failures in the warm-up (for the benchmark
@@ -346,13 +349,23 @@ class Row:
     server_cores: float = 0.0
     client_cores: float = 0.0
     load: float = 0.0
+    server_cpu_s: float = 0.0  # CPU seconds of the server processes over the whole case
+    messages: int = 0  # messages they stored (send cases) or delivered (drain) over the whole case
+
+    @property
+    def cpu_per_message_us(self) -> float:
+        return self.server_cpu_s / self.messages * 1e6 if self.messages else math.nan
 
 
 @contextlib.contextmanager
-def measured(row: Row) -> Iterator[None]:
-    """CPU of the target's server processes and of the client JVM (a waited-for child) over the case."""
+def measured(row: Row, stored_in: tuple[str, int] | None = None) -> Iterator[None]:
+    """CPU of the target's server processes and of the client JVM (a waited-for child) over the case;
+    with ``stored_in=(topic, queues)`` also the messages stored in that topic meanwhile (warm-up
+    included, like the CPU), for the server's CPU per message, which a loaded machine moves far less
+    than msgs/s."""
     row.load = os.getloadavg()[0]
     pids = row.target.pids(row.case)
+    before = produced(row.target.broker, *stored_in) if stored_in else 0
     server0 = sum(cpu_seconds(p) for p in pids)
     children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -362,10 +375,13 @@ def measured(row: Row) -> Iterator[None]:
         wall = max(time.monotonic() - t0, 1e-9)
         children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         with contextlib.suppress(OSError):
-            row.server_cores = (sum(cpu_seconds(p) for p in pids) - server0) / wall
+            row.server_cpu_s = sum(cpu_seconds(p) for p in pids) - server0
+            row.server_cores = row.server_cpu_s / wall
         row.client_cores = (
             children1.ru_utime + children1.ru_stime - children0.ru_utime - children0.ru_stime
         ) / wall
+    if stored_in:
+        row.messages = produced(row.target.broker, *stored_in) - before
 
 
 def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) -> Row:
@@ -394,7 +410,7 @@ def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) ->
         # a loaded machine delays its timer thread: wait up to 10 s more for the last report
         return banner + run_s + 10
 
-    with measured(row):
+    with measured(row, (target.topic("producer"), opts.queues)):
         run = clients.run(
             f"producer-{target.name}",
             clients.argv(clients.remoting_cp, PRODUCER_MAIN, args),
@@ -472,6 +488,7 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
     result = done[-1]
     consumed, first_ms, done_ms = int(result["consumed"]), float(result["first_ms"]), float(result["done_ms"])
     row.failed = int(result["failed"])
+    row.messages = consumed
     row.figures = {"produced": float(backlog), "consumed": float(consumed), "first_s": first_ms / 1e3}
     if done_ms < 0 or backlog == 0:
         row.ok = False
@@ -482,8 +499,7 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
     return row
 
 
-def _latency_row(case: str, target: Target, run: JavaRun) -> Row:
-    row = Row(case, target)
+def _latency_row(row: Row, run: JavaRun) -> Row:
     done = run.events("done")
     if not done:
         row.ok = False
@@ -515,15 +531,13 @@ def case_latency(clients: Clients, target: Target, opts: argparse.Namespace) -> 
         str(opts.seconds),
     ]
     row = Row("latency", target)
-    with measured(row):
+    with measured(row, (target.topic("latency"), opts.queues)):
         run = clients.run(
             f"latency-{target.name}",
             clients.argv(clients.remoting_cp, "mqbench.RemotingSend", args),
             timeout=opts.warmup + opts.seconds + 90,
         )
-    out = _latency_row("latency", target, run)
-    out.server_cores, out.client_cores, out.load = row.server_cores, row.client_cores, row.load
-    return out
+    return _latency_row(row, run)
 
 
 def case_grpc(clients: Clients, target: Target, opts: argparse.Namespace) -> Row:
@@ -542,15 +556,13 @@ def case_grpc(clients: Clients, target: Target, opts: argparse.Namespace) -> Row
         str(opts.seconds),
     ]
     row = Row("grpc", target)
-    with measured(row):
+    with measured(row, (target.topic("grpc"), opts.queues)):
         run = clients.run(
             f"grpc-{target.name}",
             clients.argv(clients.grpc_driver_cp, "mqbench.GrpcSend", args),
             timeout=opts.warmup + opts.seconds + 90,
         )
-    out = _latency_row("grpc", target, run)
-    out.server_cores, out.client_cores, out.load = row.server_cores, row.client_cores, row.load
-    return out
+    return _latency_row(row, run)
 
 
 RUNNERS: dict[str, Callable[[Clients, Target, argparse.Namespace], Row]] = {
@@ -584,8 +596,9 @@ def format_row(row: Row) -> str:
         early = (
             f" (+{row.early_failed} {'in its first 10 s' if row.case == 'producer' else 'in the warm-up'})"
         )
+    per_msg = _fmt(row.cpu_per_message_us, 0)
     tail = (
-        f"  failed {row.failed}{early}  server {row.server_cores:.2f} cores"
+        f"  failed {row.failed}{early}  server {row.server_cores:.2f} cores, {per_msg} us/msg"
         f"  client {row.client_cores:.2f} cores  load {row.load:.2f}"
     )
     if not row.ok and not f.get("tps"):
@@ -614,13 +627,30 @@ def ratio_line(case: str, flush: str, ours: Row, theirs: Row) -> str:
         a, b = ours.figures.get(key, math.nan), theirs.figures.get(key, math.nan)
         return f"{a / b:.2f}" if b and a == a and b == b else "nan"
 
+    a, b = ours.cpu_per_message_us, theirs.cpu_per_message_us
+    cpu = f"  server CPU/msg {a / b:.2f}" if a == a and b == b and b else ""
+
     if case == "producer":
         parts = f"TPS {ratio('tps')}  RT avg {ratio('avg_rt_ms')}"
     elif case == "drain":
         parts = f"TPS {ratio('tps')}"
     else:
         parts = f"TPS {ratio('tps')}  p50 {ratio('p50_ms')}  p99 {ratio('p99_ms')}"
-    return f"ratio    {case} {flush:6} mqproxy/rocketmq  {parts}"
+    return f"ratio    {case} {flush:6} mqproxy/rocketmq  {parts}{cpu}"
+
+
+IDLE_S = 3.0
+
+
+def idle_cpu(targets: list[Target]) -> str:
+    """Each target's server CPU with no client at all (the stock JVMs' background threads, mostly)."""
+    before = {t.name: sum(cpu_seconds(p) for p in t.pids("grpc")) for t in targets}
+    time.sleep(IDLE_S)
+    parts = []
+    for t in targets:
+        cores = (sum(cpu_seconds(p) for p in t.pids("grpc")) - before[t.name]) / IDLE_S
+        parts.append(f"{t.name} {cores:.3f} cores")
+    return ", ".join(parts)
 
 
 # ----------------------------------------------------------------------------------------- machine
@@ -692,13 +722,17 @@ def summary_cell(row: Row) -> str:
         text = f"{tps}, p50 {_fmt(f['p50_ms'])} ms, p99 {_fmt(f['p99_ms'])} ms"
     if row.failed or row.early_failed:
         text += f", {row.failed} failed" + (f" (+{row.early_failed} early)" if row.early_failed else "")
+    if row.messages:
+        text += f"; server {row.cpu_per_message_us:,.0f} µs CPU/msg"
     return text
 
 
 def summary_table(rows: list[Row], flushes: list[str], cases: list[str]) -> list[str]:
     """The figures as a markdown table (one column per target, plus the TPS ratio)."""
-    out = []
+    out: list[str] = []
     for flush in flushes:
+        if out:
+            out.append("")
         out.append(
             f"| case ({flush} flush) | mqproxy | RocketMQ {rmq.ROCKETMQ_VERSION} | TPS mqproxy / RocketMQ |"
         )
@@ -786,6 +820,10 @@ def main() -> int:
             f"set-up: {time.monotonic() - started:.1f} s (stock cluster {cluster.namesrv_addr}, "
             f"mqproxy {', '.join(t.namesrv for t in targets if t.kind == 'mqproxy')}; "
             f"topics with {opts.queues} queues on every target)",
+            flush=True,
+        )
+        print(
+            f"server CPU at rest over {IDLE_S:g} s (counted in every row's figures): {idle_cpu(targets)}",
             flush=True,
         )
         for case in opts.cases:
