@@ -12,7 +12,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST:= $(VENV)/.installed-test
 CONSTRAINTS := constraints.txt
 
-.PHONY: serve test test-fast system-deps clients bench clean
+.PHONY: serve test test-fast system-deps clients bench bench-vs-rocketmq clean
 
 $(BIN)/python:
 	@bash scripts/setup-system.sh venv
@@ -49,6 +49,10 @@ test-fast: $(STAMP_TEST)
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/negotiation.py
 	$(BIN)/python bench/store.py
+
+# mqproxy vs a stock Apache RocketMQ 5.3.3 in the same run (Java 17 and Maven jars; about 10 minutes)
+bench-vs-rocketmq: system-deps $(STAMP_TEST)
+	$(BIN)/python bench/vs_rocketmq.py --flush async,sync
 
 clean:
 	rm -rf $(VENV) .clients .cache

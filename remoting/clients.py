@@ -7,7 +7,9 @@ Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3)
 * HEART_BEAT (34): body HeartbeatData JSON (Java sends no ``extFields`` at all; C++ sends integer
   enums, Java/ali-ons their names). Records the client id on the session, registers every consumer
   group with its subscriptions, ensures ``%RETRY%<group>`` (one queue), and sends
-  NOTIFY_CONSUMER_IDS_CHANGED to the group's other connections when membership changed. Repeated
+  NOTIFY_CONSUMER_IDS_CHANGED to every connection of the group, the heartbeating one included, when
+  membership or subscriptions changed (a Java broker notifies ``getAllChannel()``: a new Java consumer
+  whose own start-up rebalance was skipped, "lock heartBeat, but failed", relies on it). Repeated
   identical heartbeats are idempotent; a group this client announced before on this connection and
   no longer lists is left (as if it had sent UNREGISTER_CLIENT). Producer groups
   (``producerDataSet``, ``CLIENT_INNER_PRODUCER`` aside) are recorded for transaction check-backs.
@@ -130,7 +132,7 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
         groups.join(info.group, client_id, session.conn)
         session.memberships.add((info.group, client_id))
         if changed:
-            groups.notify_changed(info.group, session.conn)
+            groups.notify_changed(info.group, None)
     return Reply(ResponseCode.SUCCESS, remark="")
 
 

@@ -76,6 +76,8 @@ async def join(peer: Peer, client_id: str, group: str = "G") -> None:
          "subscriptionDataSet": [{"topic": "T", "subString": "*"}]}]}).encode()  # fmt: skip
     response = await peer.request(RemotingCommand(RequestCode.HEART_BEAT, opaque=1, body=body))
     assert response.code == ResponseCode.SUCCESS
+    # the group changed: every member is told, the joining one included (as a Java broker does)
+    assert (await peer.receive()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
 
 
 Answer = Callable[[RemotingCommand], RemotingCommand | None]
