@@ -279,8 +279,6 @@ def start_proxy(
     ``proxy.started``; the returned port is the bound one. Binding ``port`` retries for a few seconds
     (a just-killed proxy's port may still be held by the kernel)."""
     env = dict(os.environ, MQPROXY_STORE_FLUSH=flush, MQPROXY_STORE_BACKEND="embedded")
-    # the Maven/classes cache of scripts/stock_rocketmq.py is no proxy setting (the proxy would refuse it)
-    env.pop("MQPROXY_TEST_CACHE", None)
     env.update(extra_env or {})
     argv = [
         sys.executable,

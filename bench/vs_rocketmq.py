@@ -56,7 +56,7 @@ against either target.
         [--grpc-threads 16] [--flush async[,sync]] [--cases producer,drain,latency,grpc] [--keep]
     python bench/vs_rocketmq.py --quick     # the smoke test's sizes: about a minute
 
-Needs Java 17 and Maven (jars fetched once into ``$MQPROXY_TEST_CACHE``, default ``.cache``).
+Needs Java 17 and Maven (jars fetched once into ``$MQTEST_CACHE``, default ``.cache``).
 """
 
 from __future__ import annotations
