@@ -7,7 +7,8 @@ Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3)
 * HEART_BEAT (34): body HeartbeatData JSON (Java sends no ``extFields`` at all; C++ sends integer
   enums, Java/ali-ons their names). Records the client id on the session, registers every consumer
   group with its subscriptions, ensures ``%RETRY%<group>`` (one queue), and sends
-  NOTIFY_CONSUMER_IDS_CHANGED to the group's other connections when membership changed. Repeated
+  NOTIFY_CONSUMER_IDS_CHANGED to every connection of the group, the joiner's too (as a Java broker
+  does), when membership changed. Repeated
   identical heartbeats are idempotent; a group this client announced before on this connection and
   no longer lists is left (as if it had sent UNREGISTER_CLIENT). Producer groups
   (``producerDataSet``, ``CLIENT_INNER_PRODUCER`` aside) are recorded for transaction check-backs.
@@ -15,7 +16,8 @@ Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3)
   a named producer group stops receiving check-backs on this connection.
 * GET_CONSUMER_LIST_BY_GROUP (38): ``{"consumerIdList": [...]}`` of live members, or SYSTEM_ERROR
   "no consumer for this group" like a Java broker.
-* CHECK_CLIENT_CONFIG (46): SUCCESS for TAG subscriptions, SUBSCRIPTION_PARSE_FAILED otherwise.
+* CHECK_CLIENT_CONFIG (46): SUCCESS for TAG subscriptions and SQL92 ones that compile,
+  SUBSCRIPTION_PARSE_FAILED otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from mqproxy.broker.sql92 import Sql92Error, compile_sql92
 from mqproxy.broker.topics import RETRY_PREFIX
 from mqproxy.broker.types import ConsumerInfo, Subscription
 from mqproxy.codecs.remoting import RemotingCommand
@@ -38,6 +41,14 @@ if TYPE_CHECKING:
 #: Java enum constants in ordinal order: C++ heartbeats send the ordinal, others the name.
 CONSUME_TYPES: Final = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS: Final = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM: Final = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
 #: Producer group every Java client with consumers announces; never interesting in logs.
 _INNER_PRODUCER: Final = "CLIENT_INNER_PRODUCER"
 
@@ -89,7 +100,11 @@ def parse_heartbeat(body: bytes) -> tuple[str, list[ConsumerInfo], list[str]]:
     for item in _list(data, "consumerDataSet"):
         group = _text(item, "groupName")
         subscriptions = tuple(
-            Subscription(topic=_text(sub, "topic"), expression=_text(sub, "subString", "*"))
+            Subscription(
+                topic=_text(sub, "topic"),
+                expression=_text(sub, "subString", "*"),
+                expression_type=_text(sub, "expressionType", "TAG").upper() or "TAG",
+            )
             for sub in _list(item, "subscriptionDataSet")
         )
         consumers.append(
@@ -99,6 +114,7 @@ def parse_heartbeat(body: bytes) -> tuple[str, list[ConsumerInfo], list[str]]:
                 subscriptions=subscriptions,
                 consume_type=_enum(item, "consumeType", CONSUME_TYPES, "CONSUME_PASSIVELY"),
                 message_model=_enum(item, "messageModel", MESSAGE_MODELS, "CLUSTERING"),
+                consume_from_where=_enum(item, "consumeFromWhere", CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
             )
         )
     producers = [_text(item, "groupName") for item in _list(data, "producerDataSet")]
@@ -129,8 +145,8 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
         changed = await backend.register_consumer(info)
         groups.join(info.group, client_id, session.conn)
         session.memberships.add((info.group, client_id))
-        if changed:
-            groups.notify_changed(info.group, session.conn)
+        if changed:  # every member, the joiner too, as a Java broker does (it rebalances at once)
+            groups.notify_changed(info.group, None)
     return Reply(ResponseCode.SUCCESS, remark="")
 
 
@@ -164,8 +180,9 @@ async def get_consumer_list(session: RemotingSession, request: RemotingCommand, 
 
 
 async def check_client_config(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    """CHECK_CLIENT_CONFIG (46): Java consumers ask it at start for non-TAG subscriptions; only TAG
-    expressions are evaluated here, so anything else is refused up front (SUBSCRIPTION_PARSE_FAILED)."""
+    """CHECK_CLIENT_CONFIG (46): Java consumers ask it at start for non-TAG subscriptions. SQL92 must
+    compile (as at a Java broker with ``enablePropertyFilter``); other types are refused, both with
+    SUBSCRIPTION_PARSE_FAILED."""
     try:
         data = orjson.loads(request.body) if request.body else {}
     except orjson.JSONDecodeError:
@@ -176,9 +193,16 @@ async def check_client_config(session: RemotingSession, request: RemotingCommand
     note.group = group if isinstance(group, str) else None
     subscription = data.get("subscriptionData")
     kind = subscription.get("expressionType") if isinstance(subscription, dict) else None
-    if kind is not None and str(kind).upper() != "TAG":
+    if kind is None or str(kind).upper() == "TAG":
+        return Reply(ResponseCode.SUCCESS)
+    if str(kind).upper() != "SQL92":
         raise RequestError(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-            f"expression type {str(kind)[:32]!r} is not supported, only TAG",
+            f"expression type {str(kind)[:32]!r} is not supported, only TAG and SQL92",
         )
+    assert isinstance(subscription, dict)
+    try:
+        compile_sql92(str(subscription.get("subString") or ""))
+    except Sql92Error as exc:
+        raise RequestError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Invalid MessageSelector. {exc}"[:512]) from None
     return Reply(ResponseCode.SUCCESS)

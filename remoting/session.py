@@ -61,6 +61,7 @@ from mqproxy.remoting import (
     produce,
     retry,
     routes,
+    topic_admin,
     transactions,
 )
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
@@ -105,6 +106,9 @@ HANDLERS: Final[dict[int, Handler]] = {
     RequestCode.POLLING_INFO: pop.polling_info,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
     RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: topic_admin.update_and_create_topic,
+    RequestCode.GET_BROKER_CLUSTER_INFO: topic_admin.get_broker_cluster_info,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_admin.get_all_topic_list,
 }
 
 #: BackendError subclass -> response code (spec §2, §3.2, §3.3, §3.17, §3.19; the broker services'

@@ -187,7 +187,9 @@ async def test_consumer_list(wire, backend) -> None:
     assert empty.remark == "no consumer for this group, Other"
 
 
-async def test_notify_other_members_on_join_unregister_and_close(wire, backend) -> None:
+async def test_notify_members_on_join_unregister_and_close(wire, backend) -> None:
+    """As a Java broker: a join notifies every member, the joiner too (a client that rebalances only on
+    notifications, like DefaultLitePullConsumer.subscribe, starts at once); a leave notifies the rest."""
     registry = ConnectionRegistry()
     ctx = ServerContext("10.0.0.8", 8080, groups=registry)
     peer_a, peer_b, peer_c = FakePeer(), FakePeer(), FakePeer()
@@ -195,24 +197,24 @@ async def test_notify_other_members_on_join_unregister_and_close(wire, backend) 
     b = RemotingSession(backend, ctx, conn=peer_b)
     c = RemotingSession(backend, ctx, conn=peer_c)
     await a.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1")))
-    assert peer_a.notified == []  # alone in the group
+    assert peer_a.notified == ["G"]  # alone in the group: told of its own join
     await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2")))
-    assert (peer_a.notified, peer_b.notified) == (["G"], [])
+    assert (peer_a.notified, peer_b.notified) == (["G", "G"], ["G"])
     await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2")))  # periodic: no change
-    assert peer_a.notified == ["G"]
+    assert (peer_a.notified, peer_b.notified) == (["G", "G"], ["G"])
     await c.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("c@3")))
-    assert (peer_a.notified, peer_b.notified, peer_c.notified) == (["G", "G"], ["G"], [])
+    assert (peer_a.notified, peer_b.notified, peer_c.notified) == (["G"] * 3, ["G"] * 2, ["G"])
     # UNREGISTER_CLIENT as C++ sends it (the unused group is "")
     unregister = {"clientID": "b@2", "producerGroup": "", "consumerGroup": "G"}
     response = await b.handle(wire(RequestCode.UNREGISTER_CLIENT, unregister, language="CPP"))
     assert response is not None
     assert response.code == ResponseCode.SUCCESS
-    assert (peer_a.notified, peer_c.notified) == (["G", "G", "G"], ["G"])
+    assert (peer_a.notified, peer_c.notified) == (["G"] * 4, ["G"] * 2)
     assert await backend.consumer_ids("G") == ["a@1", "c@3"]
     # connection A ends without unregistering
     await a.close()
     assert await backend.consumer_ids("G") == ["c@3"]
-    assert peer_c.notified == ["G", "G"]
+    assert peer_c.notified == ["G"] * 3
     assert registry.connections("G") == [peer_c]
 
 
@@ -316,10 +318,10 @@ async def test_heartbeat_without_a_group_leaves_it(wire, backend) -> None:
     b = RemotingSession(backend, ctx, conn=leaver)
     await a.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1")))
     await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2")))
-    assert watcher.notified == ["G"]
+    assert watcher.notified == ["G", "G"]  # its own join, then b's
     # b's consumer of G shut down; its process keeps heartbeating for another group only
     await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2", group="H")))
     assert await backend.consumer_ids("G") == ["a@1"]
     assert await backend.consumer_ids("H") == ["b@2"]
-    assert watcher.notified == ["G", "G"]
+    assert watcher.notified == ["G", "G", "G"]
     assert registry.connections("G") == [watcher]

@@ -161,8 +161,11 @@ async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx) -> None:
         b, stats_b = await start(nursery, backend, ctx)
         await a.send(heartbeat(1, "a@1"))
         assert (await a.receive()).opaque == 1
+        joined = await a.receive()  # a Java broker tells the joiner too
+        assert joined.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
         await b.send(heartbeat(1, "b@1"))
         assert (await b.receive()).opaque == 1
+        assert (await b.receive()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
         notify = await a.receive()
         assert notify.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
         assert notify.flag == 2
@@ -181,6 +184,7 @@ async def test_server_to_client_call_and_unmatched_responses(backend, ctx, regis
         client, _ = await start(nursery, backend, ctx)
         await client.send(heartbeat(1, "c@1"))
         await client.receive()
+        assert (await client.receive()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED  # its own join
         # a response nobody asked for is dropped, the connection stays up
         await client.send(RemotingCommand(ResponseCode.SUCCESS, opaque=4242, flag=1))
         (connection,) = registry.connections("G")
