@@ -381,6 +381,7 @@ class TransactionService:
         if self.check_back is None:
             return
         props = dict(half.properties)
+        props.pop(PROPERTY_HALF_TIME_MS, None)  # the service's own bookkeeping: not the producer's business
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(state.checks)
         view = dataclasses.replace(
             half,
