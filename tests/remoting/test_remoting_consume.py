@@ -85,7 +85,9 @@ async def test_produce_then_pull_returns_the_exact_record(wire, session) -> None
     assert record.magic == MAGIC_V1
     assert (record.topic, record.queue_id, record.queue_offset, record.commitlog_offset) == ("T", 0, 0, 0)
     assert record.body == b"payload-0"
-    assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "blue"}
+    assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "blue",
+                                 # stamped by the broker, as a Java broker does
+                                 "CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # fmt: skip
     assert record.born_host == ("192.0.2.2", 50000)
     assert record.store_host == ("10.0.0.8", 8080)
     assert record.born_timestamp_ms == 1700000000001
