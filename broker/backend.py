@@ -164,6 +164,10 @@ class Backend(Protocol):
         """Client ids of the live members of ``group``, sorted."""
         ...
 
+    async def consumer_groups(self) -> list[str]:
+        """Groups with at least one live member, sorted."""
+        ...
+
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None: ...
 
 

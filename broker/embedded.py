@@ -273,7 +273,9 @@ class EmbeddedStore:
             latest_store_ms = max(latest_store_ms, record.store_timestamp_ms)
             self._restart_lmqs(record, offset, new_queues, flush_batch)
             batch.extend(self._entries_for(record, offset, size, new_queues))
-            keys.extend(key_rows(record.topic, index_keys(record.properties), record.store_timestamp_ms, offset))
+            keys.extend(
+                key_rows(record.topic, index_keys(record.properties), record.store_timestamp_ms, offset)
+            )
             if len(batch) >= _RECOVERY_BATCH:
                 flush_batch(offset + size)
 
@@ -595,7 +597,14 @@ class EmbeddedStore:
                 )
             )
             plan.append(
-                (parent, queue_offset, lmq_slots, lmq_map, tag_hash(message.tags), index_keys(message.properties))
+                (
+                    parent,
+                    queue_offset,
+                    lmq_slots,
+                    lmq_map,
+                    tag_hash(message.tags),
+                    index_keys(message.properties),
+                )
             )
         return plan
 
@@ -943,6 +952,9 @@ class EmbeddedStore:
 
     async def consumer_ids(self, group: str) -> list[str]:
         return self._consumers.ids(group)
+
+    async def consumer_groups(self) -> list[str]:
+        return self._consumers.groups()
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self._consumers.info(group, client_id)

@@ -310,6 +310,9 @@ class InMemoryBackend:
     async def consumer_ids(self, group: str) -> list[str]:
         return self._consumers.ids(group)
 
+    async def consumer_groups(self) -> list[str]:
+        return self._consumers.groups()
+
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self._consumers.info(group, client_id)
 

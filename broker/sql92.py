@@ -108,7 +108,9 @@ class _Node:
 
 
 def _const(value: Value) -> _Node:
-    return _Node(lambda _p: value, boolean=isinstance(value, bool) or value is None, constant=True, value=value)
+    return _Node(
+        lambda _p: value, boolean=isinstance(value, bool) or value is None, constant=True, value=value
+    )
 
 
 def _prop(name: str) -> _Node:
@@ -352,12 +354,18 @@ class _Parser:
         node = self._unary()
         while True:
             token = self._peek()
-            negate = token.text == "NOT" and self._peek(1).text in ("CONTAINS", "STARTSWITH", "ENDSWITH",
-                                                                    "BETWEEN", "IN")
+            negate = token.text == "NOT" and self._peek(1).text in (
+                "CONTAINS",
+                "STARTSWITH",
+                "ENDSWITH",
+                "BETWEEN",
+                "IN",
+            )
             if token.kind == "op" and token.text in self._RELATIONS:
                 self._at += 1
-                node = _relation(self._comparable(node), self._comparable(self._unary()),
-                                 self._RELATIONS[token.text])
+                node = _relation(
+                    self._comparable(node), self._comparable(self._unary()), self._RELATIONS[token.text]
+                )
                 continue
             if negate:
                 self._at += 1

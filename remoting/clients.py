@@ -204,5 +204,7 @@ async def check_client_config(session: RemotingSession, request: RemotingCommand
     try:
         compile_sql92(str(subscription.get("subString") or ""))
     except Sql92Error as exc:
-        raise RequestError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Invalid MessageSelector. {exc}"[:512]) from None
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Invalid MessageSelector. {exc}"[:512]
+        ) from None
     return Reply(ResponseCode.SUCCESS)

@@ -97,6 +97,7 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
         woke = await backend.wait_for_message(header.topic, header.queue_id, offset, remaining)
         if not woke:
             break
+    ctx.pull_offsets.record(header.consumer_group, header.topic, header.queue_id, result.next_offset)
     return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
 
 
@@ -117,7 +118,9 @@ def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
     return Reply(ResponseCode.PULL_NOT_FOUND, ext, remark=remark)
 
 
-async def _filters(session: RemotingSession, header: PullHeader) -> tuple[TagFilter | None, Sql92Filter | None]:
+async def _filters(
+    session: RemotingSession, header: PullHeader
+) -> tuple[TagFilter | None, Sql92Filter | None]:
     """The filter of this pull: a tag filter (None means everything) or a compiled SQL92 expression."""
     if header.has_subscription:
         expression, kind = header.subscription or "", header.expression_type or "TAG"

@@ -43,7 +43,9 @@ async def query_message(session: RemotingSession, request: RemotingCommand, note
     if fields.boolean(UNIQUE_QUERY_FLAG, False):
         wanted = UNIQUE_QUERY_MESSAGES
     begin, end = fields.integer("beginTimestamp", wide=True), fields.integer("endTimestamp", wide=True)
-    found = await session.backend.query_messages(topic, key, min(max(wanted, 0), MAX_QUERY_MESSAGES), begin, end)
+    found = await session.backend.query_messages(
+        topic, key, min(max(wanted, 0), MAX_QUERY_MESSAGES), begin, end
+    )
     if not found:
         raise RequestError(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
     found.sort(key=lambda m: m.commitlog_offset)

@@ -10,6 +10,8 @@ both the name-server half and the broker half.
   are accepted and not kept). Creates the topic or replaces its config. Refusals as the Java broker's
   (``TopicValidator``): INVALID_PARAMETER with its remark for a blank, illegal or too long name, and for
   a system topic ("conflict with system topic").
+* GET_TOPIC_CONFIG (351), broker: the topic's TopicConfig (``mqadmin consumerProgress`` reads it), or
+  TOPIC_NOT_EXIST "No topic in this broker. topic: <t>".
 * GET_BROKER_CLUSTER_INFO (106), name server: ClusterInfo of the one logical broker (every address is
   the proxy's own, as in routes).
 * GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), name server: TopicList ``{"topicList": [...]}`` of every
@@ -93,6 +95,25 @@ async def update_and_create_topic(session: RemotingSession, request: RemotingCom
     )
     await session.backend.update_topic(config)
     return Reply(ResponseCode.SUCCESS)
+
+
+async def get_topic_config(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    topic = Fields(request.ext_fields).text("topic")
+    note.topic = topic
+    config = await session.backend.get_topic(topic)
+    if config is None:
+        raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"[:512])
+    body = {  # TopicConfigAndQueueMapping: a TopicConfig (no static-topic mapping here)
+        "attributes": {},
+        "order": False,
+        "perm": config.perm,
+        "readQueueNums": config.read_queues,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": config.name,
+        "topicSysFlag": config.sys_flag,
+        "writeQueueNums": config.write_queues,
+    }
+    return Reply(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
 
 def broker_data(address: str) -> dict[str, object]:

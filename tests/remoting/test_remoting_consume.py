@@ -87,7 +87,8 @@ async def test_produce_then_pull_returns_the_exact_record(wire, session) -> None
     assert record.body == b"payload-0"
     assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "blue",
                                  # stamped by the broker, as a Java broker does
-                                 "CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # fmt: skip
+                                 "CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion",
+                                 "TRACE_ON": "true"}  # fmt: skip
     assert record.born_host == ("192.0.2.2", 50000)
     assert record.store_host == ("10.0.0.8", 8080)
     assert record.born_timestamp_ms == 1700000000001
@@ -296,10 +297,12 @@ async def test_sql92_in_the_request_filters_by_properties(wire, session) -> None
 
 async def test_sql92_from_the_heartbeat_when_the_pull_has_no_subscription(wire, session) -> None:
     """A Java push consumer pulls without ``subscription``: the heartbeat's SQL92 expression applies."""
-    heartbeat = java_heartbeat().replace(b'"expressionType": "TAG", "subString": "*", "subVersion": 1700000000000, '
-                                         b'"tagsSet": [], "topic": "T"',
-                                         b'"expressionType": "SQL92", "subString": "color = \'blue\'", '
-                                         b'"subVersion": 1700000000000, "tagsSet": [], "topic": "T"')
+    heartbeat = java_heartbeat().replace(
+        b'"expressionType": "TAG", "subString": "*", "subVersion": 1700000000000, '
+        b'"tagsSet": [], "topic": "T"',
+        b'"expressionType": "SQL92", "subString": "color = \'blue\'", '
+        b'"subVersion": 1700000000000, "tagsSet": [], "topic": "T"',
+    )
     assert b"SQL92" in heartbeat
     assert (await session.handle(wire(RequestCode.HEART_BEAT, None, heartbeat))).code == ResponseCode.SUCCESS
     await send(wire, session, b"red", color="red")

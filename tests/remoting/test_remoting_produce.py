@@ -116,7 +116,12 @@ async def test_alions_send_v2_gets_a_generated_uniq_key(wire, session, backend) 
     assert transaction_id.startswith("0A000008")  # the advertised IP, like a Java client's own IP
     assert response.ext_fields["queueId"] == "2"
     (stored,) = (await backend.pull("T", 2, 0, 32)).messages
-    assert dict(stored.properties) == {"TAGS": "TagB", "KEYS": "order-1", "UNIQ_KEY": transaction_id, **STAMPED}
+    assert dict(stored.properties) == {
+        "TAGS": "TagB",
+        "KEYS": "order-1",
+        "UNIQ_KEY": transaction_id,
+        **STAMPED,
+    }
     assert stored.flag == 3
     assert stored.born_timestamp_ms == 1700000000123
     # a second send gets a different key
