@@ -254,8 +254,15 @@ def test_transaction_commit_rollback_and_unknown_resolved_by_check_back(
     else:
         assert {c["msg"]["keys"] for c in checks} == {"tx-unknown"}  # only the unresolved one is checked
     received = [e["msg"] for e in basic.of("transaction", "received")]
+    bodies = [m["body"] for m in received]
     # one queue: everything before the end marker (sent after the check-back) has been seen
-    assert [m["body"] for m in received] == ["tx-commit", "tx-unknown", "end-0"]
+    assert bodies[: bodies.index("end-0")] == ["tx-commit", "tx-unknown"]
+    if target.name == "stock":
+        # Stock 5.3.3 may store tx-unknown again (see test_killed_transactional_producer_...): a later
+        # check-back can run before the first one's END_TRANSACTION record is flushed.
+        assert set(bodies) == {"tx-commit", "tx-unknown", "end-0"}
+    else:
+        assert bodies == ["tx-commit", "tx-unknown", "end-0"]
     for committed in received[:2]:
         assert committed["sysFlag"] & 0xC == 0x8  # TRANSACTION_COMMIT_TYPE
         assert committed["msgId"] == sent[committed["body"]]["result"]["msgId"]
@@ -368,5 +375,11 @@ def test_killed_transactional_producer_leaves_no_half_message(
     assert checks, adopter.describe()
     assert {c["transactionId"] for c in checks} == {local["transactionId"]}
     bodies = [e["msg"]["body"] for e in adopter.of("received")]
-    assert bodies.count("tx-orphan") == 1
     assert bodies.index("tx-orphan") < bodies.index("end-0")
+    if target.name == "stock":
+        # Stock 5.3.3 may store it twice: a second check-back that runs before the first one's
+        # END_TRANSACTION record is flushed (transactionOpBatchInterval 3 s > the 2 s check interval here)
+        # asks again, and a second COMMIT stores a second copy (at-least-once).
+        assert bodies.count("tx-orphan") >= 1
+    else:
+        assert bodies.count("tx-orphan") == 1
