@@ -184,7 +184,7 @@ def test_lite_pull_subscribe_polls_everything_and_commits(basic: Scenarios) -> N
 
 def test_lite_pull_assign_and_seek(basic: Scenarios) -> None:
     basic.ok("lite-assign")
-    for seek, expected in ((3, range(3, 6)), (1, range(1, 6))):
+    for seek, expected in ((-1, range(6)), (3, range(3, 6)), (1, range(1, 6))):  # -1: no seek, from the start
         reads = [e["msg"] for e in basic.of("lite-assign", "read") if e["seek"] == seek]
         assert [(m["body"], m["queueOffset"]) for m in reads] == [(f"la-{i}", i) for i in expected]
 
