@@ -26,6 +26,7 @@ bound above the upper one, and a top-level expression that is not boolean.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -463,8 +464,10 @@ class Sql92Filter:
             return False
 
 
+@functools.lru_cache(maxsize=256)
 def compile_sql92(expression: str) -> Sql92Filter:
-    """Parse ``expression``; :class:`Sql92Error` says why it is not a valid filter."""
+    """Parse ``expression`` (remembered: every pull of a subscription brings it again); :class:`Sql92Error`
+    says why it is not a valid filter."""
     if not expression or not expression.strip():
         raise Sql92Error("the expression is empty")
     try:

@@ -101,11 +101,17 @@ public final class Kit {
         return producer;
     }
 
+    /**
+     * A push consumer starting from the first offset, with one consume thread: messages of a queue are then
+     * handed to the listener in queue order, so "everything before the end marker was seen" holds.
+     */
     public DefaultMQPushConsumer pushConsumer(String group) {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(namesrv);
         consumer.setInstanceName(instance(scenario + "-c"));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setConsumeThreadMin(1);
+        consumer.setConsumeThreadMax(1);
         return consumer;
     }
 

@@ -225,8 +225,6 @@ public final class Remoting {
             kit.createTopic(producer, topic, 4);
             Kit.EndMarkers ends = new Kit.EndMarkers(4);
             DefaultMQPushConsumer consumer = kit.pushConsumer(kit.name(kit.scenario + "_cg"));
-            consumer.setConsumeThreadMin(1);
-            consumer.setConsumeThreadMax(1);
             consumer.subscribe(topic, selector);
             consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {
