@@ -704,6 +704,8 @@ public final class Remoting {
         }
         kit.emit("produced", "count", 4, "brokerName", Kit.queues(producer, topic).get(0).getBrokerName());
         DefaultMQPushConsumer consumer = kit.pushConsumer(kit.name("okill_cg"));
+        consumer.setConsumeThreadMax(2);  // one thread per queue, each held forever
+        consumer.setConsumeThreadMin(2);
         consumer.subscribe(topic, "*");
         consumer.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
