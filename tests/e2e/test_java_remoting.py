@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 #: mqproxy checks transactions as the session's stock broker does (conftest STOCK_BROKER_CONF).
 PROXY_ENV = {"MQPROXY_BROKER_TRANSACTION_TIMEOUT_S": "1", "MQPROXY_BROKER_TRANSACTION_CHECK_INTERVAL_S": "2"}
 
-BASIC = ("send", "tag-filter", "sql-filter", "orderly", "broadcast", "lite-subscribe", "lite-assign", "delay",
-         "retry-dlq", "transaction", "query", "unsupported")  # fmt: skip
+BASIC = ("send", "tag-filter", "sql-filter", "orderly", "orderly-sql", "broadcast", "lite-subscribe",
+         "lite-assign", "delay", "retry-dlq", "transaction", "query", "unsupported")  # fmt: skip
 #: Failure deadline of one scenario (they end on events, usually within seconds).
 SCENARIO_TIMEOUT_S = 150
 LOCK_BATCH_MQ = 41
@@ -156,9 +156,11 @@ def test_push_with_an_sql92_filter(basic: Scenarios) -> None:
     assert Counter(basic.bodies("sql-filter")) == Counter(["sql-4", "sql-6", "sql-8"])
 
 
-def test_push_orderly_with_a_tag_filter_keeps_each_key_in_order(basic: Scenarios) -> None:
-    basic.ok("orderly")
-    received = [e["msg"] for e in basic.of("orderly", "received") if not e["msg"]["body"].startswith("end-")]
+@pytest.mark.parametrize("scenario", ["orderly", "orderly-sql"], ids=["tag", "sql92"])
+def test_push_orderly_with_a_filter_keeps_each_key_in_order(basic: Scenarios, scenario: str) -> None:
+    """Even steps match (tag TagA, or SQL92 parity = 'even'); per order key they arrive in order."""
+    basic.ok(scenario)
+    received = [e["msg"] for e in basic.of(scenario, "received") if not e["msg"]["body"].startswith("end-")]
     assert {m["tags"] for m in received} == {"TagA"}
     for order in range(3):
         mine = [m for m in received if m["keys"] == f"order-{order}"]

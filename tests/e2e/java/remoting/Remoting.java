@@ -62,6 +62,7 @@ public final class Remoting {
         SCENARIOS.put("tag-filter", Remoting::tagFilter);
         SCENARIOS.put("sql-filter", Remoting::sqlFilter);
         SCENARIOS.put("orderly", Remoting::orderly);
+        SCENARIOS.put("orderly-sql", Remoting::orderlySql);
         SCENARIOS.put("broadcast", Remoting::broadcast);
         SCENARIOS.put("lite-subscribe", Remoting::liteSubscribe);
         SCENARIOS.put("lite-assign", Remoting::liteAssign);
@@ -250,15 +251,24 @@ public final class Remoting {
 
     /** Orderly push consumer with a tag filter: per order key the matching steps arrive in order. */
     static void orderly(Kit kit) throws Exception {
-        String topic = kit.name("ordered");
+        orderlyFiltered(kit, "ordered", MessageSelector.byTag("TagA"));
+    }
+
+    /** The same with an SQL92 filter on a property that says the same as the tag. */
+    static void orderlySql(Kit kit) throws Exception {
+        orderlyFiltered(kit, "ordsql", MessageSelector.bySql("parity = 'even' AND step >= 0"));
+    }
+
+    private static void orderlyFiltered(Kit kit, String label, MessageSelector selector) throws Exception {
+        String topic = kit.name(label);
         List<Object> clients = new ArrayList<>();
         try {
-            DefaultMQProducer producer = kit.producer(kit.name("ordered_pg"));
+            DefaultMQProducer producer = kit.producer(kit.name(label + "_pg"));
             clients.add(producer);
             kit.createTopic(producer, topic, 4);
             Kit.EndMarkers ends = new Kit.EndMarkers(4);
-            DefaultMQPushConsumer consumer = kit.pushConsumer(kit.name("ordered_cg"));
-            consumer.subscribe(topic, "TagA");
+            DefaultMQPushConsumer consumer = kit.pushConsumer(kit.name(label + "_cg"));
+            consumer.subscribe(topic, selector);
             consumer.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {
                     kit.emit("received", "msg", Kit.view(m), "thread", Thread.currentThread().getName());
@@ -272,10 +282,15 @@ public final class Remoting {
                 for (int order = 0; order < 3; order++) {
                     String tag = step % 2 == 0 ? "TagA" : "TagB";
                     Message m = Kit.message(topic, tag, "order-" + order, "ord-" + order + "-" + step);
+                    m.putUserProperty("parity", step % 2 == 0 ? "even" : "odd");
+                    m.putUserProperty("step", String.valueOf(step));
                     producer.send(m, (mqs, msg, arg) -> mqs.get((Integer) arg % mqs.size()), order);
                 }
             }
-            kit.sendEndMarkers(producer, topic, "TagA", Collections.emptyMap());
+            Map<String, String> endProps = new HashMap<>();
+            endProps.put("parity", "even");
+            endProps.put("step", "99");
+            kit.sendEndMarkers(producer, topic, "TagA", endProps);
             kit.await("an end marker from every queue", ends::complete);
         } finally {
             Kit.shutdownQuietly(clients);
