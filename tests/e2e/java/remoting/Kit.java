@@ -34,6 +34,8 @@ public final class Kit {
     /** Tag and property of the per-queue end markers: a consumer that saw one marker per queue saw the queue. */
     public static final String END_PROP = "end";
 
+    /** Admin and name-server calls (route look-ups, offsets): the 3 s default is short on a loaded machine. */
+    static final int API_TIMEOUT_MS = 10_000;
     private static final AtomicInteger INSTANCES = new AtomicInteger();
     private static final long STARTED = java.lang.management.ManagementFactory.getRuntimeMXBean().getStartTime();
 
@@ -97,6 +99,7 @@ public final class Kit {
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName(instance(scenario + "-p"));
         producer.setSendMsgTimeout(10_000);
+        producer.setMqClientApiTimeout(API_TIMEOUT_MS);
         producer.start();
         return producer;
     }
@@ -112,6 +115,7 @@ public final class Kit {
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setConsumeThreadMin(1);
         consumer.setConsumeThreadMax(1);
+        consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
         return consumer;
     }
 
@@ -121,6 +125,7 @@ public final class Kit {
         consumer.setInstanceName(instance(scenario + "-l"));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setPollTimeoutMillis(1000);
+        consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
         return consumer;
     }
 

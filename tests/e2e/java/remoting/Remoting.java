@@ -522,6 +522,7 @@ public final class Remoting {
             CountDownLatch checked = new CountDownLatch(1);
             TransactionMQProducer producer = new TransactionMQProducer(kit.name("tx_pg"));
             producer.setNamesrvAddr(kit.namesrv);
+            producer.setMqClientApiTimeout(Kit.API_TIMEOUT_MS);
             producer.setInstanceName(Kit.instance("tx"));
             producer.setTransactionListener(new TransactionListener() {
                 @Override
@@ -763,6 +764,7 @@ public final class Remoting {
         String topic = kit.name("txkill");
         TransactionMQProducer producer = new TransactionMQProducer(kit.name("txkill_pg"));
         producer.setNamesrvAddr(kit.namesrv);
+        producer.setMqClientApiTimeout(Kit.API_TIMEOUT_MS);
         producer.setInstanceName(Kit.instance("txorphan"));
         producer.setTransactionListener(new TransactionListener() {
             @Override
@@ -795,6 +797,7 @@ public final class Remoting {
         try {
             TransactionMQProducer producer = new TransactionMQProducer(kit.name("txkill_pg"));
             producer.setNamesrvAddr(kit.namesrv);
+            producer.setMqClientApiTimeout(Kit.API_TIMEOUT_MS);
             producer.setInstanceName(Kit.instance("txadopt"));
             producer.setTransactionListener(new TransactionListener() {
                 @Override
