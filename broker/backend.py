@@ -133,6 +133,24 @@ class Backend(Protocol):
         """Create the topic if missing (idempotent); ``None`` means the configured default count."""
         ...
 
+    async def update_topic(self, config: TopicConfig) -> TopicConfig:
+        """Create the topic or replace its queue counts, permission and flags (an admin's
+        UPDATE_AND_CREATE_TOPIC). Shrinking a count hides the queues above it; their messages stay."""
+        ...
+
+    async def topic_names(self) -> list[str]:
+        """Every ordinary topic's name, sorted (light message queues are not topics here)."""
+        ...
+
+    # --- lookup --------------------------------------------------------------------------------
+    async def query_messages(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> list[StoredMessage]:
+        """Up to ``max_count`` messages of ``topic`` stored within [``begin_ms``, ``end_ms``] that one of
+        their ``KEYS`` or their ``UNIQ_KEY`` names (:func:`~mqproxy.broker.sending.index_keys`), newest
+        first."""
+        ...
+
     # --- consumer groups -----------------------------------------------------------------------
     async def register_consumer(self, info: ConsumerInfo) -> bool:
         """Add or refresh a group member; True if the group's membership changed."""
@@ -144,6 +162,10 @@ class Backend(Protocol):
 
     async def consumer_ids(self, group: str) -> list[str]:
         """Client ids of the live members of ``group``, sorted."""
+        ...
+
+    async def consumer_groups(self) -> list[str]:
+        """Groups with at least one live member, sorted."""
         ...
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None: ...

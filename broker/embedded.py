@@ -58,7 +58,7 @@ from mqproxy.broker.coalescer import WriteCoalescer
 from mqproxy.broker.commitlog import CommitLog, sync_fds
 from mqproxy.broker.errors import StoreUnavailable, TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
-from mqproxy.broker.index import LMQ_KEY_PREFIX, Entry, Index, offset_key, queue_key
+from mqproxy.broker.index import LMQ_KEY_PREFIX, Entry, Index, key_rows, offset_key, queue_key
 from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
 from mqproxy.broker.records import MessageRecord, decode_message, encode_message
 from mqproxy.broker.sending import (
@@ -66,6 +66,7 @@ from mqproxy.broker.sending import (
     StoreClock,
     check_batch,
     check_message,
+    index_keys,
     stored_properties,
 )
 from mqproxy.broker.topics import (
@@ -109,8 +110,9 @@ _log = structlog.get_logger("mqproxy.store")
 
 #: One send queued for the write coalescer: topic, queue id, messages, each message's LMQ targets.
 _Send = tuple[str, int, Sequence[Message], list[tuple[str, ...]]]
-#: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash.
-_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int]
+#: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash,
+#: the keys it is indexed by.
+_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int, tuple[str, ...]]
 
 
 def tag_hash(tag: str | None) -> int:
@@ -253,14 +255,16 @@ class EmbeddedStore:
         self._next_qid = index.next_qid()
         checkpoint, latest_store_ms = index.checkpoint()
         batch: list[Entry] = []
+        keys: list[bytes] = []
         new_queues: dict[bytes, int] = {}
         rebuilt = 0
 
         def flush_batch(checkpoint: int) -> None:
             nonlocal rebuilt
-            index.commit(batch, new_queues.items(), self._next_qid, checkpoint, latest_store_ms)
+            index.commit(batch, new_queues.items(), self._next_qid, checkpoint, latest_store_ms, keys)
             rebuilt += len(batch)
             batch.clear()
+            keys.clear()
             new_queues.clear()
 
         def on_record(offset: int, size: int, payload: bytes) -> None:
@@ -269,6 +273,9 @@ class EmbeddedStore:
             latest_store_ms = max(latest_store_ms, record.store_timestamp_ms)
             self._restart_lmqs(record, offset, new_queues, flush_batch)
             batch.extend(self._entries_for(record, offset, size, new_queues))
+            keys.extend(
+                key_rows(record.topic, index_keys(record.properties), record.store_timestamp_ms, offset)
+            )
             if len(batch) >= _RECOVERY_BATCH:
                 flush_batch(offset + size)
 
@@ -281,6 +288,7 @@ class EmbeddedStore:
                 self._qids.clear()
                 self._next_offsets.clear()
                 batch.clear()
+                keys.clear()
                 new_queues.clear()
                 for offset, size, payload in self._log.iter_records(0):
                     on_record(offset, size, payload)
@@ -509,6 +517,7 @@ class EmbeddedStore:
         try:
             positions = iter(self._log.append(payloads))
             entries: list[Entry] = []
+            keys: list[bytes] = []
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
@@ -516,14 +525,15 @@ class EmbeddedStore:
                     answers.append(plan)
                     continue
                 results: list[SendResult] = []
-                for qid, queue_offset, lmq_slots, lmq_map, code in plan:
+                for qid, queue_offset, lmq_slots, lmq_map, code, message_keys in plan:
                     clo, size = next(positions)
                     entries.append((qid, queue_offset, clo, size, code, store_ts))
+                    keys.extend(key_rows(topic, message_keys, store_ts, clo))
                     for lqid, loff in lmq_slots:
                         entries.append((lqid, loff, clo, size, code, store_ts))
                     results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
-            self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts)
+            self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts, keys)
         except BaseException:
             # Nothing was acknowledged: forget the records and the queue ids allocated for them.
             if self._log.end != start:
@@ -586,7 +596,16 @@ class EmbeddedStore:
                     body=bytes(message.body),
                 )
             )
-            plan.append((parent, queue_offset, lmq_slots, lmq_map, tag_hash(message.tags)))
+            plan.append(
+                (
+                    parent,
+                    queue_offset,
+                    lmq_slots,
+                    lmq_map,
+                    tag_hash(message.tags),
+                    index_keys(message.properties),
+                )
+            )
         return plan
 
     def _lookup_qid(self, key: bytes) -> int | None:
@@ -881,6 +900,28 @@ class EmbeddedStore:
         self._check_open()
         return self._create(topic, queue_count)
 
+    async def update_topic(self, config: TopicConfig) -> TopicConfig:
+        self._check_open()
+        planned = self._topics.plan_update(config)
+        self._index.put_topic(planned)
+        self._index_dirty = True
+        self._topics.load(planned)
+        return planned
+
+    async def topic_names(self) -> list[str]:
+        return self._topics.names()
+
+    async def query_messages(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> list[StoredMessage]:
+        self._check_open()
+        found: list[StoredMessage] = []
+        for clo in self._index.find_key(topic, key, begin_ms, end_ms, max(max_count, 0)):
+            message = await self.get_message(clo)
+            if message is not None:
+                found.append(message)
+        return found
+
     def _create(self, topic: str, queue_count: int | None) -> TopicConfig:
         planned = self._topics.plan_create(topic, queue_count)
         if planned is None:
@@ -911,6 +952,9 @@ class EmbeddedStore:
 
     async def consumer_ids(self, group: str) -> list[str]:
         return self._consumers.ids(group)
+
+    async def consumer_groups(self) -> list[str]:
+        return self._consumers.groups()
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self._consumers.info(group, client_id)

@@ -30,5 +30,9 @@ class ConsumerRegistry:
     def ids(self, group: str) -> list[str]:
         return sorted(self._groups.get(group, ()))
 
+    def groups(self) -> list[str]:
+        """Groups with at least one live member, sorted."""
+        return sorted(self._groups)
+
     def info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self._groups.get(group, {}).get(client_id)

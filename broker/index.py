@@ -11,6 +11,9 @@ Named databases (one keyspace per kind, store-notes §8):
   (same value, written in the same transaction), so the groups reading one LMQ are one range seek.
 * ``floors``: ``>Q`` queue id → ``>Qq`` (floor, ms): the queue's entries below ``floor`` were deleted by a
   rewrite at ``ms``. Its next offset is never below the floor, even when every entry is gone.
+* ``keys``: ``topic \x00 key \x00 >qQ`` (store timestamp ms, commit-log offset) → empty: every message's
+  ``KEYS`` entries and ``UNIQ_KEY`` (:func:`~mqproxy.broker.sending.index_keys`), so QUERY_MESSAGE is one
+  range seek per (topic, key), in store-time order. Written in the dispatch transaction, like ``cq``.
 * ``topics``: topic name → JSON topic config.
 * ``meta``: ``checkpoint`` (``>Qq``: commit-log offset up to which every record is indexed, latest store
   timestamp among them), ``next_qid`` and ``lmqoffs`` (present once ``lmqoffs`` covers every row).
@@ -41,6 +44,7 @@ CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
+INT64_MAX = 2**63 - 1
 _H = struct.Struct(">H")
 _CHECKPOINT = b"checkpoint"
 _CHECKPOINT_VALUE = struct.Struct(">Qq")
@@ -53,6 +57,14 @@ _LMQ_KEY_END = b"%LMQ&"
 
 #: One consume-queue entry as the store hands it to :meth:`Index.commit`.
 Entry = tuple[int, int, int, int, int, int]  # qid, queue offset, commit-log offset, size, tag hash, ts
+_KEY_SUFFIX = struct.Struct(">qQ")
+
+
+def key_rows(topic: str, keys: Iterable[str], store_ms: int, commitlog_offset: int) -> list[bytes]:
+    """The ``keys`` rows of one stored message (``keys`` from :func:`~mqproxy.broker.sending.index_keys`)."""
+    suffix = _KEY_SUFFIX.pack(store_ms, commitlog_offset)
+    prefix = topic.encode() + b"\x00"
+    return [prefix + key.encode() + b"\x00" + suffix for key in keys]
 
 
 def _delete_entries(cursor: lmdb.Cursor, qid: int, below: int) -> None:
@@ -84,7 +96,7 @@ class Index:
             self._env = lmdb.open(
                 str(path),
                 map_size=map_size,
-                max_dbs=8,
+                max_dbs=16,
                 sync=False,
                 metasync=False,
                 readahead=False,
@@ -99,6 +111,7 @@ class Index:
         self._meta = self._env.open_db(b"meta")
         self._lmq_offsets = self._env.open_db(b"lmqoffs")
         self._floors = self._env.open_db(b"floors")
+        self._keys = self._env.open_db(b"keys")
         self._build_lmq_offsets()
 
     def _build_lmq_offsets(self) -> None:
@@ -191,8 +204,10 @@ class Index:
         next_qid: int,
         checkpoint: int,
         latest_store_ms: int,
+        keys: Iterable[bytes] = (),
     ) -> None:
-        """Write a dispatched batch and the new checkpoint in one transaction."""
+        """Write a dispatched batch (consume-queue entries, :func:`key_rows`) and the new checkpoint in one
+        transaction."""
         pack_key, pack_value = CQ_KEY.pack, CQ_VALUE.pack
         try:
             with self._env.begin(write=True) as txn:
@@ -201,6 +216,7 @@ class Index:
                     txn.put(name, _U64.pack(qid), db=self._qids)
                 cursor = txn.cursor(db=self._cq)
                 cursor.putmulti([(pack_key(q, o), pack_value(c, s, t, ts)) for q, o, c, s, t, ts in entries])
+                txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
                 if new_queues:
                     txn.put(_NEXT_QID, _U64.pack(next_qid), db=self._meta)
                 txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_store_ms), db=self._meta)
@@ -213,8 +229,29 @@ class Index:
             txn.drop(self._cq, delete=False)
             txn.drop(self._qids, delete=False)
             txn.drop(self._floors, delete=False)
+            txn.drop(self._keys, delete=False)
             txn.put(_NEXT_QID, _U64.pack(1), db=self._meta)
             txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(0, 0), db=self._meta)
+
+    # --- message keys ---------------------------------------------------------------------------
+    def find_key(self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
+        """Commit-log offsets of ``topic``'s messages indexed under ``key`` with a store time in
+        [``begin_ms``, ``end_ms``], newest first, at most ``limit``."""
+        prefix = topic.encode() + b"\x00" + key.encode() + b"\x00"
+        low = prefix + _KEY_SUFFIX.pack(max(begin_ms, 0), 0)  # store times are never negative
+        high = prefix + _KEY_SUFFIX.pack(min(max(end_ms, 0), INT64_MAX), 2**64 - 1)
+        out: list[int] = []
+        with self._env.begin(db=self._keys) as txn:
+            cursor = txn.cursor()
+            positioned = cursor.set_range(high)
+            found = cursor.prev() if positioned else cursor.last()
+            while found and len(out) < limit:
+                row = bytes(cursor.key())
+                if row < low:
+                    break
+                out.append(_KEY_SUFFIX.unpack(row[-_KEY_SUFFIX.size :])[1])
+                found = cursor.prev()
+        return out
 
     # --- consumer offsets -----------------------------------------------------------------------
     def get_consumer_offset(self, key: bytes) -> int | None:

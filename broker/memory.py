@@ -25,6 +25,7 @@ from mqproxy.broker.sending import (
     StoreClock,
     check_batch,
     check_message,
+    index_keys,
     properties_size,
     stored_properties,
 )
@@ -278,6 +279,27 @@ class InMemoryBackend:
     async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
         return self._create(topic, queue_count)
 
+    async def update_topic(self, config: TopicConfig) -> TopicConfig:
+        planned = self._topics.plan_update(config)
+        self._topics.load(planned)
+        return planned
+
+    async def topic_names(self) -> list[str]:
+        return self._topics.names()
+
+    async def query_messages(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> list[StoredMessage]:
+        found = [
+            m
+            for m in self._by_commitlog_offset.values()
+            if m.topic == topic
+            and begin_ms <= m.store_timestamp_ms <= end_ms
+            and key in index_keys(m.properties)
+        ]
+        found.sort(key=lambda m: (m.store_timestamp_ms, m.commitlog_offset), reverse=True)
+        return found[: max(max_count, 0)]
+
     # --- consumer groups -----------------------------------------------------------------------
     async def register_consumer(self, info: ConsumerInfo) -> bool:
         return self._consumers.register(info)
@@ -287,6 +309,9 @@ class InMemoryBackend:
 
     async def consumer_ids(self, group: str) -> list[str]:
         return self._consumers.ids(group)
+
+    async def consumer_groups(self) -> list[str]:
+        return self._consumers.groups()
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self._consumers.info(group, client_id)

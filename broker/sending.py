@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mqproxy.broker.errors import BackendError, IllegalTopic, MessageTooLarge
 from mqproxy.broker.topics import RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, validate_lmq, validate_send_topic
 from mqproxy.broker.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
     Message,
 )
 
@@ -71,6 +73,20 @@ def stored_properties(
     out[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(targets)
     out[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = ",".join(map(str, offsets))
     return out
+
+
+#: A key longer than this (UTF-8 bytes) is not indexed (the index key must stay below LMDB's 511 bytes).
+MAX_INDEXED_KEY_BYTES = 255
+
+
+def index_keys(properties: Mapping[str, str]) -> tuple[str, ...]:
+    """What a message can be found by (QUERY_MESSAGE): each space-separated ``KEYS`` entry and its
+    ``UNIQ_KEY``, deduplicated; empty and over-long keys are left out (the broker's IndexService)."""
+    keys = properties.get(PROPERTY_KEYS, "").split(" ")
+    keys.append(properties.get(PROPERTY_UNIQ_KEY, ""))
+    return tuple(
+        k for k in dict.fromkeys(keys) if k and "\x00" not in k and len(k.encode()) <= MAX_INDEXED_KEY_BYTES
+    )
 
 
 class StoreClock:

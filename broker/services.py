@@ -1,10 +1,10 @@
 """The broker services wired over one :class:`~mqproxy.broker.backend.Backend`.
 
 :class:`BrokerServices` owns the scheduler (delays), retry/DLQ, transactions, pop, queue locks and the
-administrator-set metadata (subscription-group configs, topic message types), and runs their background
-tasks (delivery of due messages, revive, transaction check-back). Protocol layers hold one instance and
-call its parts; :meth:`BrokerServices.send` is the produce entry point that routes a message to the half
-topic, the schedule topic or its own topic.
+administrator-set metadata (subscription-group configs, topic message types) and the consume modes of
+server-side assignment, and runs their background tasks (delivery of due messages, revive, transaction
+check-back). Protocol layers hold one instance and call its parts; :meth:`BrokerServices.send` is the
+produce entry point that routes a message to the half topic, the schedule topic or its own topic.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 import trio
 
+from mqproxy.broker.assignment import RequestModes
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.internal_topics import (
     PROPERTY_TRANSACTION_PREPARED,
@@ -115,6 +116,7 @@ class BrokerServices:
         )
         self.locks = QueueLocks(settings.lock_ttl_s)
         self.metadata = BrokerMetadata(backend)
+        self.request_modes = RequestModes(backend)
 
     async def start(self) -> None:
         """Create the internal topics and replay the services' state (run does this too)."""

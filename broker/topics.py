@@ -33,6 +33,8 @@ SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 MAX_TOPIC_BYTES = 127
 MAX_RETRY_TOPIC_BYTES = 255
 MAX_QUEUE_COUNT = 1024
+#: Every permission bit (RocketMQ ``PermName``: 8 priority, 4 read, 2 write, 1 inherit).
+PERM_ALL = 15
 
 #: Topics a client may not send to directly (broker answers NO_PERMISSION); handlers check this.
 SEND_FORBIDDEN_TOPICS = frozenset(
@@ -152,6 +154,21 @@ class TopicTable:
             raise IllegalTopic(f"queue count {count} outside 1..{MAX_QUEUE_COUNT}")
         return TopicConfig(topic, read_queues=count, write_queues=count, perm=PERM_READ | PERM_WRITE)
 
+    def plan_update(self, config: TopicConfig) -> TopicConfig:
+        """Validate an admin's create-or-update of an ordinary topic; the caller persists the result then
+        calls :meth:`load`. Queue counts may be 0 (no queue readable, or writable) but not both."""
+        validate_topic(config.name)
+        if is_lmq(config.name):
+            raise IllegalTopic(f"{config.name[:64]!r} is a light message queue: it has no config")
+        for what, count in (("read", config.read_queues), ("write", config.write_queues)):
+            if not 0 <= count <= MAX_QUEUE_COUNT:
+                raise IllegalTopic(f"{what} queue count {count} outside 0..{MAX_QUEUE_COUNT}")
+        if config.read_queues == config.write_queues == 0:
+            raise IllegalTopic("a topic needs at least one queue")
+        if not 0 <= config.perm <= PERM_ALL:
+            raise IllegalTopic(f"perm {config.perm} is not a combination of 8, 4, 2 and 1")
+        return config
+
     def require(self, topic: str) -> TopicConfig:
         """The existing config of a topic to read from; raises TopicNotFound/IllegalTopic."""
         config = self._topics.get(topic)  # stored names were validated when created
@@ -165,6 +182,8 @@ class TopicTable:
     def pick_queue(self, config: TopicConfig, queue_id: int) -> int:
         """Resolve a send's queue id: -1 picks round-robin; others must be a writable queue."""
         if queue_id < 0:
+            if config.write_queues < 1:
+                raise QueueNotFound(f"{config.name} has no writable queue")
             n = self._round_robin.get(config.name, 0)
             self._round_robin[config.name] = n + 1
             return n % config.write_queues

@@ -120,6 +120,9 @@ class _Half:
     first_check_ms: int
     checks: int = 0
     next_check_ms: int = 0
+    #: An END_TRANSACTION is storing its outcome: a concurrent one (a check-back's answer racing the
+    #: producer's own) is refused instead of committing the message twice.
+    ending: bool = False
 
 
 def _int(text: str | None, default: int) -> int:
@@ -294,17 +297,22 @@ class TransactionService:
         await self.start()
         half = await self._find(commitlog_offset, transaction_id)
         state = self._pending.get(half.queue_offset)
-        if state is None or state.commitlog_offset != half.commitlog_offset:
+        if state is None or state.commitlog_offset != half.commitlog_offset or state.ending:
             raise TransactionAlreadyResolved(f"half message {half.queue_offset} is already resolved")
         if producer_group is not None and half.properties.get(PROPERTY_PRODUCER_GROUP) != producer_group:
             raise TransactionGroupMismatch("the producer group wrong")
         immunity_s = _int(half.properties.get(PROPERTY_CHECK_IMMUNITY_TIME), 0)
         if not from_check and immunity_s > 0 and self._now_ms() - state.prepared_ms > immunity_s * 1000:
             raise TransactionCheckWindowClosed("the transaction check immunity window has passed")
-        result = None
-        if resolution is Resolution.COMMIT:
-            result = await self._scheduler.send(self._committed_message(half))
-        await self._op(half.queue_offset, OP_DONE, str(half.queue_offset))
+        state.ending = True
+        try:
+            result = None
+            if resolution is Resolution.COMMIT:
+                result = await self._scheduler.send(self._committed_message(half))
+            await self._op(half.queue_offset, OP_DONE, str(half.queue_offset))
+        except BaseException:
+            state.ending = False  # nothing was resolved (or the op record is missing): check it again
+            raise
         self._forget(half.queue_offset)
         self._wake.set()  # lets the checker commit the new replay start
         return result
@@ -371,6 +379,10 @@ class TransactionService:
             state = self._pending.get(offset)
             if state is None or state.next_check_ms != at:
                 continue  # resolved or re-scheduled
+            if state.ending:  # being resolved right now: look again later
+                state.next_check_ms = now + self._interval_ms
+                heapq.heappush(self._heap, (state.next_check_ms, offset))
+                continue
             half = await self._backend.get_message(state.commitlog_offset)
             if half is None:
                 self._forget(offset)
@@ -388,6 +400,7 @@ class TransactionService:
         if self.check_back is None:
             return
         props = dict(half.properties)
+        props.pop(PROPERTY_HALF_TIME_MS, None)  # the service's own bookkeeping: not the producer's business
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(state.checks)
         view = dataclasses.replace(
             half,

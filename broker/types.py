@@ -147,8 +147,11 @@ class TagFilter:
 
 @dataclass(slots=True, frozen=True)
 class Subscription:
+    """A consumer's filter on one topic: ``expression_type`` TAG (``*`` or ``A || B``) or SQL92."""
+
     topic: str
     expression: str = "*"
+    expression_type: str = "TAG"
 
 
 @dataclass(slots=True, frozen=True)
@@ -170,3 +173,4 @@ class ConsumerInfo:
     subscriptions: tuple[Subscription, ...] = ()
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"

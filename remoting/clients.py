@@ -17,7 +17,8 @@ Client and consumer-group bookkeeping (spec §3.8, §3.9, §3.12, §5.1, §10.3)
   a named producer group stops receiving check-backs on this connection.
 * GET_CONSUMER_LIST_BY_GROUP (38): ``{"consumerIdList": [...]}`` of live members, or SYSTEM_ERROR
   "no consumer for this group" like a Java broker.
-* CHECK_CLIENT_CONFIG (46): SUCCESS for TAG subscriptions, SUBSCRIPTION_PARSE_FAILED otherwise.
+* CHECK_CLIENT_CONFIG (46): SUCCESS for TAG subscriptions and SQL92 ones that compile,
+  SUBSCRIPTION_PARSE_FAILED otherwise.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from mqproxy.broker.sql92 import Sql92Error, compile_sql92
 from mqproxy.broker.topics import RETRY_PREFIX
 from mqproxy.broker.types import ConsumerInfo, Subscription
 from mqproxy.codecs.remoting import RemotingCommand
@@ -40,6 +42,14 @@ if TYPE_CHECKING:
 #: Java enum constants in ordinal order: C++ heartbeats send the ordinal, others the name.
 CONSUME_TYPES: Final = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS: Final = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM: Final = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
 #: Producer group every Java client with consumers announces; never interesting in logs.
 _INNER_PRODUCER: Final = "CLIENT_INNER_PRODUCER"
 
@@ -91,7 +101,11 @@ def parse_heartbeat(body: bytes) -> tuple[str, list[ConsumerInfo], list[str]]:
     for item in _list(data, "consumerDataSet"):
         group = _text(item, "groupName")
         subscriptions = tuple(
-            Subscription(topic=_text(sub, "topic"), expression=_text(sub, "subString", "*"))
+            Subscription(
+                topic=_text(sub, "topic"),
+                expression=_text(sub, "subString", "*"),
+                expression_type=_text(sub, "expressionType", "TAG").upper() or "TAG",
+            )
             for sub in _list(item, "subscriptionDataSet")
         )
         consumers.append(
@@ -101,6 +115,7 @@ def parse_heartbeat(body: bytes) -> tuple[str, list[ConsumerInfo], list[str]]:
                 subscriptions=subscriptions,
                 consume_type=_enum(item, "consumeType", CONSUME_TYPES, "CONSUME_PASSIVELY"),
                 message_model=_enum(item, "messageModel", MESSAGE_MODELS, "CLUSTERING"),
+                consume_from_where=_enum(item, "consumeFromWhere", CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
             )
         )
     producers = [_text(item, "groupName") for item in _list(data, "producerDataSet")]
@@ -166,8 +181,9 @@ async def get_consumer_list(session: RemotingSession, request: RemotingCommand, 
 
 
 async def check_client_config(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    """CHECK_CLIENT_CONFIG (46): Java consumers ask it at start for non-TAG subscriptions; only TAG
-    expressions are evaluated here, so anything else is refused up front (SUBSCRIPTION_PARSE_FAILED)."""
+    """CHECK_CLIENT_CONFIG (46): Java consumers ask it at start for non-TAG subscriptions. SQL92 must
+    compile (as at a Java broker with ``enablePropertyFilter``); other types are refused, both with
+    SUBSCRIPTION_PARSE_FAILED."""
     try:
         data = orjson.loads(request.body) if request.body else {}
     except orjson.JSONDecodeError:
@@ -178,9 +194,18 @@ async def check_client_config(session: RemotingSession, request: RemotingCommand
     note.group = group if isinstance(group, str) else None
     subscription = data.get("subscriptionData")
     kind = subscription.get("expressionType") if isinstance(subscription, dict) else None
-    if kind is not None and str(kind).upper() != "TAG":
+    if kind is None or str(kind).upper() == "TAG":
+        return Reply(ResponseCode.SUCCESS)
+    if str(kind).upper() != "SQL92":
         raise RequestError(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-            f"expression type {str(kind)[:32]!r} is not supported, only TAG",
+            f"expression type {str(kind)[:32]!r} is not supported, only TAG and SQL92",
         )
+    assert isinstance(subscription, dict)
+    try:
+        compile_sql92(str(subscription.get("subString") or ""))
+    except Sql92Error as exc:
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Invalid MessageSelector. {exc}"[:512]
+        ) from None
     return Reply(ResponseCode.SUCCESS)

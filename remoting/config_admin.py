@@ -2,14 +2,10 @@
 mqproxy.remoting.config_admin
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-The admin requests that set broker metadata (what ``mqadmin updateTopic -b`` / ``updateSubGroup -b`` /
-``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.broker.metadata.BrokerMetadata`:
+The admin requests that set consumer-group metadata (what ``mqadmin updateSubGroup -b`` /
+``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.broker.metadata.BrokerMetadata`
+(UPDATE_AND_CREATE_TOPIC, which also sets a topic's message type, is in :mod:`.topic_admin`):
 
-* UPDATE_AND_CREATE_TOPIC (17): header ``topic``, ``readQueueNums``, ``writeQueueNums``, ``attributes``
-  (``+message.type=FIFO``, …). Creates the topic with max(read, write) queues if it does not exist (an
-  existing topic keeps its queues) and types it: the attribute's type, else the type it had, else NORMAL
-  (RocketMQ's default for a created topic). Reserved system topics and ``%RETRY%``/``%DLQ%``/``%LMQ%``
-  names are refused with INVALID_PARAMETER.
 * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = RocketMQ's ``SubscriptionGroupConfig`` as JSON
   (``groupName``, ``consumeMessageOrderly``, ``retryMaxTimes``; other keys ignored).
 * DELETE_SUBSCRIPTIONGROUP (207): header ``groupName``; SUBSCRIPTION_GROUP_NOT_EXIST when it has no config.
@@ -44,46 +40,9 @@ from mqproxy.remoting.services import require_services
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
 
-__all__ = ["delete_subscription_group", "update_and_create_subscription_group", "update_and_create_topic"]
+__all__ = ["delete_subscription_group", "update_and_create_subscription_group"]
 
 _WHAT: Final = "broker metadata"
-
-
-def _check_user_topic(topic: str) -> None:
-    try:
-        validate_topic(topic)
-    except IllegalTopic as exc:
-        raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-    reserved = (
-        is_send_forbidden(topic)
-        or is_retry_or_dlq(topic)
-        or topic.startswith((LMQ_PREFIX, SYSTEM_TOPIC_PREFIX))
-        or topic == AUTO_CREATE_TEMPLATE_TOPIC
-    )
-    if reserved:
-        raise RequestError(
-            ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
-        )
-
-
-async def update_and_create_topic(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    fields = Fields(request.ext_fields)
-    topic = fields.text("topic")
-    note.topic = topic
-    metadata = require_services(session, _WHAT).metadata
-    _check_user_topic(topic)
-    queues = max(fields.integer("readQueueNums", 0), fields.integer("writeQueueNums", 0))
-    if not 1 <= queues <= MAX_QUEUE_COUNT:
-        raise RequestError(
-            ResponseCode.INVALID_PARAMETER, f"queue count {queues} outside 1..{MAX_QUEUE_COUNT}"
-        )
-    message_type = parse_topic_attributes(fields.text("attributes", ""))
-    if await session.backend.get_topic(topic) is None:
-        await session.backend.create_topic(topic, queues)
-    if message_type is None:
-        message_type = metadata.topic_type(topic) or TopicMessageType.NORMAL
-    await metadata.set_topic_type(topic, message_type)
-    return Reply(ResponseCode.SUCCESS)
 
 
 def _group_config(body: bytes) -> GroupConfig:

@@ -5,8 +5,11 @@ mqproxy.remoting.consume
 PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
 
 * Filter: the request's ``subscription`` when sysFlag has the subscription bit (0x4), else the
-  subscription the group's heartbeat registered for the topic (SUBSCRIPTION_NOT_EXIST (24) if none).
-  Only TAG expressions are evaluated; SQL92 is refused with SUBSCRIPTION_PARSE_FAILED (23).
+  subscription the group's heartbeat registered for the topic (SUBSCRIPTION_NOT_EXIST (24) if none);
+  its type is the request's ``expressionType``, else the registered one. TAG expressions filter in the
+  backend; SQL92 ones (:mod:`mqproxy.broker.sql92`) filter what the backend read, so a batch whose every
+  message fails the expression moves the cursor on like a tag mismatch. An expression that does not
+  compile, or another type, is SUBSCRIPTION_PARSE_FAILED (23).
 * Commit: with the commit bit (0x1) a non-negative ``commitOffset`` is stored for the group first.
 * Long polling: with the suspend bit (0x2) a pull that finds nothing waits on
   ``Backend.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
@@ -18,11 +21,13 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Final
 
 import trio
 
-from mqproxy.broker.types import PullResult, PullStatus, TagFilter
+from mqproxy.broker.sql92 import Sql92Error, Sql92Filter, compile_sql92
+from mqproxy.broker.types import PullResult, PullStatus, Subscription, TagFilter
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -56,7 +61,7 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
             ResponseCode.INVALID_PARAMETER,
             f"queueId[{header.queue_id}] is illegal, topic:[{config.name}] readQueueNums:[{queues}]",
         )
-    tag_filter = await _tag_filter(session, header)
+    tag_filter, sql = await _filters(session, header)
     if header.has_commit_offset and header.commit_offset >= 0:
         await backend.commit_consumer_offset(
             header.consumer_group, header.topic, header.queue_id, header.commit_offset
@@ -76,6 +81,8 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
         result = await backend.pull(
             header.topic, header.queue_id, offset, max_count, tag_filter=tag_filter, max_bytes=max_bytes
         )
+        if sql is not None:
+            result = _select(result, sql)
         if result.status in (PullStatus.FOUND, PullStatus.OFFSET_ILLEGAL):
             break
         if result.status is PullStatus.NO_MATCHED_MSG:
@@ -90,6 +97,7 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
         woke = await backend.wait_for_message(header.topic, header.queue_id, offset, remaining)
         if not woke:
             break
+    ctx.pull_offsets.record(header.consumer_group, header.topic, header.queue_id, result.next_offset)
     return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
 
 
@@ -110,23 +118,46 @@ def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
     return Reply(ResponseCode.PULL_NOT_FOUND, ext, remark=remark)
 
 
-async def _tag_filter(session: RemotingSession, header: PullHeader) -> TagFilter | None:
-    """The filter of this pull; None means everything."""
-    if header.expression_type.strip().upper() not in ("TAG", ""):
+async def _filters(
+    session: RemotingSession, header: PullHeader
+) -> tuple[TagFilter | None, Sql92Filter | None]:
+    """The filter of this pull: a tag filter (None means everything) or a compiled SQL92 expression."""
+    if header.has_subscription:
+        expression, kind = header.subscription or "", header.expression_type or "TAG"
+    else:
+        registered = await _registered_subscription(session, header.consumer_group, header.topic)
+        expression = registered.expression
+        kind = header.expression_type or registered.expression_type
+    kind = kind.strip().upper() or "TAG"
+    if kind == "TAG":
+        tag_filter = TagFilter.parse(expression)
+        return (None if tag_filter.is_all else tag_filter), None
+    if kind != "SQL92":
         raise RequestError(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-            f"expression type {header.expression_type[:32]!r} is not supported, only TAG",
+            f"expression type {kind[:32]!r} is not supported, only TAG and SQL92",
         )
-    if header.has_subscription:
-        expression: str | None = header.subscription
-    else:
-        expression = await _registered_expression(session, header.consumer_group, header.topic)
-    tag_filter = TagFilter.parse(expression)
-    return None if tag_filter.is_all else tag_filter
+    try:
+        return None, compile_sql92(expression)
+    except Sql92Error as exc:
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"parse the consumer's subscription[{expression[:255]}] failed, group: "
+            f"{header.consumer_group[:255]}: {exc}",
+        ) from None
 
 
-async def _registered_expression(session: RemotingSession, group: str, topic: str) -> str:
-    """The subscription expression for ``topic`` from the group's heartbeats (this connection first)."""
+def _select(result: PullResult, sql: Sql92Filter) -> PullResult:
+    """``result`` without the messages the SQL92 expression does not match (NO_MATCHED_MSG if none does)."""
+    if result.status is not PullStatus.FOUND:
+        return result
+    kept = tuple(m for m in result.messages if sql.matches(m.properties))
+    status = PullStatus.FOUND if kept else PullStatus.NO_MATCHED_MSG
+    return dataclasses.replace(result, status=status, messages=kept)
+
+
+async def _registered_subscription(session: RemotingSession, group: str, topic: str) -> Subscription:
+    """The subscription to ``topic`` from the group's heartbeats (this connection first)."""
     own = [cid for g, cid in sorted(session.memberships) if g == group]
     backend = session.backend
     for client_id in own + [c for c in await backend.consumer_ids(group) if c not in own]:
@@ -135,7 +166,7 @@ async def _registered_expression(session: RemotingSession, group: str, topic: st
             continue
         for subscription in info.subscriptions:
             if subscription.topic == topic:
-                return subscription.expression
+                return subscription
     raise RequestError(
         ResponseCode.SUBSCRIPTION_NOT_EXIST,
         f"the consumer's subscription not exist, group: {group[:255]} topic: {topic[:255]}",

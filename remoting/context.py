@@ -114,6 +114,21 @@ class HeldPolls:
         return self._held.get(key, 0)
 
 
+class PullOffsets:
+    """Where each (group, topic, queue) last pulled to (``nextBeginOffset``): what ``mqadmin
+    consumerProgress`` shows as pull offset, in flight beyond the committed offset. Memory only, as the
+    Java broker's ``pullOffsetTable``; one entry per queue a group pulls."""
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[str, str, int], int] = {}
+
+    def record(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        self._next[(group, topic, queue_id)] = next_offset
+
+    def get(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._next.get((group, topic, queue_id))
+
+
 @dataclass(frozen=True, slots=True)
 class ServerContext:
     """Server-wide settings a session reads; one instance shared by every remoting connection.
@@ -133,6 +148,8 @@ class ServerContext:
     services: BrokerServices | None = None
     #: Held POP_MESSAGE / NOTIFICATION requests (POLLING_FULL, POLLING_INFO).
     polls: HeldPolls = field(default_factory=HeldPolls)
+    #: Where groups last pulled to (GET_CONSUME_STATS' pull offsets).
+    pull_offsets: PullOffsets = field(default_factory=PullOffsets)
     auto_create_topics: bool = True
     #: Queues of an auto-created topic when the request names no count; also TBW102's count.
     default_queue_count: int = 4

@@ -170,7 +170,8 @@ class PullHeader:
     commit_offset: int
     suspend_timeout_ms: int
     subscription: str | None
-    expression_type: str
+    #: None when the request names none (then the registered subscription's type applies).
+    expression_type: str | None
     max_msg_bytes: int | None
 
     @property
@@ -198,7 +199,7 @@ def parse_pull_header(ext: Mapping[str, str] | None) -> PullHeader:
         commit_offset=fields.integer("commitOffset", wide=True),
         suspend_timeout_ms=fields.integer("suspendTimeoutMillis", wide=True),
         subscription=fields.optional_text("subscription"),
-        expression_type=fields.text("expressionType", "TAG") or "TAG",
+        expression_type=fields.optional_text("expressionType") or None,
         max_msg_bytes=fields.optional_integer("maxMsgBytes"),
     )
 

@@ -18,6 +18,7 @@ until END_TRANSACTION, and ``DELAY`` levels (clamped to the highest, remark says
 delay; not a number: MESSAGE_ILLEGAL) or ``TIMER_*`` deliver-at properties hold the message back.
 Without services half messages are refused with NO_PERMISSION and delays are ignored.
 A message without ``UNIQ_KEY`` (ali-ons) gets one, stored with it and returned as ``transactionId``.
+Like a Java broker, every stored message gets ``CLUSTER``, ``MSG_REGION`` and ``TRACE_ON``.
 A ``%RETRY%`` send whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>`` (undelayed).
 ``INNER_MULTI_DISPATCH`` names the ``%LMQ%`` queues that also index the message (spec §9.3).
 
@@ -61,6 +62,7 @@ from mqproxy.codecs.message_record import (
 )
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting.context import CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import SendHeader, parse_send_header
 from mqproxy.remoting.reply import Note, Reply
@@ -69,6 +71,9 @@ if TYPE_CHECKING:
     from mqproxy.broker.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
+PROPERTY_CLUSTER: Final = "CLUSTER"
+PROPERTY_MSG_REGION: Final = "MSG_REGION"
+PROPERTY_TRACE_ON: Final = "TRACE_ON"
 #: Retry limit when the request carries none (subscription-group default ``retryMaxTimes``).
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16
 _uniq_counter = itertools.count()
@@ -236,6 +241,11 @@ def _message(
     properties: dict[str, str],
     flag: int,
 ) -> Message:
+    ctx = session.ctx
+    # what a Java broker stamps on every message it stores (AbstractSendMessageProcessor)
+    properties[PROPERTY_CLUSTER] = CLUSTER_NAME
+    properties[PROPERTY_MSG_REGION] = ctx.region
+    properties[PROPERTY_TRACE_ON] = "true" if ctx.trace_on else "false"
     dispatch = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
     lmqs = tuple(name for name in dispatch.split(",") if is_lmq(name)) if dispatch else ()
     if not lmqs and session.ctx.mqtt_dispatch is not None:

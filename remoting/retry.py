@@ -10,7 +10,7 @@ failed". The copy goes to ``%RETRY%<group>`` with ``DELAY`` = ``delayLevel`` (0:
 reconsumeTimes``; above the highest level: clamped) and ``reconsumeTimes + 1``, or to ``%DLQ%<group>``
 once ``reconsumeTimes >= maxReconsumeTimes`` (header, default 16) or ``delayLevel < 0``. The remark
 says which (``retry at delay level N`` / ``sent to %DLQ%<group>``). ``ORIGIN_MESSAGE_ID`` is the
-first message's id: ``originMsgId``, else the offset message id of the message.
+first message's offset message id, as a Java broker sets it (the header's ``originMsgId`` is ignored).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ async def consumer_send_msg_back(session: RemotingSession, request: RemotingComm
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
     note.topic = note.topic or message.topic
     ctx = session.ctx
-    origin = header.origin_msg_id or offset_msg_id((ctx.msg_id_host, ctx.advertised_port), header.offset)
+    # as a Java broker: the stored message's offset id (the header's originMsgId is the client's UNIQ_KEY)
+    origin = offset_msg_id((ctx.msg_id_host, ctx.advertised_port), header.offset)
     outcome = await services.retry.send_back(
         header.group,
         message,

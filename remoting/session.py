@@ -53,15 +53,19 @@ from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting import (
     admin,
+    assignment,
     clients,
     config_admin,
     consume,
+    consumer_admin,
     locks,
+    lookup,
     offsets,
     pop,
     produce,
     retry,
     routes,
+    topic_admin,
     transactions,
 )
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
@@ -106,7 +110,17 @@ HANDLERS: Final[dict[int, Handler]] = {
     RequestCode.POLLING_INFO: pop.polling_info,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
     RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
-    RequestCode.UPDATE_AND_CREATE_TOPIC: config_admin.update_and_create_topic,
+    RequestCode.QUERY_MESSAGE: lookup.query_message,
+    RequestCode.VIEW_MESSAGE_BY_ID: lookup.view_message_by_id,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: topic_admin.update_and_create_topic,
+    RequestCode.GET_CONSUME_STATS: consumer_admin.get_consume_stats,
+    RequestCode.SET_MESSAGE_REQUEST_MODE: assignment.set_message_request_mode,
+    RequestCode.QUERY_ASSIGNMENT: assignment.query_assignment,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.get_consumer_connection_list,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: consumer_admin.query_topic_consume_by_who,
+    RequestCode.GET_BROKER_CLUSTER_INFO: topic_admin.get_broker_cluster_info,
+    RequestCode.GET_TOPIC_CONFIG: topic_admin.get_topic_config,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_admin.get_all_topic_list,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: config_admin.update_and_create_subscription_group,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: config_admin.delete_subscription_group,
 }

@@ -439,14 +439,15 @@ def broker_defaults() -> dict[str, str]:
 
 
 def remoting_call(
-    addr: str, code: int, ext: dict[str, str] | None = None, *, timeout: float = 5.0
+    addr: str, code: int, ext: dict[str, str] | None = None, *, timeout: float = 5.0, body: bytes = b""
 ) -> tuple[int, str, bytes]:
-    """One RocketMQ remoting request (JSON header) to ``addr``; returns (code, remark, body)."""
+    """One RocketMQ remoting request (JSON header, optional body) to ``addr``; returns (code, remark, body)."""
     host, port = addr.rsplit(":", 1)
     header = json.dumps(
         {"code": code, "language": "JAVA", "version": 0, "opaque": 1, "flag": 0, "extFields": ext or {}}
     ).encode()
-    frame = (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+    frame = (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big")
+    frame += header + body
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(frame)
         buf = b""

@@ -98,6 +98,36 @@ async def test_commit_makes_the_message_visible_once(
         assert services.transactions.unresolved == 0
 
 
+async def test_concurrent_commits_store_the_message_once(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The producer's own END_TRANSACTION and its answer to a check-back can arrive together: the second
+    one is refused while the first stores the committed message (a stock broker stores it twice)."""
+    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+        prepared = await services.send(half())
+        outcomes: list[object] = []
+
+        async def commit(from_check: bool) -> None:
+            try:
+                outcomes.append(
+                    await services.transactions.end(
+                        resolution=COMMIT,
+                        producer_group="PG",
+                        commitlog_offset=prepared.commitlog_offset,
+                        from_check=from_check,
+                    )
+                )
+            except TransactionAlreadyResolved as exc:
+                outcomes.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(commit, False)
+            nursery.start_soon(commit, True)
+        assert sorted(type(o).__name__ for o in outcomes) == ["SendResult", "TransactionAlreadyResolved"]
+        assert [m.body for m in await _all(backend, "Orders")] == [b"tx"]
+        assert services.transactions.unresolved == 0
+
+
 async def test_rollback_and_unknown(
     make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
 ) -> None:

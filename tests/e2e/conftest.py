@@ -8,9 +8,10 @@
 * ``target`` (module scope, parametrised ``mqproxy`` / ``stock``): the same test runs against mqproxy and
   against the stock RocketMQ; ``target.namesrv`` is the name-server address a remoting client is given,
   ``target.grpc`` the gRPC endpoint (mqproxy's one port, or RocketMQ's proxy).
-* ``java_driver`` (factory): ``java_driver("remoting4", "mqtest.Remoting4", ("client4",))`` compiles
-  ``tests/e2e/java/remoting4`` (+ ``java/common``) against the named Maven artifact sets and returns a
-  :class:`Client` whose ``spawn``/``run`` start that main class; drivers print JSON lines (``Events.java``).
+* ``java_driver`` (factory): ``java_driver("remoting", "mqtest.Remoting", ("client4",))`` compiles
+  ``tests/e2e/java/remoting`` (+ ``java/common``, + the suites named in ``also=``) against the named Maven
+  artifact sets and returns a :class:`Client` whose ``spawn``/``run`` start that main class; drivers print
+  JSON lines (``Events.java``).
 * ``go_driver`` (factory): ``go_driver("grpc5")`` builds the Go driver ``tests/e2e/go/grpc5`` with
   ``go build`` (once per source hash, into the cache folder; ``scripts/go_drivers.py``) and returns a
   :class:`Client` that runs it; drivers print JSON lines (``tests/e2e/go/events``).
@@ -341,11 +342,16 @@ def new_proxy(
 
 
 @pytest.fixture(scope="module")
-def proxy(proxy_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    """A proxy shared by the tests of one module (each test uses its own topics and groups)."""
+def proxy(
+    proxy_bin: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ProxyProcess]:
+    """A proxy shared by the tests of one module (each test uses its own topics and groups).
+
+    A module may set ``PROXY_ENV = {"MQPROXY_...": "..."}`` to start it with those settings.
+    """
     base = tmp_path_factory.mktemp("proxy")
     (base / "data").mkdir()
-    proc = ProxyProcess(proxy_bin, base / "data", base)
+    proc = ProxyProcess(proxy_bin, base / "data", base, getattr(request.module, "PROXY_ENV", None))
     proc.start()
     yield proc
     if proc.proc is not None:
@@ -368,10 +374,14 @@ def pytest_runtest_makereport(
     return report
 
 
-#: Broker settings of the session's stock cluster: transaction check-backs come within seconds, not a minute.
+#: Broker settings of the session's stock cluster: transaction check-backs come within seconds, not a minute;
+#: sends are not refused as "broker busy" when the machine is merely slow.
 STOCK_BROKER_CONF = {
     "transactionCheckInterval": "2000",
     "transactionTimeOut": "1000",
+    # On a loaded 2-core machine a send can wait longer than the default 200 ms in the broker's queue;
+    # the broker then refuses it with SYSTEM_BUSY [TIMEOUT_CLEAN_QUEUE], which 4.x clients do not retry.
+    "waitTimeMillsInSendQueue": "3000",
 }
 
 
@@ -409,6 +419,16 @@ class Target:
         """Apache RocketMQ's mqadmin against this target's name server."""
         return stock_rocketmq.mqadmin(self.namesrv, *args, timeout=timeout)
 
+    @property
+    def cluster_name(self) -> str:
+        """The cluster routes name (``mqadmin ... -c``)."""
+        return self.cluster.cluster_name if self.cluster is not None else "DefaultCluster"
+
+    @property
+    def broker_addr(self) -> str:
+        """Where remoting clients send broker requests: the (first) stock broker, or mqproxy's one port."""
+        return self.cluster.broker_list[0].addr if self.cluster is not None else self.namesrv
+
 
 @pytest.fixture(scope="module", params=["mqproxy", "stock"])
 def target(request: pytest.FixtureRequest) -> Target:
@@ -420,18 +440,19 @@ def target(request: pytest.FixtureRequest) -> Target:
 
 
 @pytest.fixture(scope="session")
-def java_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str, tuple[str, ...]], Client]:
+def java_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Client]:
     home = tmp_path_factory.mktemp("java-home")
     workdir = tmp_path_factory.mktemp("java-runs")
-    built: dict[tuple[str, str, tuple[str, ...]], Client] = {}
+    built: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], Client] = {}
 
-    def make(suite: str, main: str, sets: tuple[str, ...]) -> Client:
-        key = (suite, main, sets)
+    def make(suite: str, main: str, sets: tuple[str, ...], *, also: tuple[str, ...] = ()) -> Client:
+        """``also``: more suite folders compiled with ``suite`` (e.g. shared helpers)."""
+        key = (suite, main, sets, also)
         if key not in built:
             try:
                 cp = stock_rocketmq.classpath(*sets)
-                classes = stock_rocketmq.compile_java([JAVA_SOURCES / suite, JAVA_SOURCES / "common"], cp,
-                                                      name=suite)
+                roots = [JAVA_SOURCES / s for s in (suite, *also)] + [JAVA_SOURCES / "common"]
+                classes = stock_rocketmq.compile_java(roots, cp, name=suite)
                 java = stock_rocketmq.java_executable()
             except stock_rocketmq.LauncherError as exc:
                 pytest.fail(f"Java driver {suite}: {exc}", pytrace=False)

@@ -38,11 +38,15 @@ class Peer:
         await self.stream.send_all(encode_command(command))
 
     async def receive(self) -> RemotingCommand:
-        while not self.ready:
-            data = await self.stream.receive_some(65536)
-            assert data, "server closed the stream"
-            self.ready.extend(self.decoder.receive_data(data))
-        return self.ready.pop(0)
+        """The next frame, NOTIFY_CONSUMER_IDS_CHANGED aside (sent to a consumer at every join)."""
+        while True:
+            while not self.ready:
+                data = await self.stream.receive_some(65536)
+                assert data, "server closed the stream"
+                self.ready.extend(self.decoder.receive_data(data))
+            command = self.ready.pop(0)
+            if command.code != RequestCode.NOTIFY_CONSUMER_IDS_CHANGED or command.is_response:
+                return command
 
     async def request(self, command: RemotingCommand) -> RemotingCommand:
         await self.send(command)
@@ -76,8 +80,6 @@ async def join(peer: Peer, client_id: str, group: str = "G") -> None:
          "subscriptionDataSet": [{"topic": "T", "subString": "*"}]}]}).encode()  # fmt: skip
     response = await peer.request(RemotingCommand(RequestCode.HEART_BEAT, opaque=1, body=body))
     assert response.code == ResponseCode.SUCCESS
-    # the group changed: every member is told, the joining one included (as a Java broker does)
-    assert (await peer.receive()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
 
 
 Answer = Callable[[RemotingCommand], RemotingCommand | None]

@@ -247,7 +247,7 @@ async def test_closing_an_old_connection_keeps_a_reconnected_client(wire, backen
 
 
 @pytest.mark.parametrize(
-    ("code", "op"), [(9999, "UNKNOWN_9999"), (33, "VIEW_MESSAGE_BY_ID"), (-5, "UNKNOWN_-5")]
+    ("code", "op"), [(9999, "UNKNOWN_9999"), (324, "SEND_REPLY_MESSAGE"), (-5, "UNKNOWN_-5")]
 )
 async def test_unknown_code(code, op, wire, session, events) -> None:
     response = await session.handle(wire(code, {"x": 1}, opaque=1234))

@@ -71,7 +71,6 @@ async def test_update_and_create_topic_types_it(wire, svc_session, services, bac
     [
         topic_ext("RMQ_SYS_TRANS_HALF_TOPIC"),
         topic_ext("rmq_sys_BROKER_METADATA"),
-        topic_ext("%RETRY%G"),
         topic_ext("TBW102"),
         topic_ext("bad topic"),
         topic_ext("T", readQueueNums="0", writeQueueNums="0"),
@@ -109,7 +108,6 @@ async def test_subscription_group_refuses_malformed_bodies(body, wire, svc_sessi
 @pytest.mark.parametrize(
     ("code", "ext", "body"),
     [
-        (RequestCode.UPDATE_AND_CREATE_TOPIC, topic_ext("T"), b""),
         (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, group_body("G")),
         (RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "G"}, b""),
     ],

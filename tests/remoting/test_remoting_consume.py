@@ -85,7 +85,10 @@ async def test_produce_then_pull_returns_the_exact_record(wire, session) -> None
     assert record.magic == MAGIC_V1
     assert (record.topic, record.queue_id, record.queue_offset, record.commitlog_offset) == ("T", 0, 0, 0)
     assert record.body == b"payload-0"
-    assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "blue"}
+    assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "blue",
+                                 # stamped by the broker, as a Java broker does
+                                 "CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion",
+                                 "TRACE_ON": "true"}  # fmt: skip
     assert record.born_host == ("192.0.2.2", 50000)
     assert record.store_host == ("10.0.0.8", 8080)
     assert record.born_timestamp_ms == 1700000000001
@@ -281,9 +284,50 @@ async def test_pull_for_an_unknown_topic(wire, session, backend) -> None:
     assert await backend.get_topic("Nope") is None
 
 
-async def test_sql92_is_refused(wire, session) -> None:
+async def test_sql92_in_the_request_filters_by_properties(wire, session) -> None:
+    for i in range(6):
+        await send(wire, session, f"m{i}".encode(), a=str(i), b="even" if i % 2 == 0 else "odd")
+    ext = cpp_pull(expressionType="SQL92", subscription="a >= 2 AND b = 'even'", suspendTimeoutMillis="0")
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"m2", b"m4"]
+    assert response.ext_fields["nextBeginOffset"] == "6"
+
+
+async def test_sql92_from_the_heartbeat_when_the_pull_has_no_subscription(wire, session) -> None:
+    """A Java push consumer pulls without ``subscription``: the heartbeat's SQL92 expression applies."""
+    heartbeat = java_heartbeat().replace(
+        b'"expressionType": "TAG", "subString": "*", "subVersion": 1700000000000, '
+        b'"tagsSet": [], "topic": "T"',
+        b'"expressionType": "SQL92", "subString": "color = \'blue\'", '
+        b'"subVersion": 1700000000000, "tagsSet": [], "topic": "T"',
+    )
+    assert b"SQL92" in heartbeat
+    assert (await session.handle(wire(RequestCode.HEART_BEAT, None, heartbeat))).code == ResponseCode.SUCCESS
+    await send(wire, session, b"red", color="red")
+    await send(wire, session, b"blue", color="blue")
+    response = await session.handle(
+        wire(RequestCode.PULL_MESSAGE, java_pull(expressionType="SQL92", suspendTimeoutMillis="0"))
+    )
+    assert response is not None
+    assert response.code == ResponseCode.SUCCESS
+    assert [r.body for r in decode_records(response.body)] == [b"blue"]
+
+
+async def test_sql92_with_nothing_matching_moves_the_cursor_on(wire, session) -> None:
+    await send(wire, session, b"x", a="1")
+    ext = cpp_pull(expressionType="SQL92", subscription="a > 5", sysFlag=4)  # no long polling
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert response is not None
+    assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert response.ext_fields["nextBeginOffset"] == "1"
+
+
+@pytest.mark.parametrize(("kind", "expression"), [("SQL92", "a >"), ("SQL92", "a = NULL"), ("GROOVY", "x")])
+async def test_bad_filters_are_refused(kind, expression, wire, session) -> None:
     await send(wire, session, b"x")
-    ext = cpp_pull(expressionType="SQL92", subscription="a > 1")
+    ext = cpp_pull(expressionType=kind, subscription=expression)
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
     assert response is not None
     assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED

@@ -62,7 +62,7 @@ def test_pull_header_defaults() -> None:
     assert header.suspend
     assert not header.has_subscription
     assert not header.has_commit_offset
-    assert header.expression_type == "TAG"
+    assert header.expression_type is None  # the registered subscription's type applies
     assert header.max_msg_bytes is None
 
 

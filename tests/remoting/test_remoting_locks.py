@@ -84,7 +84,9 @@ async def test_malformed_lock_body(body, wire, session) -> None:
 @pytest.mark.parametrize(
     ("subscription", "code"),
     [({"expressionType": "TAG", "subString": "A"}, ResponseCode.SUCCESS),
-     ({"expressionType": "SQL92", "subString": "a > 1"}, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
+     ({"expressionType": "SQL92", "subString": "a > 1"}, ResponseCode.SUCCESS),
+     ({"expressionType": "SQL92", "subString": "a >"}, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
+     ({"expressionType": "GROOVY", "subString": "a"}, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
      (None, ResponseCode.SUCCESS)],
 )  # fmt: skip
 async def test_check_client_config(subscription, code, wire, session) -> None:

@@ -17,6 +17,9 @@ from mqproxy.remoting.session import RemotingSession
 CPP_UNIQ = "0100007F000C3B6B00000000001B0000"
 CPP_PROPS = f"KEYS\x01k1 k2\x02TAGS\x01TagA\x02UNIQ_KEY\x01{CPP_UNIQ}\x02WAIT\x01true\x02color\x01blue\x02"
 
+#: What every stored message gets, as from a Java broker.
+STAMPED = {"CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
 
 def cpp_send_v1(**overrides: object) -> dict[str, object]:
     """rocketmq 0.4.4 (C++ core) SEND_MESSAGE ext: ints for some fields, ACL keys always present."""
@@ -94,7 +97,7 @@ async def test_cpp_send_message_v1_with_int_ext_fields(wire, session, backend, e
     assert stored.born_timestamp_ms == 1700000000000
     assert stored.born_host == ("192.0.2.2", 50000)
     assert dict(stored.properties) == {
-        "KEYS": "k1 k2", "TAGS": "TagA", "UNIQ_KEY": CPP_UNIQ, "WAIT": "true", "color": "blue",
+        "KEYS": "k1 k2", "TAGS": "TagA", "UNIQ_KEY": CPP_UNIQ, "WAIT": "true", "color": "blue", **STAMPED,
     }  # fmt: skip
     (event,) = events
     assert (event.op, event.code, event.status, event.outcome) == ("SEND_MESSAGE", 10, "SUCCESS", "ok")
@@ -113,7 +116,12 @@ async def test_alions_send_v2_gets_a_generated_uniq_key(wire, session, backend) 
     assert transaction_id.startswith("0A000008")  # the advertised IP, like a Java client's own IP
     assert response.ext_fields["queueId"] == "2"
     (stored,) = (await backend.pull("T", 2, 0, 32)).messages
-    assert dict(stored.properties) == {"TAGS": "TagB", "KEYS": "order-1", "UNIQ_KEY": transaction_id}
+    assert dict(stored.properties) == {
+        "TAGS": "TagB",
+        "KEYS": "order-1",
+        "UNIQ_KEY": transaction_id,
+        **STAMPED,
+    }
     assert stored.flag == 3
     assert stored.born_timestamp_ms == 1700000000123
     # a second send gets a different key

@@ -59,7 +59,9 @@ def send_back_ext(record: DecodedRecord, delay: int = 0, max_times: int = 2, **e
         "offset": str(record.commitlog_offset),
         "group": "G",
         "delayLevel": str(delay),
-        "originMsgId": offset_msg_id(ADVERTISED, record.commitlog_offset),
+        # a Java client sends MessageExt.getMsgId(), the UNIQ_KEY; the broker records the offset id anyway
+        "originMsgId": record.properties.get("UNIQ_KEY")
+        or offset_msg_id(ADVERTISED, record.commitlog_offset),
         "originTopic": "T",
         "unitMode": "false",
         "maxReconsumeTimes": str(max_times),
