@@ -63,8 +63,8 @@ class ScriptedBroker:
                             encode(Connack(reason_code=self.refuse or ReasonCode.SUCCESS), 4)
                         )
                     elif isinstance(packet, Subscribe):
+                        self.subscribed.append(stream)  # before the SUBACK: the pool may report ready at once
                         await stream.send_all(encode(SubAck(packet.packet_id, (ReasonCode.SUCCESS,)), 4))
-                        self.subscribed.append(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
