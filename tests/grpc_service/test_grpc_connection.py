@@ -259,7 +259,8 @@ class RawH2:
     "streams",
     [
         1_000,
-        pytest.param(10_000, marks=pytest.mark.slow),  # ~1 min on a loaded 2-core box
+        # ~1 min on a loaded 2-core box; 170 s seen with a CPU hog and other jobs on it
+        pytest.param(10_000, marks=[pytest.mark.slow, pytest.mark.timeout(900)]),
     ],
 )
 async def test_many_concurrent_streams_bounded(grpc_env: GrpcEnv, streams: int) -> None:
@@ -274,9 +275,8 @@ async def test_many_concurrent_streams_bounded(grpc_env: GrpcEnv, streams: int) 
     tracemalloc.start()
     try:
         await raw.stream.send_all(b"".join(raw.request(sid, PREFIX + "QueryRoute", payload) for sid in sids))
-        with trio.fail_after(60):
-            while len(raw.outcome) < len(sids):
-                assert await raw.pump()
+        while len(raw.outcome) < len(sids):  # (a hang is pytest's timeout: CPU-bound, load decides the time)
+            assert await raw.pump()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
