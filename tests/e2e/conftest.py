@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..conftest import wait_until_sync  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVERS = Path(__file__).resolve().parent / "clients"
@@ -93,6 +96,17 @@ class JsonLineReader:
             return "\n".join(self.lines[-n:])
 
 
+def _bindable(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (as the proxy binds: SO_REUSEADDR)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 class ProxyProcess:
     """One ``mqproxy serve`` child. ``address`` is ``"127.0.0.1:PORT"`` once started."""
 
@@ -112,12 +126,13 @@ class ProxyProcess:
 
     def start(self, listen: str = "127.0.0.1:0", *, attempts: int = 1) -> str:
         """Start the proxy; with ``attempts`` > 1 a failed start (e.g. the fixed port was taken by
-        another process's ephemeral connection meanwhile) is retried after a short pause."""
+        another process's ephemeral connection meanwhile) is retried once the port is free again."""
+        host, port = listen.rsplit(":", 1)
         for attempt in range(1, attempts + 1):
             address = self._start_once(listen, last=attempt == attempts)
             if address is not None:
                 return address
-            time.sleep(0.5)
+            wait_until_sync(lambda: _bindable(host, int(port)))
         raise AssertionError("unreachable")
 
     def _start_once(self, listen: str, *, last: bool) -> str | None:
