@@ -220,6 +220,11 @@ class ClientRun:
         self.elapsed = time.monotonic() - self._t0
         return self
 
+    def release(self) -> None:
+        """Close the driver's stdin: a driver that stays up until then (``produce-txn``) finishes."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
     def of(self, event: str) -> list[dict[str, Any]]:
         return [e for e in self.reader.events if e.get("event") == event]
 
@@ -244,13 +249,15 @@ class Client:
     segfaults_on_exit: bool = False
     _runs: int = 0
 
-    def spawn(self, *args: str) -> ClientRun:
+    def spawn(self, *args: str, hold: bool = False) -> ClientRun:
+        """Start the driver; with ``hold`` its stdin stays open until :meth:`ClientRun.release`."""
         self._runs += 1
         stderr_path = self.workdir / f"{self.name}-{self._runs}.stderr"
         env = dict(os.environ, HOME=str(self.home), PYTHONUNBUFFERED="1")
         with open(stderr_path, "wb") as stderr:
             proc = subprocess.Popen([*self.argv, *args], stdout=subprocess.PIPE, stderr=stderr,
-                                    stdin=subprocess.DEVNULL, env=env, cwd=self.workdir)
+                                    stdin=subprocess.PIPE if hold else subprocess.DEVNULL, env=env,
+                                    cwd=self.workdir)
         return ClientRun(f"{self.name} {args[0]}", proc, JsonLineReader(proc.stdout), stderr_path)
 
     def produce(self, namesrv: str, topic: str, count: int, *, start: int = 0, tag: str = "TagA",
