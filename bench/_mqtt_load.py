@@ -304,7 +304,7 @@ _POOL_IN_FLIGHT = 256  # handshakes (TCP connect → CONNACK → SUBACK) under w
 _POOL_PAUSE_S = 0.005  # after each read batch, so one read drains many packets (as ByteCountingSubscriber)
 _POOL_KEEP_ALIVE = 600  # the pool never pings; longer than any ladder step
 _POOL_FD_RESERVE = 64  # descriptors the child needs besides its sockets
-_STOP, _BYTES = 0, 1  # slots of the shared int64 array
+_STOP, _BYTES, _CLOSED = 0, 1, 2  # slots of the shared int64 array
 
 
 class SubscriberPool:
@@ -317,9 +317,10 @@ class SubscriberPool:
     time (CONNECT → CONNACK → SUBSCRIBE → SUBACK with the project codec), then reads every socket from
     one epoll loop and stores its byte total in shared memory after each batch. :meth:`start` returns once
     every subscriber holds its SUBACK (LoadError otherwise). :attr:`received` is readable at any time
-    (total bytes // ``packet_size``); after :meth:`aclose` (stop the child, close its sockets, reap it)
-    it is exact, the sum of whole packets per subscriber, and :attr:`aligned` and :attr:`disconnected`
-    are final. The child's CPU is ``cpu_seconds(pool.pid)``.
+    (total bytes // ``packet_size``), as are :attr:`received_bytes` and :attr:`disconnected`; after
+    :meth:`aclose` (stop the child, close its sockets, reap it) :attr:`received` is exact, the sum of
+    whole packets per subscriber, and :attr:`aligned` and :attr:`disconnected` are final. The child's CPU
+    is ``cpu_seconds(pool.pid)``.
     As for any ``spawn`` child, the main module must be safe to import (``if __name__ == "__main__"``).
 
         async with SubscriberPool(port, "bench/t", 10_000, publish_size("bench/t", 64, 0), "t-s") as pool:
@@ -356,7 +357,12 @@ class SubscriberPool:
     def received(self) -> int:
         if self._final is not None:
             return self._final[0]
-        return self._shared[_BYTES] // self.packet_size if self._shared is not None else 0
+        return self.received_bytes // self.packet_size
+
+    @property
+    def received_bytes(self) -> int:
+        """Bytes read from all subscribers so far (while the child runs)."""
+        return self._shared[_BYTES] if self._shared is not None else 0
 
     @property
     def aligned(self) -> bool:
@@ -365,8 +371,10 @@ class SubscriberPool:
 
     @property
     def disconnected(self) -> int:
-        """Subscribers the broker closed while counting (known after :meth:`aclose`)."""
-        return self._final[2] if self._final is not None else 0
+        """Subscribers the broker closed while counting (so far; final after :meth:`aclose`)."""
+        if self._final is not None:
+            return self._final[2]
+        return self._shared[_CLOSED] if self._shared is not None else 0
 
     async def start(self) -> None:
         """Spawn the child and wait until every subscriber is subscribed; LoadError when one is not."""
@@ -376,7 +384,7 @@ class SubscriberPool:
         context = multiprocessing.get_context("spawn")
         receiver, sender = context.Pipe(duplex=False)
         self._conn = receiver
-        self._shared = context.RawArray("q", 2)
+        self._shared = context.RawArray("q", 3)
         self._process = context.Process(
             target=_pool_main,
             args=(self.host, self.port, self.topic, self.count, self.packet_size, self.client_prefix,
@@ -547,7 +555,8 @@ def _pool_count(
     parent: int,
 ) -> tuple[int, int, int]:
     """Read every socket until ``shared[_STOP]`` (or the parent exits), publishing the byte total in
-    ``shared[_BYTES]`` after each batch; return (whole packets, misaligned subscribers, disconnected)."""
+    ``shared[_BYTES]`` and the disconnected count in ``shared[_CLOSED]`` after each batch; return (whole
+    packets, misaligned subscribers, disconnected)."""
     counts = [0] * (max(socks, default=0) + 1)
     buffers = [bytearray(_READ)]
     readv = os.readv
@@ -572,7 +581,7 @@ def _pool_count(
                     epoll.unregister(fd)
                     disconnected += 1
             if events:
-                shared[_BYTES] = total
+                shared[_BYTES], shared[_CLOSED] = total, disconnected
                 time.sleep(_POOL_PAUSE_S)
     whole = sum(c // packet_size for c in counts)
     misaligned = sum(1 for c in counts if c % packet_size)

@@ -9,7 +9,7 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,6 +29,8 @@ from mqproxy.codecs.mqtt import (
     Subscribe,
     encode,
 )
+
+from ..conftest import wait_until  # type: ignore[import-not-found]
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # bench scripts import their helpers as top-level modules; so does the child
@@ -61,17 +63,12 @@ class ScriptedBroker:
                             encode(Connack(reason_code=self.refuse or ReasonCode.SUCCESS), 4)
                         )
                     elif isinstance(packet, Subscribe):
+                        self.subscribed.append(stream)  # before the SUBACK: the pool may report ready at once
                         await stream.send_all(encode(SubAck(packet.packet_id, (ReasonCode.SUCCESS,)), 4))
-                        self.subscribed.append(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.ended += 1
-
-    async def wait(self, done: Callable[[], bool], timeout_s: float = 5.0) -> None:
-        with trio.fail_after(timeout_s):
-            while not done():  # noqa: ASYNC110
-                await trio.sleep(0.01)
 
 
 @asynccontextmanager
@@ -98,14 +95,14 @@ async def test_pool_counts_whole_deliveries_in_a_child_and_closes_everything() -
         assert sorted(broker.client_ids) == sorted(f"t-s{i}" for i in range(40))
         for stream in broker.subscribed:
             await stream.send_all(PUBLISH * 7)
-        await broker.wait(lambda: pool.received == 280)
+        await wait_until(lambda: pool.received == 280)
         assert cpu_seconds(pid) > 0  # the child's own CPU, what the bench reports as "pool"
         await pool.aclose()
         assert pool.received == 280
         assert pool.aligned
         assert pool.disconnected == 0
         assert _reaped(pid)
-        await broker.wait(lambda: broker.ended == 40)  # every subscriber socket closed
+        await wait_until(lambda: broker.ended == 40)  # every subscriber socket closed
         await pool.aclose()  # idempotent
 
 
@@ -114,8 +111,7 @@ async def test_pool_flags_a_partial_packet_and_counts_only_whole_ones() -> None:
         for stream in broker.subscribed:
             await stream.send_all(PUBLISH * 2)
         await broker.subscribed[1].send_all(PUBLISH[:5])
-        await broker.wait(lambda: pool.received == 6)
-        await trio.sleep(0.05)  # let the 5 stray bytes land too
+        await wait_until(lambda: pool.received_bytes == 6 * SIZE + 5)  # the 5 stray bytes too
     assert pool.received == 6
     assert not pool.aligned
 
@@ -125,8 +121,7 @@ async def test_pool_reports_subscribers_the_broker_closed() -> None:
         for stream in broker.subscribed[:2]:
             await stream.send_all(PUBLISH)
             await stream.aclose()
-        await broker.wait(lambda: pool.received == 2)
-        await trio.sleep(0.05)  # the EOFs follow the data
+        await wait_until(lambda: pool.received == 2 and pool.disconnected == 2)  # the EOFs follow the data
     assert pool.disconnected == 2
     assert pool.aligned
 
@@ -138,7 +133,7 @@ async def test_refused_connect_is_a_load_error_and_reaps_the_child() -> None:
             await pool.start()
         with pytest.raises(LoadError, match="not running"):
             _ = pool.pid
-        await broker.wait(lambda: broker.ended == len(broker.client_ids) > 0)
+        await wait_until(lambda: broker.ended == len(broker.client_ids) > 0)
 
 
 async def test_no_listener_is_a_load_error() -> None:
@@ -164,5 +159,5 @@ async def test_a_child_that_died_is_a_load_error_on_close() -> None:
         with pytest.raises(LoadError, match="exited without a report"):
             await pool.aclose()
         assert _reaped(pid)
-        await broker.wait(lambda: broker.ended == 4)  # the kernel closed its sockets
+        await wait_until(lambda: broker.ended == 4)  # the kernel closed its sockets
         await pool.aclose()  # already reaped: nothing left to do

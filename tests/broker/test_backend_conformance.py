@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +48,19 @@ def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> MakeBackend:
             yield store
 
     return make
+
+
+@pytest.fixture
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
+    """Stop the wall clock the stores read (store times, idleness: ``time.time_ns``); the test moves it
+    on by the seconds it passes to the returned function."""
+    now = [time.time_ns()]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+
+    def advance(seconds: float) -> None:
+        now[0] += int(seconds * 1e9)
+
+    return advance
 
 
 def msg(topic: str = "T", body: bytes = b"hello", **kw: Any) -> Message:
@@ -285,7 +300,9 @@ async def test_consumer_offsets(make_backend: MakeBackend) -> None:
         assert await backend.query_consumer_offset("H", "T", 0) is None
 
 
-async def test_search_offset_and_earliest_time(make_backend: MakeBackend) -> None:
+async def test_search_offset_and_earliest_time(
+    make_backend: MakeBackend, wall_clock: Callable[[float], None]
+) -> None:
     async with make_backend() as backend:
         await backend.create_topic("T", 1)
         assert await backend.earliest_store_time("T", 0) == -1
@@ -293,7 +310,7 @@ async def test_search_offset_and_earliest_time(make_backend: MakeBackend) -> Non
         times = []
         for _ in range(3):
             times.append((await backend.send(msg(queue_id=0))).store_timestamp_ms)
-            await trio.sleep(0.003)
+            wall_clock(0.003)
         assert await backend.earliest_store_time("T", 0) == times[0]
         assert await backend.search_offset("T", 0, 0) == 0
         assert await backend.search_offset("T", 0, times[1]) == 1
@@ -310,7 +327,7 @@ async def test_long_poll_wakes_on_send(make_backend: MakeBackend) -> None:
                 woke.append(await backend.wait_for_message("T", 0, 0, 30))
 
             nursery.start_soon(waiter)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
             assert woke == []
             await backend.send(msg(queue_id=0))
         assert woke == [True]
@@ -349,7 +366,7 @@ async def test_concurrent_producers_and_long_polling_consumers(make_backend: Mak
             for i in range(25):
                 await backend.send(msg(queue_id=(p + i) % 2, body=f"{p}:{i}".encode()))
                 if i % 5 == 0:
-                    await trio.sleep(0.001)
+                    await trio.testing.wait_all_tasks_blocked()  # the consumers caught up and long-poll
 
         async def consumer(queue_id: int) -> None:
             offset = 0
@@ -375,7 +392,9 @@ async def test_concurrent_producers_and_long_polling_consumers(make_backend: Mak
                 assert mine == sorted(mine, key=lambda b: int(b.split(b":")[1]))
 
 
-async def test_long_poll_is_cancellable(make_backend: MakeBackend) -> None:
+async def test_long_poll_is_cancellable(
+    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+) -> None:
     async with make_backend() as backend:
         await backend.create_topic("T", 1)
         with trio.move_on_after(0.02) as scope:
@@ -427,7 +446,7 @@ async def test_lmq_wakes_long_poll(make_backend: MakeBackend) -> None:
                 woke.append(await backend.wait_for_message("%LMQ%w", 0, 0, 30))
 
             nursery.start_soon(waiter)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
             await backend.send(msg("Parent", dispatch=("%LMQ%w",)))
         assert woke == [True]
 
@@ -635,7 +654,7 @@ async def test_rewrite_wakes_long_polling_readers(make_backend: MakeBackend) -> 
                 woke.append(await backend.wait_for_message("S", 0, 2, 30))
 
             nursery.start_soon(waiter)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
             await backend.rewrite_queue("S", 0, [1], 2)
         assert woke == [True]
 
@@ -687,7 +706,7 @@ async def test_delete_idle_lmqs_honours_every_protection(make_backend: MakeBacke
                 await backend.wait_for_message("%LMQ%e", 0, 1, 30)
 
             nursery.start_soon(waiter)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
             deleted = await backend.delete_idle_lmqs(0, {"%LMQ%b"})
             nursery.cancel_scope.cancel()
         assert sorted(deleted) == ["%LMQ%a", "%LMQ%c", "%LMQ%f"]
@@ -706,19 +725,23 @@ async def test_delete_idle_lmqs_honours_every_protection(make_backend: MakeBacke
         assert await backend.delete_idle_lmqs(0, set(), limit=0) == []
 
 
-async def test_delete_idle_lmqs_waits_for_the_idle_time(make_backend: MakeBackend) -> None:
+async def test_delete_idle_lmqs_waits_for_the_idle_time(
+    make_backend: MakeBackend, wall_clock: Callable[[float], None]
+) -> None:
     async with make_backend() as backend:
         await backend.send(msg("Parent", queue_id=0, dispatch=("%LMQ%x",)))
         assert await backend.delete_idle_lmqs(150, set()) == []
-        await trio.sleep(0.2)
+        wall_clock(0.2)
         await backend.send(msg("Parent", queue_id=0, dispatch=("%LMQ%y",)))
         assert await backend.delete_idle_lmqs(150, set()) == ["%LMQ%x"]
 
 
-async def test_a_rewrite_counts_as_activity(make_backend: MakeBackend) -> None:
+async def test_a_rewrite_counts_as_activity(
+    make_backend: MakeBackend, wall_clock: Callable[[float], None]
+) -> None:
     async with make_backend() as backend:
         await backend.send(msg("Parent", queue_id=0, dispatch=("%LMQ%x",)))
-        await trio.sleep(0.2)
+        wall_clock(0.2)
         await backend.rewrite_queue("%LMQ%x", 0, [], 1)
         assert await backend.delete_idle_lmqs(150, set()) == []
         await backend.commit_consumer_offset("G", "%LMQ%x", 0, 0)

@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -308,7 +309,7 @@ async def test_long_poll_ends_when_store_closes(tmp_path: Path) -> None:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waiter)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
             store._close()
     assert outcome == ["unavailable"]
 

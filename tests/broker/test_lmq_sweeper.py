@@ -15,6 +15,8 @@ from mqproxy.broker.lmq_sweeper import run_lmq_sweeper
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.types import Message
 
+from ..conftest import wait_until  # type: ignore[import-not-found]
+
 
 async def _lmqs(backend: InMemoryBackend, *names: str) -> None:
     await backend.send(Message("Parent", b"x", 0, dispatch=names))
@@ -134,11 +136,11 @@ async def test_the_server_runs_the_sweeper_from_its_settings(log_sink: Any, tmp_
         )
         backend = handle.state.backend
         await backend.send(Message("Parent", b"x", 0, dispatch=("%LMQ%gone", RETAINED_LMQ)))
-        for _ in range(100):  # deleted within about one idle time (1 s) plus one interval
-            if await backend.max_offset("%LMQ%gone", 0) == 0:
-                break
-            await trio.sleep(0.05)
-        assert await backend.max_offset("%LMQ%gone", 0) == 0
+
+        async def gone() -> bool:  # deleted after about one idle time (1 s) plus one interval
+            return await backend.max_offset("%LMQ%gone", 0) == 0
+
+        await wait_until(gone)
         assert await backend.max_offset(RETAINED_LMQ, 0) == 1
         handle.stop("test")
     assert [e["deleted"] for e in log_sink.named("lmq.swept")] == [1]

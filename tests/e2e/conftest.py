@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..conftest import wait_until_sync  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -111,6 +114,17 @@ class JsonLineReader:
             return "\n".join(self.lines[-n:])
 
 
+def _bindable(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (as the proxy binds: SO_REUSEADDR)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 class ProxyProcess:
     """One ``mqproxy serve`` child. ``address`` is ``"127.0.0.1:PORT"`` once started."""
 
@@ -130,12 +144,13 @@ class ProxyProcess:
 
     def start(self, listen: str = "127.0.0.1:0", *, attempts: int = 1) -> str:
         """Start the proxy; with ``attempts`` > 1 a failed start (e.g. the fixed port was taken by
-        another process's ephemeral connection meanwhile) is retried after a short pause."""
+        another process's ephemeral connection meanwhile) is retried once the port is free again."""
+        host, port = listen.rsplit(":", 1)
         for attempt in range(1, attempts + 1):
             address = self._start_once(listen, last=attempt == attempts)
             if address is not None:
                 return address
-            time.sleep(0.5)
+            wait_until_sync(lambda: _bindable(host, int(port)))
         raise AssertionError("unreachable")
 
     def _start_once(self, listen: str, *, last: bool) -> str | None:
@@ -223,6 +238,11 @@ class ClientRun:
         self.elapsed = time.monotonic() - self._t0
         return self
 
+    def release(self) -> None:
+        """Close the driver's stdin: a driver that stays up until then (``produce-txn``) finishes."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
     def of(self, event: str) -> list[dict[str, Any]]:
         return [e for e in self.reader.events if e.get("event") == event]
 
@@ -247,13 +267,15 @@ class Client:
     segfaults_on_exit: bool = False
     _runs: int = 0
 
-    def spawn(self, *args: str) -> ClientRun:
+    def spawn(self, *args: str, hold: bool = False) -> ClientRun:
+        """Start the driver; with ``hold`` its stdin stays open until :meth:`ClientRun.release`."""
         self._runs += 1
         stderr_path = self.workdir / f"{self.name}-{self._runs}.stderr"
         env = dict(os.environ, HOME=str(self.home), PYTHONUNBUFFERED="1")
         with open(stderr_path, "wb") as stderr:
             proc = subprocess.Popen([*self.argv, *args], stdout=subprocess.PIPE, stderr=stderr,
-                                    stdin=subprocess.DEVNULL, env=env, cwd=self.workdir)
+                                    stdin=subprocess.PIPE if hold else subprocess.DEVNULL, env=env,
+                                    cwd=self.workdir)
         return ClientRun(f"{self.name} {args[0]}", proc, JsonLineReader(proc.stdout), stderr_path)
 
     def run(self, *args: str, timeout: float = 60.0) -> ClientRun:

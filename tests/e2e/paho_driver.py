@@ -118,14 +118,6 @@ class PahoClient:
         """The next received message; ``queue.Empty`` if none arrives within ``timeout``."""
         return self.messages.get(timeout=timeout)
 
-    def nothing(self, wait: float = 0.3) -> bool:
-        """True when no message arrives within ``wait`` seconds (one that does is consumed)."""
-        try:
-            self.messages.get(timeout=wait)
-        except queue.Empty:
-            return True
-        return False
-
     def close(self) -> None:
         """DISCONNECT politely and stop the network thread."""
         self.paho.disconnect()

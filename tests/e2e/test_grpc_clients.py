@@ -16,13 +16,13 @@ Drivers: ``tests/e2e/grpc_py5_client.py`` and ``tests/e2e/grpc_node/client.js``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,8 @@ import trustme
 
 from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
+
+from ..conftest import wait_until_sync  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.e2e
 
@@ -146,16 +148,16 @@ class SubprocessProxy:
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
-        deadline = time.monotonic() + 20
-        while True:
-            started = [e for e in self.events() if e.get("event") == "proxy.started"]
-            if started:
-                self.address = str(started[0]["listen"])
-                break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                pytest.fail(f"proxy did not start:\n{(base / 'proxy.stderr').read_text()[-3000:]}")
-            time.sleep(0.05)
+
+        def started() -> list[dict[str, Any]]:
+            return [e for e in self.events() if e.get("event") == "proxy.started"]
+
+        with contextlib.suppress(AssertionError):
+            wait_until_sync(lambda: started() or self.proc.poll() is not None)
+        if not started():
+            self.proc.kill()
+            pytest.fail(f"proxy did not start:\n{(base / 'proxy.stderr').read_text()[-3000:]}")
+        self.address = str(started()[0]["listen"])
 
     def events(self) -> list[dict[str, Any]]:
         return parse_events(self.log_path.read_text(errors="replace"))

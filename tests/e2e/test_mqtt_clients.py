@@ -1,6 +1,8 @@
 """Real MQTT clients against the gateway: paho-mqtt 2.x (3.1.1 and 5.0) and Debian mosquitto-clients.
 
-Each test runs the proxy in-process (trio) and the blocking client code in a worker thread.
+Each test runs the proxy in-process (trio) and the blocking client code in a worker thread. That a message
+does NOT arrive is checked with a marker published after it: the marker must be the next message (a
+subscription's messages arrive in store order).
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 import trio
+import trio.testing
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from mqproxy.mqtt.gateway import gateway_for
+from mqproxy.server import ServerHandle
 from mqproxy.settings import Settings
 
+from ..conftest import wait_until, wait_until_sync  # type: ignore[import-not-found]
 from ..mqtt.conftest import running_server  # type: ignore[import-not-found]
 from .paho_driver import PROTOCOLS, V5, V311, PahoClient  # type: ignore[import-not-found]
 
@@ -31,9 +37,14 @@ async def in_thread(fn: Callable[..., None], *args: Any) -> None:
 
 
 @pytest.fixture
-async def port(log_sink: Any) -> AsyncIterator[int]:
+async def server(log_sink: Any) -> AsyncIterator[ServerHandle]:
     async with running_server(Settings.for_tests()) as handle:
-        yield handle.address[1]
+        yield handle
+
+
+@pytest.fixture
+def port(server: ServerHandle) -> int:
+    return server.address[1]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -47,7 +58,8 @@ async def test_paho_qos_levels_and_wildcards(port: int, protocol: int) -> None:
         got = sorted((m.payload, m.qos) for m in (sub.get() for _ in range(6)))
         assert got == [(b"q0", 0), (b"q0", 0), (b"q1", 0), (b"q1", 1), (b"q2", 0), (b"q2", 2)]
         pub.publish("$SYS/t", b"hidden", 1)
-        assert sub.nothing()
+        pub.publish("t/end/x", b"end", 1)  # one copy per subscription, each after anything before it
+        assert [sub.get().payload for _ in range(2)] == [b"end", b"end"]
         sub.close()
         pub.close()
 
@@ -66,7 +78,8 @@ async def test_paho_retained_set_replace_clear(port: int, protocol: int) -> None
         sub.subscribe(("r/#", 1))
         message = sub.get()
         assert (message.topic, message.payload, message.retain) == ("r/a", b"two", True)
-        assert sub.nothing()
+        pub.publish("r/end", b"end", 1)  # live, after the retained ones
+        assert sub.get().payload == b"end"
         sub.close()
         pub.close()
 
@@ -74,7 +87,12 @@ async def test_paho_retained_set_replace_clear(port: int, protocol: int) -> None
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_paho_will_on_abrupt_close(port: int, protocol: int) -> None:
+async def test_paho_will_on_abrupt_close(port: int, protocol: int, log_sink: Any) -> None:
+    def closed(client_id: str) -> bool:
+        """The server is done with ``client_id``'s connection (will included): its conn.closed is logged."""
+        conns = {e["conn_id"] for e in log_sink.named("request") if e.get("client_id") == client_id}
+        return any(e["conn_id"] in conns for e in log_sink.named("conn.closed"))
+
     def scenario() -> None:
         watcher = PahoClient(port, "watcher", protocol)
         watcher.subscribe(("status/#", 1))
@@ -84,7 +102,11 @@ async def test_paho_will_on_abrupt_close(port: int, protocol: int) -> None:
         assert (message.topic, message.payload) == ("status/device", b"offline")
         polite = PahoClient(port, "polite", protocol, will=("status/polite", b"offline", 1, False))
         polite.close()
-        assert watcher.nothing()
+        wait_until_sync(lambda: closed("polite"))
+        marker = PahoClient(port, "marker", protocol)
+        marker.publish("status/end", b"end", 1)
+        assert watcher.get().payload == b"end"  # no will before it
+        marker.close()
         watcher.close()
 
     await in_thread(scenario)
@@ -160,15 +182,19 @@ async def test_paho_v5_properties_alias_expiry_no_local(port: int) -> None:
         assert 58 <= p.MessageExpiryInterval <= 60
         assert p.SubscriptionIdentifier == [42]
         sub.publish("v5/own", b"no-local")
-        assert sub.nothing()
+        sub.publish("elsewhere", b"flush", 1)  # acknowledged: the server has stored "no-local" too
+        pub.publish("v5/end", b"end", 1)
+        assert sub.get().payload == b"end"
         sub.close()
         pub.close()
 
     await in_thread(scenario)
 
 
-async def test_paho_v5_session_expiry_and_receive_maximum(port: int) -> None:
-    def scenario() -> None:
+async def test_paho_v5_session_expiry_and_receive_maximum(
+    port: int, server: ServerHandle, steered_clock: trio.testing.MockClock
+) -> None:
+    def receive_maximum_then_leave() -> None:
         props = Properties(PacketTypes.CONNECT)
         props.ReceiveMaximum = 1
         sub = PahoClient(port, "rm", V5, connect_props=props)
@@ -178,16 +204,22 @@ async def test_paho_v5_session_expiry_and_receive_maximum(port: int) -> None:
             pub.publish("rm", b"%d" % i, 1)
         assert [sub.get().payload for _ in range(20)] == [b"%d" % i for i in range(20)]
         sub.close()
+        pub.close()
         short = PahoClient(port, "short", V5, clean=False, expiry=1)
         short.subscribe(("se", 1))
         short.close()
-        time.sleep(1.5)
+
+    def come_back() -> None:
         again = PahoClient(port, "short", V5, clean=False, expiry=1)
         assert not again.session_present
         again.close()
-        pub.close()
 
-    await in_thread(scenario)
+    sessions = gateway_for(server.state).sessions
+    await in_thread(receive_maximum_then_leave)
+    await wait_until(lambda: "short" in sessions and sessions["short"].connection is None)
+    steered_clock.jump(1)  # the session expiry interval
+    await wait_until(lambda: "short" not in sessions)
+    await in_thread(come_back)
 
 
 async def test_paho_v5_shared_subscription(port: int) -> None:
@@ -199,12 +231,14 @@ async def test_paho_v5_shared_subscription(port: int) -> None:
         for i in range(40):
             pub.publish("jobs/x", b"%d" % i, 1)
         got: list[bytes] = []
-        deadline = time.monotonic() + 10
-        while len(got) < 40 and time.monotonic() < deadline:
+
+        def all_arrived() -> bool:
             for member in members:
                 while not member.messages.empty():
                     got.append(member.messages.get().payload)
-            time.sleep(0.05)
+            return len(got) >= 40
+
+        wait_until_sync(all_arrived)
         assert sorted(got) == sorted(b"%d" % i for i in range(40))  # each exactly once
         for member in members:
             member.close()
@@ -240,9 +274,12 @@ async def test_paho_session_survives_proxy_restart(tmp_path: Path, log_sink: Any
         await in_thread(after, handle.address[1])
 
 
-async def test_mosquitto_clients_smoke(port: int) -> None:
+async def test_mosquitto_clients_smoke(port: int, log_sink: Any) -> None:
     if shutil.which("mosquitto_pub") is None or shutil.which("mosquitto_sub") is None:
         pytest.skip("mosquitto-clients is not installed (apt-get install mosquitto-clients)")
+
+    def subscribed() -> bool:
+        return any(e["op"] == "SUBSCRIBE" and e.get("topic") == "smoke/#" for e in log_sink.named("request"))
 
     def scenario() -> None:
         sub = subprocess.Popen(
@@ -263,7 +300,7 @@ async def test_mosquitto_clients_smoke(port: int) -> None:
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.5)
+        wait_until_sync(subscribed)
         for i in range(3):
             subprocess.run(
                 [

@@ -3,12 +3,15 @@
 * ``grpc_env``: a :class:`GrpcEnv` with an in-memory backend, running broker services and a
   :class:`MessagingService`; ``await env.connect()`` opens a connection served by
   :class:`GrpcConnectionDriver` and returns a :class:`GrpcTestClient`.
+
+Everything runs in memory, so tests that wait for a delay, an invisible time or a timeout take the
+``autojump_clock``; the broker services then run on ``env.now_ms``, which follows trio's clock.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +23,7 @@ import structlog
 import trio
 import trio.testing
 
+from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.services import open_services
 from mqproxy.codecs import rocketmq_v2 as pb
@@ -220,6 +224,8 @@ class GrpcEnv:
     nursery: trio.Nursery
     limits: ConnectionLimits = field(default_factory=lambda: ConnectionLimits(idle_timeout_s=60.0))
     contexts: list[ConnectionContext] = field(default_factory=list)
+    #: The broker services' clock (ms, following trio's clock): deliver-at times are on it.
+    now_ms: Callable[[], int] = field(default_factory=trio_clock_ms)
 
     async def connect(
         self, client_id: str = "test@1@0", *, raw: bool = False, limits: ConnectionLimits | None = None
@@ -258,12 +264,13 @@ async def grpc_env(nursery: trio.Nursery) -> AsyncIterator[GrpcEnv]:
     server = ServerState(
         settings=settings, backend=backend, backend_name="memory", advertised=("127.0.0.1", 9876)
     )
-    async with open_services(backend) as services:
+    now_ms = trio_clock_ms()
+    async with open_services(backend, now_ms=now_ms) as services:
         server.registries["services"] = services
         service = MessagingService(
             backend, advertised=server.advertised, services=lambda: services, settings_timeout_s=0.5
         )
-        yield GrpcEnv(backend, services, server, service, nursery)
+        yield GrpcEnv(backend, services, server, service, nursery, now_ms=now_ms)
         nursery.cancel_scope.cancel()
 
 

@@ -30,6 +30,8 @@ from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
 from mqproxy.grpc_service.connection import ConnectionLimits
 
+from ..conftest import wait_until  # type: ignore[import-not-found]
+
 GrpcEnv = Any  # the grpc_env fixture (tests/grpc_service/conftest.py)
 
 OK = pb.Code.OK
@@ -133,7 +135,9 @@ async def test_deadline_exceeded(grpc_env: GrpcEnv, log_sink) -> None:  # type: 
     await assert_still_serving(client)
 
 
-async def test_telemetry_without_settings_times_out(grpc_env: GrpcEnv) -> None:
+async def test_telemetry_without_settings_times_out(
+    grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock
+) -> None:
     client = await grpc_env.connect()
     sid = await client.open("Telemetry", end=False)  # no grpc-timeout (Node sends none)
     result = await client.wait(sid)
@@ -175,13 +179,11 @@ async def test_rst_stream_cancels_the_call(grpc_env: GrpcEnv, log_sink) -> None:
     )
     await client.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="Idle")))
     sid = await client.open("ReceiveMessage", [request.SerializeToString()], grpc_timeout="30S")
-    await trio.sleep(0.05)
+    await trio.testing.wait_all_tasks_blocked()  # the receive is in its long poll
     assert sid not in [s for s, r in client.results.items() if r.done.is_set()]
     client.h2.reset_stream(sid, 8)  # CANCEL
     await client.flush()
-    with trio.fail_after(2):
-        while not any(e["op"] == "ReceiveMessage" for e in log_sink.named("request")):  # noqa: ASYNC110 - a log sink has no event
-            await trio.sleep(0.01)
+    await wait_until(lambda: any(e["op"] == "ReceiveMessage" for e in log_sink.named("request")))
     event = [e for e in log_sink.named("request") if e["op"] == "ReceiveMessage"][-1]
     assert event["status"] == "CANCELLED"
     await assert_still_serving(client)
@@ -257,7 +259,8 @@ class RawH2:
     "streams",
     [
         1_000,
-        pytest.param(10_000, marks=pytest.mark.slow),  # ~1 min on a loaded 2-core box
+        # ~1 min on a loaded 2-core box; 170 s seen with a CPU hog and other jobs on it
+        pytest.param(10_000, marks=[pytest.mark.slow, pytest.mark.timeout(900)]),
     ],
 )
 async def test_many_concurrent_streams_bounded(grpc_env: GrpcEnv, streams: int) -> None:
@@ -272,9 +275,8 @@ async def test_many_concurrent_streams_bounded(grpc_env: GrpcEnv, streams: int) 
     tracemalloc.start()
     try:
         await raw.stream.send_all(b"".join(raw.request(sid, PREFIX + "QueryRoute", payload) for sid in sids))
-        with trio.fail_after(60):
-            while len(raw.outcome) < len(sids):
-                assert await raw.pump()
+        while len(raw.outcome) < len(sids):  # (a hang is pytest's timeout: CPU-bound, load decides the time)
+            assert await raw.pump()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -344,7 +346,7 @@ async def test_drain_sends_goaway_and_finishes_in_flight(grpc_env: GrpcEnv) -> N
         long_polling_timeout=pb.Duration(seconds=20),
     )
     receive = await client.open("ReceiveMessage", [request.SerializeToString()], grpc_timeout="30S")
-    await trio.sleep(0.05)
+    await trio.testing.wait_all_tasks_blocked()  # the receive is in its long poll
     grpc_env.server.draining.set()
     receive_result = await client.wait(receive)
     assert receive_result.grpc_status == 0
@@ -412,9 +414,9 @@ async def test_vanished_client_frees_its_calls(grpc_env: GrpcEnv, log_sink) -> N
         ):
             await client.changed.wait()
     await client.stream.aclose()  # the client vanishes without a word
-    with trio.fail_after(3):
-        while len([e for e in log_sink.named("request") if e["op"] in ("Telemetry", "ReceiveMessage")]) < 2:  # noqa: ASYNC110
-            await trio.sleep(0.01)
+    await wait_until(
+        lambda: len([e for e in log_sink.named("request") if e["op"] in ("Telemetry", "ReceiveMessage")]) >= 2
+    )
     assert grpc_env.service.clients.get("gone@1@0").telemetry is None
     assert grpc_env.contexts[-1].error == "connection_reset"
     events = {e["op"]: e for e in log_sink.named("request")}
@@ -422,7 +424,7 @@ async def test_vanished_client_frees_its_calls(grpc_env: GrpcEnv, log_sink) -> N
     assert events["ReceiveMessage"]["outcome"] == "error"
 
 
-async def test_idle_connection_gets_goaway(grpc_env: GrpcEnv) -> None:
+async def test_idle_connection_gets_goaway(grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock) -> None:
     client = await grpc_env.connect(limits=ConnectionLimits(idle_timeout_s=0.2))
     await assert_still_serving(client)
     with trio.fail_after(3):

@@ -3,13 +3,15 @@ delivery time cancels the message (durably, through the scheduler), after it ans
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import trio
+import trio.testing
 
 from mqproxy.broker.schedule import recall_handle
 from mqproxy.codecs import rocketmq_v2 as pb
+
+from ..conftest import wait_until  # type: ignore[import-not-found]
 
 GrpcEnv = Any  # the grpc_env fixture (tests/grpc_service/conftest.py)
 Code = pb.Code
@@ -38,14 +40,14 @@ async def recall(client: Any, topic: str, handle: str) -> Any:
     )
 
 
-async def receive_all(client: Any, topic: str, group: str) -> list[Any]:
+async def receive_all(client: Any, topic: str, group: str, poll_s: int = 0) -> list[Any]:
     request = pb.ReceiveMessageRequest(
         group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
         filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
         batch_size=16,
         invisible_duration=pb.Duration(seconds=30),
-        long_polling_timeout=pb.Duration(seconds=0),
+        long_polling_timeout=pb.Duration(seconds=poll_s),
     )
     sid = await client.open("ReceiveMessage", [request.SerializeToString()], grpc_timeout="5S")
     result = await client.wait(sid, 10)
@@ -54,13 +56,11 @@ async def receive_all(client: Any, topic: str, group: str) -> list[Any]:
     return [r.message for r in responses if r.WhichOneof("content") == "message"]
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-async def test_recalled_message_is_never_delivered_the_other_is(grpc_env: GrpcEnv) -> None:
+async def test_recalled_message_is_never_delivered_the_other_is(
+    grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock
+) -> None:
     client = await grpc_env.connect()
-    due = now_ms() + 1200
+    due = grpc_env.now_ms() + 1200
     kept = await send_one(client, message("RecallT", b"kept", "R-KEEP", due))
     gone = await send_one(client, message("RecallT", b"gone", "R-GONE", due))
     assert kept.recall_handle
@@ -75,11 +75,13 @@ async def test_recalled_message_is_never_delivered_the_other_is(grpc_env: GrpcEn
     assert (again.status.code, again.message_id) == (Code.OK, "R-GONE")
 
     got: list[Any] = []
-    with trio.fail_after(8):
-        while len(got) < 2:
-            got += await receive_all(client, "RecallT", "RecallG")
-            await trio.sleep(0.1)
-    await trio.sleep(0.5)
+
+    async def two_delivered() -> bool:  # each look is a long poll: it returns once something is due
+        got.extend(await receive_all(client, "RecallT", "RecallG", poll_s=3))
+        return len(got) >= 2
+
+    await wait_until(two_delivered)
+    await trio.sleep(0.5)  # (the autojump clock) well past the recalled one's delivery time as well
     got += await receive_all(client, "RecallT", "RecallG")
     assert sorted(m.body for m in got) == [b"kept", b"now"]
     assert grpc_env.services.scheduler.dropped_recalled == 1
@@ -90,7 +92,7 @@ async def test_recalled_message_is_never_delivered_the_other_is(grpc_env: GrpcEn
 
 async def test_recall_rejects_bad_handles(grpc_env: GrpcEnv) -> None:
     client = await grpc_env.connect()
-    entry = await send_one(client, message("RecallBad", b"x", "RB-1", now_ms() + 60_000))
+    entry = await send_one(client, message("RecallBad", b"x", "RB-1", grpc_env.now_ms() + 60_000))
     garbled = recall_handle("RecallBad", "RB-1", 1, broker_name="broker-a")[:-3] + "@@@"
     for handle in ("", "h", "!!!not base64!!!", garbled):
         assert (await recall(client, "RecallBad", handle)).status.code == Code.BAD_REQUEST, handle

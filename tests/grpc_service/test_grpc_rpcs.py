@@ -8,6 +8,7 @@ import zlib
 from typing import Any
 
 import trio
+import trio.testing
 
 from mqproxy.broker.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
 from mqproxy.codecs import rocketmq_v2 as pb
@@ -183,7 +184,7 @@ async def test_send_errors_are_body_statuses(grpc_env: GrpcEnv) -> None:
     assert (await send(client, message("NoSuchTopic"))).status.code == Code.TOPIC_NOT_FOUND
 
 
-async def test_receive_ack_and_redelivery(grpc_env: GrpcEnv) -> None:
+async def test_receive_ack_and_redelivery(grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock) -> None:
     client = await grpc_env.connect()
     for i in range(3):
         await send(client, message("RecvT", f"r{i}".encode(), msg_id=f"R{i}", props={"k": str(i)}))
@@ -250,7 +251,9 @@ async def test_receive_ack_and_redelivery(grpc_env: GrpcEnv) -> None:
     assert bad.status.code == Code.INVALID_RECEIPT_HANDLE
 
 
-async def test_receive_long_poll_wakes_on_send(grpc_env: GrpcEnv) -> None:
+async def test_receive_long_poll_wakes_on_send(
+    grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock
+) -> None:
     client = await grpc_env.connect()
     await client.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="PollT")))
     sender = await grpc_env.connect("sender@1@0")
@@ -262,13 +265,15 @@ async def test_receive_long_poll_wakes_on_send(grpc_env: GrpcEnv) -> None:
     started = trio.current_time()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poll)
-        await trio.sleep(0.2)
+        await trio.testing.wait_all_tasks_blocked()  # the receive is in its long poll
         await send(sender, message("PollT", b"late", msg_id="L1"))
     assert [m.body for m in got] == [b"late"]
     assert trio.current_time() - started < 5
 
 
-async def test_receive_respects_the_deadline(grpc_env: GrpcEnv) -> None:
+async def test_receive_respects_the_deadline(
+    grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock
+) -> None:
     client = await grpc_env.connect()
     await client.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="Quiet")))
     started = trio.current_time()
@@ -346,9 +351,11 @@ async def test_pull_and_offsets(grpc_env: GrpcEnv) -> None:
     ).status.code == Code.BAD_REQUEST
 
 
-async def test_delay_message_is_held_until_due(grpc_env: GrpcEnv) -> None:
+async def test_delay_message_is_held_until_due(
+    grpc_env: GrpcEnv, autojump_clock: trio.testing.MockClock
+) -> None:
     client = await grpc_env.connect()
-    due = time.time_ns() // 1_000_000 + 1500
+    due = grpc_env.now_ms() + 1500
     response = await send(
         client, message("DelayT", b"later", msg_id="D1", deliver_at_ms=due, mtype=pb.MessageType.DELAY)
     )
@@ -362,7 +369,7 @@ async def test_delay_message_is_held_until_due(grpc_env: GrpcEnv) -> None:
                 break
     assert got[0].body == b"later"
     assert got[0].system_properties.message_type == pb.MessageType.DELAY
-    assert time.time_ns() // 1_000_000 >= due
+    assert grpc_env.now_ms() >= due
 
 
 async def test_transaction_commit_and_rollback(grpc_env: GrpcEnv) -> None:

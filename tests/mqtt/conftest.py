@@ -1,4 +1,8 @@
-"""Fixtures for the MQTT gateway: an in-process server and a raw async MQTT client over loopback."""
+"""Fixtures for the MQTT gateway: an in-process server and a raw async MQTT client over loopback.
+
+Waiting without a clock: :func:`all_parked` (every reader caught up), :func:`arrivals` (what the server
+sends until it has nothing more to send; ``== []`` checks that nothing arrives) and :func:`drain`.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,27 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
-from mqproxy.codecs.mqtt import Connect, MqttDecoder, Packet, encode
+from mqproxy.codecs.mqtt import (
+    Connect,
+    MqttDecoder,
+    Packet,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    QoS,
+    encode,
+)
+from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
+
+from ..conftest import wait_until  # type: ignore[import-not-found]
 
 
 @asynccontextmanager
@@ -80,6 +101,43 @@ async def raw_client(address: tuple[str, int], connect: Connect | None = None) -
         yield client
     finally:
         await client.aclose()
+
+
+async def arrivals(client: RawClient) -> list[Packet]:
+    """Every packet the in-process server sends ``client`` until it has nothing more to send now (answering
+    none of them). No timeout decides it: a PINGREQ round trip (the server has read everything the client
+    sent before), then a wait until every task in the process is blocked (the server has done all it can
+    do now), then another PINGREQ, whose PINGRESP comes after anything the server wrote before it.
+    """
+    got: list[Packet] = []
+    for settle in (False, True):
+        if settle:
+            await trio.testing.wait_all_tasks_blocked()
+        await client.send(PingReq())
+        while (packet := await client.receive()) != PingResp():
+            got.append(packet)
+    return got
+
+
+async def drain(client: RawClient) -> list[Packet]:
+    """Like :func:`arrivals`, but complete every QoS 1/2 flow the server starts and go on until it sends
+    nothing more; returns all the packets received."""
+    got: list[Packet] = []
+    while batch := await arrivals(client):
+        for packet in batch:
+            if isinstance(packet, Publish) and packet.packet_id is not None:
+                ack = PubAck if packet.qos == QoS.AT_LEAST_ONCE else PubRec
+                await client.send(ack(packet.packet_id))
+            elif isinstance(packet, PubRel):
+                await client.send(PubComp(packet.packet_id))
+        got += batch
+    return got
+
+
+async def all_parked(server: ServerHandle, readers: int) -> None:
+    """Wait until ``readers`` subscription readers have read their LMQs to the end and parked in hubs."""
+    hubs = gateway_for(server.state).push_hubs
+    await wait_until(lambda: sum(len(hub.parked) for hub in hubs._hubs.values()) >= readers)
 
 
 @pytest.fixture

@@ -4,10 +4,14 @@ takeover, slow consumers, byte counts, ordering against the writer task)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.codecs.mqtt import (
@@ -28,7 +32,8 @@ from mqproxy.mqtt.gateway import Gateway, gateway_for
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.settings import Settings
 
-from .conftest import RawClient, running_server  # type: ignore[import-not-found]
+from ..conftest import wait_until  # type: ignore[import-not-found]
+from .conftest import RawClient, all_parked, arrivals, drain, running_server  # type: ignore[import-not-found]
 from .test_mqtt_connection import connect as connect_to  # type: ignore[import-not-found]
 from .test_mqtt_connection import receive_publish  # type: ignore[import-not-found]
 from .test_mqtt_connection import subscribe as subscribe_to  # type: ignore[import-not-found]
@@ -55,6 +60,10 @@ async def group_offset(proxy: Proxy, group: str, topic_filter: str) -> int | Non
     return await proxy.backend.query_consumer_offset(
         SHARED_GROUP_PREFIX + group, lmq_name(topic_filter), LMQ_QUEUE_ID
     )
+
+
+async def group_offset_is(proxy: Proxy, group: str, topic_filter: str, offset: int) -> bool:
+    return await group_offset(proxy, group, topic_filter) == offset
 
 
 # --- shared subscriptions: a session that ends hands its un-acked messages back -----------------
@@ -85,19 +94,12 @@ async def test_ending_member_hands_unacked_shared_message_back(
     for n in range(4):  # until m1 has one (members take turns, but not strictly)
         await pub.send(Publish("u/t", b"m%d" % n, Q1, packet_id=n + 1))
         assert await pub.receive() == PubAck(n + 1)
-        with trio.move_on_after(0.3):
-            got = await m1.receive()
-            assert isinstance(got, Publish)
-            first = got
+        if got := await arrivals(m1):
+            (first,) = got
+            assert isinstance(first, Publish)
             break
     assert first is not None
-    others: list[bytes] = []
-    with trio.move_on_after(0.3):
-        while True:
-            got = await m2.receive()
-            assert isinstance(got, Publish)
-            others.append(got.payload)
-            await ack(m2, got)
+    assert all(isinstance(p, Publish | PubRel) for p in await drain(m2))  # m2 completes what it got
     if unsubscribe_first:
         await m1.send(Unsubscribe(9, ("$share/g/u/t",)))
         assert await m1.receive() == UnsubAck(9, ())
@@ -113,9 +115,8 @@ async def test_ending_member_hands_unacked_shared_message_back(
     assert isinstance(last, Publish)
     assert last.payload == b"last"
     await ack(m2, last)
-    await trio.sleep(0.1)
     stored = await proxy.backend.max_offset(lmq_name("u/t"), LMQ_QUEUE_ID)
-    assert await group_offset(proxy, "g", "u/t") == stored
+    await wait_until(lambda: group_offset_is(proxy, "g", "u/t", stored))
     for client in (m2, pub):
         await client.aclose()
 
@@ -146,8 +147,8 @@ async def test_restored_shared_delivery_handed_back_before_the_group_reached_it(
     assert isinstance(last, Publish)
     assert last.payload == b"y"
     await ack(m2, last)
-    await trio.sleep(0.1)
-    assert await group_offset(proxy, "g", "sh/t") == await proxy.count("sh/t")
+    stored = await proxy.count("sh/t")
+    await wait_until(lambda: group_offset_is(proxy, "g", "sh/t", stored))
     for client in (m1_new, m2, pub):
         await client.aclose()
 
@@ -165,9 +166,7 @@ async def test_shared_qos2_in_flight_across_unsubscribe_and_resubscribe_is_not_s
     assert await m1.receive() == UnsubAck(5, ())
     await subscribe(m1, "$share/g/rs/t", Q2)
     await m1.send(PubComp(first.packet_id))
-    with trio.move_on_after(0.5):
-        packet = await m1.receive()
-        raise AssertionError(f"X came again: {packet}")
+    assert await arrivals(m1) == [], "X came again"
     for client in (m1, pub):
         await client.aclose()
 
@@ -185,9 +184,7 @@ async def test_shared_qos2_in_flight_at_unsubscribe_is_not_redelivered_after_a_c
     await crash(proxy, m1, m2, pub)
 
     m2 = await connect(proxy, "m2")
-    with trio.move_on_after(0.5):
-        packet = await m2.receive()
-        raise AssertionError(f"X went to a second member after the crash: {packet}")
+    assert await arrivals(m2) == [], "X went to a second member after the crash"
     await m2.aclose()
 
 
@@ -198,8 +195,10 @@ async def test_member_snapshot_stays_bounded_while_another_member_holds_the_grou
     stays at X. m2 (Receive Maximum 4) then completes 60 QoS 2 deliveries of the group. Its snapshot
     should stay bounded by a small multiple of its window."""
     m1, pub, _ = await shared_delivery_to_m1(proxy, "big/t", b"x")
+    gateway = proxy.handle.state.registries["mqtt"]
+    assert isinstance(gateway, Gateway)
     await m1.aclose()  # persistent session, offline, X un-acked
-    await trio.sleep(0.1)
+    await wait_until(lambda: gateway.sessions["m1"].connection is None)
     m2 = await connect(
         proxy, "m2", level=5, properties=Properties(session_expiry_interval=3600, receive_maximum=4)
     )
@@ -211,9 +210,7 @@ async def test_member_snapshot_stays_bounded_while_another_member_holds_the_grou
         assert isinstance(got, Publish)
         assert got.payload == b"%d" % n
         await ack(m2, got)
-    await trio.sleep(0.1)
-    gateway = proxy.handle.state.registries["mqtt"]
-    assert isinstance(gateway, Gateway)
+    assert await arrivals(m2) == []  # and the server has handled m2's last PUBCOMP
     records = len(gateway.sessions["m2"].snapshot().outbound)
     assert await group_offset(proxy, "g", "big/t") == 0  # held back by m1's X
     assert records <= 3 * 4, records
@@ -222,15 +219,6 @@ async def test_member_snapshot_stays_bounded_while_another_member_holds_the_grou
 
 
 # --- push hubs: a batch only partly handled by the hub ---------------------------------------------
-async def _park_all(server: Any, lmqs: int = 1) -> None:
-    for _ in range(100):
-        await trio.sleep(0.02)
-        if len(gateway_for(server.state).push_hubs) >= lmqs:
-            await trio.sleep(0.1)
-            return
-    raise AssertionError("the readers never parked")
-
-
 async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscriber_once_in_order(
     server: Any,
 ) -> None:
@@ -255,7 +243,7 @@ async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscribe
     await subscribe_to(aliased, ("burst/t", Q0))
     pub, _ = await connect_to(server.address, "pub", 5)
     await subscribe_to(pub, ("burst/t", Q0), no_local=True)
-    await _park_all(server)
+    await all_parked(server, 5)
     hubs = gateway_for(server.state).push_hubs
     pushed = hubs.pushed
     burst = b""
@@ -278,10 +266,8 @@ async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscribe
     assert [(await receive_publish(aliased)).payload for _ in range(count)] == expected
     acks = [await pub.receive() for _ in range(count // 5)]
     assert all(isinstance(a, PubAck) for a in acks)
-    await trio.sleep(0.2)
     for client in (plain, q1, small, aliased, pub):
-        with trio.move_on_after(0.01):
-            raise AssertionError(f"unexpected: {await client.receive()}")
+        assert await arrivals(client) == []
     assert hubs.pushed > pushed
     for client in (plain, q1, small, aliased, pub):
         await client.aclose()
@@ -297,29 +283,33 @@ async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(serv
     old, _ = await connect_to(server.address, "victim", 5, clean_start=False, properties=props)
     await subscribe_to(old, ("tk/t", Q0))
     pub, _ = await connect_to(server.address, "tk-pub")
-    await _park_all(server)
+    await all_parked(server, 1)
+    victim = gateway_for(server.state).sessions["victim"].connection
     old_packets: list[Any] = []
+    published_in, published = trio.open_memory_channel[None](count)
 
-    async def read_slowly() -> None:
+    async def read_slowly() -> None:  # 16 KiB per 64 KiB message published, then the rest
         try:
             while True:
+                with contextlib.suppress(trio.EndOfChannel):
+                    await published.receive()
                 data = await old.stream.receive_some(16384)
                 if not data:
                     return
                 old_packets.extend(old.decoder.receive_data(data))  # raises on a corrupt stream
-                await trio.sleep(0.004)
         except trio.BrokenResourceError:
             return
 
     async def publish_all() -> None:
-        for n in range(count):
-            await pub.send(Publish("tk/t", b"%d:" % n + blob, Q0))
-            await trio.sleep(0.005)
+        async with published_in:
+            for n in range(count):
+                await pub.send(Publish("tk/t", b"%d:" % n + blob, Q0))
+                published_in.send_nowait(None)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_slowly)
         nursery.start_soon(publish_all)
-        await trio.sleep(0.15)
+        await wait_until(lambda: old_packets and victim._queued)  # mid-burst, backed up behind the socket
         new, connack = await connect_to(server.address, "victim", 5, clean_start=False, properties=props)
         assert connack.session_present
     assert old_packets
@@ -328,12 +318,9 @@ async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(serv
     numbers = [int(p.payload.split(b":")[0]) for p in old_packets[:-1]]
     assert all(isinstance(p, Publish) for p in old_packets[:-1])
     assert numbers == list(range(len(numbers)))
-    later: list[int] = []
-    with trio.move_on_after(1.0):
-        while not later or later[-1] != count - 1:
-            packet = await new.receive()
-            assert isinstance(packet, Publish)
-            later.append(int(packet.payload.split(b":")[0]))
+    rest = await drain(new)
+    assert all(isinstance(p, Publish) for p in rest)
+    later = [int(p.payload.split(b":")[0]) for p in rest]
     assert later == sorted(later)
     assert not later or later[0] >= len(numbers), (len(numbers), later[:3])  # none twice
     for client in (old, new, pub):
@@ -350,10 +337,12 @@ async def test_a_peer_that_reads_nothing_is_still_disconnected_when_only_the_hub
         sleepy, _ = await connect_to(server.address, "sleepy")
         await subscribe_to(sleepy, ("slow/t", Q0))
         pub, _ = await connect_to(server.address, "slow-pub")
-        await _park_all(server)
+        await all_parked(server, 1)
         for n in range(40):
             await pub.send(Publish("slow/t", b"%d:" % n + bytes(128 * 1024), Q0))
-        await trio.sleep(0.6)  # reads nothing meanwhile
+        await wait_until(  # while it reads nothing
+            lambda: any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed"))
+        )
         received = await sleepy.expect_eof(wait_s=5.0)  # fails (hangs) unless the server closed it
         assert len(received) < 40
         closed = [e for e in log_sink.named("conn.closed") if e.get("error") == "slow_consumer"]
@@ -364,7 +353,9 @@ async def test_a_peer_that_reads_nothing_is_still_disconnected_when_only_the_hub
 
 
 # --- push hubs: direct writes after the writer gave up --------------------------------------------
-async def test_no_direct_write_after_the_writer_timed_out_mid_packet() -> None:
+async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """The writer's ``send_all`` times out (slow consumer) with part of a packet on the wire; until the
     connection's ``run`` tears down, a push hub may still call ``_write_nowait``. Nothing may be
     written after the cut packet: the peer would parse the new bytes as the rest of the old packet."""
@@ -373,9 +364,19 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet() -> None:
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection
 
-    near, far = trio.socket.socketpair()
+    near, far = trio.socket.socketpair()  # a Unix socket pair: what is sent is at the peer at once
     near.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
     far.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    peer = socket.socket(fileno=os.dup(far.fileno()))
+    peer.setblocking(False)
+
+    def readable_now() -> bytes:
+        got = bytearray()
+        with contextlib.suppress(BlockingIOError):
+            while chunk := peer.recv(65536):
+                got += chunk
+        return bytes(got)
+
     gateway = Gateway(InMemoryBackend(), MqttConfig(write_timeout_s=0.2))
     ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0), server=None)  # type: ignore[arg-type]
     conn = MqttConnection(trio.SocketStream(near), ctx, gateway)
@@ -384,20 +385,16 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._writer)
         await conn._send_bytes(cut)
-        await conn._writer_done.wait()  # timed out: kicked as a slow consumer
+        await conn._writer_done.wait()  # timed out (the autojump clock): kicked as a slow consumer
     assert conn._kicked is not None
     assert conn._kicked.error == "slow_consumer"
-    got = bytearray()
-    with trio.move_on_after(0.2):
-        while len(got) < len(cut):
-            got += await far.recv(65536)  # the peer wakes up and drains what the cut left
+    got = readable_now()  # the peer wakes up and drains what the cut left
     assert 0 < len(got) < len(cut)
     later = encode(Publish("a/b", b"hub", Q0), 4)
     conn._write_nowait(later)  # the hub's delivery, before run() closes the connection
-    extra = b""
-    with trio.move_on_after(0.2):
-        extra = await far.recv(65536)
+    extra = readable_now()
     assert extra == b"", f"{len(extra)} bytes written behind a truncated packet"
+    peer.close()
     near.close()
     far.close()
 
@@ -409,7 +406,7 @@ async def test_bytes_written_by_the_hub_are_counted_in_conn_closed(log_sink: Any
         sub, _ = await connect_to(server.address, "counted")
         await subscribe_to(sub, ("count/t", Q0))
         pub, _ = await connect_to(server.address, "count-pub")
-        await _park_all(server)
+        await all_parked(server, 1)
         pushed = gateway_for(server.state).push_hubs.pushed
         for n in range(10):
             await pub.send(Publish("count/t", b"%d" % n + bytes(n * 100), Q0))
@@ -418,7 +415,7 @@ async def test_bytes_written_by_the_hub_are_counted_in_conn_closed(log_sink: Any
         assert gateway_for(server.state).push_hubs.pushed >= pushed + 10
         await sub.send(Disconnect())
         await sub.expect_eof()
-        await trio.sleep(0.1)
+        await wait_until(lambda: len(log_sink.named("conn.closed")) == 1)  # the subscriber's
         payload_bytes = sum(len(encode(p, 4)) for p in received)
         connack_suback = 4 + 5
         closed = [
@@ -436,7 +433,7 @@ async def test_group_offset_never_passes_a_claimed_but_undelivered_message(proxy
     a = await connect(proxy, "A", clean=True, level=5, properties=Properties(receive_maximum=1))
     await subscribe(a, "$share/g/j/t", Q1)  # A's reader is the group's first to wait: it gets X
     await subscribe(a, "blk/t", Q1)
-    await trio.sleep(0.1)
+    await trio.testing.wait_all_tasks_blocked()
     b = await connect(proxy, "B", clean=True)
     await subscribe(b, "$share/g/j/t", Q0)
     pub = await connect(proxy, "p", clean=True)
@@ -451,7 +448,7 @@ async def test_group_offset_never_passes_a_claimed_but_undelivered_message(proxy
     got = await b.receive()
     assert isinstance(got, Publish)
     assert got.payload == b"x+1"
-    await trio.sleep(0.2)
+    await trio.testing.wait_all_tasks_blocked()  # whatever commit was to follow, has
     assert (await group_offset(proxy, "g", "j/t") or 0) <= 0, "committed past X, which nobody has"
     await crash(proxy, a, b, pub)
     c = await connect(proxy, "C", clean=True)
@@ -491,11 +488,11 @@ async def _queue_race_once() -> tuple[bytes, bool]:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._writer)
         await conn._send_bytes(big)
-        await trio.sleep(0.005)  # the writer is inside send_all(big): the peer reads nothing yet
+        await trio.testing.wait_all_tasks_blocked()  # the writer is in send_all(big): the peer reads nothing
         await conn._send_bytes(b"b")  # fills the queue
         for task in (lambda: blocked(b"1"), lambda: blocked(b"3"), blocked_then_direct):
             nursery.start_soon(task)
-            await trio.sleep(0.001)
+            await trio.testing.wait_all_tasks_blocked()  # it waits in _send_bytes, after the ones before
         while not accepted or len(got) < len(big) + 5 + accepted[0]:
             got.extend(await far.recv(1 << 20))
         nursery.cancel_scope.cancel()

@@ -29,6 +29,8 @@ from mqproxy.mqtt.state import (
     SubscriptionSpec,
 )
 
+from ..conftest import wait_until  # type: ignore[import-not-found]
+
 Q2 = QoS.EXACTLY_ONCE
 
 
@@ -295,9 +297,14 @@ async def test_confirm_stored_looks_between_the_mark_and_the_restart() -> None:
     await store(b"before the mark")
     await store(b"stored")
     await store(b"other client", client_id="x")
-    await trio.sleep(0.002)
-    restart_ms = time.time_ns() // 1_000_000
-    await trio.sleep(0.002)
+
+    def clock_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    stored_by = clock_ms()
+    await wait_until(lambda: clock_ms() > stored_by)  # the restart is a later millisecond than every store
+    restart_ms = clock_ms()
+    await wait_until(lambda: clock_ms() > restart_ms)
     await store(b"after the restart")
     session = Session("dev", 60, send_quota=10)
     marks = [InboundQos2(1, lmq, 1), InboundQos2(2, lmq, 1), InboundQos2(3, lmq, 1), InboundQos2(4, lmq, 1)]

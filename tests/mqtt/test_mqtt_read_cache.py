@@ -32,7 +32,7 @@ from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
 
-from .conftest import RawClient  # type: ignore[import-not-found]
+from .conftest import RawClient, all_parked  # type: ignore[import-not-found]
 
 Q = "%LMQ%t%"
 
@@ -343,11 +343,7 @@ async def test_broadcast_to_200_subscribers_reads_the_lmq_about_once(server: Any
         async with trio.open_nursery() as nursery:
             for i in range(200):
                 nursery.start_soon(join, i)
-        # Let every reader make its first (empty) pull and park in the long-poll.
-        seen = -1
-        while seen != counts["lmq"]:
-            seen = counts["lmq"]
-            await trio.sleep(0.1)
+        await all_parked(server, 200)  # every reader made its first (empty) pull and waits
         counts["lmq"] = 0
         gateway = gateway_for(server.state)
         served = gateway.read_cache.hits + gateway.read_cache.coalesced

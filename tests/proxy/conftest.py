@@ -12,6 +12,8 @@ import trio
 from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
 
+from ..conftest import wait_until  # type: ignore[import-not-found]
+
 
 @asynccontextmanager
 async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
@@ -32,16 +34,10 @@ async def server(log_sink: Any) -> AsyncIterator[ServerHandle]:
         yield handle
 
 
-async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
-
-
 @pytest.fixture
 def wait_for() -> Any:
-    """Poll ``predicate()`` until true (for log events written by other tasks)."""
-    return _wait_for
+    """Poll ``predicate()`` until true (log events written by other tasks): the shared ``wait_until``."""
+    return wait_until
 
 
 @pytest.fixture

@@ -8,11 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..conftest import wait_until_sync  # type: ignore[import-not-found]
 
 
 def _start(
@@ -43,15 +44,13 @@ def _events(log: Path) -> list[dict[str, Any]]:
 
 
 def _wait_started(proc: subprocess.Popen[bytes], log: Path) -> tuple[str, int]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for event in _events(log):
-            if event["event"] == "proxy.started":
-                host, port = event["listen"].rsplit(":", 1)
-                return host, int(port)
+    def started() -> list[dict[str, Any]]:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        time.sleep(0.05)
-    raise AssertionError("proxy.started never logged")
+        return [event for event in _events(log) if event["event"] == "proxy.started"]
+
+    wait_until_sync(started)
+    host, port = started()[0]["listen"].rsplit(":", 1)
+    return host, int(port)
 
 
 def _get(addr: tuple[str, int], path: str) -> bytes:

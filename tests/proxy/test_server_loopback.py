@@ -16,6 +16,7 @@ import h2.connection
 import h2.events
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from mqproxy.settings import Settings
@@ -277,7 +278,7 @@ async def test_thousand_killed_connections_leak_nothing(server: Any, log_sink: A
             await sock.send_all(payloads[i % len(payloads)])
         sock.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await sock.aclose()  # RST
-    await wait_for(lambda: server.state.open_connections == 0, timeout=30)
+    await wait_for(lambda: server.state.open_connections == 0, limit_s=30)
     assert server.state.connections_total == 1001
     assert _open_fds() == before
     assert len(_closed_events(log_sink)) == 1001
@@ -350,7 +351,7 @@ async def test_graceful_stop_lets_an_in_flight_long_poll_finish(start_server: An
             },
         }
         await s.send_all(_remoting_frame(pull))
-        await trio.sleep(0.2)  # the pull is now held by the long poll
+        await trio.testing.wait_all_tasks_blocked()  # the pull is now held by the long poll
         handle.stop("test")
         started = trio.current_time()
         reply = await _read_all(s)

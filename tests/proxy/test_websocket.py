@@ -188,6 +188,20 @@ async def test_finish_sends_normal_close_and_waits_for_the_answer() -> None:
     assert server.close_code == 1000
 
 
+def _binary_payload(wire: bytes) -> bytes:
+    """The payload of the binary frames a server reads from ``wire`` before a text frame, a close or a
+    framing error: random "garbage" can hold a valid frame too."""
+    ws = Connection(ConnectionType.SERVER)
+    ws.receive_data(wire)
+    payload = b""
+    for event in ws.events():
+        if isinstance(event, BytesMessage):
+            payload += event.data
+        elif not isinstance(event, Ping | Pong):
+            break
+    return payload
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.binary(max_size=40), max_size=6), st.binary(max_size=120))
 def test_garbage_after_valid_frames_never_raises_or_hangs(payloads: list[bytes], garbage: bytes) -> None:
@@ -200,7 +214,7 @@ def test_garbage_after_valid_frames_never_raises_or_hangs(payloads: list[bytes],
         with trio.fail_after(2):
             while chunk := await server.receive_some(7):
                 got += chunk
-        assert b"".join(payloads).startswith(got)  # only real payload, in order
+        assert _binary_payload(wire).startswith(got)  # only real payload, in order
         if not garbage:
             assert got == b"".join(payloads)
 

@@ -15,7 +15,8 @@ import name ``rocketmq`` and the ctypes API used here. Output is one JSON object
 ``produce-txn``      (2.1 core only: ``CreateTransactionProducer`` / ``SendMessageTransaction`` of the C API,
                      which the Python binding does not wrap) one half message per ``--local`` state
                      (commit / rollback / unknown); check-backs are answered ``--check`` and reported as
-                     ``{"event": "checked", ...}``; stays ``--linger`` seconds to answer them.
+                     ``{"event": "checked", ...}``; stays up to answer them until its stdin is closed, at
+                     most ``--linger`` seconds.
 
 The 2.1 core segfaults in ``PushConsumer.shutdown()``, so ``consume`` never calls it: it waits
 ``--linger`` seconds (the core persists offsets every 5 s) and leaves with ``os._exit``; the broker sees
@@ -263,7 +264,9 @@ def produce_txn(args: argparse.Namespace) -> int:
         rc = dll.SendMessageTransaction(handle, msg, executor, local, ctypes.byref(result))
         emit({"event": "sent", "index": index, "local": state, "rc": rc, "status": result.sendStatus,
               "msg_id": result.msgId.decode("utf-8", "replace"), "t": time.time()})
-    time.sleep(args.linger)
+    released = threading.Event()  # the caller closes stdin once it has seen what it waits for
+    threading.Thread(target=lambda: (sys.stdin.read(), released.set()), daemon=True).start()
+    released.wait(args.linger)
     emit({"event": "done", "sent": len(args.local)})
     sys.stdout.flush()
     os._exit(0)
@@ -329,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="local transaction outcome of one message (repeatable)")
     t.add_argument("--check", choices=sorted(TRANSACTION_STATES), default="commit",
                    help="answer to every check-back")
-    t.add_argument("--linger", type=float, default=0.0, help="seconds to stay up answering check-backs")
+    t.add_argument("--linger", type=float, default=0.0,
+                   help="most seconds to stay up answering check-backs (until stdin is closed)")
     t.add_argument("--tag", default="TagA")
     t.add_argument("--key", default="key")
     t.add_argument("--body", default="body")
