@@ -149,15 +149,13 @@ def test_remoting_send_and_tag_filtered_push_consumers(target: Target, remoting:
             assert e["sysFlag"] == 0
             assert e["bornHost"].startswith("127.0.0.1:")
             props = e["props"]
-            # the client adds MIN/MAX_OFFSET and CONSUME_START_TIME; the stock broker's send path also
-            # stamps its cluster, region and trace switch (bookkeeping mqproxy does not store)
+            # the client adds MIN/MAX_OFFSET and CONSUME_START_TIME; the broker's send path stamps its
+            # cluster, region and trace switch (mqproxy as the stock broker does)
+            cluster = target.cluster.cluster_name if target.cluster is not None else "DefaultCluster"
+            stamped = {"CLUSTER": cluster, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
             expected_keys = {"color", "shape", "TAGS", "KEYS", "UNIQ_KEY", "MIN_OFFSET", "MAX_OFFSET",
-                             "CONSUME_START_TIME"}
-            if target.cluster is not None:
-                stamped = {"CLUSTER": target.cluster.cluster_name, "MSG_REGION": "DefaultRegion",
-                           "TRACE_ON": "true"}
-                expected_keys |= stamped.keys()
-                assert {k: props[k] for k in stamped} == stamped
+                             "CONSUME_START_TIME"} | stamped.keys()
+            assert {k: props[k] for k in stamped} == stamped
             assert set(props) == expected_keys
             assert (props["color"], props["shape"]) == ("red", "round")
             assert props["TAGS"] == tags[i % 3]
