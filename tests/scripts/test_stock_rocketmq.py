@@ -133,6 +133,7 @@ def test_cluster_starts_serves_admin_and_stops_every_process(tmp_path: Path) -> 
 
 @pytest.mark.e2e
 def test_a_failed_start_leaves_nothing_behind(tmp_path: Path) -> None:
+    others = set(stock_rocketmq._LIVE)  # JVMs of session fixtures that are still up
     cluster = stock_rocketmq.StockCluster(tmp_path, brokers=1, broker_heap_mb=1)  # the broker's JVM refuses
     with pytest.raises(stock_rocketmq.LauncherError) as info:
         cluster.start()
@@ -140,4 +141,4 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "heap" in str(info.value)
     assert cluster.namesrv_process is not None
     assert not cluster.namesrv_process.running
-    assert not stock_rocketmq._LIVE
+    assert set(stock_rocketmq._LIVE) <= others  # nothing this cluster started is left
