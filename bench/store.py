@@ -24,7 +24,7 @@ import trio.lowlevel
 from mqproxy.broker import embedded
 from mqproxy.broker.embedded import CACHE_SIZE, open_embedded_store
 from mqproxy.broker.index import Index
-from mqproxy.broker.types import Message
+from mqproxy.model.types import Message
 
 
 def rss_anon_kib() -> int:

@@ -23,8 +23,8 @@ import trio
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.internal_topics import ensure_topic
-from mqproxy.broker.topics import RETRY_PREFIX
-from mqproxy.broker.types import PROPERTY_KEYS, Message, PullStatus
+from mqproxy.model.topics import RETRY_PREFIX
+from mqproxy.model.types import PROPERTY_KEYS, Message, PullStatus
 
 #: Where request-mode changes are recorded (queue 0).
 REQUEST_MODE_TOPIC: Final = "rmq_sys_REQUEST_MODE"

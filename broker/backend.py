@@ -6,7 +6,7 @@ cluster backend implement it; handlers never know which one they hold.
 
 Contract shared by all implementations:
 
-* Every method may raise :class:`~mqproxy.broker.errors.BackendError` subclasses; nothing else on
+* Every method may raise :class:`~mqproxy.model.errors.BackendError` subclasses; nothing else on
   purpose.
 * ``send`` returns only once the message is durable per the flush policy (sync flush: after fsync).
 * Offsets are per (topic, queue): min offset is the first readable, max offset is one past the last.
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Container, Sequence
 from typing import Protocol, runtime_checkable
 
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.types import (
+from mqproxy.model.errors import BackendError
+from mqproxy.model.types import (
     ConsumerInfo,
     ConsumerOffset,
     Message,

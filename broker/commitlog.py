@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqproxy.broker.errors import StoreUnavailable
+from mqproxy.model.errors import StoreUnavailable
 
 FRAME_HEADER = struct.Struct(">II")
 HEADER_SIZE = FRAME_HEADER.size

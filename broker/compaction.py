@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.model.types import PullStatus, StoredMessage
 
 #: ``(key, live)`` for a record, or None for a record that belongs to nobody (dropped by compaction).
 KeyOf = Callable[[StoredMessage], "tuple[str, bool] | None"]

@@ -56,7 +56,6 @@ import trio.lowlevel
 from mqproxy.broker.backend import check_rewrite
 from mqproxy.broker.coalescer import WriteCoalescer
 from mqproxy.broker.commitlog import CommitLog, sync_fds
-from mqproxy.broker.errors import StoreUnavailable, TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
 from mqproxy.broker.index import LMQ_KEY_PREFIX, Entry, Index, key_rows, offset_key, queue_key
 from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
@@ -69,7 +68,9 @@ from mqproxy.broker.sending import (
     index_keys,
     stored_properties,
 )
-from mqproxy.broker.topics import (
+from mqproxy.broker.waiters import QueueWaiters
+from mqproxy.model.errors import StoreUnavailable, TopicNotFound
+from mqproxy.model.topics import (
     LMQ_QUEUE_ID,
     MAX_QUEUE_COUNT,
     TopicTable,
@@ -77,7 +78,7 @@ from mqproxy.broker.topics import (
     is_lmq,
     validate_topic,
 )
-from mqproxy.broker.types import (
+from mqproxy.model.types import (
     PROPERTY_TAGS,
     ConsumerInfo,
     ConsumerOffset,
@@ -89,7 +90,6 @@ from mqproxy.broker.types import (
     TagFilter,
     TopicConfig,
 )
-from mqproxy.broker.waiters import QueueWaiters
 
 FlushPolicy = Literal["async", "sync"]
 

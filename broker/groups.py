@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqproxy.broker.types import ConsumerInfo
+from mqproxy.model.types import ConsumerInfo
 
 
 class ConsumerRegistry:

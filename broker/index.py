@@ -36,8 +36,8 @@ from pathlib import Path
 import lmdb
 import orjson
 
-from mqproxy.broker.errors import BackendError, StoreUnavailable
-from mqproxy.broker.types import TopicConfig
+from mqproxy.model.errors import BackendError, StoreUnavailable
+from mqproxy.model.types import TopicConfig
 
 CQ_KEY = struct.Struct(">QQ")
 CQ_VALUE = struct.Struct(">qIIq")

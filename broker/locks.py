@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import trio
 
-from mqproxy.broker.service_errors import InvalidArgument
+from mqproxy.model.errors import InvalidArgument
 
 #: ``rocketmq.broker.rebalance.lockMaxLiveTime``.
 DEFAULT_LOCK_TTL_S = 60.0

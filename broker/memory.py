@@ -16,7 +16,6 @@ import trio
 import trio.lowlevel
 
 from mqproxy.broker.backend import check_rewrite
-from mqproxy.broker.errors import TopicNotFound
 from mqproxy.broker.groups import ConsumerRegistry
 from mqproxy.broker.pulls import MAX_SCAN_ENTRIES, out_of_range
 from mqproxy.broker.records import body_crc
@@ -29,8 +28,10 @@ from mqproxy.broker.sending import (
     properties_size,
     stored_properties,
 )
-from mqproxy.broker.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
-from mqproxy.broker.types import (
+from mqproxy.broker.waiters import QueueWaiters
+from mqproxy.model.errors import TopicNotFound
+from mqproxy.model.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
+from mqproxy.model.types import (
     ConsumerInfo,
     ConsumerOffset,
     Message,
@@ -41,7 +42,6 @@ from mqproxy.broker.types import (
     TagFilter,
     TopicConfig,
 )
-from mqproxy.broker.waiters import QueueWaiters
 
 #: Fixed bytes a remoting record adds to body, topic and properties (IPv4 hosts, spec §4.1).
 _RECORD_OVERHEAD = 91

@@ -32,8 +32,8 @@ import orjson
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.compaction import compact_if_worth
 from mqproxy.broker.internal_topics import ensure_topic
-from mqproxy.broker.service_errors import InvalidArgument
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.model.errors import InvalidArgument
+from mqproxy.model.types import Message, StoredMessage
 
 __all__ = [
     "METADATA_TOPIC",

@@ -36,17 +36,7 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError, QueueNotFound, StoreUnavailable, TopicNotFound
-from mqproxy.broker.internal_topics import (
-    MAX_TIMER_SLEEP_S,
-    PROPERTY_FIRST_POP_TIME,
-    REVIVE_GROUP,
-    REVIVE_TOPIC,
-    Clock,
-    copy_message,
-    ensure_topic,
-    wall_clock_ms,
-)
+from mqproxy.broker.internal_topics import MAX_TIMER_SLEEP_S, Clock, copy_message, ensure_topic, wall_clock_ms
 from mqproxy.broker.receipts import (
     POP_ORDER_REVIVE_QID,
     RETRY_NORMAL,
@@ -57,15 +47,20 @@ from mqproxy.broker.receipts import (
     pop_retry_topic,
 )
 from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
-from mqproxy.broker.service_errors import (
+from mqproxy.model.errors import (
+    BackendError,
     InvalidArgument,
     MalformedReceipt,
     MessageAlreadyAcked,
     OffsetOutOfRange,
+    QueueNotFound,
     ReceiptExpired,
+    StoreUnavailable,
+    TopicNotFound,
 )
-from mqproxy.broker.topics import RETRY_PREFIX
-from mqproxy.broker.types import PROPERTY_TAGS, Message, PullStatus, SendResult, StoredMessage, TagFilter
+from mqproxy.model.properties import PROPERTY_FIRST_POP_TIME, REVIVE_GROUP, REVIVE_TOPIC
+from mqproxy.model.topics import RETRY_PREFIX
+from mqproxy.model.types import PROPERTY_TAGS, Message, PullStatus, SendResult, StoredMessage, TagFilter
 
 MAX_POP_BATCH = 32
 DEFAULT_REVIVE_QUEUES = 8

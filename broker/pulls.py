@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqproxy.broker.types import PullResult, PullStatus
+from mqproxy.model.types import PullResult, PullStatus
 
 #: Entries a filtered pull examines at most before answering NO_MATCHED_MSG / a short FOUND.
 MAX_SCAN_ENTRIES = 2048

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mqproxy.broker.service_errors import MalformedReceipt
-from mqproxy.broker.topics import RETRY_PREFIX
-from mqproxy.broker.types import StoredMessage
+from mqproxy.model.errors import MalformedReceipt
+from mqproxy.model.topics import RETRY_PREFIX
+from mqproxy.model.types import StoredMessage
 
 #: Revive queue id that marks an order-pop receipt (``POP_ORDER_REVIVE_QUEUE``).
 POP_ORDER_REVIVE_QID = 999

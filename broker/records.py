@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from mqproxy.broker.errors import StoreUnavailable
+from mqproxy.model.errors import StoreUnavailable
 
 KIND_MESSAGE = 1
 _FIXED = struct.Struct(">BiqiiqqiI")

@@ -14,18 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.internal_topics import (
+from mqproxy.broker.internal_topics import copy_message, ensure_topic
+from mqproxy.broker.schedule import Scheduler
+from mqproxy.model.errors import InvalidArgument
+from mqproxy.model.properties import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_ORIGIN_TOPIC,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
-    copy_message,
-    ensure_topic,
 )
-from mqproxy.broker.schedule import Scheduler
-from mqproxy.broker.service_errors import InvalidArgument
-from mqproxy.broker.topics import DLQ_PREFIX, RETRY_PREFIX
-from mqproxy.broker.types import PROPERTY_DELAY_LEVEL, PROPERTY_UNIQ_KEY, SendResult, StoredMessage
+from mqproxy.model.topics import DLQ_PREFIX, RETRY_PREFIX
+from mqproxy.model.types import PROPERTY_DELAY_LEVEL, PROPERTY_UNIQ_KEY, SendResult, StoredMessage
 
 #: Subscription-group default ``retryMaxTimes``.
 DEFAULT_MAX_RECONSUME_TIMES = 16

@@ -36,9 +36,16 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError, QueueNotFound, StoreUnavailable
-from mqproxy.broker.internal_topics import (
-    MAX_TIMER_SLEEP_S,
+from mqproxy.broker.internal_topics import MAX_TIMER_SLEEP_S, Clock, copy_message, ensure_topic, wall_clock_ms
+from mqproxy.model.errors import (
+    BackendError,
+    InvalidArgument,
+    InvalidDelay,
+    MessageNotFound,
+    QueueNotFound,
+    StoreUnavailable,
+)
+from mqproxy.model.properties import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SCHEDULE_DUE_MS,
@@ -47,14 +54,9 @@ from mqproxy.broker.internal_topics import (
     PROPERTY_TIMER_DELIVER_MS,
     SCHEDULE_GROUP,
     SCHEDULE_TOPIC,
-    Clock,
-    copy_message,
-    ensure_topic,
-    wall_clock_ms,
 )
-from mqproxy.broker.service_errors import InvalidArgument, InvalidDelay, MessageNotFound
-from mqproxy.broker.topics import validate_send_topic
-from mqproxy.broker.types import (
+from mqproxy.model.topics import validate_send_topic
+from mqproxy.model.types import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_UNIQ_KEY,
     Message,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from mqproxy.broker.errors import BackendError, IllegalTopic, MessageTooLarge
-from mqproxy.broker.topics import RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, validate_lmq, validate_send_topic
-from mqproxy.broker.types import (
+from mqproxy.model.errors import BackendError, IllegalTopic, MessageTooLarge
+from mqproxy.model.topics import RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, validate_lmq, validate_send_topic
+from mqproxy.model.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_KEYS,

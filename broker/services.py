@@ -19,13 +19,7 @@ import trio
 
 from mqproxy.broker.assignment import RequestModes
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.internal_topics import (
-    PROPERTY_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_PREPARED,
-    Clock,
-    wall_clock_ms,
-)
+from mqproxy.broker.internal_topics import Clock, wall_clock_ms
 from mqproxy.broker.locks import DEFAULT_LOCK_TTL_S, QueueLocks
 from mqproxy.broker.metadata import BrokerMetadata
 from mqproxy.broker.pop import DEFAULT_REVIVE_QUEUES, PopService
@@ -38,7 +32,12 @@ from mqproxy.broker.transactions import (
     CheckBack,
     TransactionService,
 )
-from mqproxy.broker.types import PROPERTY_DELAY_LEVEL, Message, SendResult
+from mqproxy.model.properties import (
+    PROPERTY_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+)
+from mqproxy.model.types import PROPERTY_DELAY_LEVEL, Message, SendResult
 
 #: Pause before restarting a background task that crashed.
 RESTART_PAUSE_S = 1.0

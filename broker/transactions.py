@@ -32,11 +32,19 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.internal_topics import (
+from mqproxy.broker.internal_topics import MAX_TIMER_SLEEP_S, Clock, copy_message, ensure_topic, wall_clock_ms
+from mqproxy.broker.schedule import Scheduler
+from mqproxy.model.errors import (
+    BackendError,
+    InvalidArgument,
+    TransactionAlreadyResolved,
+    TransactionCheckWindowClosed,
+    TransactionGroupMismatch,
+    TransactionNotFound,
+)
+from mqproxy.model.properties import (
     CHECK_MAX_TOPIC,
     HALF_TOPIC,
-    MAX_TIMER_SLEEP_S,
     OP_HALF_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME,
     PROPERTY_PREPARED_QUEUE_OFFSET,
@@ -49,21 +57,9 @@ from mqproxy.broker.internal_topics import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_GROUP,
-    Clock,
-    copy_message,
-    ensure_topic,
-    wall_clock_ms,
 )
-from mqproxy.broker.schedule import Scheduler
-from mqproxy.broker.service_errors import (
-    InvalidArgument,
-    TransactionAlreadyResolved,
-    TransactionCheckWindowClosed,
-    TransactionGroupMismatch,
-    TransactionNotFound,
-)
-from mqproxy.broker.topics import validate_send_topic
-from mqproxy.broker.types import (
+from mqproxy.model.topics import validate_send_topic
+from mqproxy.model.types import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     Message,

@@ -55,17 +55,17 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
-from mqproxy.broker.errors import BackendError, IllegalTopic
-from mqproxy.broker.internal_topics import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
 from mqproxy.broker.metadata import GroupConfig, TopicMessageType
 from mqproxy.broker.schedule import recall_handle
-from mqproxy.broker.topics import validate_topic
-from mqproxy.broker.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
 from mqproxy.grpc_service.convert import ConvertError, message_type_of, to_broker_message, to_rmq_message
 from mqproxy.grpc_service.errors import ApiError, RpcError, code_for
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
+from mqproxy.model.errors import BackendError, IllegalTopic
+from mqproxy.model.properties import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
+from mqproxy.model.topics import validate_topic
+from mqproxy.model.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
 
 __all__ = [
     "BROKER_NAME",

@@ -21,10 +21,10 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import Message, SendResult
 from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
+from mqproxy.model.errors import BackendError
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic

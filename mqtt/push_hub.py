@@ -19,9 +19,9 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.model.errors import BackendError
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.session import Cursor
 

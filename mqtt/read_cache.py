@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
 from mqproxy.codecs.mqtt import MQTT_5, NO_PROPERTIES, Publish, QoS, encode
+from mqproxy.model.errors import BackendError
+from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import MqttAttributes, decode_properties
 
 if TYPE_CHECKING:

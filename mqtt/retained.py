@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.compaction import Replay, compact_if_worth, replay, worth_compacting
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import StoredMessage
 from mqproxy.codecs.mqtt import Properties
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import StoredMessage
 from mqproxy.mqtt.mapping import RETAINED_LMQ, decode_properties
 
 

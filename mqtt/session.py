@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullStatus, StoredMessage
 from mqproxy.codecs.mqtt import Publish, QoS
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_GROUP_PREFIX, decode_properties
 from mqproxy.mqtt.state import (
     COMPLETE,

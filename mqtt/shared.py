@@ -16,8 +16,8 @@ from collections import deque
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullStatus, StoredMessage
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.mqtt.session import Cursor
 

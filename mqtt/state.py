@@ -27,7 +27,7 @@ import trio
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.compaction import Replay, compact_if_worth, replay, worth_compacting
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 
 _QUEUE = 0

@@ -19,19 +19,13 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from mqproxy.broker.errors import IllegalTopic
-from mqproxy.broker.metadata import GroupConfig, TopicMessageType, parse_topic_attributes
-from mqproxy.broker.topics import (
-    AUTO_CREATE_TEMPLATE_TOPIC,
-    LMQ_PREFIX,
-    MAX_QUEUE_COUNT,
-    SYSTEM_TOPIC_PREFIX,
-    is_retry_or_dlq,
-    is_send_forbidden,
-    validate_topic,
-)
+from mqproxy.broker.metadata import GroupConfig
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.errors import IllegalTopic
+from mqproxy.model.topics import (
+    validate_topic,
+)
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields
 from mqproxy.remoting.reply import Note, Reply

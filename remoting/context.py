@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mqproxy.codecs.message_id import MessageIdError, pack_ip
+from mqproxy.model.ids import MessageIdError, pack_ip
 from mqproxy.remoting.locks import QueueLockTable
 
 if TYPE_CHECKING:

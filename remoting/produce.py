@@ -35,25 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.broker.errors import IllegalTopic, QueueNotFound, TopicNotFound
-from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
 from mqproxy.broker.services import is_half
-from mqproxy.broker.topics import (
-    DLQ_PREFIX,
-    MAX_TOPIC_BYTES,
-    RETRY_PREFIX,
-    is_lmq,
-    is_send_forbidden,
-    validate_topic,
-)
-from mqproxy.broker.types import (
-    PROPERTY_DELAY_LEVEL,
-    PROPERTY_INNER_MULTI_DISPATCH,
-    PROPERTY_UNIQ_KEY,
-    Message,
-    SendResult,
-)
-from mqproxy.codecs.message_id import MessageIdError, new_uniq_key, offset_msg_id
 from mqproxy.codecs.message_record import (
     MAX_PROPERTIES_BYTES,
     RecordError,
@@ -62,6 +44,24 @@ from mqproxy.codecs.message_record import (
 )
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.errors import IllegalTopic, QueueNotFound, TopicNotFound
+from mqproxy.model.ids import MessageIdError, new_uniq_key, offset_msg_id
+from mqproxy.model.properties import PROPERTY_PRODUCER_GROUP
+from mqproxy.model.topics import (
+    DLQ_PREFIX,
+    MAX_TOPIC_BYTES,
+    RETRY_PREFIX,
+    is_lmq,
+    is_send_forbidden,
+    validate_topic,
+)
+from mqproxy.model.types import (
+    PROPERTY_DELAY_LEVEL,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    SendResult,
+)
 from mqproxy.remoting.context import CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import SendHeader, parse_send_header

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mqproxy.broker.topics import SYSTEM_TOPIC_PREFIX, is_send_forbidden
-from mqproxy.codecs.message_id import offset_msg_id
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.ids import offset_msg_id
+from mqproxy.model.topics import SYSTEM_TOPIC_PREFIX, is_send_forbidden
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_send_back_header
 from mqproxy.remoting.reply import Note, Reply

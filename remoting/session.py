@@ -32,25 +32,23 @@ import structlog
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import (
+from mqproxy.codecs.remoting import RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.errors import (
     BackendError,
     IllegalTopic,
-    MessageTooLarge,
-    QueueNotFound,
-    StoreUnavailable,
-    TopicNotFound,
-)
-from mqproxy.broker.service_errors import (
     InvalidArgument,
     InvalidDelay,
     MalformedReceipt,
     MessageAlreadyAcked,
+    MessageTooLarge,
     OffsetOutOfRange,
+    QueueNotFound,
     ReceiptExpired,
+    StoreUnavailable,
+    TopicNotFound,
     TransactionCheckWindowClosed,
 )
-from mqproxy.codecs.remoting import RemotingCommand, encode_command
-from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting import (
     admin,
     assignment,
@@ -126,7 +124,7 @@ HANDLERS: Final[dict[int, Handler]] = {
 }
 
 #: BackendError subclass -> response code (spec §2, §3.2, §3.3, §3.17, §3.19; the broker services'
-#: errors per :mod:`mqproxy.broker.service_errors`). Others (MessageNotFound, TransactionNotFound,
+#: errors per :mod:`mqproxy.model.errors`). Others (MessageNotFound, TransactionNotFound,
 #: TransactionAlreadyResolved, TransactionGroupMismatch, ...): SYSTEM_ERROR.
 _BACKEND_CODES: Final[dict[type[BackendError], ResponseCode]] = {
     TopicNotFound: ResponseCode.TOPIC_NOT_EXIST,

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.errors import BackendError, IllegalTopic, MessageTooLarge, QueueNotFound, TopicNotFound
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import (
+from mqproxy.model.errors import BackendError, IllegalTopic, MessageTooLarge, QueueNotFound, TopicNotFound
+from mqproxy.model.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     ConsumerInfo,
@@ -766,7 +766,7 @@ async def test_delete_idle_lmqs_limit_then_resume(make_backend: MakeBackend) -> 
 
 
 async def test_update_topic_creates_then_replaces_a_config(make_backend: MakeBackend) -> None:
-    from mqproxy.broker.types import TopicConfig
+    from mqproxy.model.types import TopicConfig
 
     async with make_backend() as backend:
         created = await backend.update_topic(TopicConfig("Adm", read_queues=3, write_queues=3, perm=6))
@@ -786,7 +786,7 @@ async def test_update_topic_creates_then_replaces_a_config(make_backend: MakeBac
 
 
 async def test_updated_topic_config_survives_reopen(tmp_path: Path) -> None:
-    from mqproxy.broker.types import TopicConfig
+    from mqproxy.model.types import TopicConfig
 
     async with open_embedded_store(tmp_path) as store:
         await store.update_topic(TopicConfig("Kept", read_queues=5, write_queues=3, perm=6))

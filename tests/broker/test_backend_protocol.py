@@ -46,7 +46,7 @@ async def test_open_embedded_store_yields_a_backend(tmp_path: Path) -> None:
 
 
 async def _exercise_accounting(backend: Backend) -> None:
-    from mqproxy.broker.types import ConsumerOffset, Message
+    from mqproxy.model.types import ConsumerOffset, Message
 
     assert await backend.store_bytes() == 0
     await backend.send(Message(topic="Acct", body=b"x" * 100, queue_id=0))

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqproxy.broker.commitlog import CommitLog, frame, segment_name
-from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.records import decode_message, encode_message
+from mqproxy.model.errors import StoreUnavailable
 
 SEG = 4096
 

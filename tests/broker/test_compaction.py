@@ -12,7 +12,7 @@ from mqproxy.broker.backend import Backend
 from mqproxy.broker.compaction import compact, replay
 from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.model.types import Message, StoredMessage
 
 TOPIC = "STATE_LOG"
 

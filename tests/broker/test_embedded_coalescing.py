@@ -14,9 +14,9 @@ import trio.testing
 
 from mqproxy.broker import embedded
 from mqproxy.broker.embedded import EmbeddedStore, open_embedded_store
-from mqproxy.broker.errors import StoreUnavailable
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import Message, SendResult
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import Message, SendResult
 
 LMQ = "%LMQ%shared"
 

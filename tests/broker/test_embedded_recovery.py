@@ -27,9 +27,9 @@ from structlog.testing import capture_logs
 
 from mqproxy.broker.commitlog import segment_name
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.index import Index
-from mqproxy.broker.types import PROPERTY_INNER_MULTI_DISPATCH, Message, PullStatus
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.types import PROPERTY_INNER_MULTI_DISPATCH, Message, PullStatus
 
 
 def _counting(calls: list[int], real: Callable[[int], None]) -> Callable[[int], None]:
@@ -319,7 +319,7 @@ _WRITER = textwrap.dedent(
     import sys, trio
     from pathlib import Path
     from mqproxy.broker.embedded import open_embedded_store
-    from mqproxy.broker.types import Message
+    from mqproxy.model.types import Message
 
     async def main():
         async with open_embedded_store(Path(sys.argv[1]), flush="sync", segment_bytes=256 * 1024) as store:

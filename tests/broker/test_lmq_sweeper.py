@@ -10,10 +10,10 @@ import trio
 import trio.testing
 
 from mqproxy.broker import lmq_sweeper
-from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.lmq_sweeper import run_lmq_sweeper
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import Message
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.types import Message
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
 

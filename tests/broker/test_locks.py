@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from mqproxy.broker.locks import QueueLocks, QueueRef
-from mqproxy.broker.service_errors import InvalidArgument
+from mqproxy.model.errors import InvalidArgument
 
 
 class FakeClock:

@@ -8,17 +8,17 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqproxy.broker.errors import BackendError, IllegalTopic
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.topics import (
+from mqproxy.broker.waiters import QueueWaiters
+from mqproxy.model.errors import BackendError, IllegalTopic
+from mqproxy.model.topics import (
     default_queue_count,
     is_send_forbidden,
     validate_lmq,
     validate_send_topic,
     validate_topic,
 )
-from mqproxy.broker.types import Message
-from mqproxy.broker.waiters import QueueWaiters
+from mqproxy.model.types import Message
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from mqproxy.broker.metadata import (
     TopicMessageType,
     parse_topic_attributes,
 )
-from mqproxy.broker.service_errors import InvalidArgument
+from mqproxy.model.errors import InvalidArgument
 
 
 @pytest.mark.parametrize(

@@ -14,20 +14,21 @@ from hypothesis import strategies as st
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.errors import QueueNotFound, TopicNotFound
 from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.pop import AckOutcome, InitMode
 from mqproxy.broker.receipts import PopResult, Receipt, pop_retry_topic
-from mqproxy.broker.service_errors import (
+from mqproxy.broker.services import BrokerServices, ServiceSettings, open_services
+from mqproxy.model.errors import (
     InvalidArgument,
     MalformedReceipt,
     MessageAlreadyAcked,
     OffsetOutOfRange,
+    QueueNotFound,
     ReceiptExpired,
+    TopicNotFound,
 )
-from mqproxy.broker.services import BrokerServices, ServiceSettings, open_services
-from mqproxy.broker.types import Message, TagFilter
+from mqproxy.model.types import Message, TagFilter
 
 MakeBackend = Callable[[], AbstractAsyncContextManager[Backend]]
 G, T = "G", "Orders"

@@ -12,12 +12,13 @@ import trio.testing
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.internal_topics import SCHEDULE_TOPIC, trio_clock_ms
+from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.retry import dlq_topic, retry_topic
-from mqproxy.broker.service_errors import InvalidArgument
 from mqproxy.broker.services import BrokerServices, ServiceSettings, open_services
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.model.errors import InvalidArgument
+from mqproxy.model.properties import SCHEDULE_TOPIC
+from mqproxy.model.types import Message, StoredMessage
 
 MakeBackend = Callable[[], AbstractAsyncContextManager[Backend]]
 

@@ -13,7 +13,7 @@ import trio.testing
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.internal_topics import SCHEDULE_TOPIC, trio_clock_ms
+from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.schedule import (
     RECALL_TOPIC,
@@ -23,9 +23,10 @@ from mqproxy.broker.schedule import (
     parse_recall_handle,
     recall_handle,
 )
-from mqproxy.broker.service_errors import InvalidArgument, InvalidDelay, MessageNotFound
 from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.model.errors import InvalidArgument, InvalidDelay, MessageNotFound
+from mqproxy.model.properties import SCHEDULE_TOPIC
+from mqproxy.model.types import Message, StoredMessage
 
 #: The broker name recall handles carry in these tests.
 B = "broker-a"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mqproxy.broker.sql92 import Sql92Error, compile_sql92
+from mqproxy.model.sql92 import Sql92Error, compile_sql92
 
 PROPS = {"a": "6", "b": "even", "c": "2.5", "flag": "true", "TAGS": "TagA", "s": "hello world", "q": "it's"}
 

@@ -14,18 +14,19 @@ import trio.testing
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.internal_topics import CHECK_MAX_TOPIC, HALF_TOPIC, trio_clock_ms
+from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.service_errors import (
+from mqproxy.broker.services import ServiceSettings, open_services
+from mqproxy.broker.transactions import Resolution, TransactionCheck
+from mqproxy.model.errors import (
     InvalidArgument,
     TransactionAlreadyResolved,
     TransactionCheckWindowClosed,
     TransactionGroupMismatch,
     TransactionNotFound,
 )
-from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.transactions import Resolution, TransactionCheck
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.model.properties import CHECK_MAX_TOPIC, HALF_TOPIC
+from mqproxy.model.types import Message, StoredMessage
 
 MakeBackend = Callable[[], AbstractAsyncContextManager[Backend]]
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
@@ -173,8 +174,13 @@ async def test_a_consumers_resend_of_a_committed_message_is_not_a_half_message(
     it again with reconsumeTimes > 0 and a DELAY level, and that is stored (parked), not held as a half
     message (the Java broker makes the same exception)."""
     async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
-        resend = Message("%RETRY%G", b"tx", properties={"TRAN_MSG": "true", "PGROUP": "PG", "DELAY": "3"},
-                         sys_flag=0x4, reconsume_times=1)
+        resend = Message(
+            "%RETRY%G",
+            b"tx",
+            properties={"TRAN_MSG": "true", "PGROUP": "PG", "DELAY": "3"},
+            sys_flag=0x4,
+            reconsume_times=1,
+        )
         await services.send(resend)
         assert services.transactions.unresolved == 0
         assert await _all(backend, HALF_TOPIC) == []

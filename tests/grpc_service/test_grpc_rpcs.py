@@ -10,9 +10,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from mqproxy.broker.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.grpc_service.convert import PROPERTY_SHARDING_KEY
+from mqproxy.model.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
 
 GrpcEnv = Any  # the grpc_env fixture (tests/grpc_service/conftest.py)
 Code = pb.Code

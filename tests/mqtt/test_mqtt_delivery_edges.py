@@ -13,7 +13,6 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.codecs.mqtt import (
     Disconnect,
     Properties,
@@ -28,6 +27,7 @@ from mqproxy.codecs.mqtt import (
     Unsubscribe,
     encode,
 )
+from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.mqtt.gateway import Gateway, gateway_for
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.settings import Settings

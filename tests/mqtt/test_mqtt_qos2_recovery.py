@@ -11,8 +11,6 @@ import pytest
 import trio
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import StoreUnavailable
-from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.codecs.mqtt import (
     Connack,
     Connect,
@@ -32,6 +30,8 @@ from mqproxy.codecs.mqtt import (
     SubscribeTopic,
     encode,
 )
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, lmq_name

@@ -12,10 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import StoreUnavailable
 from mqproxy.broker.pulls import out_of_range
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
 from mqproxy.codecs.mqtt import (
     NO_PROPERTIES,
     Connack,
@@ -28,6 +25,9 @@ from mqproxy.codecs.mqtt import (
     SubscribeTopic,
     encode,
 )
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from mqproxy.broker.types import Message, TopicConfig
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.types import Message, TopicConfig
 
 
 def create_topic(topic: str, **overrides: str) -> dict[str, str]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import functools
 import re
 
-from mqproxy.broker.errors import IllegalTopic, QueueNotFound, TopicNotFound
-from mqproxy.broker.types import PERM_READ, PERM_WRITE, TopicConfig
+from mqproxy.model.errors import IllegalTopic, QueueNotFound, TopicNotFound
+from mqproxy.model.types import PERM_READ, PERM_WRITE, TopicConfig
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

@@ -1,7 +1,11 @@
-"""Errors of the broker services (schedule, retry, transactions, pop, locks).
+"""
+mqproxy.model.errors
+~~~~~~~~~~~~~~~~~~~~
 
-Every one is a :class:`~mqproxy.broker.errors.BackendError`, so a handler that maps the backend tree
-already catches them; each names the condition so remoting and gRPC can pick their own code:
+The one exception tree below the protocols: stores, broker services and every
+:class:`~mqproxy.facade.BrokerFacade` implementation raise these and nothing else on purpose. Each error
+names the condition, not the wire code; the protocols map them to their own codes (remoting response
+code, MQTT reason code, gRPC v2 ``Code``). Service errors and their usual mapping:
 
 =============================  ==============================  =====================================
 error                          remoting (spec §2)              gRPC v2 ``Code``
@@ -23,7 +27,29 @@ TransactionCheckWindowClosed   ILLEGAL_OPERATION (604)         BAD_REQUEST (4000
 
 from __future__ import annotations
 
-from mqproxy.broker.errors import BackendError
+
+class BackendError(Exception):
+    """Base of every error a backend raises on purpose."""
+
+
+class TopicNotFound(BackendError):
+    """The topic does not exist and auto-creation is off or not allowed for it."""
+
+
+class IllegalTopic(BackendError):
+    """The topic name breaks the naming rules (characters, length, reserved names)."""
+
+
+class QueueNotFound(BackendError):
+    """The queue id is outside the topic's queues."""
+
+
+class MessageTooLarge(BackendError):
+    """Body or properties exceed the configured maximum."""
+
+
+class StoreUnavailable(BackendError):
+    """The store cannot accept writes right now (closed, disk full, shutting down)."""
 
 
 class ServiceError(BackendError):

@@ -1,5 +1,5 @@
 """
-mqproxy.codecs.message_id
+mqproxy.model.ids
 ~~~~~~~~~~~~~~~~~~~~~~~~~
 
 RocketMQ message ids.
