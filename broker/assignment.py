@@ -15,7 +15,6 @@ hands out messages; ``queueId`` -1 means every queue). ``mqadmin setConsumeMode`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final, Literal
 
 import orjson
@@ -23,23 +22,15 @@ import trio
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.internal_topics import ensure_topic
+from mqproxy.facade.types import DEFAULT_MODE, DEFAULT_POP_SHARE_QUEUE_NUM, RequestMode
 from mqproxy.model.topics import RETRY_PREFIX
 from mqproxy.model.types import PROPERTY_KEYS, Message, PullStatus
 
 #: Where request-mode changes are recorded (queue 0).
 REQUEST_MODE_TOPIC: Final = "rmq_sys_REQUEST_MODE"
-#: The broker's ``defaultMessageRequestMode`` / ``defaultPopShareQueueNum``.
-DEFAULT_MODE: Final = "PULL"
-DEFAULT_POP_SHARE_QUEUE_NUM: Final = -1
 STRATEGIES: Final = ("AVG", "AVG_BY_CIRCLE")
 
 Mode = Literal["PULL", "POP"]
-
-
-@dataclass(frozen=True, slots=True)
-class RequestMode:
-    mode: str
-    pop_share_queue_num: int = 0
 
 
 class RequestModes:

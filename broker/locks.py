@@ -12,16 +12,11 @@ from dataclasses import dataclass
 
 import trio
 
+from mqproxy.facade.types import QueueRef
 from mqproxy.model.errors import InvalidArgument
 
 #: ``rocketmq.broker.rebalance.lockMaxLiveTime``.
 DEFAULT_LOCK_TTL_S = 60.0
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class QueueRef:
-    topic: str
-    queue_id: int
 
 
 @dataclass(slots=True)

@@ -23,8 +23,7 @@ record with ``"live": false``), replayed at :meth:`BrokerMetadata.start` through
 
 from __future__ import annotations
 
-import enum
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Final
 
 import orjson
@@ -32,7 +31,7 @@ import orjson
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.compaction import compact_if_worth
 from mqproxy.broker.internal_topics import ensure_topic
-from mqproxy.model.errors import InvalidArgument
+from mqproxy.facade.types import GroupConfig, TopicMessageType, parse_topic_attributes
 from mqproxy.model.types import Message, StoredMessage
 
 __all__ = [
@@ -47,53 +46,7 @@ __all__ = [
 METADATA_TOPIC: Final = "rmq_sys_BROKER_METADATA"
 #: Dead records that make a start-up compaction worth it.
 COMPACT_MIN_GARBAGE: Final = 64
-#: The topic attribute naming the message type (RocketMQ ``TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE``).
-MESSAGE_TYPE_ATTRIBUTE: Final = "message.type"
 _KIND_GROUP, _KIND_TOPIC = "group", "topic"
-
-
-class TopicMessageType(enum.Enum):
-    """RocketMQ ``TopicMessageType`` (what a typed topic accepts)."""
-
-    NORMAL = "NORMAL"
-    FIFO = "FIFO"
-    DELAY = "DELAY"
-    TRANSACTION = "TRANSACTION"
-    MIXED = "MIXED"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupConfig:
-    """The parts of RocketMQ's ``SubscriptionGroupConfig`` mqproxy acts on."""
-
-    name: str
-    consume_orderly: bool = False
-    retry_max_times: int = 16
-
-
-def parse_topic_attributes(text: str) -> TopicMessageType | None:
-    """The message type an UPDATE_AND_CREATE_TOPIC ``attributes`` field sets (``+message.type=FIFO``;
-    entries separated by ``,``): None when it does not mention ``message.type``, NORMAL for
-    ``-message.type`` (RocketMQ's default). Other attributes are accepted and ignored. Raises
-    :class:`InvalidArgument` for an unknown type or a malformed entry."""
-    found: TopicMessageType | None = None
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        if entry[0] not in "+-":
-            raise InvalidArgument(f"topic attribute {entry[:64]!r} must start with + or -")
-        key, _, value = entry[1:].partition("=")
-        if key.strip() != MESSAGE_TYPE_ATTRIBUTE:
-            continue
-        if entry[0] == "-":
-            found = TopicMessageType.NORMAL
-            continue
-        try:
-            found = TopicMessageType(value.strip().upper())
-        except ValueError:
-            raise InvalidArgument(f"unknown {MESSAGE_TYPE_ATTRIBUTE} {value[:32]!r}") from None
-    return found
 
 
 def _key_of(message: StoredMessage) -> tuple[str, bool] | None:

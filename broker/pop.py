@@ -18,12 +18,11 @@ un-acked messages; acks commit the consume offset in order; when the invisible t
 messages are delivered again (attempt count + 1). Order in-flight state is in memory: after a restart
 the un-acked messages are simply delivered again from the committed offset.
 
-Receipt handles are the remoting ``extraInfo`` string (spec §6.2): :mod:`mqproxy.broker.receipts`.
+Receipt handles are the remoting ``extraInfo`` string (spec §6.2): :mod:`mqproxy.model.receipts`.
 """
 
 from __future__ import annotations
 
-import enum
 import heapq
 import math
 import random
@@ -37,16 +36,8 @@ import trio
 
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.internal_topics import MAX_TIMER_SLEEP_S, Clock, copy_message, ensure_topic, wall_clock_ms
-from mqproxy.broker.receipts import (
-    POP_ORDER_REVIVE_QID,
-    RETRY_NORMAL,
-    RETRY_V1,
-    PoppedMessage,
-    PopResult,
-    Receipt,
-    pop_retry_topic,
-)
 from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
+from mqproxy.facade.types import AckOutcome, InitMode
 from mqproxy.model.errors import (
     BackendError,
     InvalidArgument,
@@ -59,6 +50,15 @@ from mqproxy.model.errors import (
     TopicNotFound,
 )
 from mqproxy.model.properties import PROPERTY_FIRST_POP_TIME, REVIVE_GROUP, REVIVE_TOPIC
+from mqproxy.model.receipts import (
+    POP_ORDER_REVIVE_QID,
+    RETRY_NORMAL,
+    RETRY_V1,
+    PoppedMessage,
+    PopResult,
+    Receipt,
+    pop_retry_topic,
+)
 from mqproxy.model.topics import RETRY_PREFIX
 from mqproxy.model.types import PROPERTY_TAGS, Message, PullStatus, SendResult, StoredMessage, TagFilter
 
@@ -77,18 +77,6 @@ _log = structlog.get_logger("mqproxy.pop")
 
 #: Longest a long poll sleeps before looking again for a source queue created meanwhile.
 SOURCE_RECHECK_S = 1.0
-
-
-class InitMode(enum.IntEnum):
-    """Where a group without a committed offset starts (PopMessageRequestHeader ``initMode``)."""
-
-    MIN = 0
-    MAX = 1
-
-
-class AckOutcome(enum.Enum):
-    ACKED = "acked"
-    ALREADY_ACKED = "already_acked"  # a repeated ack: a no-op, as the broker answers SUCCESS
 
 
 CkKey = tuple[str, str, int, int, int]  # group, stored topic, queue id, start offset, pop time

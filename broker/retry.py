@@ -11,11 +11,10 @@ clamped by the scheduler to its highest level. DLQ copies also carry ``DLQ_ORIGI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.internal_topics import copy_message, ensure_topic
 from mqproxy.broker.schedule import Scheduler
+from mqproxy.facade.types import SendBackResult
 from mqproxy.model.errors import InvalidArgument
 from mqproxy.model.properties import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
@@ -38,15 +37,6 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
-
-
-@dataclass(slots=True, frozen=True)
-class SendBackResult:
-    """Where a sent-back message went: ``dead`` is True for the DLQ; ``delay_level`` 0 there."""
-
-    dead: bool
-    delay_level: int
-    result: SendResult
 
 
 class RetryService:

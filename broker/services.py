@@ -29,9 +29,9 @@ from mqproxy.broker.transactions import (
     DEFAULT_CHECK_INTERVAL_S,
     DEFAULT_CHECK_MAX,
     DEFAULT_TIMEOUT_S,
-    CheckBack,
     TransactionService,
 )
+from mqproxy.facade.types import CheckBack
 from mqproxy.model.properties import (
     PROPERTY_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_MASK,

@@ -22,10 +22,8 @@ still matters); a restart replays both topics from there, so check counts and re
 from __future__ import annotations
 
 import dataclasses
-import enum
 import heapq
 import math
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -34,6 +32,7 @@ import trio
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.internal_topics import MAX_TIMER_SLEEP_S, Clock, copy_message, ensure_topic, wall_clock_ms
 from mqproxy.broker.schedule import Scheduler
+from mqproxy.facade.types import CheckBack, Resolution, TransactionCheck
 from mqproxy.model.errors import (
     BackendError,
     InvalidArgument,
@@ -79,32 +78,6 @@ DEFAULT_CHECK_MAX = 15
 _PULL_BATCH = 256
 
 _log = structlog.get_logger("mqproxy.transactions")
-
-
-class Resolution(enum.Enum):
-    UNKNOWN = 0
-    COMMIT = 8
-    ROLLBACK = 12
-
-
-@dataclass(slots=True, frozen=True)
-class TransactionCheck:
-    """One check-back to send: CHECK_TRANSACTION_STATE (remoting) or RecoverOrphanedTransaction (gRPC).
-
-    ``half`` is the stored half record (its ``commitlog_offset`` and ``queue_offset`` are the
-    ``commitLogOffset`` / ``tranStateTableOffset`` of the request); ``message`` is the same record with
-    topic and queue restored to ``REAL_TOPIC`` / ``REAL_QID`` (the body to send).
-    """
-
-    producer_group: str
-    transaction_id: str
-    check_times: int
-    half: StoredMessage
-    message: StoredMessage
-
-
-#: Sends a check to a live producer of ``check.producer_group``; returns False if none was online.
-CheckBack = Callable[[TransactionCheck], Awaitable[bool]]
 
 
 @dataclass(slots=True)

@@ -11,9 +11,9 @@ The one exception root of the gRPC service layer, and the mapping of backend/ser
 
 from __future__ import annotations
 
-from mqproxy.model import errors as se
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
+from mqproxy.model import errors as se
 from mqproxy.model.errors import (
     BackendError,
     IllegalTopic,

@@ -55,10 +55,10 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
-from mqproxy.broker.metadata import GroupConfig, TopicMessageType
 from mqproxy.broker.schedule import recall_handle
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
+from mqproxy.facade.types import GroupConfig, TopicMessageType
 from mqproxy.grpc_service.convert import ConvertError, message_type_of, to_broker_message, to_rmq_message
 from mqproxy.grpc_service.errors import ApiError, RpcError, code_for
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
@@ -514,7 +514,7 @@ class MessagingService:
     async def end_transaction(self, call: Call, request: Any) -> Any:
         topic = self._topic_name(call, request.topic)
         transactions = self._service("transactions", "transactional messaging")
-        from mqproxy.broker.transactions import Resolution
+        from mqproxy.facade.types import Resolution
 
         resolution = {
             pb.TransactionResolution.COMMIT: Resolution.COMMIT,

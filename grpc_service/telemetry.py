@@ -25,9 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mqproxy.broker.metadata import GroupConfig
 from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.facade.types import GroupConfig
 
 __all__ = ["ClientRecord", "ClientRegistry", "ServerSettings", "SettingsError", "settings_reply"]
 

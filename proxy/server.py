@@ -23,9 +23,9 @@ from mqproxy import __version__
 from mqproxy.backends import open_backend
 from mqproxy.broker.lmq_sweeper import run_lmq_sweeper
 from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.transactions import TransactionCheck
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
+from mqproxy.facade.types import TransactionCheck
 from mqproxy.grpc_service.connection import grpc_service
 from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
 from mqproxy.mqtt.gateway import gateway_for

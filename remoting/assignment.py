@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from mqproxy.broker.assignment import RequestMode, assign, effective_mode
+from mqproxy.broker.assignment import assign, effective_mode
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import RequestMode
 from mqproxy.model.topics import RETRY_PREFIX, is_lmq
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from mqproxy.broker.metadata import GroupConfig
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import GroupConfig
 from mqproxy.model.errors import IllegalTopic
 from mqproxy.model.topics import (
     validate_topic,

@@ -55,7 +55,7 @@ from mqproxy.remoting.session import RemotingSession
 from mqproxy.remoting.transactions import check_command
 
 if TYPE_CHECKING:
-    from mqproxy.broker.transactions import TransactionCheck
+    from mqproxy.facade.types import TransactionCheck
 
 __all__ = [
     "ConnectionLimits",

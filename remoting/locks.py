@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.broker.locks import QueueRef as ServiceQueueRef
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import QueueRef as ServiceQueueRef
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
 

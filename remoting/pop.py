@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.broker.pop import MAX_POP_BATCH, AckOutcome, InitMode
-from mqproxy.broker.receipts import PopResult, Receipt, pop_retry_topic
+from mqproxy.broker.pop import MAX_POP_BATCH
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import AckOutcome, InitMode
 from mqproxy.model.errors import MalformedReceipt, QueueNotFound
 from mqproxy.model.properties import PROPERTY_POP_CK
+from mqproxy.model.receipts import PopResult, Receipt, pop_retry_topic
 from mqproxy.model.types import TagFilter
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import HeaderError, RequestError

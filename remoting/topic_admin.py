@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from mqproxy.broker.metadata import TopicMessageType, parse_topic_attributes
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import TopicMessageType, parse_topic_attributes
 from mqproxy.model.topics import MAX_RETRY_TOPIC_BYTES, MAX_TOPIC_BYTES, SYSTEM_TOPIC_PREFIX, is_retry_or_dlq
 from mqproxy.model.types import TopicConfig
 from mqproxy.remoting.context import BROKER_NAME, CLUSTER_NAME

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.broker.transactions import Resolution, TransactionCheck
 from mqproxy.codecs.message_record import encode_record
 from mqproxy.codecs.remoting import FLAG_ONEWAY, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.types import Resolution, TransactionCheck
 from mqproxy.model.ids import offset_msg_id
 from mqproxy.model.types import PROPERTY_UNIQ_KEY
 from mqproxy.remoting.context import BROKER_NAME, ServerContext

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mqproxy.broker.assignment import RequestMode, allocate, assign, effective_mode
+from mqproxy.broker.assignment import allocate, assign, effective_mode
+from mqproxy.facade.types import RequestMode
 
 
 @pytest.mark.parametrize(

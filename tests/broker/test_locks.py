@@ -6,7 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.locks import QueueLocks, QueueRef
+from mqproxy.broker.locks import QueueLocks
+from mqproxy.facade.types import QueueRef
 from mqproxy.model.errors import InvalidArgument
 
 

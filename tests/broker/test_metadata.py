@@ -12,14 +12,8 @@ import pytest
 from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.metadata import (
-    COMPACT_MIN_GARBAGE,
-    METADATA_TOPIC,
-    BrokerMetadata,
-    GroupConfig,
-    TopicMessageType,
-    parse_topic_attributes,
-)
+from mqproxy.broker.metadata import COMPACT_MIN_GARBAGE, METADATA_TOPIC, BrokerMetadata
+from mqproxy.facade.types import GroupConfig, TopicMessageType, parse_topic_attributes
 from mqproxy.model.errors import InvalidArgument
 
 

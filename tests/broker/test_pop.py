@@ -16,9 +16,8 @@ from mqproxy.broker.backend import Backend
 from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.pop import AckOutcome, InitMode
-from mqproxy.broker.receipts import PopResult, Receipt, pop_retry_topic
 from mqproxy.broker.services import BrokerServices, ServiceSettings, open_services
+from mqproxy.facade.types import AckOutcome, InitMode
 from mqproxy.model.errors import (
     InvalidArgument,
     MalformedReceipt,
@@ -28,6 +27,7 @@ from mqproxy.model.errors import (
     ReceiptExpired,
     TopicNotFound,
 )
+from mqproxy.model.receipts import PopResult, Receipt, pop_retry_topic
 from mqproxy.model.types import Message, TagFilter
 
 MakeBackend = Callable[[], AbstractAsyncContextManager[Backend]]

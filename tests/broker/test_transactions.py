@@ -17,7 +17,7 @@ from mqproxy.broker.embedded import open_embedded_store
 from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.transactions import Resolution, TransactionCheck
+from mqproxy.facade.types import Resolution, TransactionCheck
 from mqproxy.model.errors import (
     InvalidArgument,
     TransactionAlreadyResolved,

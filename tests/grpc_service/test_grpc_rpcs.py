@@ -422,7 +422,7 @@ async def test_transaction_check_back_reaches_the_producer(grpc_env: GrpcEnv) ->
         await client.changed.wait()
     await send(client, message("TxC", b"half", msg_id="TXC", mtype=pb.MessageType.TRANSACTION))
     half = (await grpc_env.backend.pull("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 10)).messages[-1]
-    from mqproxy.broker.transactions import TransactionCheck
+    from mqproxy.facade.types import TransactionCheck
 
     check = TransactionCheck("%GRPC%TxC", "TXC", 1, half, _retopic(half, "TxC"))
     assert await grpc_env.service.check_back(check) is True

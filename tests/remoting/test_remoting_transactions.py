@@ -11,10 +11,10 @@ import trio.testing
 from mqproxy.broker.internal_topics import trio_clock_ms
 from mqproxy.broker.memory import InMemoryBackend
 from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.transactions import TransactionCheck
 from mqproxy.codecs.message_record import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, decode_records
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.types import TransactionCheck
 from mqproxy.model.ids import parse_offset_msg_id
 from mqproxy.model.properties import HALF_TOPIC
 from mqproxy.model.types import Message
