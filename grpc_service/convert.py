@@ -32,8 +32,8 @@ import hashlib
 import zlib
 from collections.abc import Mapping
 
-from mqproxy.broker.sending import MAX_PROPERTIES_BYTES, properties_size
-from mqproxy.broker.transactions import PROPERTY_HALF_TIME_MS
+from mqproxy.backends.embedded.sending import MAX_PROPERTIES_BYTES, properties_size
+from mqproxy.backends.embedded.transactions import PROPERTY_HALF_TIME_MS
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.message_record import SYSFLAG_COMPRESSED, SYSFLAG_TRANSACTION_PREPARED
 from mqproxy.model.errors import IllegalTopic

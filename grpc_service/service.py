@@ -2,7 +2,7 @@
 mqproxy.grpc_service.service
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-``apache.rocketmq.v2.MessagingService``: one handler per RPC over the :class:`~mqproxy.broker.backend.Backend`
+``apache.rocketmq.v2.MessagingService``: one handler per RPC over the :class:`~mqproxy.backends.embedded.store.MessageStore`
 and the broker services, independent of HTTP/2 (the driver in :mod:`.connection` feeds it decoded requests).
 
 Contracts:
@@ -19,7 +19,7 @@ Contracts:
 
 Routes name one broker (``broker-a``, id 0) at the proxy's advertised address, queue ids from 0,
 permission READ_WRITE. ``accept_message_types`` is the topic's administrator-set message type
-(:class:`~mqproxy.broker.metadata.BrokerMetadata`: MIXED lists all four) and a send of another type is
+(:class:`~mqproxy.backends.embedded.metadata.BrokerMetadata`: MIXED lists all four) and a send of another type is
 refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as the Apache proxy does; an untyped (auto-created) topic
 lists NORMAL and FIFO, plus DELAY when the scheduler is available and TRANSACTION when the transaction
 service is (clients validate the type they send against it). QueryAssignment gives a FIFO group (one whose
@@ -55,7 +55,7 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
-from mqproxy.broker.schedule import recall_handle
+from mqproxy.backends.embedded.schedule import recall_handle
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
 from mqproxy.facade.types import GroupConfig, TopicMessageType
@@ -731,7 +731,7 @@ class MessagingService:
         topic = self._topic_name(call, request.topic)
         pop = self._service("pop", "ForwardMessageToDeadLetterQueue (pop consumption)")
         retry = self._service("retry", "ForwardMessageToDeadLetterQueue (dead-letter queues)")
-        from mqproxy.broker.pop import Receipt
+        from mqproxy.backends.embedded.pop import Receipt
 
         receipt = Receipt.decode(request.receipt_handle)
         real = receipt.real_topic(group, topic)

@@ -98,3 +98,7 @@ class TransactionGroupMismatch(ServiceError):
 
 class TransactionCheckWindowClosed(ServiceError):
     """A producer-initiated end arrived after ``CHECK_IMMUNITY_TIME_IN_SECONDS`` (spec §7.1)."""
+
+
+class BadFilter(ServiceError):
+    """A subscription filter expression that does not parse, or of an unsupported type."""

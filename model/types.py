@@ -174,3 +174,17 @@ class ConsumerInfo:
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+
+
+@dataclass(slots=True, frozen=True)
+class FilterExpression:
+    """A subscription filter as a client writes it: ``kind`` ``TAG`` (``*`` or ``A || B``) or ``SQL92``
+    (over message properties). Implementations compile it; an SQL92 text that does not parse raises
+    :class:`~mqproxy.model.errors.BadFilter`."""
+
+    expression: str = "*"
+    kind: str = "TAG"
+
+    @property
+    def matches_all(self) -> bool:
+        return self.kind == "TAG" and self.expression.strip() in ("", "*")

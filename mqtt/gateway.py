@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import trio
 
-from mqproxy.broker.backend import Backend
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
@@ -56,7 +56,7 @@ def reader_filter(topic_filter: str) -> str:
 class Gateway:
     def __init__(
         self,
-        backend: Backend,
+        backend: MessageStore,
         config: MqttConfig,
         draining: trio.Event | None = None,
         auth: Authorizer = ALLOW_ALL,

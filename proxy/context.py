@@ -17,7 +17,7 @@ import trio
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
-    from mqproxy.broker.backend import Backend
+    from mqproxy.backends.embedded.store import MessageStore
     from mqproxy.settings import Settings
 
 
@@ -26,7 +26,7 @@ class ServerState:
     """Process-wide state: settings, backend, readiness, drain signal and connection accounting."""
 
     settings: Settings
-    backend: Backend
+    backend: MessageStore
     backend_name: str
     advertised: tuple[str, int] = ("127.0.0.1", 0)
     ready: bool = False
@@ -75,7 +75,7 @@ class ConnectionContext:
         return self.server.settings
 
     @property
-    def backend(self) -> Backend:
+    def backend(self) -> MessageStore:
         return self.server.backend
 
     @property

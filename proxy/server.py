@@ -20,9 +20,9 @@ import structlog
 import trio
 
 from mqproxy import __version__
-from mqproxy.backends import open_backend
-from mqproxy.broker.lmq_sweeper import run_lmq_sweeper
-from mqproxy.broker.services import ServiceSettings, open_services
+from mqproxy.backend_setup import open_backend
+from mqproxy.backends.embedded.lmq_sweeper import run_lmq_sweeper
+from mqproxy.backends.embedded.services import ServiceSettings, open_services
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
 from mqproxy.facade.types import TransactionCheck

@@ -2,7 +2,7 @@
 mqproxy.remoting.assignment
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-Server-side rebalancing (:mod:`mqproxy.broker.assignment`) over remoting.
+Server-side rebalancing (:mod:`mqproxy.backends.embedded.assignment`) over remoting.
 
 * SET_MESSAGE_REQUEST_MODE (401, ``mqadmin setConsumeMode``): body ``{"topic", "consumerGroup", "mode":
   "PULL"|"POP", "popShareQueueNum"}``. A retry topic is NO_PERMISSION "retry topic is not allowed to set
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from mqproxy.broker.assignment import assign, effective_mode
+from mqproxy.backends.embedded.assignment import assign, effective_mode
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.facade.types import RequestMode

@@ -3,7 +3,7 @@ mqproxy.remoting.config_admin
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 The admin requests that set consumer-group metadata (what ``mqadmin updateSubGroup -b`` /
-``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.broker.metadata.BrokerMetadata`
+``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.backends.embedded.metadata.BrokerMetadata`
 (UPDATE_AND_CREATE_TOPIC, which also sets a topic's message type, is in :mod:`.topic_admin`):
 
 * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = RocketMQ's ``SubscriptionGroupConfig`` as JSON

@@ -12,7 +12,7 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
   compile, or another type, is SUBSCRIPTION_PARSE_FAILED (23).
 * Commit: with the commit bit (0x1) a non-negative ``commitOffset`` is stored for the group first.
 * Long polling: with the suspend bit (0x2) a pull that finds nothing waits on
-  ``Backend.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
+  ``MessageStore.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
   ``ServerContext.long_poll_max_s``) and re-reads when a message arrives; messages that do not match
   the filter move the cursor on and the wait continues. Expiry answers PULL_NOT_FOUND (19).
 * Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.

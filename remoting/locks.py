@@ -13,7 +13,7 @@ its clients' locks at once. UNLOCK releases the client's locks (often oneway). A
 heartbeated on this connection may lock and unlock only for the consumer groups it joined
 (NO_PERMISSION otherwise); a client that has not heartbeated yet (a fresh connection) is trusted.
 
-The table is ``ServerContext.services.locks`` (:class:`~mqproxy.broker.locks.QueueLocks`, shared with
+The table is ``ServerContext.services.locks`` (:class:`~mqproxy.backends.embedded.locks.QueueLocks`, shared with
 gRPC; queues keyed by topic and queue id) when broker services run, else the remoting-only
 :class:`QueueLockTable` of :class:`~mqproxy.remoting.context.ServerContext`.
 """

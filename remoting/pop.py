@@ -2,7 +2,7 @@
 mqproxy.remoting.pop
 ~~~~~~~~~~~~~~~~~~~~
 
-Pop consumption over remoting (spec §3.16-§3.20, §6), on :class:`~mqproxy.broker.pop.PopService`.
+Pop consumption over remoting (spec §3.16-§3.20, §6), on :class:`~mqproxy.backends.embedded.pop.PopService`.
 
 * POP_MESSAGE (200050): ``queueId`` -1 pops every queue (random start, plus the pop retry topic);
   ``maxMsgNums`` outside 1..32 or ``invisibleTime`` <= 0 -> INVALID_PARAMETER; only TAG expressions
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.broker.pop import MAX_POP_BATCH
+from mqproxy.backends.embedded.pop import MAX_POP_BATCH
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode

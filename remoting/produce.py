@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.broker.services import is_half
+from mqproxy.backends.embedded.services import is_half
 from mqproxy.codecs.message_record import (
     MAX_PROPERTIES_BYTES,
     RecordError,
@@ -68,7 +68,7 @@ from mqproxy.remoting.headers import SendHeader, parse_send_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
-    from mqproxy.broker.services import BrokerServices
+    from mqproxy.backends.embedded.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
 PROPERTY_CLUSTER: Final = "CLUSTER"
@@ -182,7 +182,7 @@ def _check_topic(topic: str) -> None:
 
 
 def _is_half_message(header: SendHeader, properties: dict[str, str]) -> bool:
-    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1; :func:`~mqproxy.broker.services.is_half`). Without
+    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1; :func:`~mqproxy.backends.embedded.services.is_half`). Without
     broker services such a message is refused like a broker with ``rejectTransactionMessage`` rather than
     delivered uncommitted."""
     return is_half(header.sys_flag, properties, header.reconsume_times)

@@ -2,7 +2,7 @@
 mqproxy.remoting.retry
 ~~~~~~~~~~~~~~~~~~~~~~
 
-CONSUMER_SEND_MSG_BACK (36), spec §3.10 and §7.2, on :class:`~mqproxy.broker.retry.RetryService`.
+CONSUMER_SEND_MSG_BACK (36), spec §3.10 and §7.2, on :class:`~mqproxy.backends.embedded.retry.RetryService`.
 
 The consumed message is found by its commit-log offset (``offset``, the record's PHYSICALOFFSET); a
 miss, or an offset that points into an internal topic, answers SYSTEM_ERROR "look message by offset

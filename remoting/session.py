@@ -7,7 +7,7 @@ The remoting protocol session: one per connection, no I/O of its own.
 :class:`RemotingSession` owns what the protocol learns about a connection (client id, language and
 version from heartbeats, the consumer groups it joined, the server->client opaque counter) and answers
 requests through a dispatch table ``{RequestCode: handler}``. It talks to storage only through the
-:class:`~mqproxy.broker.backend.Backend` protocol and to other connections only through
+:class:`~mqproxy.backends.embedded.store.MessageStore` protocol and to other connections only through
 :class:`~mqproxy.remoting.context.GroupMembership`.
 
 Two entry points, one core:
@@ -31,7 +31,7 @@ from typing import Any, Final
 import structlog
 import trio
 
-from mqproxy.broker.backend import Backend
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.errors import (
@@ -222,7 +222,7 @@ class RemotingSession:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: MessageStore,
         ctx: ServerContext,
         *,
         conn: object | None = None,

@@ -3,7 +3,7 @@ mqproxy.remoting.transactions
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 Transactional messages over remoting (spec §3.11, §3.13, §7.1), on
-:class:`~mqproxy.broker.transactions.TransactionService`.
+:class:`~mqproxy.backends.embedded.transactions.TransactionService`.
 
 * A SEND with sysFlag PREPARED or ``TRAN_MSG=true`` stores a half message (see :mod:`.produce`); the
   send response's ``msgId`` encodes the half record's commit-log offset and ``queueOffset`` is its

@@ -23,9 +23,9 @@ import structlog
 import trio
 import trio.testing
 
-from mqproxy.broker.internal_topics import trio_clock_ms
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import open_services
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.context import ConnectionContext, ServerState
 from mqproxy.grpc_service.connection import ConnectionLimits, GrpcConnectionDriver

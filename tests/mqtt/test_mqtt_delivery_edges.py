@@ -359,7 +359,7 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
     """The writer's ``send_all`` times out (slow consumer) with part of a packet on the wire; until the
     connection's ``run`` tears down, a push hub may still call ``_write_nowait``. Nothing may be
     written after the cut packet: the peer would parse the new bytes as the rest of the old packet."""
-    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.backends.embedded.memory import InMemoryBackend
     from mqproxy.context import ConnectionContext
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection
@@ -464,7 +464,7 @@ async def _queue_race_once() -> tuple[bytes, bool]:
     writer drains, the last of them queues ``d`` and then calls ``_write_nowait(e)`` without a
     schedule point (what the packet reader does when it sends an ack and then ``_final_packet``).
     Returns what the peer got after the large write and what ``_write_nowait`` answered."""
-    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.backends.embedded.memory import InMemoryBackend
     from mqproxy.context import ConnectionContext
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from mqproxy.broker.backend import Backend
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import (
     Connack,
     Connect,
@@ -48,7 +48,7 @@ class CrashableBackend:
     """Delegates to a real backend until :meth:`crash`; from then on every store call fails, so the
     gateway using it can neither read nor write anything more (what a killed process leaves behind)."""
 
-    def __init__(self, inner: Backend) -> None:
+    def __init__(self, inner: MessageStore) -> None:
         self._inner = inner
         self.crashed = False
         #: Crash at the first store of an MQTT message: "before" it is written or "after".
@@ -90,7 +90,7 @@ class Proxy:
     def __init__(self, handle: ServerHandle) -> None:
         self.handle = handle
         self.address = handle.address
-        self.backend: Backend = handle.state.backend
+        self.backend: MessageStore = handle.state.backend
         self.store: CrashableBackend | None = None
         self.restart()
 

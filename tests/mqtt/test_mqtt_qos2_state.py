@@ -12,7 +12,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Publish, QoS
 from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, encode_properties

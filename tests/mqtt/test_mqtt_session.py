@@ -52,7 +52,7 @@ def test_cursor_retrack_after_give_back() -> None:
 
 
 async def test_session_state_replay_last_record_wins_and_ignores_foreign() -> None:
-    from mqproxy.broker.memory import InMemoryBackend
+    from mqproxy.backends.embedded.memory import InMemoryBackend
     from mqproxy.model.types import Message
     from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
     from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode

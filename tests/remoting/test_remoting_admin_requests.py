@@ -270,8 +270,8 @@ async def test_set_consume_mode_refusals(
 
 
 async def test_consume_modes_survive_a_restart_of_the_services(tmp_path, autojump_clock) -> None:
-    from mqproxy.broker.assignment import RequestModes
-    from mqproxy.broker.embedded import open_embedded_store
+    from mqproxy.backends.embedded.assignment import RequestModes
+    from mqproxy.backends.embedded.embedded import open_embedded_store
     from mqproxy.facade.types import RequestMode
 
     async with open_embedded_store(tmp_path) as store:

@@ -7,7 +7,7 @@ import json
 import orjson
 import pytest
 
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.remoting.connection import ConnectionRegistry

@@ -11,9 +11,9 @@ import orjson
 import pytest
 import trio
 
-from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.internal_topics import trio_clock_ms
-from mqproxy.broker.services import open_services
+from mqproxy.backends.embedded.embedded import open_embedded_store
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs.message_record import DecodedRecord, decode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import BatchEntry, encode_batch_body
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.types import PullStatus

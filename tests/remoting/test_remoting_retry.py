@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from mqproxy.broker.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.codecs.message_record import DecodedRecord, decode_records, encode_record
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode

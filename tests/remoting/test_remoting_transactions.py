@@ -8,9 +8,9 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.internal_topics import trio_clock_ms
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import ServiceSettings, open_services
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import ServiceSettings, open_services
 from mqproxy.codecs.message_record import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, decode_records
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
