@@ -22,7 +22,7 @@ Contracts shared by every method:
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,6 +56,7 @@ __all__ = [
     "Consuming",
     "EndTransaction",
     "LightQueues",
+    "LmqDispatch",
     "Locking",
     "Membership",
     "Offsets",
@@ -64,20 +65,40 @@ __all__ = [
     "Producing",
     "PullRequest",
     "SendOutcome",
+    "SendRequest",
 ]
 
 
 # --- request and result values ------------------------------------------------------------------
 
+#: The light queues a message belongs to, from its properties (empty: none).
+LmqDispatch = Callable[[Mapping[str, str]], tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """One message to store. ``producer_group`` becomes a half message's ``PGROUP`` when it has none;
+    ``max_reconsume_times`` is the retry limit a ``%RETRY%`` send is checked against (None: the default);
+    ``create_queues`` asks for the topic to be auto-created with that many queues (capped by the default
+    count; None: no auto-creation by this request)."""
+
+    message: Message
+    producer_group: str = ""
+    max_reconsume_times: int | None = None
+    create_queues: int | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class SendOutcome:
     """Where a sent message went. ``parked`` names what holds it back: ``"half"`` (a transactional half
-    message awaiting its end), ``"delay"`` (a delay level or timer) or ``""`` (visible now);
-    ``delay_level`` is the level applied after clamping (0: none); ``recall_handle`` is set for a message
-    parked until a delivery time (it can be recalled until then)."""
+    message awaiting its end), ``"delay"`` (a delay level or timer) or ``""`` (visible now); ``queue_id`` is
+    the queue it is (or will be) delivered to; ``topic`` the topic it went to (the dead-letter topic for
+    a spent retry); ``delay_level`` the level applied after clamping (0: none); ``recall_handle`` is set
+    for a message parked until a delivery time (it can be recalled until then)."""
 
     result: SendResult
+    topic: str
+    queue_id: int
     parked: str = ""
     delay_level: int = 0
     recall_handle: str = ""
@@ -118,16 +139,17 @@ class PopRequest:
 
 @dataclass(frozen=True, slots=True)
 class EndTransaction:
-    """The end of a transaction a producer (or its check-back answer) sends. ``handle`` is the value the
-    send returned for the half message (:attr:`SendOutcome.result` ``commitlog_offset`` for the embedded
-    broker); ``from_check`` marks an answer to a check-back."""
+    """The end of a transaction a producer (or its check-back answer) sends. The half message is named by
+    ``commitlog_offset`` (with ``offset_msg_id``, which names the broker; remoting) or by
+    ``transaction_id`` (gRPC). ``producer_group`` None skips the group check (gRPC has no producer group);
+    ``from_check`` marks an answer to a check-back."""
 
-    producer_group: str
-    handle: int
     resolution: Resolution
-    from_check: bool = False
+    producer_group: str | None = None
+    commitlog_offset: int | None = None
+    offset_msg_id: str = ""
     transaction_id: str = ""
-    message_id: str = ""
+    from_check: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +176,7 @@ class MessageQuery:
 
 
 class Producing(Protocol):
-    async def send(self, message: Message) -> SendOutcome:
+    async def send(self, request: SendRequest) -> SendOutcome:
         """Store one message (auto-creating its topic if allowed): a transactional half message is held
         until its end, a delay level or timer property parks it, a ``%RETRY%`` send past the group's
         retry limit goes to the dead-letter topic; otherwise it is visible at once. Returns only once
@@ -165,8 +187,8 @@ class Producing(Protocol):
         """Store messages of one topic and queue atomically: all or none become visible."""
         ...
 
-    async def end_transaction(self, end: EndTransaction) -> StoredMessage | None:
-        """Commit or roll back a half message; returns the message committed (None otherwise)."""
+    async def end_transaction(self, end: EndTransaction) -> SendResult | None:
+        """Commit or roll back a half message; returns where the committed message went (None otherwise)."""
         ...
 
     async def recall(self, topic: str, handle: str) -> str:
@@ -180,6 +202,11 @@ class Producing(Protocol):
 
     def clamp_delay_level(self, level: int) -> int:
         """``level`` limited to the configured delay levels (0 and below: no delay)."""
+        ...
+
+    def set_lmq_dispatch(self, dispatch: LmqDispatch) -> None:
+        """Install what names the light queues of a message sent without ``INNER_MULTI_DISPATCH`` (the MQTT
+        gateway maps ``MQTT_TOPIC`` to the LMQs of matching subscriptions)."""
         ...
 
 

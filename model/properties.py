@@ -52,3 +52,7 @@ PROPERTY_SCHEDULE_DUE_MS: Final = "SCHEDULE_DUE_MS"
 SYSFLAG_TRANSACTION_MASK: Final = 0xC
 SYSFLAG_TRANSACTION_PREPARED: Final = 0x4
 SYSFLAG_TRANSACTION_COMMIT: Final = 0x8
+
+#: The one broker and cluster the proxy presents to clients (routes, receipt handles, recall handles).
+PROXY_BROKER_NAME: Final = "broker-a"
+PROXY_CLUSTER_NAME: Final = "DefaultCluster"

@@ -18,6 +18,7 @@ from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
     from mqproxy.backends.embedded.store import MessageStore
+    from mqproxy.facade.api import BrokerFacade
     from mqproxy.settings import Settings
 
 
@@ -36,6 +37,8 @@ class ServerState:
     all_closed: trio.Event = field(default_factory=trio.Event)
     started_monotonic: float = field(default_factory=time.monotonic)
     metrics: Metrics = field(default_factory=lambda: Metrics())
+    #: The broker facade every protocol calls (set once the backend is open).
+    broker: BrokerFacade | None = None
     #: Protocol-specific shared registries (e.g. the remoting group registry), keyed by protocol name.
     registries: dict[str, Any] = field(default_factory=dict)
 

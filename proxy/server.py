@@ -22,7 +22,8 @@ import trio
 from mqproxy import __version__
 from mqproxy.backend_setup import open_backend
 from mqproxy.backends.embedded.lmq_sweeper import run_lmq_sweeper
-from mqproxy.backends.embedded.services import ServiceSettings, open_services
+from mqproxy.backends.embedded.broker import open_embedded_broker
+from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
 from mqproxy.facade.types import TransactionCheck
@@ -119,10 +120,15 @@ async def serve(
             sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
             return bool(sender is not None and await sender(check))
 
-        async with open_services(
-            backend, service_settings(settings.broker), check_back=check_back
-        ) as services:
-            state.registries[SERVICES_KEY] = services
+        async with open_embedded_broker(
+            backend,
+            service_settings(settings.broker),
+            auto_create_topics=settings.store.auto_create_topics,
+            default_queue_count=settings.store.default_queue_count,
+        ) as broker:
+            broker.add_check_back(check_back)
+            state.broker = broker
+            state.registries[SERVICES_KEY] = broker.services
             await _serve_state(
                 settings, state, bound, listener, ssl_context, install_signal_handlers, task_status
             )
