@@ -61,7 +61,6 @@ from mqproxy.codecs.mqtt import (
     parse_topic_filter,
     topic_matches,
 )
-from mqproxy.context import ConnectionContext
 from mqproxy.model.errors import BackendError, MessageTooLarge
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
@@ -71,7 +70,8 @@ from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
 from mqproxy.negotiation import Detected
-from mqproxy.streams import direct_sender
+from mqproxy.runtime.context import ConnectionContext
+from mqproxy.runtime.streams import direct_sender
 
 _READ_BYTES = 65536
 _COALESCE = 256

@@ -360,9 +360,9 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
     connection's ``run`` tears down, a push hub may still call ``_write_nowait``. Nothing may be
     written after the cut packet: the peer would parse the new bytes as the rest of the old packet."""
     from mqproxy.backends.embedded.memory import InMemoryBackend
-    from mqproxy.context import ConnectionContext
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection
+    from mqproxy.runtime.context import ConnectionContext
 
     near, far = trio.socket.socketpair()  # a Unix socket pair: what is sent is at the peer at once
     near.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
@@ -465,9 +465,9 @@ async def _queue_race_once() -> tuple[bytes, bool]:
     schedule point (what the packet reader does when it sends an ack and then ``_final_packet``).
     Returns what the peer got after the large write and what ``_write_nowait`` answered."""
     from mqproxy.backends.embedded.memory import InMemoryBackend
-    from mqproxy.context import ConnectionContext
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection
+    from mqproxy.runtime.context import ConnectionContext
 
     near, far = trio.socket.socketpair()
     gateway = Gateway(InMemoryBackend(), MqttConfig(send_buffer_packets=1))
