@@ -48,7 +48,7 @@ QUEUES = 4
 
 BASELINE_SERVER = r"""
 import sys, trio
-from mqproxy.broker.types import StoredMessage
+from mqproxy.model.types import StoredMessage
 from mqproxy.codecs.message_record import decode_properties, encode_record
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
 

@@ -21,10 +21,10 @@ import structlog
 import trio
 import trio.lowlevel
 
-from mqproxy.broker import embedded
-from mqproxy.broker.embedded import CACHE_SIZE, open_embedded_store
-from mqproxy.broker.index import Index
-from mqproxy.broker.types import Message
+from mqproxy.backends.embedded import embedded
+from mqproxy.backends.embedded.embedded import CACHE_SIZE, open_embedded_store
+from mqproxy.backends.embedded.index import Index
+from mqproxy.model.types import Message
 
 
 def rss_anon_kib() -> int:
@@ -145,7 +145,7 @@ async def recovery_bench(root: Path, total: int) -> None:
 _REOPEN_PROBE = """
 import sys, trio, structlog
 from pathlib import Path
-from mqproxy.broker.embedded import CACHE_SIZE, open_embedded_store
+from mqproxy.backends.embedded.embedded import CACHE_SIZE, open_embedded_store
 sys.path.insert(0, {bench_dir!r})
 from store import rss_anon_kib
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))

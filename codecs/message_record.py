@@ -21,9 +21,9 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mqproxy.broker.types import StoredMessage
-from mqproxy.codecs.message_id import MessageIdError, pack_ip
 from mqproxy.codecs.remoting import RemotingCodecError
+from mqproxy.model.ids import MessageIdError, pack_ip
+from mqproxy.model.types import StoredMessage
 
 __all__ = [
     "MAGIC_V1",

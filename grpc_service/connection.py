@@ -46,11 +46,12 @@ from mqproxy.codecs.grpc_wire import (
     RequestRejected,
     StreamReset,
 )
-from mqproxy.context import ConnectionContext, ServerState
+from mqproxy.context import ServerState
 from mqproxy.grpc_service.errors import RpcError
 from mqproxy.grpc_service.service import Call, MessagingService
 from mqproxy.grpc_service.telemetry import ServerSettings
 from mqproxy.negotiation import Detected
+from mqproxy.runtime.context import ConnectionContext
 
 __all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver", "grpc_service", "serve_grpc"]
 
@@ -101,7 +102,7 @@ def grpc_service(server: ServerState) -> MessagingService:
 
 async def serve_grpc(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
     """Route handler: serve gRPC on ``stream`` until the connection ends."""
-    settings = ctx.settings
+    settings = ctx.server.settings
     limits = ConnectionLimits(
         # a request carries one message body plus its properties and envelope
         max_message_bytes=settings.store.max_message_bytes + 64 * 1024,

@@ -2,8 +2,8 @@
 mqproxy.grpc_service.convert
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-``apache.rocketmq.v2.Message`` <-> :class:`~mqproxy.broker.types.Message` /
-:class:`~mqproxy.broker.types.StoredMessage`, with the property conventions the remoting side uses, so a
+``apache.rocketmq.v2.Message`` <-> :class:`~mqproxy.model.types.Message` /
+:class:`~mqproxy.model.types.StoredMessage`, with the property conventions the remoting side uses, so a
 message crosses protocols intact (Apache proxy ``SendMessageActivity``/``GrpcConverter`` semantics):
 
 =========================  ==========================================================
@@ -32,14 +32,14 @@ import hashlib
 import zlib
 from collections.abc import Mapping
 
-from mqproxy.broker.errors import IllegalTopic
-from mqproxy.broker.sending import MAX_PROPERTIES_BYTES, properties_size
-from mqproxy.broker.topics import RETRY_PREFIX, is_send_forbidden, validate_send_topic
-from mqproxy.broker.transactions import PROPERTY_HALF_TIME_MS
-from mqproxy.broker.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage
+from mqproxy.backends.embedded.sending import MAX_PROPERTIES_BYTES, properties_size
+from mqproxy.backends.embedded.transactions import PROPERTY_HALF_TIME_MS
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.message_id import MessageIdError, offset_msg_id
 from mqproxy.codecs.message_record import SYSFLAG_COMPRESSED, SYSFLAG_TRANSACTION_PREPARED
+from mqproxy.model.errors import IllegalTopic
+from mqproxy.model.ids import MessageIdError, offset_msg_id
+from mqproxy.model.topics import RETRY_PREFIX, is_send_forbidden, validate_send_topic
+from mqproxy.model.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage
 
 __all__ = [
     "PROPERTY_SHARDING_KEY",

@@ -11,8 +11,10 @@ The one exception root of the gRPC service layer, and the mapping of backend/ser
 
 from __future__ import annotations
 
-from mqproxy.broker import service_errors as se
-from mqproxy.broker.errors import (
+from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_wire import GrpcStatus
+from mqproxy.model import errors as se
+from mqproxy.model.errors import (
     BackendError,
     IllegalTopic,
     MessageTooLarge,
@@ -20,8 +22,6 @@ from mqproxy.broker.errors import (
     StoreUnavailable,
     TopicNotFound,
 )
-from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import GrpcStatus
 
 __all__ = ["ApiError", "GrpcServiceError", "RpcError", "code_for"]
 

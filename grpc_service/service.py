@@ -2,7 +2,7 @@
 mqproxy.grpc_service.service
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-``apache.rocketmq.v2.MessagingService``: one handler per RPC over the :class:`~mqproxy.broker.backend.Backend`
+``apache.rocketmq.v2.MessagingService``: one handler per RPC over the :class:`~mqproxy.backends.embedded.store.MessageStore`
 and the broker services, independent of HTTP/2 (the driver in :mod:`.connection` feeds it decoded requests).
 
 Contracts:
@@ -19,7 +19,7 @@ Contracts:
 
 Routes name one broker (``broker-a``, id 0) at the proxy's advertised address, queue ids from 0,
 permission READ_WRITE. ``accept_message_types`` is the topic's administrator-set message type
-(:class:`~mqproxy.broker.metadata.BrokerMetadata`: MIXED lists all four) and a send of another type is
+(:class:`~mqproxy.backends.embedded.metadata.BrokerMetadata`: MIXED lists all four) and a send of another type is
 refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as the Apache proxy does; an untyped (auto-created) topic
 lists NORMAL and FIFO, plus DELAY when the scheduler is available and TRANSACTION when the transaction
 service is (clients validate the type they send against it). QueryAssignment gives a FIFO group (one whose
@@ -55,17 +55,17 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
-from mqproxy.broker.errors import BackendError, IllegalTopic
-from mqproxy.broker.internal_topics import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
-from mqproxy.broker.metadata import GroupConfig, TopicMessageType
-from mqproxy.broker.schedule import recall_handle
-from mqproxy.broker.topics import validate_topic
-from mqproxy.broker.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
+from mqproxy.backends.embedded.schedule import recall_handle
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
+from mqproxy.facade.types import GroupConfig, TopicMessageType
 from mqproxy.grpc_service.convert import ConvertError, message_type_of, to_broker_message, to_rmq_message
 from mqproxy.grpc_service.errors import ApiError, RpcError, code_for
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
+from mqproxy.model.errors import BackendError, IllegalTopic
+from mqproxy.model.properties import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
+from mqproxy.model.topics import validate_topic
+from mqproxy.model.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
 
 __all__ = [
     "BROKER_NAME",
@@ -514,7 +514,7 @@ class MessagingService:
     async def end_transaction(self, call: Call, request: Any) -> Any:
         topic = self._topic_name(call, request.topic)
         transactions = self._service("transactions", "transactional messaging")
-        from mqproxy.broker.transactions import Resolution
+        from mqproxy.facade.types import Resolution
 
         resolution = {
             pb.TransactionResolution.COMMIT: Resolution.COMMIT,
@@ -731,7 +731,7 @@ class MessagingService:
         topic = self._topic_name(call, request.topic)
         pop = self._service("pop", "ForwardMessageToDeadLetterQueue (pop consumption)")
         retry = self._service("retry", "ForwardMessageToDeadLetterQueue (dead-letter queues)")
-        from mqproxy.broker.pop import Receipt
+        from mqproxy.backends.embedded.pop import Receipt
 
         receipt = Receipt.decode(request.receipt_handle)
         real = receipt.real_topic(group, topic)

@@ -9,7 +9,7 @@ does, filling everything the official clients need (spec §2-§4): ``backoff_pol
 ``exponential_backoff`` (the Node client crashes otherwise), ``publishing.max_body_size`` never 0 (a 0
 makes every later send fail), ``subscription.receive_batch_size`` / ``long_polling_timeout`` / ``fifo``,
 ``request_timeout`` and ``metric``. A consumer group with an administrator-set config
-(:class:`~mqproxy.broker.metadata.GroupConfig`) decides ``fifo`` (``consumeMessageOrderly``: the Java client
+(:class:`~mqproxy.backends.embedded.metadata.GroupConfig`) decides ``fifo`` (``consumeMessageOrderly``: the Java client
 never asks for it, it learns it here) and ``max_attempts`` (``retryMaxTimes + 1``), as the Apache proxy's
 ``GrpcClientSettingsManager`` does. Pure: no I/O.
 
@@ -25,9 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mqproxy.broker.metadata import GroupConfig
-from mqproxy.broker.retry import DEFAULT_MAX_RECONSUME_TIMES
+from mqproxy.backends.embedded.retry import DEFAULT_MAX_RECONSUME_TIMES
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.facade.types import GroupConfig
 
 __all__ = ["ClientRecord", "ClientRegistry", "ServerSettings", "SettingsError", "settings_reply"]
 

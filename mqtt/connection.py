@@ -31,9 +31,6 @@ from typing import Any
 
 import trio
 
-from mqproxy.broker.errors import BackendError, MessageTooLarge
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullStatus, StoredMessage
 from mqproxy.codecs.mqtt import (
     MQTT_5,
     NO_PROPERTIES,
@@ -64,14 +61,17 @@ from mqproxy.codecs.mqtt import (
     parse_topic_filter,
     topic_matches,
 )
-from mqproxy.context import ConnectionContext
+from mqproxy.model.errors import BackendError, MessageTooLarge
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.gateway import Gateway, gateway_for, now_ms, reader_filter
 from mqproxy.mqtt.mapping import decode_properties, lmq_name
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
 from mqproxy.negotiation import Detected
-from mqproxy.streams import direct_sender
+from mqproxy.runtime.context import ConnectionContext
+from mqproxy.runtime.streams import direct_sender
 
 _READ_BYTES = 65536
 _COALESCE = 256

@@ -20,11 +20,11 @@ from typing import Any
 import structlog
 import trio
 
-from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import Message, SendResult
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
+from mqproxy.model.errors import BackendError
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
@@ -56,7 +56,7 @@ def reader_filter(topic_filter: str) -> str:
 class Gateway:
     def __init__(
         self,
-        backend: Backend,
+        backend: MessageStore,
         config: MqttConfig,
         draining: trio.Event | None = None,
         auth: Authorizer = ALLOW_ALL,

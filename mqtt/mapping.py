@@ -36,8 +36,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mqproxy.broker.topics import LMQ_PREFIX, MAX_TOPIC_BYTES, SEND_FORBIDDEN_TOPICS
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Properties
+from mqproxy.model.topics import LMQ_PREFIX, MAX_TOPIC_BYTES, SEND_FORBIDDEN_TOPICS
 
 PROPERTY_MQTT_TOPIC = "MQTT_TOPIC"
 PROPERTY_MQTT_QOS = "MQTT_QOS"

@@ -1,11 +1,11 @@
-"""A read cache shared by every subscription reader of the gateway, in front of ``Backend.pull`` on LMQs.
+"""A read cache shared by every subscription reader of the gateway, in front of ``MessageStore.pull`` on LMQs.
 
 RIP-33 fan-out: all subscribers of a topic read the same light message queue, so a 1-to-N broadcast would
 cost N store reads per message. :class:`ReadCache` keeps aligned *segments* of ``segment_size``
 consecutive queue offsets (segment ``k`` holds offsets ``[k*size, (k+1)*size)``) and serves every reader
 of a segment from one store read.
 
-Contract of :meth:`ReadCache.pull` (same answer as ``Backend.pull`` without a tag filter):
+Contract of :meth:`ReadCache.pull` (same answer as ``MessageStore.pull`` without a tag filter):
 
 * A cached answer holds the messages of ``[offset, offset + n)``; it may run on into the next cached
   segments. Its ``min_offset``/``max_offset`` are those of the store read that loaded the data.
@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
 from mqproxy.codecs.mqtt import MQTT_5, NO_PROPERTIES, Publish, QoS, encode
+from mqproxy.model.errors import BackendError
+from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import MqttAttributes, decode_properties
 
 if TYPE_CHECKING:
-    from mqproxy.broker.backend import Backend
+    from mqproxy.backends.embedded.store import MessageStore
 
 #: Offsets per segment (rocketmq-mqtt's ``pullBatchSize``).
 SEGMENT_SIZE = 32
@@ -121,7 +121,7 @@ class ReadCache:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: MessageStore,
         *,
         segment_size: int = SEGMENT_SIZE,
         max_segments: int = DEFAULT_MAX_SEGMENTS,
@@ -188,7 +188,7 @@ class ReadCache:
         return memo
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
-        """Up to ``max_count`` messages of (``topic``, ``queue_id``) from ``offset``, as ``Backend.pull``."""
+        """Up to ``max_count`` messages of (``topic``, ``queue_id``) from ``offset``, as ``MessageStore.pull``."""
         if not self.enabled or max_count < 1 or offset < 0:
             self.bypasses += 1
             return await self.backend.pull(topic, queue_id, offset, max_count)

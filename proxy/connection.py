@@ -17,10 +17,10 @@ import structlog
 import trio
 
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
-from mqproxy.context import ConnectionContext, ServerState, format_addr
+from mqproxy.context import ServerState, format_addr
 from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
-from mqproxy.routes import ROUTES
-from mqproxy.streams import CountingStream, PrefixedStream
+from mqproxy.runtime.context import ConnectionContext
+from mqproxy.runtime.streams import CountingStream, PrefixedStream
 
 _log = structlog.get_logger("mqproxy.conn")
 
@@ -102,14 +102,22 @@ async def handle_connection(
     wire = CountingStream(raw)
     peer, local = _peer_of(raw) if isinstance(raw, trio.SocketStream) else (("memory", 0), ("memory", 0))
     structlog.contextvars.bind_contextvars(conn_id=conn_id)
-    ctx = ConnectionContext(conn_id=conn_id, peer=peer, local=local, server=server, log=_log)
+    ctx = ConnectionContext(
+        conn_id=conn_id,
+        peer=peer,
+        local=local,
+        draining=server.draining,
+        recorder=server.recorder,
+        log=_log,
+        server=server,
+    )
     server.connection_opened()
     _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))
     negotiated = False
     sniff_ms = 0.0
     stream: trio.abc.Stream | None = None
     try:
-        stream, detected = await _negotiate(wire, ctx, ssl_context)
+        stream, detected = await _negotiate(wire, ctx, server, ssl_context)
         sniff_ms = (time.monotonic() - started) * 1000
         ctx.protocol = detected.protocol.value
         structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
@@ -125,7 +133,8 @@ async def handle_connection(
         negotiated = True
         server.metrics.connections_total.labels(ctx.protocol).inc()
         server.metrics.connections_open.labels(ctx.protocol).inc()
-        await ROUTES[detected.protocol](stream, ctx, detected)
+        assert server.protocols is not None, "the server builds its protocols before it accepts"
+        await server.protocols.route(detected.protocol).serve(stream, ctx, detected)
     except Rejected as rej:
         sniff_ms = (time.monotonic() - started) * 1000
         server.metrics.negotiation_failures.labels(rej.reason).inc()
@@ -174,11 +183,11 @@ async def handle_connection(
 
 
 async def _negotiate(
-    wire: CountingStream, ctx: ConnectionContext, ssl_context: ssl.SSLContext | None
+    wire: CountingStream, ctx: ConnectionContext, server: ServerState, ssl_context: ssl.SSLContext | None
 ) -> tuple[trio.abc.Stream, Detected]:
     """Sniff (and unwrap PROXY/TLS); return the stream to hand over, prefix replayed, and the verdict."""
-    max_bytes = ctx.settings.server.max_sniff_bytes
-    timeout_s = ctx.settings.server.sniff_timeout_s
+    max_bytes = server.settings.server.max_sniff_bytes
+    timeout_s = server.settings.server.sniff_timeout_s
     sniffer = _Sniffer(wire, max_bytes, timeout_s, bytearray())
     allowed = _OUTER
     while True:
@@ -204,7 +213,7 @@ async def _negotiate(
         raise Rejected("tls_not_configured", "TLS ClientHello received but tls.cert_file is not set")
     tls = trio.SSLStream(PrefixedStream(wire, bytes(sniffer.buf)), ssl_context, server_side=True)
     try:
-        with trio.fail_after(ctx.settings.server.tls_handshake_timeout_s):
+        with trio.fail_after(server.settings.server.tls_handshake_timeout_s):
             await tls.do_handshake()
     except trio.TooSlowError:
         raise Rejected("tls_handshake_timeout", "") from None

@@ -1,8 +1,5 @@
-"""Per-connection and per-process state handed to protocol handlers.
-
-:class:`ConnectionContext` is what a handler knows about its connection: ids, addresses, TLS, the
-shared :class:`ServerState`, counters it updates, and the request-event helper (sampled per settings).
-"""
+"""Per-process server state: settings, the broker facade, readiness, drain signal, connection accounting,
+metrics; and the request recorder every connection's context reports to."""
 
 from __future__ import annotations
 
@@ -11,13 +8,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import structlog
 import trio
 
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
-    from mqproxy.broker.backend import Backend
+    from mqproxy.backends.embedded.store import MessageStore
+    from mqproxy.facade.api import BrokerFacade
+    from mqproxy.routes import Protocols
     from mqproxy.settings import Settings
 
 
@@ -26,7 +24,7 @@ class ServerState:
     """Process-wide state: settings, backend, readiness, drain signal and connection accounting."""
 
     settings: Settings
-    backend: Backend
+    backend: MessageStore
     backend_name: str
     advertised: tuple[str, int] = ("127.0.0.1", 0)
     ready: bool = False
@@ -36,11 +34,16 @@ class ServerState:
     all_closed: trio.Event = field(default_factory=trio.Event)
     started_monotonic: float = field(default_factory=time.monotonic)
     metrics: Metrics = field(default_factory=lambda: Metrics())
+    #: The broker facade every protocol calls (set once the backend is open).
+    broker: BrokerFacade | None = None
+    #: The protocol services connections are routed to (set once the broker is open).
+    protocols: Protocols | None = None
     #: Protocol-specific shared registries (e.g. the remoting group registry), keyed by protocol name.
     registries: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.metrics.watch_registries(self.registries)
+        self.recorder = ServerRecorder(self)
 
     def connection_opened(self) -> None:
         self.open_connections += 1
@@ -53,51 +56,27 @@ class ServerState:
             self.all_closed.set()
 
 
-@dataclass(eq=False)
-class ConnectionContext:
-    """What a protocol handler knows about its connection. Handlers bump ``requests`` and set ``error``."""
+class ServerRecorder:
+    """The :class:`~mqproxy.runtime.context.RequestRecorder` of a server: one count and latency
+    observation per request in ``/metrics``, and the ``request`` event sampled by ``log.request_sample_rate``."""
 
-    conn_id: str
-    peer: tuple[str, int]
-    local: tuple[str, int]
-    server: ServerState
-    log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
-    protocol: str | None = None
-    tls: bool = False
-    alpn: str | None = None
-    proxied: bool = False
-    requests: int = 0
-    error: str | None = None
-    detail: str | None = None
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
 
-    @property
-    def settings(self) -> Settings:
-        return self.server.settings
-
-    @property
-    def backend(self) -> Backend:
-        return self.server.backend
-
-    @property
-    def draining(self) -> trio.Event:
-        return self.server.draining
-
-    def request_event(self, **fields: Any) -> None:
-        """Count one request and log a ``request`` event, sampled by ``log.request_sample_rate``."""
-        self.requests += 1
+    def record(self, protocol: str | None, log: Any, fields: dict[str, Any]) -> None:
         op = str(fields.get("op", "?"))
         if op.startswith("UNKNOWN_"):
             op = "UNKNOWN"  # bounded label set: unknown codes share one series
-        counter, histogram = self.server.metrics.request_series(
-            self.protocol or "unknown", op, fields.get("outcome", "ok")
+        counter, histogram = self._state.metrics.request_series(
+            protocol or "unknown", op, fields.get("outcome", "ok")
         )
         counter.inc()
         latency_ms = fields.get("latency_ms")
         if latency_ms is not None:
             histogram.observe(latency_ms / 1000)
-        rate = self.server.settings.log.request_sample_rate
+        rate = self._state.settings.log.request_sample_rate
         if rate >= 1.0 or (rate > 0.0 and random.random() < rate):
-            self.log.info("request", protocol=self.protocol, **fields)
+            log.info("request", protocol=protocol, **fields)
 
 
 def format_addr(addr: tuple[str, int] | Any) -> str:

@@ -18,11 +18,12 @@ import orjson
 import structlog
 import trio
 
-from mqproxy.context import ConnectionContext, receive_unless_draining
+from mqproxy.context import receive_unless_draining
 from mqproxy.metrics import refresh_backend_metrics, render_metrics
 from mqproxy.mqtt.connection import serve_mqtt
 from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.negotiation import Detected, Protocol
+from mqproxy.runtime.context import ConnectionContext
 from mqproxy.websocket import WebSocketStream, is_websocket_upgrade, upgrade_response
 
 MAX_HEADER_BYTES = 16 * 1024
@@ -126,7 +127,7 @@ async def _upgrade_to_mqtt(
             ctx.error, ctx.detail = "bad_http_request", str(exc)
             return
         if next_event is h11.NEED_DATA:
-            idle_s = ctx.settings.server.idle_timeout_s
+            idle_s = ctx.server.settings.server.idle_timeout_s
             data = await receive_unless_draining(stream, READ_CHUNK, ctx.server, idle_s)
             if data is None:
                 return
@@ -157,7 +158,7 @@ async def _upgrade_to_mqtt(
 
 async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-    idle_s = ctx.settings.server.idle_timeout_s
+    idle_s = ctx.server.settings.server.idle_timeout_s
     while True:
         try:
             event = conn.next_event()

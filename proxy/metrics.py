@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.internal_topics import REVIVE_GROUP, SCHEDULE_GROUP, TRANSACTION_GROUP
+from mqproxy.model.errors import BackendError
+from mqproxy.model.properties import REVIVE_GROUP, SCHEDULE_GROUP, TRANSACTION_GROUP
 
 #: Groups the broker services use for their own progress; not consumer lag anyone acts on.
 INTERNAL_GROUPS = frozenset({SCHEDULE_GROUP, REVIVE_GROUP, TRANSACTION_GROUP})

@@ -11,11 +11,12 @@ import functools
 
 import trio
 
-from mqproxy.context import ConnectionContext, ServerState
+from mqproxy.context import ServerState
 from mqproxy.mqtt.gateway import rocketmq_dispatch
 from mqproxy.negotiation import Detected
 from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.runtime.context import ConnectionContext
 
 _KEY = "remoting"
 #: Registry keys shared with :mod:`mqproxy.server`.
@@ -51,7 +52,7 @@ def remoting_context(server: ServerState) -> ServerContext:
 async def serve_remoting_connection(
     stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected
 ) -> None:
-    settings = ctx.settings
+    settings = ctx.server.settings
     limits = ConnectionLimits(
         max_frame_bytes=settings.remoting.max_frame_bytes,
         idle_timeout_s=settings.server.idle_timeout_s,
@@ -64,7 +65,7 @@ async def serve_remoting_connection(
     try:
         await serve_remoting(
             stream,
-            ctx.backend,
+            ctx.server.backend,
             remoting_context(ctx.server),
             peer=ctx.peer,
             on_request=on_request,

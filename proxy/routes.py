@@ -1,28 +1,73 @@
-"""The route table: sniffed protocol → connection handler. Adding a protocol is one entry here plus
-one detector in :mod:`mqproxy.negotiation`.
+"""The one registry of protocol handlers: sniffed protocol → :class:`~mqproxy.runtime.handlers.ProtocolService`.
 
-A handler owns the (prefix-replaying) stream until it returns; the caller closes it and logs
-``conn.closed`` from the context's counters.
+:func:`build_protocols` makes one service per protocol when the server starts; adding a protocol is one
+entry here plus one detector in :mod:`mqproxy.negotiation`. A service owns the (prefix-replaying) stream
+until ``serve`` returns; the caller closes it and logs ``conn.closed`` from the context's counters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
-from mqproxy.context import ConnectionContext
+from mqproxy.context import ServerState
 from mqproxy.grpc_service.connection import serve_grpc
 from mqproxy.http import serve_http
 from mqproxy.mqtt.connection import serve_mqtt
 from mqproxy.negotiation import Detected, Protocol
 from mqproxy.remoting_route import serve_remoting_connection
+from mqproxy.runtime.context import ConnectionContext
+from mqproxy.runtime.handlers import ProtocolService
 
-Handler = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[None]]
+__all__ = ["Protocols", "build_protocols"]
 
-ROUTES: Mapping[Protocol, Handler] = {
-    Protocol.REMOTING: serve_remoting_connection,
-    Protocol.MQTT: serve_mqtt,
-    Protocol.GRPC: serve_grpc,
-    Protocol.HTTP: serve_http,
+_Serve = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[None]]
+
+
+class _Function:
+    """A protocol served by one function that reads what it needs from the connection context."""
+
+    def __init__(self, serve: _Serve) -> None:
+        self._serve = serve
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+
+    async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+        await self._serve(stream, ctx, detected)
+
+
+@dataclass(frozen=True, slots=True)
+class Protocols:
+    """The server's protocol services, one per negotiated protocol."""
+
+    remoting: ProtocolService
+    mqtt: ProtocolService
+    grpc: ProtocolService
+    http: ProtocolService
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter((self.remoting, self.mqtt, self.grpc, self.http))
+
+    def route(self, protocol: Protocol) -> ProtocolService:
+        return _ROUTES[protocol](self)
+
+
+_ROUTES: dict[Protocol, Callable[[Protocols], ProtocolService]] = {
+    Protocol.REMOTING: lambda p: p.remoting,
+    Protocol.MQTT: lambda p: p.mqtt,
+    Protocol.GRPC: lambda p: p.grpc,
+    Protocol.HTTP: lambda p: p.http,
 }
+
+
+def build_protocols(state: ServerState) -> Protocols:
+    """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
+    return Protocols(
+        remoting=_Function(serve_remoting_connection),
+        mqtt=_Function(serve_mqtt),
+        grpc=_Function(serve_grpc),
+        http=_Function(serve_http),
+    )

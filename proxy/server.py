@@ -20,17 +20,19 @@ import structlog
 import trio
 
 from mqproxy import __version__
-from mqproxy.backends import open_backend
-from mqproxy.broker.lmq_sweeper import run_lmq_sweeper
-from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.transactions import TransactionCheck
+from mqproxy.backend_setup import open_backend
+from mqproxy.backends.embedded.broker import open_embedded_broker
+from mqproxy.backends.embedded.lmq_sweeper import run_lmq_sweeper
+from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
+from mqproxy.facade.types import TransactionCheck
 from mqproxy.grpc_service.connection import grpc_service
 from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
 from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.mqtt.mapping import RETAINED_LMQ
 from mqproxy.remoting_route import REMOTING_CHECK_BACK_KEY, SERVICES_KEY, remoting_context
+from mqproxy.routes import build_protocols
 from mqproxy.settings import BrokerSettings, Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
 
@@ -119,10 +121,16 @@ async def serve(
             sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
             return bool(sender is not None and await sender(check))
 
-        async with open_services(
-            backend, service_settings(settings.broker), check_back=check_back
-        ) as services:
-            state.registries[SERVICES_KEY] = services
+        async with open_embedded_broker(
+            backend,
+            service_settings(settings.broker),
+            auto_create_topics=settings.store.auto_create_topics,
+            default_queue_count=settings.store.default_queue_count,
+        ) as broker:
+            broker.add_check_back(check_back)
+            state.broker = broker
+            state.registries[SERVICES_KEY] = broker.services
+            state.protocols = build_protocols(state)
             await _serve_state(
                 settings, state, bound, listener, ssl_context, install_signal_handlers, task_status
             )
@@ -193,6 +201,9 @@ async def _serve_state(
             root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
         if settings.store.lmq_idle_seconds > 0:
             root.start_soon(_sweep_idle_lmqs, state)
+        assert state.protocols is not None
+        for service in state.protocols:
+            await root.start(service.run)
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as accepting:
                 accepting.start_soon(_accept_loop, listener, state, ssl_context, connections)

@@ -2,11 +2,11 @@
 mqproxy.remoting
 ~~~~~~~~~~~~~~~~
 
-The RocketMQ 4.x remoting protocol on top of the :class:`~mqproxy.broker.backend.Backend`: a per-
+The RocketMQ 4.x remoting protocol on top of the :class:`~mqproxy.backends.embedded.store.MessageStore`: a per-
 connection :class:`RemotingSession` (no I/O; one handler per request code) and the trio driver
 :func:`serve_remoting` with the server-wide :class:`ConnectionRegistry` of consumer-group and
 producer-group connections (``ConnectionRegistry.check_transaction`` is the transaction check-back
-sender for :class:`~mqproxy.broker.services.BrokerServices`).
+sender for :class:`~mqproxy.backends.embedded.services.BrokerServices`).
 """
 
 from __future__ import annotations

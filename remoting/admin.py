@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Protocol
 
-from mqproxy.codecs.message_id import MessageIdError, parse_offset_msg_id
 from mqproxy.codecs.message_record import encode_record
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.ids import MessageIdError, parse_offset_msg_id
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields

@@ -2,7 +2,7 @@
 mqproxy.remoting.assignment
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-Server-side rebalancing (:mod:`mqproxy.broker.assignment`) over remoting.
+Server-side rebalancing (:mod:`mqproxy.backends.embedded.assignment`) over remoting.
 
 * SET_MESSAGE_REQUEST_MODE (401, ``mqadmin setConsumeMode``): body ``{"topic", "consumerGroup", "mode":
   "PULL"|"POP", "popShareQueueNum"}``. A retry topic is NO_PERMISSION "retry topic is not allowed to set
@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from mqproxy.broker.assignment import RequestMode, assign, effective_mode
-from mqproxy.broker.topics import RETRY_PREFIX, is_lmq
+from mqproxy.backends.embedded.assignment import assign, effective_mode
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import RequestMode
+from mqproxy.model.topics import RETRY_PREFIX, is_lmq
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply

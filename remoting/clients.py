@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from mqproxy.broker.sql92 import Sql92Error, compile_sql92
-from mqproxy.broker.topics import RETRY_PREFIX
-from mqproxy.broker.types import ConsumerInfo, Subscription
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.sql92 import Sql92Error, compile_sql92
+from mqproxy.model.topics import RETRY_PREFIX
+from mqproxy.model.types import ConsumerInfo, Subscription
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_group_header, parse_unregister_header
 from mqproxy.remoting.reply import Note, Reply

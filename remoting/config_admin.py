@@ -3,7 +3,7 @@ mqproxy.remoting.config_admin
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 The admin requests that set consumer-group metadata (what ``mqadmin updateSubGroup -b`` /
-``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.broker.metadata.BrokerMetadata`
+``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.backends.embedded.metadata.BrokerMetadata`
 (UPDATE_AND_CREATE_TOPIC, which also sets a topic's message type, is in :mod:`.topic_admin`):
 
 * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = RocketMQ's ``SubscriptionGroupConfig`` as JSON
@@ -19,19 +19,13 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from mqproxy.broker.errors import IllegalTopic
-from mqproxy.broker.metadata import GroupConfig, TopicMessageType, parse_topic_attributes
-from mqproxy.broker.topics import (
-    AUTO_CREATE_TEMPLATE_TOPIC,
-    LMQ_PREFIX,
-    MAX_QUEUE_COUNT,
-    SYSTEM_TOPIC_PREFIX,
-    is_retry_or_dlq,
-    is_send_forbidden,
-    validate_topic,
-)
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import GroupConfig
+from mqproxy.model.errors import IllegalTopic
+from mqproxy.model.topics import (
+    validate_topic,
+)
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields
 from mqproxy.remoting.reply import Note, Reply

@@ -7,7 +7,7 @@ connections. Entry point (the only thing the server calls)::
 
     async def serve_remoting(
         stream: trio.abc.Stream,
-        backend: Backend,
+        backend: MessageStore,
         ctx: ServerContext,                 # ctx.groups should be the server's ConnectionRegistry
         *,
         peer: tuple[str, int] = ("127.0.0.1", 0),
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 import trio
 
-from mqproxy.broker.backend import Backend
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
     FLAG_ONEWAY,
@@ -55,7 +55,7 @@ from mqproxy.remoting.session import RemotingSession
 from mqproxy.remoting.transactions import check_command
 
 if TYPE_CHECKING:
-    from mqproxy.broker.transactions import TransactionCheck
+    from mqproxy.facade.types import TransactionCheck
 
 __all__ = [
     "ConnectionLimits",
@@ -113,7 +113,7 @@ class ConnectionRegistry:
     Each (group, client id) is owned by the connection that last heartbeated it, so a client that
     reconnected is not unregistered when its old connection is finally noticed dead.
 
-    :meth:`check_transaction` is a :data:`~mqproxy.broker.transactions.CheckBack`: pass it to
+    :meth:`check_transaction` is a :data:`~mqproxy.backends.embedded.transactions.CheckBack`: pass it to
     ``BrokerServices(check_back=registry.check_transaction)``.
     """
 
@@ -297,7 +297,7 @@ class RemotingConnection:
 
 async def serve_remoting(
     stream: trio.abc.Stream,
-    backend: Backend,
+    backend: MessageStore,
     ctx: ServerContext,
     *,
     peer: tuple[str, int] = ("127.0.0.1", 0),

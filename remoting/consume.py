@@ -7,12 +7,12 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
 * Filter: the request's ``subscription`` when sysFlag has the subscription bit (0x4), else the
   subscription the group's heartbeat registered for the topic (SUBSCRIPTION_NOT_EXIST (24) if none);
   its type is the request's ``expressionType``, else the registered one. TAG expressions filter in the
-  backend; SQL92 ones (:mod:`mqproxy.broker.sql92`) filter what the backend read, so a batch whose every
+  backend; SQL92 ones (:mod:`mqproxy.model.sql92`) filter what the backend read, so a batch whose every
   message fails the expression moves the cursor on like a tag mismatch. An expression that does not
   compile, or another type, is SUBSCRIPTION_PARSE_FAILED (23).
 * Commit: with the commit bit (0x1) a non-negative ``commitOffset`` is stored for the group first.
 * Long polling: with the suspend bit (0x2) a pull that finds nothing waits on
-  ``Backend.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
+  ``MessageStore.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
   ``ServerContext.long_poll_max_s``) and re-reads when a message arrives; messages that do not match
   the filter move the cursor on and the wait continues. Expiry answers PULL_NOT_FOUND (19).
 * Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from mqproxy.broker.sql92 import Sql92Error, Sql92Filter, compile_sql92
-from mqproxy.broker.types import PullResult, PullStatus, Subscription, TagFilter
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.sql92 import Sql92Error, Sql92Filter, compile_sql92
+from mqproxy.model.types import PullResult, PullStatus, Subscription, TagFilter
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import PullHeader, parse_pull_header
 from mqproxy.remoting.reply import Note, Reply

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from mqproxy.broker.errors import BackendError
-from mqproxy.broker.types import ConsumerInfo, PullStatus
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.errors import BackendError
+from mqproxy.model.types import ConsumerInfo, PullStatus
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields

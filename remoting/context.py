@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mqproxy.codecs.message_id import MessageIdError, pack_ip
+from mqproxy.model.ids import MessageIdError, pack_ip
 from mqproxy.remoting.locks import QueueLockTable
 
 if TYPE_CHECKING:
-    from mqproxy.broker.services import BrokerServices
+    from mqproxy.backends.embedded.services import BrokerServices
 
 #: The broker name and cluster every route names (one logical broker: this proxy, spec §8.3).
 BROKER_NAME = "broker-a"

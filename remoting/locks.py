@@ -13,7 +13,7 @@ its clients' locks at once. UNLOCK releases the client's locks (often oneway). A
 heartbeated on this connection may lock and unlock only for the consumer groups it joined
 (NO_PERMISSION otherwise); a client that has not heartbeated yet (a fresh connection) is trusted.
 
-The table is ``ServerContext.services.locks`` (:class:`~mqproxy.broker.locks.QueueLocks`, shared with
+The table is ``ServerContext.services.locks`` (:class:`~mqproxy.backends.embedded.locks.QueueLocks`, shared with
 gRPC; queues keyed by topic and queue id) when broker services run, else the remoting-only
 :class:`QueueLockTable` of :class:`~mqproxy.remoting.context.ServerContext`.
 """
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.broker.locks import QueueRef as ServiceQueueRef
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import QueueRef as ServiceQueueRef
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
 

@@ -2,7 +2,7 @@
 mqproxy.remoting.pop
 ~~~~~~~~~~~~~~~~~~~~
 
-Pop consumption over remoting (spec §3.16-§3.20, §6), on :class:`~mqproxy.broker.pop.PopService`.
+Pop consumption over remoting (spec §3.16-§3.20, §6), on :class:`~mqproxy.backends.embedded.pop.PopService`.
 
 * POP_MESSAGE (200050): ``queueId`` -1 pops every queue (random start, plus the pop retry topic);
   ``maxMsgNums`` outside 1..32 or ``invisibleTime`` <= 0 -> INVALID_PARAMETER; only TAG expressions
@@ -43,15 +43,15 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.broker.errors import QueueNotFound
-from mqproxy.broker.internal_topics import PROPERTY_POP_CK
-from mqproxy.broker.pop import MAX_POP_BATCH, AckOutcome, InitMode
-from mqproxy.broker.receipts import PopResult, Receipt, pop_retry_topic
-from mqproxy.broker.service_errors import MalformedReceipt
-from mqproxy.broker.types import TagFilter
+from mqproxy.backends.embedded.pop import MAX_POP_BATCH
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import AckOutcome, InitMode
+from mqproxy.model.errors import MalformedReceipt, QueueNotFound
+from mqproxy.model.properties import PROPERTY_POP_CK
+from mqproxy.model.receipts import PopResult, Receipt, pop_retry_topic
+from mqproxy.model.types import TagFilter
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import HeaderError, RequestError
 from mqproxy.remoting.headers import (

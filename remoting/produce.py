@@ -35,25 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.broker.errors import IllegalTopic, QueueNotFound, TopicNotFound
-from mqproxy.broker.internal_topics import PROPERTY_PRODUCER_GROUP
-from mqproxy.broker.services import is_half
-from mqproxy.broker.topics import (
-    DLQ_PREFIX,
-    MAX_TOPIC_BYTES,
-    RETRY_PREFIX,
-    is_lmq,
-    is_send_forbidden,
-    validate_topic,
-)
-from mqproxy.broker.types import (
-    PROPERTY_DELAY_LEVEL,
-    PROPERTY_INNER_MULTI_DISPATCH,
-    PROPERTY_UNIQ_KEY,
-    Message,
-    SendResult,
-)
-from mqproxy.codecs.message_id import MessageIdError, new_uniq_key, offset_msg_id
+from mqproxy.backends.embedded.services import is_half
 from mqproxy.codecs.message_record import (
     MAX_PROPERTIES_BYTES,
     RecordError,
@@ -62,13 +44,31 @@ from mqproxy.codecs.message_record import (
 )
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.errors import IllegalTopic, QueueNotFound, TopicNotFound
+from mqproxy.model.ids import MessageIdError, new_uniq_key, offset_msg_id
+from mqproxy.model.properties import PROPERTY_PRODUCER_GROUP
+from mqproxy.model.topics import (
+    DLQ_PREFIX,
+    MAX_TOPIC_BYTES,
+    RETRY_PREFIX,
+    is_lmq,
+    is_send_forbidden,
+    validate_topic,
+)
+from mqproxy.model.types import (
+    PROPERTY_DELAY_LEVEL,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    SendResult,
+)
 from mqproxy.remoting.context import CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import SendHeader, parse_send_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
-    from mqproxy.broker.services import BrokerServices
+    from mqproxy.backends.embedded.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
 PROPERTY_CLUSTER: Final = "CLUSTER"
@@ -182,7 +182,7 @@ def _check_topic(topic: str) -> None:
 
 
 def _is_half_message(header: SendHeader, properties: dict[str, str]) -> bool:
-    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1; :func:`~mqproxy.broker.services.is_half`). Without
+    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1; :func:`~mqproxy.backends.embedded.services.is_half`). Without
     broker services such a message is refused like a broker with ``rejectTransactionMessage`` rather than
     delivered uncommitted."""
     return is_half(header.sys_flag, properties, header.reconsume_times)

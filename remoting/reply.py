@@ -5,7 +5,7 @@ mqproxy.remoting.reply
 The two values every request handler works with: :class:`Reply` (what to answer) and :class:`Note`
 (facts about the request for its log event). Handlers are
 ``async def handler(session, request, note) -> Reply`` and may raise
-:class:`~mqproxy.remoting.errors.RequestError` or :class:`~mqproxy.broker.errors.BackendError` instead.
+:class:`~mqproxy.remoting.errors.RequestError` or :class:`~mqproxy.model.errors.BackendError` instead.
 """
 
 from __future__ import annotations

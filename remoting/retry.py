@@ -2,7 +2,7 @@
 mqproxy.remoting.retry
 ~~~~~~~~~~~~~~~~~~~~~~
 
-CONSUMER_SEND_MSG_BACK (36), spec §3.10 and §7.2, on :class:`~mqproxy.broker.retry.RetryService`.
+CONSUMER_SEND_MSG_BACK (36), spec §3.10 and §7.2, on :class:`~mqproxy.backends.embedded.retry.RetryService`.
 
 The consumed message is found by its commit-log offset (``offset``, the record's PHYSICALOFFSET); a
 miss, or an offset that points into an internal topic, answers SYSTEM_ERROR "look message by offset
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mqproxy.broker.topics import SYSTEM_TOPIC_PREFIX, is_send_forbidden
-from mqproxy.codecs.message_id import offset_msg_id
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.ids import offset_msg_id
+from mqproxy.model.topics import SYSTEM_TOPIC_PREFIX, is_send_forbidden
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_send_back_header
 from mqproxy.remoting.reply import Note, Reply

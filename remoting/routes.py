@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from mqproxy.broker.errors import IllegalTopic
-from mqproxy.broker.topics import AUTO_CREATE_TEMPLATE_TOPIC, RETRY_PREFIX, validate_topic
-from mqproxy.broker.types import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.model.errors import IllegalTopic
+from mqproxy.model.topics import AUTO_CREATE_TEMPLATE_TOPIC, RETRY_PREFIX, validate_topic
+from mqproxy.model.types import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 from mqproxy.remoting.context import BROKER_NAME, CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_topic_header

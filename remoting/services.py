@@ -2,7 +2,7 @@
 mqproxy.remoting.services
 ~~~~~~~~~~~~~~~~~~~~~~~~~
 
-Access to the server's :class:`~mqproxy.broker.services.BrokerServices` from handlers.
+Access to the server's :class:`~mqproxy.backends.embedded.services.BrokerServices` from handlers.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.remoting.errors import RequestError
 
 if TYPE_CHECKING:
-    from mqproxy.broker.services import BrokerServices
+    from mqproxy.backends.embedded.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
 

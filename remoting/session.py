@@ -7,7 +7,7 @@ The remoting protocol session: one per connection, no I/O of its own.
 :class:`RemotingSession` owns what the protocol learns about a connection (client id, language and
 version from heartbeats, the consumer groups it joined, the server->client opaque counter) and answers
 requests through a dispatch table ``{RequestCode: handler}``. It talks to storage only through the
-:class:`~mqproxy.broker.backend.Backend` protocol and to other connections only through
+:class:`~mqproxy.backends.embedded.store.MessageStore` protocol and to other connections only through
 :class:`~mqproxy.remoting.context.GroupMembership`.
 
 Two entry points, one core:
@@ -31,26 +31,24 @@ from typing import Any, Final
 import structlog
 import trio
 
-from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import (
+from mqproxy.backends.embedded.store import MessageStore
+from mqproxy.codecs.remoting import RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.errors import (
     BackendError,
     IllegalTopic,
-    MessageTooLarge,
-    QueueNotFound,
-    StoreUnavailable,
-    TopicNotFound,
-)
-from mqproxy.broker.service_errors import (
     InvalidArgument,
     InvalidDelay,
     MalformedReceipt,
     MessageAlreadyAcked,
+    MessageTooLarge,
     OffsetOutOfRange,
+    QueueNotFound,
     ReceiptExpired,
+    StoreUnavailable,
+    TopicNotFound,
     TransactionCheckWindowClosed,
 )
-from mqproxy.codecs.remoting import RemotingCommand, encode_command
-from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting import (
     admin,
     assignment,
@@ -126,7 +124,7 @@ HANDLERS: Final[dict[int, Handler]] = {
 }
 
 #: BackendError subclass -> response code (spec §2, §3.2, §3.3, §3.17, §3.19; the broker services'
-#: errors per :mod:`mqproxy.broker.service_errors`). Others (MessageNotFound, TransactionNotFound,
+#: errors per :mod:`mqproxy.model.errors`). Others (MessageNotFound, TransactionNotFound,
 #: TransactionAlreadyResolved, TransactionGroupMismatch, ...): SYSTEM_ERROR.
 _BACKEND_CODES: Final[dict[type[BackendError], ResponseCode]] = {
     TopicNotFound: ResponseCode.TOPIC_NOT_EXIST,
@@ -224,7 +222,7 @@ class RemotingSession:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: MessageStore,
         ctx: ServerContext,
         *,
         conn: object | None = None,

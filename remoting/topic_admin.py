@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from mqproxy.broker.metadata import TopicMessageType, parse_topic_attributes
-from mqproxy.broker.topics import MAX_RETRY_TOPIC_BYTES, MAX_TOPIC_BYTES, SYSTEM_TOPIC_PREFIX, is_retry_or_dlq
-from mqproxy.broker.types import TopicConfig
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.types import TopicMessageType, parse_topic_attributes
+from mqproxy.model.topics import MAX_RETRY_TOPIC_BYTES, MAX_TOPIC_BYTES, SYSTEM_TOPIC_PREFIX, is_retry_or_dlq
+from mqproxy.model.types import TopicConfig
 from mqproxy.remoting.context import BROKER_NAME, CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields

@@ -3,7 +3,7 @@ mqproxy.remoting.transactions
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 Transactional messages over remoting (spec §3.11, §3.13, §7.1), on
-:class:`~mqproxy.broker.transactions.TransactionService`.
+:class:`~mqproxy.backends.embedded.transactions.TransactionService`.
 
 * A SEND with sysFlag PREPARED or ``TRAN_MSG=true`` stores a half message (see :mod:`.produce`); the
   send response's ``msgId`` encodes the half record's commit-log offset and ``queueOffset`` is its
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.broker.transactions import Resolution, TransactionCheck
-from mqproxy.broker.types import PROPERTY_UNIQ_KEY
-from mqproxy.codecs.message_id import offset_msg_id
 from mqproxy.codecs.message_record import encode_record
 from mqproxy.codecs.remoting import FLAG_ONEWAY, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.types import Resolution, TransactionCheck
+from mqproxy.model.ids import offset_msg_id
+from mqproxy.model.types import PROPERTY_UNIQ_KEY
 from mqproxy.remoting.context import BROKER_NAME, ServerContext
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_end_transaction_header

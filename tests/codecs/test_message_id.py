@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.codecs.message_id import MessageIdError, new_uniq_key, offset_msg_id, parse_offset_msg_id
+from mqproxy.model.ids import MessageIdError, new_uniq_key, offset_msg_id, parse_offset_msg_id
 
 
 def test_offset_msg_id_ipv4_golden() -> None:

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.broker.types import StoredMessage
 from mqproxy.codecs.message_record import (
     MAGIC_V1,
     MAGIC_V2,
@@ -26,6 +25,7 @@ from mqproxy.codecs.message_record import (
     encode_records,
 )
 from mqproxy.codecs.remoting import RemotingCodecError
+from mqproxy.model.types import StoredMessage
 
 
 def _msg(**overrides: object) -> StoredMessage:

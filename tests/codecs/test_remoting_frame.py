@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import ast
-import pathlib
 import struct
 
 import orjson
@@ -575,21 +573,6 @@ def test_round_trip_property(
 # --- sans-IO discipline ------------------------------------------------------------------------------
 
 _FORBIDDEN = {"trio", "socket", "ssl", "time", "asyncio"}
-
-
-def test_codec_modules_import_no_io() -> None:
-    root = pathlib.Path(__file__).resolve().parents[2] / "codecs"
-    for name in ("remoting.py", "remoting_codes.py", "message_record.py", "message_id.py"):
-        tree = ast.parse((root / name).read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                modules = [node.module or ""]
-            else:
-                continue
-            for module in modules:
-                assert module.split(".")[0] not in _FORBIDDEN, f"{name} imports {module}"
 
 
 def test_accepts_bytearray_and_memoryview_chunks() -> None:

@@ -1,4 +1,4 @@
-"""Codecs and the sniffer are sans-IO: they must not import I/O, clocks or event loops."""
+"""The message model, codecs and the sniffer are sans-IO: they must not import I/O, clocks or event loops."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_DIRS = ["codecs", "negotiation"]
+PURE_DIRS = ["model", "codecs", "negotiation"]
 FORBIDDEN = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
 
 

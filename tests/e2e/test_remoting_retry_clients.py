@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import trio
 
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import ServiceSettings, open_services
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import ServiceSettings, open_services
 from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
 

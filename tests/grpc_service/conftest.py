@@ -23,13 +23,14 @@ import structlog
 import trio
 import trio.testing
 
-from mqproxy.broker.internal_topics import trio_clock_ms
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import open_services
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.context import ConnectionContext, ServerState
+from mqproxy.context import ServerState
 from mqproxy.grpc_service.connection import ConnectionLimits, GrpcConnectionDriver
 from mqproxy.grpc_service.service import MessagingService
+from mqproxy.runtime.context import ConnectionContext
 from mqproxy.settings import Settings
 
 PREFIX = f"/{pb.SERVICE}/"
@@ -237,6 +238,8 @@ class GrpcEnv:
             peer=("127.0.0.1", 40000 + len(self.contexts)),
             local=("127.0.0.1", 9876),
             server=self.server,
+            draining=self.server.draining,
+            recorder=self.server.recorder,
             protocol="grpc",
         )
         self.contexts.append(ctx)

@@ -296,11 +296,12 @@ async def test_many_concurrent_streams_bounded(grpc_env: GrpcEnv, streams: int) 
 
 async def test_garbage_preface_gets_goaway(grpc_env: GrpcEnv) -> None:
     client_stream, server_stream = trio.testing.memory_stream_pair()
-    from mqproxy.context import ConnectionContext
     from mqproxy.grpc_service.connection import GrpcConnectionDriver
+    from mqproxy.runtime.context import ConnectionContext
 
     ctx = ConnectionContext(
-        conn_id="bad", peer=("127.0.0.1", 1), local=("127.0.0.1", 2), server=grpc_env.server
+        conn_id="bad", peer=("127.0.0.1", 1), local=("127.0.0.1", 2), server=grpc_env.server,
+        draining=grpc_env.server.draining,
     )
     driver = GrpcConnectionDriver(server_stream, ctx, grpc_env.service)
 

@@ -12,7 +12,6 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.broker.types import StoredMessage
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.grpc_service.convert import (
     ConvertError,
@@ -21,6 +20,7 @@ from mqproxy.grpc_service.convert import (
     to_rmq_message,
 )
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
+from mqproxy.model.types import StoredMessage
 
 HOST = ("10.1.2.3", 5555)
 LIMIT = 1024

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqproxy.broker.metadata import GroupConfig, TopicMessageType
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.facade.types import GroupConfig, TopicMessageType
 
 from .test_grpc_rpcs import message, receive, send
 

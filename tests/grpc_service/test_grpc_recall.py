@@ -8,7 +8,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from mqproxy.broker.schedule import recall_handle
+from mqproxy.backends.embedded.schedule import recall_handle
 from mqproxy.codecs import rocketmq_v2 as pb
 
 from ..conftest import wait_until  # type: ignore[import-not-found]

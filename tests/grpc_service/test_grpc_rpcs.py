@@ -10,9 +10,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from mqproxy.broker.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.grpc_service.convert import PROPERTY_SHARDING_KEY
+from mqproxy.model.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
 
 GrpcEnv = Any  # the grpc_env fixture (tests/grpc_service/conftest.py)
 Code = pb.Code
@@ -422,7 +422,7 @@ async def test_transaction_check_back_reaches_the_producer(grpc_env: GrpcEnv) ->
         await client.changed.wait()
     await send(client, message("TxC", b"half", msg_id="TXC", mtype=pb.MessageType.TRANSACTION))
     half = (await grpc_env.backend.pull("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 10)).messages[-1]
-    from mqproxy.broker.transactions import TransactionCheck
+    from mqproxy.facade.types import TransactionCheck
 
     check = TransactionCheck("%GRPC%TxC", "TXC", 1, half, _retopic(half, "TxC"))
     assert await grpc_env.service.check_back(check) is True

@@ -8,8 +8,6 @@ from typing import Any
 import trio
 import trio.testing
 
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import Message
 from mqproxy.codecs.mqtt import (
     Connack,
     Connect,
@@ -33,6 +31,8 @@ from mqproxy.codecs.mqtt import (
     Will,
     encode,
 )
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import Message
 from mqproxy.mqtt import connection
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway, rocketmq_dispatch

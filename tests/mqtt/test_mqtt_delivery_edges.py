@@ -13,7 +13,6 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.topics import LMQ_QUEUE_ID
 from mqproxy.codecs.mqtt import (
     Disconnect,
     Properties,
@@ -28,6 +27,7 @@ from mqproxy.codecs.mqtt import (
     Unsubscribe,
     encode,
 )
+from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.mqtt.gateway import Gateway, gateway_for
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.settings import Settings
@@ -359,10 +359,10 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
     """The writer's ``send_all`` times out (slow consumer) with part of a packet on the wire; until the
     connection's ``run`` tears down, a push hub may still call ``_write_nowait``. Nothing may be
     written after the cut packet: the peer would parse the new bytes as the rest of the old packet."""
-    from mqproxy.broker.memory import InMemoryBackend
-    from mqproxy.context import ConnectionContext
+    from mqproxy.backends.embedded.memory import InMemoryBackend
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection
+    from mqproxy.runtime.context import ConnectionContext
 
     near, far = trio.socket.socketpair()  # a Unix socket pair: what is sent is at the peer at once
     near.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
@@ -464,10 +464,10 @@ async def _queue_race_once() -> tuple[bytes, bool]:
     writer drains, the last of them queues ``d`` and then calls ``_write_nowait(e)`` without a
     schedule point (what the packet reader does when it sends an ack and then ``_final_packet``).
     Returns what the peer got after the large write and what ``_write_nowait`` answered."""
-    from mqproxy.broker.memory import InMemoryBackend
-    from mqproxy.context import ConnectionContext
+    from mqproxy.backends.embedded.memory import InMemoryBackend
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.connection import MqttConnection
+    from mqproxy.runtime.context import ConnectionContext
 
     near, far = trio.socket.socketpair()
     gateway = Gateway(InMemoryBackend(), MqttConfig(send_buffer_packets=1))

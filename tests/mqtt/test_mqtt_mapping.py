@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqproxy.broker.topics import validate_lmq
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Properties
+from mqproxy.model.topics import validate_lmq
 from mqproxy.mqtt.mapping import (
     FALLBACK_PARENT_TOPIC,
     PROPERTY_MQTT_TOPIC,

@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import StoreUnavailable
-from mqproxy.broker.topics import LMQ_QUEUE_ID
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import (
     Connack,
     Connect,
@@ -32,6 +30,8 @@ from mqproxy.codecs.mqtt import (
     SubscribeTopic,
     encode,
 )
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, lmq_name
@@ -48,7 +48,7 @@ class CrashableBackend:
     """Delegates to a real backend until :meth:`crash`; from then on every store call fails, so the
     gateway using it can neither read nor write anything more (what a killed process leaves behind)."""
 
-    def __init__(self, inner: Backend) -> None:
+    def __init__(self, inner: MessageStore) -> None:
         self._inner = inner
         self.crashed = False
         #: Crash at the first store of an MQTT message: "before" it is written or "after".
@@ -90,7 +90,7 @@ class Proxy:
     def __init__(self, handle: ServerHandle) -> None:
         self.handle = handle
         self.address = handle.address
-        self.backend: Backend = handle.state.backend
+        self.backend: MessageStore = handle.state.backend
         self.store: CrashableBackend | None = None
         self.restart()
 

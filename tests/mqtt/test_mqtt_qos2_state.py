@@ -12,9 +12,9 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import Message, StoredMessage
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Publish, QoS
+from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.session import Cursor, Session
 from mqproxy.mqtt.shared import SharedGroup

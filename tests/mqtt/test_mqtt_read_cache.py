@@ -11,11 +11,8 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.broker.backend import Backend
-from mqproxy.broker.errors import StoreUnavailable
-from mqproxy.broker.pulls import out_of_range
-from mqproxy.broker.topics import LMQ_QUEUE_ID
-from mqproxy.broker.types import PullResult, PullStatus, StoredMessage
+from mqproxy.backends.embedded.pulls import out_of_range
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import (
     NO_PROPERTIES,
     Connack,
@@ -28,6 +25,9 @@ from mqproxy.codecs.mqtt import (
     SubscribeTopic,
     encode,
 )
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
@@ -90,7 +90,7 @@ class CountingBackend:
 
 
 def make(backend: CountingBackend, **kw: Any) -> ReadCache:
-    return ReadCache(cast(Backend, backend), **kw)
+    return ReadCache(cast(MessageStore, backend), **kw)
 
 
 def offsets(result: PullResult) -> list[int]:
@@ -377,7 +377,7 @@ def _mqtt_message(offset: int, properties: dict[str, str]) -> StoredMessage:
 
 
 def test_delivery_is_memoized_per_message_object() -> None:
-    cache = ReadCache(cast(Backend, CountingBackend()))
+    cache = ReadCache(cast(MessageStore, CountingBackend()))
     message = _mqtt_message(1, encode_properties("a/b", 1, "pub", True, NO_PROPERTIES))
     first = cache.delivery(message)
     assert cache.delivery(message) is first
@@ -393,7 +393,7 @@ def test_delivery_is_memoized_per_message_object() -> None:
 
 
 def test_delivery_qos0_bytes_match_the_codec() -> None:
-    cache = ReadCache(cast(Backend, CountingBackend()))
+    cache = ReadCache(cast(MessageStore, CountingBackend()))
     props = Properties(user_properties=(("k", "v"),), content_type="text/plain")
     delivery = cache.delivery(_mqtt_message(3, encode_properties("a/b", 2, "pub", False, props)))
     for level in (3, 4):
@@ -404,18 +404,18 @@ def test_delivery_qos0_bytes_match_the_codec() -> None:
 
 
 def test_delivery_memo_is_bounded() -> None:
-    cache = ReadCache(cast(Backend, CountingBackend()), max_deliveries=3)
+    cache = ReadCache(cast(MessageStore, CountingBackend()), max_deliveries=3)
     messages = [_mqtt_message(i, {}) for i in range(5)]
     memos = [cache.delivery(m) for m in messages]
     assert cache.delivery(messages[4]) is memos[4]
     assert cache.delivery(messages[0]) is not memos[0]  # evicted, oldest first
     assert len(cache._deliveries) == 3
-    off = ReadCache(cast(Backend, CountingBackend()), max_deliveries=0)
+    off = ReadCache(cast(MessageStore, CountingBackend()), max_deliveries=0)
     assert off.delivery(messages[0]) is not off.delivery(messages[0])
 
 
 def test_delivery_memo_is_bounded_by_bytes() -> None:
-    cache = ReadCache(cast(Backend, CountingBackend()), max_bytes=4 * 64_000)  # memo budget 64,000 B
+    cache = ReadCache(cast(MessageStore, CountingBackend()), max_bytes=4 * 64_000)  # memo budget 64,000 B
     messages = [_mqtt_message(i, {}) for i in range(300)]
     for message in messages:
         cache.delivery(message)
@@ -427,5 +427,5 @@ def test_delivery_memo_is_bounded_by_bytes() -> None:
     assert messages[0].commitlog_offset not in cache._deliveries
     big = dataclasses.replace(_mqtt_message(1000, {}), body=bytes(1000))  # over 1/64 of the budget
     assert cache.delivery(big) is not cache.delivery(big)
-    disabled = ReadCache(cast(Backend, CountingBackend()), max_bytes=0)
+    disabled = ReadCache(cast(MessageStore, CountingBackend()), max_bytes=0)
     assert disabled.delivery(messages[0]) is not disabled.delivery(messages[0])

@@ -78,8 +78,8 @@ def test_matches_the_reference_matcher(writes: list[tuple[str, bool]], topic_fil
 
 
 async def test_gateway_compacts_the_retained_log_at_load_and_when_due() -> None:
-    from mqproxy.broker.memory import InMemoryBackend
-    from mqproxy.broker.topics import LMQ_QUEUE_ID
+    from mqproxy.backends.embedded.memory import InMemoryBackend
+    from mqproxy.model.topics import LMQ_QUEUE_ID
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.gateway import Gateway
     from mqproxy.mqtt.mapping import RETAINED_LMQ
@@ -118,8 +118,8 @@ async def test_gateway_compacts_the_retained_log_at_load_and_when_due() -> None:
 
 
 async def test_the_housekeeping_timer_compacts_both_state_logs(autojump_clock: object) -> None:
-    from mqproxy.broker.memory import InMemoryBackend
-    from mqproxy.broker.topics import LMQ_QUEUE_ID
+    from mqproxy.backends.embedded.memory import InMemoryBackend
+    from mqproxy.model.topics import LMQ_QUEUE_ID
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.gateway import HOUSEKEEPING_INTERVAL_S, Gateway
     from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC

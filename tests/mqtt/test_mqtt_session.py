@@ -52,8 +52,8 @@ def test_cursor_retrack_after_give_back() -> None:
 
 
 async def test_session_state_replay_last_record_wins_and_ignores_foreign() -> None:
-    from mqproxy.broker.memory import InMemoryBackend
-    from mqproxy.broker.types import Message
+    from mqproxy.backends.embedded.memory import InMemoryBackend
+    from mqproxy.model.types import Message
     from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
     from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 
@@ -38,7 +38,7 @@ async def test_state_log_compacts_at_load_and_when_due() -> None:
 
 
 async def test_foreign_records_are_dropped_and_small_logs_left_alone() -> None:
-    from mqproxy.broker.types import Message
+    from mqproxy.model.types import Message
 
     backend = InMemoryBackend()
     store = SessionStateStore(backend, min_garbage=3)

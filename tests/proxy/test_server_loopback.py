@@ -366,7 +366,7 @@ async def test_graceful_stop_lets_an_in_flight_long_poll_finish(start_server: An
 
 
 async def test_metrics_report_store_size_and_consumer_lag(server: Any) -> None:
-    from mqproxy.broker.types import Message
+    from mqproxy.model.types import Message
 
     backend = server.state.backend
     for _ in range(3):

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.streams import CountingStream, PrefixedStream, direct_sender
+from mqproxy.runtime.streams import CountingStream, PrefixedStream, direct_sender
 
 
 async def _prefixed_pair() -> tuple[PrefixedStream, PrefixedStream]:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from mqproxy.broker.internal_topics import trio_clock_ms
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import BrokerServices, open_services
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import BrokerServices, open_services
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.session import RemotingSession

@@ -10,12 +10,12 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import Message
-from mqproxy.codecs.message_id import offset_msg_id
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.ids import offset_msg_id
+from mqproxy.model.types import Message
 from mqproxy.remoting.admin import CALL_TIMEOUT_S
 from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
 from mqproxy.remoting.context import ServerContext

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from mqproxy.broker.types import Message, TopicConfig
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.types import Message, TopicConfig
 
 
 def create_topic(topic: str, **overrides: str) -> dict[str, str]:
@@ -270,8 +270,9 @@ async def test_set_consume_mode_refusals(
 
 
 async def test_consume_modes_survive_a_restart_of_the_services(tmp_path, autojump_clock) -> None:
-    from mqproxy.broker.assignment import RequestMode, RequestModes
-    from mqproxy.broker.embedded import open_embedded_store
+    from mqproxy.backends.embedded.assignment import RequestModes
+    from mqproxy.backends.embedded.embedded import open_embedded_store
+    from mqproxy.facade.types import RequestMode
 
     async with open_embedded_store(tmp_path) as store:
         await store.create_topic("P", 4)

@@ -7,9 +7,9 @@ import json
 import orjson
 import pytest
 
-from mqproxy.broker.errors import StoreUnavailable
-from mqproxy.broker.memory import InMemoryBackend
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.errors import StoreUnavailable
 from mqproxy.remoting.connection import ConnectionRegistry
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession

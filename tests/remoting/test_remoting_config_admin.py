@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from mqproxy.broker.metadata import GroupConfig, TopicMessageType
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.types import GroupConfig, TopicMessageType
 
 
 def topic_ext(topic: str, **overrides: str) -> dict[str, str]:

@@ -8,11 +8,11 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import Message
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.types import Message
 from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
 

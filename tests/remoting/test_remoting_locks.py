@@ -8,9 +8,9 @@ import orjson
 import pytest
 import trio
 
-from mqproxy.broker.locks import QueueRef as ServiceQueueRef
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.types import QueueRef as ServiceQueueRef
 from mqproxy.remoting.locks import QueueRef
 from mqproxy.remoting.session import RemotingSession
 

@@ -11,13 +11,13 @@ import orjson
 import pytest
 import trio
 
-from mqproxy.broker.embedded import open_embedded_store
-from mqproxy.broker.internal_topics import trio_clock_ms
-from mqproxy.broker.services import open_services
-from mqproxy.codecs.message_id import parse_offset_msg_id
+from mqproxy.backends.embedded.embedded import open_embedded_store
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs.message_record import DecodedRecord, decode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.ids import parse_offset_msg_id
 from mqproxy.remoting.context import HeldPolls, ServerContext
 from mqproxy.remoting.session import RemotingSession
 

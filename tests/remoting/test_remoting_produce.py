@@ -7,10 +7,10 @@ import struct
 
 import pytest
 
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.types import PullStatus
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import BatchEntry, encode_batch_body
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.types import PullStatus
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.session import RemotingSession
 

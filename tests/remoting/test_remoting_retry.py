@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import trio
 
-from mqproxy.broker.internal_topics import SCHEDULE_TOPIC, trio_clock_ms
-from mqproxy.codecs.message_id import offset_msg_id, parse_offset_msg_id
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.codecs.message_record import DecodedRecord, decode_records, encode_record
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.ids import offset_msg_id, parse_offset_msg_id
+from mqproxy.model.properties import SCHEDULE_TOPIC
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession
 

@@ -6,11 +6,11 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import open_services
-from mqproxy.broker.types import Message
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.model.types import Message
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession
 

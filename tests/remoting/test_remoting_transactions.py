@@ -8,15 +8,16 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.broker.internal_topics import HALF_TOPIC, trio_clock_ms
-from mqproxy.broker.memory import InMemoryBackend
-from mqproxy.broker.services import ServiceSettings, open_services
-from mqproxy.broker.transactions import TransactionCheck
-from mqproxy.broker.types import Message
-from mqproxy.codecs.message_id import parse_offset_msg_id
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
+from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.backends.embedded.services import ServiceSettings, open_services
 from mqproxy.codecs.message_record import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, decode_records
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.types import TransactionCheck
+from mqproxy.model.ids import parse_offset_msg_id
+from mqproxy.model.properties import HALF_TOPIC
+from mqproxy.model.types import Message
 from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession

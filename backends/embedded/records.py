@@ -1,0 +1,153 @@
+"""The embedded store's message record: the payload inside one commit-log frame.
+
+This is the store's own format, not the remoting wire record (codecs re-encode for pull bodies).
+All integers big-endian::
+
+    >B   kind (1 = message)
+    >i   queue_id            >q  queue_offset
+    >i   flag                >i  sys_flag
+    >q   born_timestamp_ms   >q  store_timestamp_ms
+    >i   reconsume_times     >I  body_crc (crc32 & 0x7FFFFFFF, as RocketMQ reports it)
+    >B   born host length, host (UTF-8), >H born port
+    >H   topic length, topic (ASCII)
+    >H   LMQ count, then per LMQ: >B name length, name, >q LMQ queue offset
+    >I   properties length, properties (orjson object of str -> str)
+    >I   body length, body
+
+The LMQ list is explicit (not read back from properties) so recovery re-dispatches exactly the
+queue offsets assigned at append time.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from mqproxy.model.errors import StoreUnavailable
+
+KIND_MESSAGE = 1
+_FIXED = struct.Struct(">BiqiiqqiI")
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
+_Q = struct.Struct(">q")
+
+
+@dataclass(slots=True, frozen=True)
+class MessageRecord:
+    queue_id: int
+    queue_offset: int
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    reconsume_times: int
+    body_crc: int
+    born_host: tuple[str, int]
+    topic: str
+    lmqs: tuple[tuple[str, int], ...]
+    properties: Mapping[str, str]
+    body: bytes
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_message(
+    *,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp_ms: int,
+    store_timestamp_ms: int,
+    reconsume_times: int,
+    born_host: tuple[str, int],
+    lmqs: Sequence[tuple[str, int]],
+    properties: Mapping[str, str],
+    body: bytes,
+) -> bytes:
+    host = born_host[0].encode()
+    topic_b = topic.encode()
+    props = orjson.dumps(dict(properties))
+    parts = [
+        _FIXED.pack(
+            KIND_MESSAGE,
+            queue_id,
+            queue_offset,
+            flag,
+            sys_flag,
+            born_timestamp_ms,
+            store_timestamp_ms,
+            reconsume_times,
+            body_crc(body),
+        ),
+        bytes((len(host),)),
+        host,
+        _H.pack(born_host[1]),
+        _H.pack(len(topic_b)),
+        topic_b,
+        _H.pack(len(lmqs)),
+    ]
+    for name, offset in lmqs:
+        name_b = name.encode()
+        parts += (bytes((len(name_b),)), name_b, _Q.pack(offset))
+    parts += (_I.pack(len(props)), props, _I.pack(len(body)), body)
+    return b"".join(parts)
+
+
+def decode_message(payload: bytes) -> MessageRecord:
+    """Decode a payload whose frame CRC already matched; raise StoreUnavailable if it is malformed."""
+    try:
+        (kind, queue_id, queue_offset, flag, sys_flag, born_ts, store_ts, reconsume, crc) = (
+            _FIXED.unpack_from(payload, 0)
+        )
+        if kind != KIND_MESSAGE:
+            raise ValueError(f"unknown record kind {kind}")
+        pos = _FIXED.size
+        n = payload[pos]
+        host = payload[pos + 1 : pos + 1 + n].decode()
+        pos += 1 + n
+        (port,) = _H.unpack_from(payload, pos)
+        (n,) = _H.unpack_from(payload, pos + 2)
+        pos += 4
+        topic = payload[pos : pos + n].decode()
+        pos += n
+        (count,) = _H.unpack_from(payload, pos)
+        pos += 2
+        lmqs = []
+        for _ in range(count):
+            n = payload[pos]
+            name = payload[pos + 1 : pos + 1 + n].decode()
+            pos += 1 + n
+            lmqs.append((name, _Q.unpack_from(payload, pos)[0]))
+            pos += 8
+        (n,) = _I.unpack_from(payload, pos)
+        properties = orjson.loads(payload[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+        (n,) = _I.unpack_from(payload, pos)
+        body = payload[pos + 4 : pos + 4 + n]
+        if pos + 4 + n != len(payload) or len(body) != n:
+            raise ValueError("record length mismatch")
+    except (ValueError, IndexError, struct.error, UnicodeDecodeError, orjson.JSONDecodeError) as exc:
+        raise StoreUnavailable(f"malformed commit-log record: {exc}") from None
+    return MessageRecord(
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        store_timestamp_ms=store_ts,
+        reconsume_times=reconsume,
+        body_crc=crc,
+        born_host=(host, port),
+        topic=topic,
+        lmqs=tuple(lmqs),
+        properties=properties,
+        body=bytes(body),
+    )

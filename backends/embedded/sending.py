@@ -1,0 +1,106 @@
+"""Checks and derived fields every backend applies to a message before storing it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from mqproxy.model.errors import BackendError, IllegalTopic, MessageTooLarge
+from mqproxy.model.topics import RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, validate_lmq, validate_send_topic
+from mqproxy.model.types import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    Message,
+)
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: Encoded properties limit (the remoting record stores their length as i16).
+MAX_PROPERTIES_BYTES = 32767
+
+
+def properties_size(properties: dict[str, str]) -> int:
+    """Bytes of the remoting properties string ``k\\x01v\\x02...`` for these properties."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in properties.items())
+
+
+def check_message(message: Message, max_message_bytes: int) -> tuple[str, ...]:
+    """Validate ``message`` for storing; return its LMQ dispatch targets (deduplicated, in order)."""
+    validate_send_topic(message.topic)
+    if not isinstance(message.body, bytes | bytearray | memoryview):
+        raise BackendError("message body must be bytes")
+    host, port = message.born_host
+    if not isinstance(host, str) or len(host.encode(errors="replace")) > 255 or not 0 <= port <= 65535:
+        raise BackendError(f"born_host {message.born_host!r} is not a host (<= 255 bytes) and port")
+    if len(message.body) > max_message_bytes:
+        raise MessageTooLarge(f"body is {len(message.body)} bytes, limit {max_message_bytes}")
+    try:
+        size = properties_size(message.properties)
+    except UnicodeEncodeError as exc:
+        raise BackendError(f"property is not encodable as UTF-8: {exc.reason}") from None
+    if size > MAX_PROPERTIES_BYTES:
+        raise MessageTooLarge(f"properties are {size} bytes, limit {MAX_PROPERTIES_BYTES}")
+    if not message.dispatch:
+        return ()
+    if message.topic.startswith(RETRY_PREFIX) or message.topic.startswith(SYSTEM_TOPIC_PREFIX):
+        raise IllegalTopic(f"multi-dispatch is not allowed from {message.topic}")
+    targets = tuple(dict.fromkeys(message.dispatch))
+    for name in targets:
+        validate_lmq(name)
+    return targets
+
+
+def check_batch(messages: Sequence[Message]) -> None:
+    """A batch is non-empty and targets one topic and one queue id."""
+    if not messages:
+        raise BackendError("empty batch")
+    first = messages[0]
+    for m in messages[1:]:
+        if m.topic != first.topic:
+            raise BackendError("a batch must target one topic")
+        if m.queue_id != first.queue_id:
+            raise BackendError("a batch must target one queue")
+
+
+def stored_properties(
+    properties: dict[str, str], targets: tuple[str, ...], offsets: list[int]
+) -> dict[str, str]:
+    """The properties to store: LMQ targets and their assigned offsets added (spec §9.3)."""
+    if not targets:
+        return dict(properties)
+    out = {k: v for k, v in properties.items() if k != "WAIT"}
+    out[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(targets)
+    out[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = ",".join(map(str, offsets))
+    return out
+
+
+#: A key longer than this (UTF-8 bytes) is not indexed (the index key must stay below LMDB's 511 bytes).
+MAX_INDEXED_KEY_BYTES = 255
+
+
+def index_keys(properties: Mapping[str, str]) -> tuple[str, ...]:
+    """What a message can be found by (QUERY_MESSAGE): each space-separated ``KEYS`` entry and its
+    ``UNIQ_KEY``, deduplicated; empty and over-long keys are left out (the broker's IndexService)."""
+    keys = properties.get(PROPERTY_KEYS, "").split(" ")
+    keys.append(properties.get(PROPERTY_UNIQ_KEY, ""))
+    return tuple(
+        k for k in dict.fromkeys(keys) if k and "\x00" not in k and len(k.encode()) <= MAX_INDEXED_KEY_BYTES
+    )
+
+
+class StoreClock:
+    """Store timestamps in ms, never decreasing (so per-queue store times are sorted)."""
+
+    def __init__(self, floor_ms: int = 0) -> None:
+        self._last = floor_ms
+
+    def advance_to(self, floor_ms: int) -> None:
+        self._last = max(self._last, floor_ms)
+
+    def now_ms(self) -> int:
+        now = time.time_ns() // 1_000_000
+        if now < self._last:
+            now = self._last
+        self._last = now
+        return now

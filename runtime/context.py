@@ -1,0 +1,58 @@
+"""
+mqproxy.runtime.context
+~~~~~~~~~~~~~~~~~~~~~~~
+
+:class:`ConnectionContext`: what a protocol handler knows about its connection. The server core fills it
+in; handlers bump ``requests`` through :meth:`ConnectionContext.request_event` and set ``error`` /
+``detail`` for the ``conn.closed`` event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+__all__ = ["ConnectionContext", "RequestRecorder"]
+
+
+class RequestRecorder(Protocol):
+    """Counts and logs one handled request (metrics series and the sampled ``request`` event)."""
+
+    def record(self, protocol: str | None, log: Any, fields: dict[str, Any]) -> None: ...
+
+
+class _NoRecorder:
+    def record(self, protocol: str | None, log: Any, fields: dict[str, Any]) -> None:
+        return None
+
+
+@dataclass(eq=False)
+class ConnectionContext:
+    """One accepted connection as its protocol handler sees it.
+
+    ``draining`` is set when the server stops: handlers finish what is in flight and close.
+    """
+
+    conn_id: str
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    draining: trio.Event = field(default_factory=trio.Event)
+    recorder: RequestRecorder = field(default_factory=_NoRecorder)
+    log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
+    protocol: str | None = None
+    tls: bool = False
+    alpn: str | None = None
+    proxied: bool = False
+    requests: int = 0
+    error: str | None = None
+    detail: str | None = None
+    #: The server core's state, for handlers not yet given what they need at construction.
+    server: Any = None
+
+    def request_event(self, **fields: Any) -> None:
+        """Count one request and report it (the ``request`` log event's fields)."""
+        self.requests += 1
+        self.recorder.record(self.protocol, self.log, fields)
