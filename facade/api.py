@@ -299,17 +299,24 @@ class Offsets(Protocol):
 
 
 class Locking(Protocol):
-    def lock_batch(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> set[QueueRef]:
+    """Orderly consumers' queue locks: one client per (group, queue) while its lock lives (it expires
+    unless renewed by locking again). Asynchronous: a cluster implementation asks the queue's broker."""
+
+    async def lock_batch(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> set[QueueRef]:
         """Lock what is free (or already ``client_id``'s) for ``client_id``; returns what it now holds."""
         ...
 
-    def unlock(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> None: ...
-
-    def release_client(self, group: str, client_id: str) -> int:
-        """Drop every lock ``client_id`` holds in ``group`` (its connection ended)."""
+    async def unlock(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> None:
+        """Release the queues ``client_id`` holds; other clients' locks are untouched."""
         ...
 
-    def lock_holder(self, group: str, queue: QueueRef) -> str | None: ...
+    async def release_client(self, group: str, client_id: str) -> int:
+        """Drop every lock ``client_id`` holds in ``group`` (its connection ended); returns how many."""
+        ...
+
+    async def lock_holder(self, group: str, queue: QueueRef) -> str | None:
+        """The client holding a live lock on ``queue`` for ``group``, or None."""
+        ...
 
 
 class Membership(Protocol):

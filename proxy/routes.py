@@ -17,7 +17,7 @@ from mqproxy.grpc_service.connection import serve_grpc
 from mqproxy.http import serve_http
 from mqproxy.mqtt.connection import serve_mqtt
 from mqproxy.negotiation import Detected, Protocol
-from mqproxy.remoting_route import serve_remoting_connection
+from mqproxy.remoting_route import remoting_service
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.handlers import ProtocolService
 
@@ -66,7 +66,7 @@ _ROUTES: dict[Protocol, Callable[[Protocols], ProtocolService]] = {
 def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
-        remoting=_Function(serve_remoting_connection),
+        remoting=remoting_service(state),
         mqtt=_Function(serve_mqtt),
         grpc=_Function(serve_grpc),
         http=_Function(serve_http),

@@ -9,6 +9,7 @@ left → close the backend → ``proxy.stopped``.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import signal
 import ssl
@@ -29,9 +30,8 @@ from mqproxy.context import ServerState, format_addr
 from mqproxy.facade.types import TransactionCheck
 from mqproxy.grpc_service.connection import grpc_service
 from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
-from mqproxy.mqtt.gateway import gateway_for
+from mqproxy.mqtt.gateway import gateway_for, rocketmq_dispatch
 from mqproxy.mqtt.mapping import RETAINED_LMQ
-from mqproxy.remoting_route import REMOTING_CHECK_BACK_KEY, SERVICES_KEY, remoting_context
 from mqproxy.routes import build_protocols
 from mqproxy.settings import BrokerSettings, Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
@@ -113,13 +113,11 @@ async def serve(
         )
 
         async def check_back(check: TransactionCheck) -> bool:
-            """A transaction check-back goes to the protocol its producer used: gRPC producers have no
-            group, so their half messages carry ``%GRPC%<topic>``; everything else is remoting."""
+            """A gRPC producer's check-back (its half messages carry ``%GRPC%<topic>`` as their group);
+            remoting producers are reached by the sender the remoting service registers."""
             if check.producer_group.startswith(GRPC_TRANSACTION_GROUP_PREFIX):
                 return await grpc_service(state).check_back(check)
-            remoting_context(state)  # creates the remoting registry (and its sender) on first use
-            sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
-            return bool(sender is not None and await sender(check))
+            return False
 
         async with open_embedded_broker(
             backend,
@@ -128,8 +126,9 @@ async def serve(
             default_queue_count=settings.store.default_queue_count,
         ) as broker:
             broker.add_check_back(check_back)
+            broker.set_lmq_dispatch(functools.partial(rocketmq_dispatch, state.registries))
             state.broker = broker
-            state.registries[SERVICES_KEY] = broker.services
+            state.registries["services"] = broker.services
             state.protocols = build_protocols(state)
             await _serve_state(
                 settings, state, bound, listener, ssl_context, install_signal_handlers, task_status

@@ -2,11 +2,11 @@
 mqproxy.remoting
 ~~~~~~~~~~~~~~~~
 
-The RocketMQ 4.x remoting protocol on top of the :class:`~mqproxy.backends.embedded.store.MessageStore`: a per-
-connection :class:`RemotingSession` (no I/O; one handler per request code) and the trio driver
-:func:`serve_remoting` with the server-wide :class:`ConnectionRegistry` of consumer-group and
-producer-group connections (``ConnectionRegistry.check_transaction`` is the transaction check-back
-sender for :class:`~mqproxy.backends.embedded.services.BrokerServices`).
+The RocketMQ 4.x remoting protocol on top of the :class:`~mqproxy.facade.api.BrokerFacade`: a per-
+connection :class:`RemotingSession` (no I/O; one handler per request code), the trio driver
+:func:`serve_remoting`, and :class:`RemotingService`, the protocol service the server runs (it owns the
+server-wide :class:`ConnectionRegistry` of consumer-group and producer-group connections and registers
+its transaction check-back sender with the facade).
 """
 
 from __future__ import annotations
@@ -25,4 +25,5 @@ from mqproxy.remoting.connection import (
 )
 from mqproxy.remoting.context import RequestEvent as RequestEvent
 from mqproxy.remoting.context import ServerContext as ServerContext
+from mqproxy.remoting.service import RemotingService as RemotingService
 from mqproxy.remoting.session import RemotingSession as RemotingSession

@@ -28,7 +28,6 @@ from mqproxy.model.topics import RETRY_PREFIX, is_lmq
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
-from mqproxy.remoting.services import require_services
 
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
@@ -65,10 +64,9 @@ async def set_message_request_mode(session: RemotingSession, request: RemotingCo
         raise RequestError(ResponseCode.INVALID_PARAMETER, "popShareQueueNum is not an integer")
     if topic.startswith(RETRY_PREFIX):
         raise RequestError(ResponseCode.NO_PERMISSION, "retry topic is not allowed to set mode")
-    services = require_services(session, "consume modes")
-    if await session.backend.get_topic(topic) is None:
+    if await session.broker.get_topic(topic) is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-    await services.request_modes.set(topic, group, RequestMode(mode, share))
+    await session.broker.set_request_mode(topic, group, RequestMode(mode, share))
     return Reply(ResponseCode.SUCCESS)
 
 
@@ -77,14 +75,13 @@ async def query_assignment(session: RemotingSession, request: RemotingCommand, n
     topic, group = _text(data, "topic", "assignment query"), _text(data, "consumerGroup", "assignment query")
     client_id = _text(data, "clientId", "assignment query")
     note.topic, note.group = topic, group
-    services = session.ctx.services
-    stored = await services.request_modes.get(topic, group) if services is not None else None
+    stored = await session.broker.request_mode(topic, group)
     mode = effective_mode(topic, stored)
-    backend = session.backend
+    broker = session.broker
     if is_lmq(topic):
         queues: list[int] = [0]
     else:
-        config = await backend.get_topic(topic)
+        config = await broker.get_topic(topic)
         queues = list(range(config.read_queues)) if config is not None else []
     assigned = None
     if queues:
@@ -93,7 +90,7 @@ async def query_assignment(session: RemotingSession, request: RemotingCommand, n
             strategy=str(data.get("strategyName") or ""),
             client_id=client_id,
             queues=queues,
-            clients=await backend.consumer_ids(group),
+            clients=await broker.consumer_ids(group),
             broadcasting=str(data.get("messageModel") or "") == "BROADCASTING",
         )
     if assigned is None:

@@ -127,7 +127,7 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
     session.client_id = client_id
     named = [c.group for c in consumers] + [p for p in producers if p != _INNER_PRODUCER]
     note.group = named[0] if named else None
-    backend, groups = session.backend, session.ctx.groups
+    broker, groups = session.broker, session.ctx.groups
     announced = {info.group for info in consumers}
     dropped = sorted(g for g, cid in session.memberships if cid == client_id and g not in announced)
     for group in dropped:  # the client stopped consuming this group without UNREGISTER_CLIENT
@@ -141,9 +141,9 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
     for info in consumers:
         retry_topic = RETRY_PREFIX + info.group
         if retry_topic not in session.ensured_topics:
-            await backend.create_topic(retry_topic, 1)
+            await broker.create_topic(retry_topic, 1)
             session.ensured_topics.add(retry_topic)
-        changed = await backend.register_consumer(info)
+        changed = await broker.register_consumer(info)
         groups.join(info.group, client_id, session.conn)
         session.memberships.add((info.group, client_id))
         if changed:
@@ -167,14 +167,14 @@ async def _leave(session: RemotingSession, group: str, client_id: str) -> None:
     """Remove ``client_id`` from ``group`` and tell the group's other connections."""
     session.ctx.groups.leave(group, client_id, session.conn)
     session.memberships.discard((group, client_id))
-    if await session.backend.unregister_consumer(group, client_id):
+    if await session.broker.unregister_consumer(group, client_id):
         session.ctx.groups.notify_changed(group, session.conn)
 
 
 async def get_consumer_list(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     group = parse_group_header(request.ext_fields)
     note.group = group
-    ids = await session.backend.consumer_ids(group)
+    ids = await session.broker.consumer_ids(group)
     if not ids:
         return Reply(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group[:255]}")
     return Reply(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))

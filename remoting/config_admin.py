@@ -3,19 +3,17 @@ mqproxy.remoting.config_admin
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 The admin requests that set consumer-group metadata (what ``mqadmin updateSubGroup -b`` /
-``deleteSubGroup -b`` send to a broker), kept by :class:`~mqproxy.backends.embedded.metadata.BrokerMetadata`
+``deleteSubGroup -b`` send to a broker), kept by the broker facade's group configs
 (UPDATE_AND_CREATE_TOPIC, which also sets a topic's message type, is in :mod:`.topic_admin`):
 
 * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = RocketMQ's ``SubscriptionGroupConfig`` as JSON
   (``groupName``, ``consumeMessageOrderly``, ``retryMaxTimes``; other keys ignored).
 * DELETE_SUBSCRIPTIONGROUP (207): header ``groupName``; SUBSCRIPTION_GROUP_NOT_EXIST when it has no config.
-
-Without broker services every code answers SERVICE_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -29,14 +27,11 @@ from mqproxy.model.topics import (
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields
 from mqproxy.remoting.reply import Note, Reply
-from mqproxy.remoting.services import require_services
 
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
 
 __all__ = ["delete_subscription_group", "update_and_create_subscription_group"]
-
-_WHAT: Final = "broker metadata"
 
 
 def _group_config(body: bytes) -> GroupConfig:
@@ -66,18 +61,16 @@ def _group_config(body: bytes) -> GroupConfig:
 async def update_and_create_subscription_group(
     session: RemotingSession, request: RemotingCommand, note: Note
 ) -> Reply:
-    metadata = require_services(session, _WHAT).metadata
     config = _group_config(request.body)
     note.group = config.name
-    await metadata.put_group(config)
+    await session.broker.put_group_config(config)
     return Reply(ResponseCode.SUCCESS)
 
 
 async def delete_subscription_group(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     name = Fields(request.ext_fields).text("groupName")
     note.group = name
-    metadata = require_services(session, _WHAT).metadata
-    if not await metadata.delete_group(name):
+    if not await session.broker.delete_group_config(name):
         raise RequestError(
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {name} does not exist"
         )

@@ -3,11 +3,11 @@ mqproxy.remoting.connection
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 The trio driver of one remoting connection, and the in-process registry of consumer-group
-connections. Entry point (the only thing the server calls)::
+connections. Entry point (what :class:`~mqproxy.remoting.service.RemotingService` calls)::
 
     async def serve_remoting(
         stream: trio.abc.Stream,
-        backend: MessageStore,
+        broker: BrokerFacade,
         ctx: ServerContext,                 # ctx.groups should be the server's ConnectionRegistry
         *,
         peer: tuple[str, int] = ("127.0.0.1", 0),
@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
     FLAG_ONEWAY,
@@ -50,6 +49,7 @@ from mqproxy.codecs.remoting import (
     encode_command,
 )
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.api import BrokerFacade
 from mqproxy.remoting.context import RequestCallback, ServerContext, ignore_request
 from mqproxy.remoting.session import RemotingSession
 from mqproxy.remoting.transactions import check_command
@@ -113,8 +113,8 @@ class ConnectionRegistry:
     Each (group, client id) is owned by the connection that last heartbeated it, so a client that
     reconnected is not unregistered when its old connection is finally noticed dead.
 
-    :meth:`check_transaction` is a :data:`~mqproxy.backends.embedded.transactions.CheckBack`: pass it to
-    ``BrokerServices(check_back=registry.check_transaction)``.
+    :meth:`check_transaction` is a :data:`~mqproxy.facade.types.CheckBack`: pass it to
+    :meth:`~mqproxy.facade.api.Producing.add_check_back`.
     """
 
     def __init__(self) -> None:
@@ -297,7 +297,7 @@ class RemotingConnection:
 
 async def serve_remoting(
     stream: trio.abc.Stream,
-    backend: MessageStore,
+    broker: BrokerFacade,
     ctx: ServerContext,
     *,
     peer: tuple[str, int] = ("127.0.0.1", 0),
@@ -353,7 +353,7 @@ async def serve_remoting(
     try:
         async with trio.open_nursery() as nursery:
             connection = RemotingConnection(stream, nursery, stats, limits)
-            session = RemotingSession(backend, ctx, conn=connection, peer=peer, log=log)
+            session = RemotingSession(broker, ctx, conn=connection, peer=peer, log=log)
             connection.session = session
             if draining is not None:
                 nursery.start_soon(stop_reading_on_drain, draining)

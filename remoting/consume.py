@@ -6,31 +6,26 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
 
 * Filter: the request's ``subscription`` when sysFlag has the subscription bit (0x4), else the
   subscription the group's heartbeat registered for the topic (SUBSCRIPTION_NOT_EXIST (24) if none);
-  its type is the request's ``expressionType``, else the registered one. TAG expressions filter in the
-  backend; SQL92 ones (:mod:`mqproxy.model.sql92`) filter what the backend read, so a batch whose every
-  message fails the expression moves the cursor on like a tag mismatch. An expression that does not
+  its type is the request's ``expressionType``, else the registered one; the broker facade applies it
+  (a batch whose every message fails the expression moves the cursor on). An expression that does not
   compile, or another type, is SUBSCRIPTION_PARSE_FAILED (23).
 * Commit: with the commit bit (0x1) a non-negative ``commitOffset`` is stored for the group first.
-* Long polling: with the suspend bit (0x2) a pull that finds nothing waits on
-  ``MessageStore.wait_for_message`` for up to ``suspendTimeoutMillis`` (capped by
-  ``ServerContext.long_poll_max_s``) and re-reads when a message arrives; messages that do not match
-  the filter move the cursor on and the wait continues. Expiry answers PULL_NOT_FOUND (19).
+* Long polling: with the suspend bit (0x2) a pull that finds nothing is held by the facade for up to
+  ``suspendTimeoutMillis`` (capped by ``ServerContext.long_poll_max_s``). Expiry answers PULL_NOT_FOUND (19).
 * Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.
   SUCCESS bodies are concatenated V1 records (IPv4 hosts) as every legacy client decodes them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Final
-
-import trio
 
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
-from mqproxy.model.sql92 import Sql92Error, Sql92Filter, compile_sql92
-from mqproxy.model.types import PullResult, PullStatus, Subscription, TagFilter
+from mqproxy.facade.api import PullRequest
+from mqproxy.model.sql92 import Sql92Error, compile_sql92
+from mqproxy.model.types import FilterExpression, PullResult, PullStatus, Subscription
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import PullHeader, parse_pull_header
 from mqproxy.remoting.reply import Note, Reply
@@ -49,8 +44,8 @@ _STATUS_REMARK: Final = {
 async def pull_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_pull_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    backend, ctx = session.backend, session.ctx
-    config = await backend.get_topic(header.topic)
+    broker, ctx = session.broker, session.ctx
+    config = await broker.get_topic(header.topic)
     if config is None:
         raise RequestError(
             ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic[:255]}] not exist, apply first please!"
@@ -61,11 +56,7 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
             ResponseCode.INVALID_PARAMETER,
             f"queueId[{header.queue_id}] is illegal, topic:[{config.name}] readQueueNums:[{queues}]",
         )
-    tag_filter, sql = await _filters(session, header)
-    if header.has_commit_offset and header.commit_offset >= 0:
-        await backend.commit_consumer_offset(
-            header.consumer_group, header.topic, header.queue_id, header.commit_offset
-        )
+    message_filter = await _filter(session, header)
     max_count = min(max(header.max_msg_nums, 1), ctx.max_pull_batch)
     max_bytes = ctx.max_pull_bytes
     if header.max_msg_bytes is not None and header.max_msg_bytes > 0:
@@ -73,30 +64,19 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
     hold_s = 0.0
     if header.suspend and header.suspend_timeout_ms > 0:
         hold_s = min(header.suspend_timeout_ms / 1000.0, ctx.long_poll_max_s)
-
-    deadline = trio.current_time() + hold_s
-    offset = header.queue_offset
-    woke = False
-    while True:
-        result = await backend.pull(
-            header.topic, header.queue_id, offset, max_count, tag_filter=tag_filter, max_bytes=max_bytes
+    result = await broker.pull(
+        PullRequest(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            max_count,
+            max_bytes=max_bytes,
+            message_filter=message_filter,
+            hold_s=hold_s,
+            commit_offset=header.commit_offset if header.has_commit_offset else -1,
         )
-        if sql is not None:
-            result = _select(result, sql)
-        if result.status in (PullStatus.FOUND, PullStatus.OFFSET_ILLEGAL):
-            break
-        if result.status is PullStatus.NO_MATCHED_MSG:
-            offset = result.next_offset
-            if offset < result.max_offset:  # scan limit reached: let the client come straight back
-                break
-        elif woke:  # woken but still nothing new: do not spin
-            break
-        remaining = deadline - trio.current_time()
-        if remaining <= 0:
-            break
-        woke = await backend.wait_for_message(header.topic, header.queue_id, offset, remaining)
-        if not woke:
-            break
+    )
     ctx.pull_offsets.record(header.consumer_group, header.topic, header.queue_id, result.next_offset)
     return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
 
@@ -118,10 +98,8 @@ def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
     return Reply(ResponseCode.PULL_NOT_FOUND, ext, remark=remark)
 
 
-async def _filters(
-    session: RemotingSession, header: PullHeader
-) -> tuple[TagFilter | None, Sql92Filter | None]:
-    """The filter of this pull: a tag filter (None means everything) or a compiled SQL92 expression."""
+async def _filter(session: RemotingSession, header: PullHeader) -> FilterExpression:
+    """The filter of this pull (TAG or SQL92), checked here so that a bad one is SUBSCRIPTION_PARSE_FAILED."""
     if header.has_subscription:
         expression, kind = header.subscription or "", header.expression_type or "TAG"
     else:
@@ -129,39 +107,29 @@ async def _filters(
         expression = registered.expression
         kind = header.expression_type or registered.expression_type
     kind = kind.strip().upper() or "TAG"
-    if kind == "TAG":
-        tag_filter = TagFilter.parse(expression)
-        return (None if tag_filter.is_all else tag_filter), None
-    if kind != "SQL92":
+    if kind not in ("TAG", "SQL92"):
         raise RequestError(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
             f"expression type {kind[:32]!r} is not supported, only TAG and SQL92",
         )
-    try:
-        return None, compile_sql92(expression)
-    except Sql92Error as exc:
-        raise RequestError(
-            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-            f"parse the consumer's subscription[{expression[:255]}] failed, group: "
-            f"{header.consumer_group[:255]}: {exc}",
-        ) from None
-
-
-def _select(result: PullResult, sql: Sql92Filter) -> PullResult:
-    """``result`` without the messages the SQL92 expression does not match (NO_MATCHED_MSG if none does)."""
-    if result.status is not PullStatus.FOUND:
-        return result
-    kept = tuple(m for m in result.messages if sql.matches(m.properties))
-    status = PullStatus.FOUND if kept else PullStatus.NO_MATCHED_MSG
-    return dataclasses.replace(result, status=status, messages=kept)
+    if kind == "SQL92":
+        try:
+            compile_sql92(expression)
+        except Sql92Error as exc:
+            raise RequestError(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription[{expression[:255]}] failed, group: "
+                f"{header.consumer_group[:255]}: {exc}",
+            ) from None
+    return FilterExpression(expression, kind)
 
 
 async def _registered_subscription(session: RemotingSession, group: str, topic: str) -> Subscription:
     """The subscription to ``topic`` from the group's heartbeats (this connection first)."""
     own = [cid for g, cid in sorted(session.memberships) if g == group]
-    backend = session.backend
-    for client_id in own + [c for c in await backend.consumer_ids(group) if c not in own]:
-        info = await backend.consumer_info(group, client_id)
+    broker = session.broker
+    for client_id in own + [c for c in await broker.consumer_ids(group) if c not in own]:
+        info = await broker.consumer_info(group, client_id)
         if info is None:
             continue
         for subscription in info.subscriptions:

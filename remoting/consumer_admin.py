@@ -27,6 +27,7 @@ import orjson
 
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.api import PullRequest
 from mqproxy.model.errors import BackendError
 from mqproxy.model.types import ConsumerInfo, PullStatus
 from mqproxy.remoting.context import BROKER_NAME
@@ -50,10 +51,8 @@ def _queue(topic: str, queue_id: int) -> dict[str, Any]:
 
 
 async def _members(session: RemotingSession, group: str) -> list[ConsumerInfo]:
-    backend = session.backend
-    members = [
-        await backend.consumer_info(group, client_id) for client_id in await backend.consumer_ids(group)
-    ]
+    broker = session.broker
+    members = [await broker.consumer_info(group, client_id) for client_id in await broker.consumer_ids(group)]
     return [m for m in members if m is not None]
 
 
@@ -65,7 +64,7 @@ async def get_consume_stats(session: RemotingSession, request: RemotingCommand, 
     topics = await _stats_topics(session, group, listed, fields.optional_text("topic") or "")
     entries: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for topic in topics:
-        config = await session.backend.get_topic(topic)
+        config = await session.broker.get_topic(topic)
         if config is None:
             continue
         for queue_id in range(config.read_queues):
@@ -77,11 +76,11 @@ async def get_consume_stats(session: RemotingSession, request: RemotingCommand, 
 async def _stats_topics(session: RemotingSession, group: str, listed: list[str], topic: str) -> list[str]:
     if listed:
         return listed
-    backend = session.backend
+    broker = session.broker
     if topic.strip():
         topics = {topic}
     else:
-        topics = {o.topic for o in await backend.consumer_offsets() if o.group == group}
+        topics = {o.topic for o in await broker.consumer_offsets() if o.group == group}
     subscribed = {s.topic for m in await _members(session, group) for s in m.subscriptions}
     if subscribed:
         topics &= subscribed
@@ -89,14 +88,14 @@ async def _stats_topics(session: RemotingSession, group: str, listed: list[str],
 
 
 async def _offsets(session: RemotingSession, group: str, topic: str, queue_id: int) -> dict[str, int]:
-    backend = session.backend
-    broker_offset = await backend.max_offset(topic, queue_id)
-    committed = await backend.query_consumer_offset(group, topic, queue_id)
+    broker = session.broker
+    broker_offset = await broker.max_offset(topic, queue_id)
+    committed = await broker.query_consumer_offset(group, topic, queue_id)
     consumer_offset = max(committed or 0, 0)
     last = 0
     if consumer_offset > 0:
         try:
-            result = await backend.pull(topic, queue_id, consumer_offset - 1, 1)
+            result = await broker.pull(PullRequest(group, topic, queue_id, consumer_offset - 1, 1))
         except BackendError:
             result = None
         if result is not None and result.status is PullStatus.FOUND:
@@ -179,9 +178,9 @@ def _connection(session: RemotingSession, group: str, client_id: str) -> dict[st
 async def query_topic_consume_by_who(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     topic = Fields(request.ext_fields).text("topic")
     note.topic = topic
-    backend = session.backend
-    groups = {o.group for o in await backend.consumer_offsets() if o.topic == topic}
-    for group in await backend.consumer_groups():
+    broker = session.broker
+    groups = {o.group for o in await broker.consumer_offsets() if o.topic == topic}
+    for group in await broker.consumer_groups():
         if any(s.topic == topic for m in await _members(session, group) for s in m.subscriptions):
             groups.add(group)
     return Reply(ResponseCode.SUCCESS, body=orjson.dumps({"groupList": sorted(groups)}))

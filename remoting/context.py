@@ -10,15 +10,11 @@ What a remoting session needs from the server around it: the advertised address 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mqproxy.model.ids import MessageIdError, pack_ip
-from mqproxy.remoting.locks import QueueLockTable
-
-if TYPE_CHECKING:
-    from mqproxy.backends.embedded.services import BrokerServices
 
 #: The broker name and cluster every route names (one logical broker: this proxy, spec §8.3).
 BROKER_NAME = "broker-a"
@@ -140,12 +136,6 @@ class ServerContext:
     advertised_host: str
     advertised_port: int
     groups: GroupMembership = field(default_factory=NullGroups)
-    #: Orderly consumers' queue locks (LOCK_BATCH_MQ), server-wide; used only when ``services`` is
-    #: None (otherwise ``services.locks`` is the one table, shared with gRPC).
-    locks: QueueLockTable = field(default_factory=QueueLockTable)
-    #: Delays, retry/DLQ, transactions, pop and locks. None: those request codes are answered
-    #: SERVICE_NOT_AVAILABLE (14), half messages NO_PERMISSION, and ``DELAY`` is ignored.
-    services: BrokerServices | None = None
     #: Held POP_MESSAGE / NOTIFICATION requests (POLLING_FULL, POLLING_INFO).
     polls: HeldPolls = field(default_factory=HeldPolls)
     #: Where groups last pulled to (GET_CONSUME_STATS' pull offsets).
@@ -167,9 +157,6 @@ class ServerContext:
     #: IP literal for offset message ids; "" means ``advertised_host`` when that is an IP literal,
     #: else 127.0.0.1 (message ids cannot carry host names).
     msg_id_host: str = ""
-    #: LMQs of a message that carries ``MQTT_TOPIC`` but no ``INNER_MULTI_DISPATCH`` (set when the MQTT
-    #: gateway runs in the same server); None: such messages are stored without light queues.
-    mqtt_dispatch: Callable[[Mapping[str, str]], tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.advertised_port <= 0xFFFF:

@@ -8,23 +8,21 @@ assigned before consuming them, so that one queue is consumed by one client at a
 Body ``{"consumerGroup","clientId","onlyThisBroker","mqSet":[{"topic","brokerName","queueId"}]}``.
 LOCK answers ``{"lockOKMQSet":[...]}``: the requested queues this client now holds (a queue held by
 another client whose lock has not expired is left out). Locks live
-:data:`LOCK_TTL_S` seconds unless renewed (clients re-lock every 20 s); a connection that ends releases
+60 s unless renewed (clients re-lock every 20 s); a connection that ends releases
 its clients' locks at once. UNLOCK releases the client's locks (often oneway). A client that
 heartbeated on this connection may lock and unlock only for the consumer groups it joined
 (NO_PERMISSION otherwise); a client that has not heartbeated yet (a fresh connection) is trusted.
 
-The table is ``ServerContext.services.locks`` (:class:`~mqproxy.backends.embedded.locks.QueueLocks`, shared with
-gRPC; queues keyed by topic and queue id) when broker services run, else the remoting-only
-:class:`QueueLockTable` of :class:`~mqproxy.remoting.context.ServerContext`.
+The locks are the broker facade's (:class:`~mqproxy.facade.api.Locking`, shared with gRPC; queues keyed
+by topic and queue id).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import trio
 
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -34,9 +32,6 @@ from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
-
-#: Lifetime of a lock that is not renewed (``rocketmq.broker.rebalance.lockMaxLiveTime``).
-LOCK_TTL_S: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,49 +44,6 @@ class QueueRef:
 
     def to_json(self) -> dict[str, object]:
         return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-
-@dataclass(slots=True)
-class _Lock:
-    client_id: str
-    expires_at: float
-
-
-class QueueLockTable:
-    """(group, queue) -> holder. Pure bookkeeping: callers pass the current time."""
-
-    def __init__(self, ttl_s: float = LOCK_TTL_S) -> None:
-        self.ttl_s = ttl_s
-        self._locks: dict[tuple[str, QueueRef], _Lock] = {}
-
-    def lock(self, group: str, client_id: str, queues: list[QueueRef], now: float) -> list[QueueRef]:
-        """Lock (or renew) every queue free for ``client_id``; return the ones it holds, in order."""
-        held: list[QueueRef] = []
-        for queue in queues:
-            key = (group, queue)
-            current = self._locks.get(key)
-            if current is None or current.client_id == client_id or current.expires_at <= now:
-                self._locks[key] = _Lock(client_id, now + self.ttl_s)
-                held.append(queue)
-        return held
-
-    def unlock(self, group: str, client_id: str, queues: list[QueueRef]) -> None:
-        for queue in queues:
-            key = (group, queue)
-            current = self._locks.get(key)
-            if current is not None and current.client_id == client_id:
-                del self._locks[key]
-
-    def release_client(self, group: str, client_id: str) -> None:
-        """Drop every lock ``client_id`` holds in ``group`` (its connection ended)."""
-        for key in [k for k, v in self._locks.items() if k[0] == group and v.client_id == client_id]:
-            del self._locks[key]
-
-    def holder(self, group: str, queue: QueueRef, now: float) -> str | None:
-        current = self._locks.get((group, queue))
-        if current is None or current.expires_at <= now:
-            return None
-        return current.client_id
 
 
 def _bad(problem: str) -> RequestError:
@@ -143,12 +95,8 @@ async def lock_batch_mq(session: RemotingSession, request: RemotingCommand, note
     group, client_id, queues = parse_lock_body(request.body)
     note.group = group
     _check_member(session, group, client_id)
-    services = session.ctx.services
-    if services is None:
-        held = session.ctx.locks.lock(group, client_id, queues, trio.current_time())
-    else:
-        got = services.locks.lock_batch(group, client_id, [_service_ref(q) for q in queues])
-        held = [q for q in queues if _service_ref(q) in got]
+    got = await session.broker.lock_batch(group, client_id, [_service_ref(q) for q in queues])
+    held = [q for q in queues if _service_ref(q) in got]
     session.lock_holders.add((group, client_id))
     body = orjson.dumps({"lockOKMQSet": [q.to_json() for q in held]})
     return Reply(ResponseCode.SUCCESS, body=body, remark=None if queues else "MessageQueue set is empty")
@@ -158,11 +106,7 @@ async def unlock_batch_mq(session: RemotingSession, request: RemotingCommand, no
     group, client_id, queues = parse_lock_body(request.body)
     note.group = group
     _check_member(session, group, client_id)
-    services = session.ctx.services
-    if services is None:
-        session.ctx.locks.unlock(group, client_id, queues)
-    else:
-        services.locks.unlock(group, client_id, [_service_ref(q) for q in queues])
+    await session.broker.unlock(group, client_id, [_service_ref(q) for q in queues])
     return Reply(ResponseCode.SUCCESS)
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.api import MessageQuery
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields
 from mqproxy.remoting.reply import Note, Reply
@@ -43,8 +44,8 @@ async def query_message(session: RemotingSession, request: RemotingCommand, note
     if fields.boolean(UNIQUE_QUERY_FLAG, False):
         wanted = UNIQUE_QUERY_MESSAGES
     begin, end = fields.integer("beginTimestamp", wide=True), fields.integer("endTimestamp", wide=True)
-    found = await session.backend.query_messages(
-        topic, key, min(max(wanted, 0), MAX_QUERY_MESSAGES), begin, end
+    found = await session.broker.query_messages(
+        MessageQuery(topic, key, min(max(wanted, 0), MAX_QUERY_MESSAGES), begin, end)
     )
     if not found:
         raise RequestError(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
@@ -61,7 +62,7 @@ async def view_message_by_id(session: RemotingSession, request: RemotingCommand,
     fields = Fields(request.ext_fields)
     offset = fields.integer("offset", wide=True)
     note.topic = fields.optional_text("topic")
-    message = await session.backend.get_message(offset) if offset >= 0 else None
+    message = await session.broker.get_message(offset) if offset >= 0 else None
     if message is None:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     note.topic = message.topic

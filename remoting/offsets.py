@@ -39,11 +39,11 @@ _NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot f
 async def query_consumer_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_query_offset_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    backend = session.backend
-    offset = await backend.query_consumer_offset(header.consumer_group, header.topic, header.queue_id)
+    broker = session.broker
+    offset = await broker.query_consumer_offset(header.consumer_group, header.topic, header.queue_id)
     if offset is not None and offset >= 0:
         return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
-    if header.set_zero_if_not_found and await backend.min_offset(header.topic, header.queue_id) <= 0:
+    if header.set_zero_if_not_found and await broker.min_offset(header.topic, header.queue_id) <= 0:
         return Reply(ResponseCode.SUCCESS, {"offset": "0"})
     return Reply(ResponseCode.QUERY_NOT_FOUND, remark=_NOT_FOUND_REMARK)
 
@@ -52,7 +52,7 @@ async def update_consumer_offset(session: RemotingSession, request: RemotingComm
     header = parse_update_offset_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     if header.offset >= 0:
-        await session.backend.commit_consumer_offset(
+        await session.broker.commit_consumer_offset(
             header.consumer_group, header.topic, header.queue_id, header.offset
         )
     return Reply(ResponseCode.SUCCESS)
@@ -61,32 +61,32 @@ async def update_consumer_offset(session: RemotingSession, request: RemotingComm
 async def get_max_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_queue_header(request.ext_fields)
     note.topic = header.topic
-    offset = await session.backend.max_offset(header.topic, header.queue_id)
+    offset = await session.broker.max_offset(header.topic, header.queue_id)
     return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
 
 
 async def get_min_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_queue_header(request.ext_fields)
     note.topic = header.topic
-    offset = await session.backend.min_offset(header.topic, header.queue_id)
+    offset = await session.broker.min_offset(header.topic, header.queue_id)
     return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
 
 
 async def get_earliest_store_time(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_queue_header(request.ext_fields)
     note.topic = header.topic
-    timestamp = await session.backend.earliest_store_time(header.topic, header.queue_id)
+    timestamp = await session.broker.earliest_store_time(header.topic, header.queue_id)
     return Reply(ResponseCode.SUCCESS, {"timestamp": str(timestamp)})
 
 
 async def search_offset_by_timestamp(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_search_offset_header(request.ext_fields)
     note.topic = header.topic
-    backend = session.backend
+    broker = session.broker
     if header.upper_bound:
         # last message stored at or before the timestamp = first one after it, minus one
-        after = await backend.search_offset(header.topic, header.queue_id, header.timestamp_ms + 1)
-        offset = max(after - 1, await backend.min_offset(header.topic, header.queue_id))
+        after = await broker.search_offset(header.topic, header.queue_id, header.timestamp_ms + 1)
+        offset = max(after - 1, await broker.min_offset(header.topic, header.queue_id))
     else:
-        offset = await backend.search_offset(header.topic, header.queue_id, header.timestamp_ms)
+        offset = await broker.search_offset(header.topic, header.queue_id, header.timestamp_ms)
     return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})

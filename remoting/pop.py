@@ -2,7 +2,8 @@
 mqproxy.remoting.pop
 ~~~~~~~~~~~~~~~~~~~~
 
-Pop consumption over remoting (spec §3.16-§3.20, §6), on :class:`~mqproxy.backends.embedded.pop.PopService`.
+Pop consumption over remoting (spec §3.16-§3.20, §6), on the broker facade's
+:class:`~mqproxy.facade.api.Popping`.
 
 * POP_MESSAGE (200050): ``queueId`` -1 pops every queue (random start, plus the pop retry topic);
   ``maxMsgNums`` outside 1..32 or ``invisibleTime`` <= 0 -> INVALID_PARAMETER; only TAG expressions
@@ -26,8 +27,6 @@ Pop consumption over remoting (spec §3.16-§3.20, §6), on :class:`~mqproxy.bac
 * PEEK_MESSAGE (200052): records from the group's offset without popping; PULL_NOT_FOUND if none.
 * NOTIFICATION (200054): ``hasMsg``/``pollingFull``; held up to ``pollTime`` when nothing is there.
 * POLLING_INFO (200055): ``pollingNum``, the pops and notifications held for topic/group/queue.
-
-Without ``ServerContext.services`` every code answers SERVICE_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -43,15 +42,15 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.backends.embedded.pop import MAX_POP_BATCH
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.facade.api import PopRequest
 from mqproxy.facade.types import AckOutcome, InitMode
 from mqproxy.model.errors import MalformedReceipt, QueueNotFound
 from mqproxy.model.properties import PROPERTY_POP_CK
 from mqproxy.model.receipts import PopResult, Receipt, pop_retry_topic
-from mqproxy.model.types import TagFilter
+from mqproxy.model.types import FilterExpression
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import HeaderError, RequestError
 from mqproxy.remoting.headers import (
@@ -62,7 +61,6 @@ from mqproxy.remoting.headers import (
     parse_pop_header,
 )
 from mqproxy.remoting.reply import Note, Reply
-from mqproxy.remoting.services import require_services
 
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
@@ -71,7 +69,8 @@ if TYPE_CHECKING:
 LATE_POP_MS: Final = 500
 #: Offsets one BATCH_ACK entry may name (its bitmap's set bits).
 MAX_BATCH_ACK_BITS: Final = 4096
-_WHAT: Final = "pop consumption services"
+#: Messages one POP_MESSAGE may ask for (the broker's limit).
+MAX_POP_BATCH: Final = 32
 
 
 def _now_ms() -> int:
@@ -87,14 +86,13 @@ def _queue_errors() -> Iterator[None]:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"QueueNotFound: {exc}") from None
 
 
-def _tag_filter(exp_type: str, exp: str | None) -> TagFilter | None:
+def _tag_filter(exp_type: str, exp: str | None) -> FilterExpression:
     if exp_type.strip().upper() not in ("TAG", ""):
         raise RequestError(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
             f"expression type {exp_type[:32]!r} is not supported, only TAG",
         )
-    tag_filter = TagFilter.parse(exp)
-    return None if tag_filter.is_all else tag_filter
+    return FilterExpression(exp or "*", "TAG")
 
 
 # --- POP_MESSAGE ------------------------------------------------------------------------------------
@@ -103,7 +101,6 @@ def _tag_filter(exp_type: str, exp: str | None) -> TagFilter | None:
 async def pop_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_pop_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    services = require_services(session, _WHAT)
     if not 1 <= header.max_msg_nums <= MAX_POP_BATCH:
         raise RequestError(
             ResponseCode.INVALID_PARAMETER,
@@ -115,7 +112,7 @@ async def pop_message(session: RemotingSession, request: RemotingCommand, note: 
         )
     if header.init_mode not in (InitMode.MIN, InitMode.MAX):
         raise RequestError(ResponseCode.INVALID_PARAMETER, f"initMode {header.init_mode} is not 0 or 1")
-    tag_filter = _tag_filter(header.exp_type, header.exp)
+    message_filter = _tag_filter(header.exp_type, header.exp)
     poll_ms = max(header.poll_time_ms, 0)
     if poll_ms > 0 and header.born_time_ms > 0:
         late = _now_ms() - header.born_time_ms - poll_ms
@@ -127,17 +124,18 @@ async def pop_message(session: RemotingSession, request: RemotingCommand, note: 
     queue_id = None if header.queue_id < 0 else header.queue_id
 
     async def pop(poll_s: float) -> PopResult:
-        return await services.pop.pop(
-            header.consumer_group,
-            header.topic,
-            queue_id,
-            header.max_msg_nums,
-            header.invisible_time_ms,
-            tag_filter=tag_filter,
-            order=header.order,
-            init_mode=InitMode(header.init_mode),
-            poll_s=poll_s,
-            broker_name=BROKER_NAME,
+        return await session.broker.pop(
+            PopRequest(
+                header.consumer_group,
+                header.topic,
+                header.max_msg_nums,
+                header.invisible_time_ms,
+                queue_id=queue_id,
+                message_filter=message_filter,
+                order=header.order,
+                init_mode=InitMode(header.init_mode),
+                hold_s=poll_s,
+            )
         )
 
     result = await pop(0.0)
@@ -199,10 +197,9 @@ def _receipt(header: AckHeader) -> Receipt:
 async def ack_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_ack_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    services = require_services(session, _WHAT)
     receipt = _receipt(header)
     with _queue_errors():
-        outcome = await services.pop.ack(header.consumer_group, header.topic, receipt)
+        outcome = await session.broker.ack(header.consumer_group, header.topic, receipt.encode())
     if outcome is AckOutcome.ALREADY_ACKED:
         return Reply(ResponseCode.SUCCESS, remark="already acked")
     return Reply(ResponseCode.SUCCESS)
@@ -211,13 +208,15 @@ async def ack_message(session: RemotingSession, request: RemotingCommand, note: 
 async def change_invisible_time(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_ack_header(request.ext_fields, change_invisible=True)
     note.group, note.topic = header.consumer_group, header.topic
-    services = require_services(session, _WHAT)
     receipt = _receipt(header)
     invisible_ms = header.invisible_time_ms
     if invisible_ms is None or invisible_ms < 0:
         raise HeaderError("invisibleTime", "must be a non-negative number of ms")
     with _queue_errors():
-        new = await services.pop.change_invisible(header.consumer_group, header.topic, receipt, invisible_ms)
+        handle = await session.broker.change_invisible(
+            header.consumer_group, header.topic, receipt.encode(), invisible_ms
+        )
+    new = Receipt.decode(handle)
     ext = {
         "popTime": str(new.pop_time_ms),
         "invisibleTime": str(new.invisible_ms),
@@ -292,10 +291,9 @@ async def batch_ack_message(session: RemotingSession, request: RemotingCommand, 
     entries = parse_batch_ack(request.body)
     if entries:
         note.group, note.topic = entries[0][0], entries[0][1]
-    services = require_services(session, _WHAT)
     failed, total, first_error = 0, 0, ""
     for group, topic, receipts in entries:
-        outcomes = await services.pop.ack_many(group, topic, receipts)
+        outcomes = await session.broker.ack_many(group, topic, [r.encode() for r in receipts])
         total += len(outcomes)
         for outcome in outcomes:
             if not isinstance(outcome, AckOutcome):
@@ -314,9 +312,8 @@ async def batch_ack_message(session: RemotingSession, request: RemotingCommand, 
 async def peek_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_peek_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    services = require_services(session, _WHAT)
     queue_id = None if header.queue_id < 0 else header.queue_id
-    messages = await services.pop.peek(header.consumer_group, header.topic, queue_id, header.max_msg_nums)
+    messages = await session.broker.peek(header.consumer_group, header.topic, queue_id, header.max_msg_nums)
     rest = await _rest(session, header.consumer_group, header.topic, queue_id) - len(messages)
     ext = {"popTime": str(_now_ms()), "invisibleTime": "0", "reviveQid": "0", "restNum": str(max(rest, 0))}
     if not messages:
@@ -327,8 +324,8 @@ async def peek_message(session: RemotingSession, request: RemotingCommand, note:
 async def _targets(
     session: RemotingSession, group: str, topic: str, queue_id: int | None
 ) -> list[tuple[str, int]]:
-    backend = session.backend
-    config = await backend.get_topic(topic)
+    broker = session.broker
+    config = await broker.get_topic(topic)
     if config is None:
         raise RequestError(
             ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic[:255]}] not exist, apply first please!"
@@ -338,17 +335,17 @@ async def _targets(
         raise RequestError(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
     out = [(topic, q) for q in (range(queues) if queue_id is None else [queue_id])]
     retry = pop_retry_topic(group, topic)
-    if await backend.get_topic(retry) is not None:
+    if await broker.get_topic(retry) is not None:
         out.append((retry, 0))
     return out
 
 
 async def _rest(session: RemotingSession, group: str, topic: str, queue_id: int | None) -> int:
-    backend, total = session.backend, 0
+    broker, total = session.broker, 0
     for name, qid in await _targets(session, group, topic, queue_id):
-        committed = await backend.query_consumer_offset(group, name, qid)
-        low = await backend.min_offset(name, qid) if committed is None else committed
-        total += max(0, await backend.max_offset(name, qid) - low)
+        committed = await broker.query_consumer_offset(group, name, qid)
+        low = await broker.min_offset(name, qid) if committed is None else committed
+        total += max(0, await broker.max_offset(name, qid) - low)
     return total
 
 
@@ -356,15 +353,15 @@ async def _wait_any(
     session: RemotingSession, group: str, targets: list[tuple[str, int]], timeout_s: float
 ) -> None:
     """Return when one target queue grows past the group's offset, or after ``timeout_s``."""
-    backend = session.backend
+    broker = session.broker
     marks = []
     for name, qid in targets:
-        committed = await backend.query_consumer_offset(group, name, qid)
-        marks.append((name, qid, await backend.max_offset(name, qid) if committed is None else committed))
+        committed = await broker.query_consumer_offset(group, name, qid)
+        marks.append((name, qid, await broker.max_offset(name, qid) if committed is None else committed))
     async with trio.open_nursery() as nursery:
 
         async def watch(name: str, qid: int, offset: int) -> None:
-            if await backend.wait_for_message(name, qid, offset, timeout_s):
+            if await broker.wait_for_message(name, qid, offset, timeout_s):
                 nursery.cancel_scope.cancel()
 
         for mark in marks:
@@ -374,10 +371,9 @@ async def _wait_any(
 async def notification(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_notification_header(request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    services = require_services(session, _WHAT)
     queue_id = None if header.queue_id < 0 else header.queue_id
     targets = await _targets(session, header.consumer_group, header.topic, queue_id)
-    has = await services.pop.has_message(header.consumer_group, header.topic, queue_id)
+    has = await session.broker.has_message(header.consumer_group, header.topic, queue_id)
     ctx = session.ctx
     hold_s = min(max(header.poll_time_ms, 0) / 1000.0, ctx.long_poll_max_s)
     full = False
@@ -388,7 +384,7 @@ async def notification(session: RemotingSession, request: RemotingCommand, note:
                 await _wait_any(session, header.consumer_group, targets, hold_s)
             finally:
                 ctx.polls.release(key)
-            has = await services.pop.has_message(header.consumer_group, header.topic, queue_id)
+            has = await session.broker.has_message(header.consumer_group, header.topic, queue_id)
         else:
             full = True
     ext = {"hasMsg": "true" if has else "false", "pollingFull": "true" if full else "false"}
@@ -398,7 +394,6 @@ async def notification(session: RemotingSession, request: RemotingCommand, note:
 async def polling_info(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_peek_header(request.ext_fields, polling_info=True)
     note.group, note.topic = header.consumer_group, header.topic
-    require_services(session, _WHAT)
     queue_id = None if header.queue_id < 0 else header.queue_id
     await _targets(session, header.consumer_group, header.topic, queue_id)
     count = session.ctx.polls.count((header.topic, header.consumer_group, header.queue_id))

@@ -11,15 +11,15 @@ Checks, in the broker's order and with its codes: topic longer than 127 bytes or
 -> INVALID_PARAMETER; a malformed batch body -> MESSAGE_ILLEGAL. Nothing is stored unless every check
 passed (a batch is stored all-or-nothing by the backend).
 
-Bodies and sysFlag bits (compression) are stored as received. With broker services
-(``ServerContext.services``) a single message goes through ``BrokerServices.send``: transactional half
+Bodies and sysFlag bits (compression) are stored as received. A single message goes through
+:meth:`~mqproxy.facade.api.Producing.send`, which decides what happens to it: transactional half
 messages (sysFlag PREPARED or ``TRAN_MSG=true``; ``PGROUP`` defaults to the producer group) are parked
-until END_TRANSACTION, and ``DELAY`` levels (clamped to the highest, remark says so; 0 or below: no
-delay; not a number: MESSAGE_ILLEGAL) or ``TIMER_*`` deliver-at properties hold the message back.
-Without services half messages are refused with NO_PERMISSION and delays are ignored.
+until END_TRANSACTION, ``DELAY`` levels (clamped to the highest, remark says so; 0 or below: no delay;
+not a number: MESSAGE_ILLEGAL) or ``TIMER_*`` deliver-at properties hold the message back, a
+``%RETRY%`` send whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>`` (undelayed), and a
+message naming no light queue gets the MQTT gateway's (``MQTT_TOPIC``).
 A message without ``UNIQ_KEY`` (ali-ons) gets one, stored with it and returned as ``transactionId``.
 Like a Java broker, every stored message gets ``CLUSTER``, ``MSG_REGION`` and ``TRACE_ON``.
-A ``%RETRY%`` send whose ``reconsumeTimes`` exceeds the max goes to ``%DLQ%<group>`` (undelayed).
 ``INNER_MULTI_DISPATCH`` names the ``%LMQ%`` queues that also index the message (spec §9.3).
 
 Response header: ``msgId`` (offset message id from the advertised host and the commit-log offset;
@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.backends.embedded.services import is_half
 from mqproxy.codecs.message_record import (
     MAX_PROPERTIES_BYTES,
     RecordError,
@@ -44,11 +42,10 @@ from mqproxy.codecs.message_record import (
 )
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
-from mqproxy.model.errors import IllegalTopic, QueueNotFound, TopicNotFound
+from mqproxy.facade.api import SendRequest
+from mqproxy.model.errors import IllegalTopic
 from mqproxy.model.ids import MessageIdError, new_uniq_key, offset_msg_id
-from mqproxy.model.properties import PROPERTY_PRODUCER_GROUP
 from mqproxy.model.topics import (
-    DLQ_PREFIX,
     MAX_TOPIC_BYTES,
     RETRY_PREFIX,
     is_lmq,
@@ -68,14 +65,11 @@ from mqproxy.remoting.headers import SendHeader, parse_send_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
-    from mqproxy.backends.embedded.services import BrokerServices
     from mqproxy.remoting.session import RemotingSession
 
 PROPERTY_CLUSTER: Final = "CLUSTER"
 PROPERTY_MSG_REGION: Final = "MSG_REGION"
 PROPERTY_TRACE_ON: Final = "TRACE_ON"
-#: Retry limit when the request carries none (subscription-group default ``retryMaxTimes``).
-DEFAULT_MAX_RECONSUME_TIMES: Final = 16
 _uniq_counter = itertools.count()
 
 
@@ -110,7 +104,7 @@ async def send_batch_message(session: RemotingSession, request: RemotingCommand,
         )
     envelope_key = envelope.get(PROPERTY_UNIQ_KEY) or _new_uniq_key(session)
     await _auto_create(session, header)
-    results = await session.backend.send_batch(messages)
+    results = await session.broker.send_batch(messages)
     return _reply(session, results, envelope_key)
 
 
@@ -121,51 +115,23 @@ async def _send_single(
     note.group, note.topic = header.producer_group, header.topic
     _check_topic(header.topic)
     properties = _properties(header.properties)
-    services = session.ctx.services
-    half = _is_half_message(header, properties)
-    if half:
-        if services is None:
-            raise RequestError(
-                ResponseCode.NO_PERMISSION, "the broker sending transaction message is forbidden"
-            )
-        properties.setdefault(PROPERTY_PRODUCER_GROUP, header.producer_group)
     uniq_key = _ensure_uniq_key(session, properties)
-    topic, queue_id = header.topic, header.queue_id
-    if topic.startswith(RETRY_PREFIX):
-        limit = header.max_reconsume_times
-        if limit is None:
-            limit = DEFAULT_MAX_RECONSUME_TIMES
-        if header.reconsume_times > limit:
-            topic = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
-            await session.backend.create_topic(topic, 1)
-            queue_id = 0
-            properties.pop(PROPERTY_DELAY_LEVEL, None)
-    else:
-        await _auto_create(session, header)
-    message = _message(session, header, topic, queue_id, request.body, properties, header.flag)
-    if services is None:
-        result = await session.backend.send(message)
-        return _reply(session, [result], uniq_key)
-    if half or services.scheduler.park(message) is not None:
-        message.queue_id = await _real_queue(session, topic, queue_id)
-    result = await services.send(message)
-    reply = _reply(session, [result], uniq_key)
-    if result.topic != message.topic:  # parked or half: answer the queue it will be delivered to
-        reply.ext["queueId"] = str(message.queue_id)
-    if not half:
-        reply.remark = _delay_remark(services, properties)
+    message = _message(session, header, header.topic, header.queue_id, request.body, properties, header.flag)
+    create = header.default_topic_queue_nums if session.ctx.auto_create_topics else None
+    outcome = await session.broker.send(
+        SendRequest(
+            message,
+            producer_group=header.producer_group,
+            max_reconsume_times=header.max_reconsume_times,
+            create_queues=create,
+        )
+    )
+    reply = _reply(session, [outcome.result], uniq_key)
+    if outcome.parked:  # half or delayed: answer the queue it will be delivered to
+        reply.ext["queueId"] = str(outcome.queue_id)
+    if outcome.parked != "half":
+        reply.remark = _delay_remark(session, properties)
     return reply
-
-
-async def _real_queue(session: RemotingSession, topic: str, queue_id: int) -> int:
-    """The queue a parked (delayed or half) message will reach: checked now, since the message is
-    stored elsewhere first; a negative id picks one at random, as the broker does before storing."""
-    config = await session.backend.get_topic(topic)
-    if config is None:
-        raise TopicNotFound(f"topic {topic} does not exist")
-    if queue_id >= config.write_queues:
-        raise QueueNotFound(f"{topic} has {config.write_queues} write queues, not {queue_id + 1}")
-    return queue_id if queue_id >= 0 else random.randrange(max(config.write_queues, 1))
 
 
 def _check_topic(topic: str) -> None:
@@ -181,20 +147,13 @@ def _check_topic(topic: str) -> None:
         raise RequestError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
 
 
-def _is_half_message(header: SendHeader, properties: dict[str, str]) -> bool:
-    """sysFlag PREPARED or ``TRAN_MSG=true`` (spec §7.1; :func:`~mqproxy.backends.embedded.services.is_half`). Without
-    broker services such a message is refused like a broker with ``rejectTransactionMessage`` rather than
-    delivered uncommitted."""
-    return is_half(header.sys_flag, properties, header.reconsume_times)
-
-
-def _delay_remark(services: BrokerServices, properties: dict[str, str]) -> str | None:
+def _delay_remark(session: RemotingSession, properties: dict[str, str]) -> str | None:
     """A note on the ``DELAY`` level actually applied (clamped or none), or None."""
     raw = properties.get(PROPERTY_DELAY_LEVEL)
     if raw is None:
         return None
-    level = int(raw.strip())  # the scheduler already refused a non-number
-    applied = services.scheduler.clamp_level(level)
+    level = int(raw.strip())  # the facade already refused a non-number
+    applied = session.broker.clamp_delay_level(level)
     if applied == 0:
         return f"delay level {level}: not delayed"
     if applied != level:
@@ -248,10 +207,6 @@ def _message(
     properties[PROPERTY_TRACE_ON] = "true" if ctx.trace_on else "false"
     dispatch = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
     lmqs = tuple(name for name in dispatch.split(",") if is_lmq(name)) if dispatch else ()
-    if not lmqs and session.ctx.mqtt_dispatch is not None:
-        # A RocketMQ producer addressing MQTT subscribers by MQTT_TOPIC only: the gateway knows which
-        # light queues (the topic's and every matching wildcard filter's) the message belongs to.
-        lmqs = session.ctx.mqtt_dispatch(properties)
     return Message(
         topic=topic,
         body=body,
@@ -268,12 +223,12 @@ def _message(
 
 async def _auto_create(session: RemotingSession, header: SendHeader) -> None:
     """Create an unknown topic with the producer's ``defaultTopicQueueNums`` (capped by the default)."""
-    ctx, backend = session.ctx, session.backend
+    ctx, broker = session.ctx, session.broker
     if not ctx.auto_create_topics or header.default_topic_queue_nums is None:
         return
-    if await backend.get_topic(header.topic) is None:
+    if await broker.get_topic(header.topic) is None:
         count = min(max(header.default_topic_queue_nums, 1), ctx.default_queue_count)
-        await backend.create_topic(header.topic, count)
+        await broker.create_topic(header.topic, count)
 
 
 def _reply(session: RemotingSession, results: Sequence[SendResult], transaction_id: str) -> Reply:

@@ -24,7 +24,6 @@ from mqproxy.model.topics import SYSTEM_TOPIC_PREFIX, is_send_forbidden
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_send_back_header
 from mqproxy.remoting.reply import Note, Reply
-from mqproxy.remoting.services import require_services
 
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
@@ -33,19 +32,18 @@ if TYPE_CHECKING:
 async def consumer_send_msg_back(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_send_back_header(request.ext_fields)
     note.group, note.topic = header.group, header.origin_topic
-    services = require_services(session, "consumer send-back and retry topics")
     if not header.group:
         raise RequestError(ResponseCode.INVALID_PARAMETER, "header field 'group' is empty")
     message = None
     if header.offset >= 0:
-        message = await session.backend.get_message(header.offset)
+        message = await session.broker.get_message(header.offset)
     if message is None or _internal(message.topic):
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
     note.topic = note.topic or message.topic
     ctx = session.ctx
     # as a Java broker: the stored message's offset id (the header's originMsgId is the client's UNIQ_KEY)
     origin = offset_msg_id((ctx.msg_id_host, ctx.advertised_port), header.offset)
-    outcome = await services.retry.send_back(
+    outcome = await session.broker.send_back(
         header.group,
         message,
         delay_level=header.delay_level,

@@ -71,16 +71,16 @@ async def get_route(session: RemotingSession, request: RemotingCommand, note: No
         validate_topic(topic)
     except IllegalTopic:
         raise _not_found(topic) from None
-    backend, ctx = session.backend, session.ctx
-    config = await backend.get_topic(topic)
+    broker, ctx = session.broker, session.ctx
+    config = await broker.get_topic(topic)
     perm = None
     if topic == AUTO_CREATE_TEMPLATE_TOPIC:
         if config is None:
-            config = await backend.create_topic(topic, ctx.default_queue_count)
+            config = await broker.create_topic(topic, ctx.default_queue_count)
         perm = PERM_READ | PERM_WRITE | PERM_INHERIT
     elif config is None:
         # a group's retry topic always exists for its consumers (the broker creates it per group)
         if not (ctx.auto_create_topics or topic.startswith(RETRY_PREFIX)):
             raise _not_found(topic)
-        config = await backend.create_topic(topic, None)
+        config = await broker.create_topic(topic, None)
     return Reply(ResponseCode.SUCCESS, body=route_body(config, ctx.advertised_address, perm=perm))

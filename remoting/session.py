@@ -6,8 +6,8 @@ The remoting protocol session: one per connection, no I/O of its own.
 
 :class:`RemotingSession` owns what the protocol learns about a connection (client id, language and
 version from heartbeats, the consumer groups it joined, the server->client opaque counter) and answers
-requests through a dispatch table ``{RequestCode: handler}``. It talks to storage only through the
-:class:`~mqproxy.backends.embedded.store.MessageStore` protocol and to other connections only through
+requests through a dispatch table ``{RequestCode: handler}``. It talks to the broker only through the
+:class:`~mqproxy.facade.api.BrokerFacade` and to other connections only through
 :class:`~mqproxy.remoting.context.GroupMembership`.
 
 Two entry points, one core:
@@ -31,9 +31,9 @@ from typing import Any, Final
 import structlog
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.api import BrokerFacade
 from mqproxy.model.errors import (
     BackendError,
     IllegalTopic,
@@ -222,7 +222,7 @@ class RemotingSession:
 
     def __init__(
         self,
-        backend: MessageStore,
+        broker: BrokerFacade,
         ctx: ServerContext,
         *,
         conn: object | None = None,
@@ -230,7 +230,7 @@ class RemotingSession:
         on_request: RequestCallback = ignore_request,
         log: Any = None,
     ) -> None:
-        self.backend = backend
+        self.broker = broker
         self.log = _log if log is None else log
         self.ctx = ctx
         self.conn: object = self if conn is None else conn
@@ -240,7 +240,7 @@ class RemotingSession:
         self.client_id: str | None = None
         self.language: str | None = None
         self.version: int | None = None
-        #: (consumer group, client id) pairs this connection registered with the backend.
+        #: (consumer group, client id) pairs this connection registered with the broker.
         self.memberships: set[tuple[str, str]] = set()
         #: (consumer group, client id) pairs that took queue locks through this connection.
         self.lock_holders: set[tuple[str, str]] = set()
@@ -345,12 +345,8 @@ class RemotingSession:
         if self._closed:
             return
         self._closed = True
-        services = self.ctx.services
         for group, client_id in self.lock_holders:
-            if services is None:
-                self.ctx.locks.release_client(group, client_id)
-            else:
-                services.locks.release_client(group, client_id)
+            await self.broker.release_client(group, client_id)
         self.lock_holders.clear()
         for group in self.producer_groups:
             self.ctx.groups.leave_producer(group, self.conn)
@@ -359,7 +355,7 @@ class RemotingSession:
             if not self.ctx.groups.leave(group, client_id, self.conn):
                 continue
             try:
-                changed = await self.backend.unregister_consumer(group, client_id)
+                changed = await self.broker.unregister_consumer(group, client_id)
             except BackendError:
                 continue
             if changed:

@@ -8,7 +8,7 @@ both the name-server half and the broker half.
 * UPDATE_AND_CREATE_TOPIC (17), broker: header ``topic``, ``readQueueNums``, ``writeQueueNums``,
   ``perm``, optional ``topicSysFlag`` and ``attributes`` (``+message.type=FIFO``, …; ``defaultTopic``,
   ``topicFilterType``, ``order`` are accepted and not kept). Creates the topic or replaces its config, and
-  types it (with broker services): the attribute's type, else the type it had, else NORMAL. Refusals as the Java broker's
+  types it: the attribute's type, else the type it had, else NORMAL. Refusals as the Java broker's
   (``TopicValidator``): INVALID_PARAMETER with its remark for a blank, illegal or too long name, and for
   a system topic ("conflict with system topic").
 * GET_TOPIC_CONFIG (351), broker: the topic's TopicConfig (``mqadmin consumerProgress`` reads it), or
@@ -96,19 +96,17 @@ async def update_and_create_topic(session: RemotingSession, request: RemotingCom
         sys_flag=fields.integer("topicSysFlag", 0),
     )
     message_type = parse_topic_attributes(fields.text("attributes", ""))  # InvalidArgument: nothing changes
-    await session.backend.update_topic(config)
-    services = session.ctx.services
-    if services is not None:  # the topic's message type: the attribute's, else the one it had, else NORMAL
-        if message_type is None:
-            message_type = services.metadata.topic_type(topic) or TopicMessageType.NORMAL
-        await services.metadata.set_topic_type(topic, message_type)
+    await session.broker.update_topic(config)
+    if message_type is None:  # the topic's message type: the attribute's, else the one it had, else NORMAL
+        message_type = session.broker.topic_type(topic) or TopicMessageType.NORMAL
+    await session.broker.set_topic_type(topic, message_type)
     return Reply(ResponseCode.SUCCESS)
 
 
 async def get_topic_config(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     topic = Fields(request.ext_fields).text("topic")
     note.topic = topic
-    config = await session.backend.get_topic(topic)
+    config = await session.broker.get_topic(topic)
     if config is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"[:512])
     body = {  # TopicConfigAndQueueMapping: a TopicConfig (no static-topic mapping here)
@@ -143,6 +141,6 @@ async def get_broker_cluster_info(session: RemotingSession, request: RemotingCom
 
 
 async def get_all_topic_list(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    names = set(await session.backend.topic_names())
+    names = set(await session.broker.topic_names())
     names.update((CLUSTER_NAME, BROKER_NAME))
     return Reply(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": sorted(names)}))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Final
 from mqproxy.codecs.message_record import encode_record
 from mqproxy.codecs.remoting import FLAG_ONEWAY, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.api import EndTransaction
 from mqproxy.facade.types import Resolution, TransactionCheck
 from mqproxy.model.ids import offset_msg_id
 from mqproxy.model.types import PROPERTY_UNIQ_KEY
@@ -34,7 +35,6 @@ from mqproxy.remoting.context import BROKER_NAME, ServerContext
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import parse_end_transaction_header
 from mqproxy.remoting.reply import Note, Reply
-from mqproxy.remoting.services import require_services
 
 if TYPE_CHECKING:
     from mqproxy.remoting.session import RemotingSession
@@ -45,7 +45,6 @@ _RESOLUTIONS: Final = {r.value: r for r in Resolution}
 async def end_transaction(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
     header = parse_end_transaction_header(request.ext_fields)
     note.group = header.producer_group
-    services = require_services(session, "transactional messages")
     resolution = _RESOLUTIONS.get(header.commit_or_rollback)
     if resolution is None:
         raise RequestError(
@@ -54,11 +53,13 @@ async def end_transaction(session: RemotingSession, request: RemotingCommand, no
         )
     if resolution is Resolution.UNKNOWN:
         return Reply(ResponseCode.SUCCESS, remark="transaction state unknown: left for check-back")
-    result = await services.transactions.end(
-        resolution=resolution,
-        producer_group=header.producer_group,
-        commitlog_offset=header.commit_log_offset,
-        from_check=header.from_transaction_check,
+    result = await session.broker.end_transaction(
+        EndTransaction(
+            resolution,
+            producer_group=header.producer_group,
+            commitlog_offset=header.commit_log_offset,
+            from_check=header.from_transaction_check,
+        )
     )
     if result is not None:
         note.topic = result.topic

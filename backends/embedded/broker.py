@@ -365,16 +365,16 @@ class EmbeddedBroker:
 
     # --- locks ----------------------------------------------------------------------------------
 
-    def lock_batch(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> set[QueueRef]:
+    async def lock_batch(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> set[QueueRef]:
         return self.services.locks.lock_batch(group, client_id, queues)
 
-    def unlock(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> None:
+    async def unlock(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> None:
         self.services.locks.unlock(group, client_id, queues)
 
-    def release_client(self, group: str, client_id: str) -> int:
+    async def release_client(self, group: str, client_id: str) -> int:
         return self.services.locks.release_client(group, client_id)
 
-    def lock_holder(self, group: str, queue: QueueRef) -> str | None:
+    async def lock_holder(self, group: str, queue: QueueRef) -> str | None:
         return self.services.locks.holder(group, queue)
 
     # --- membership -----------------------------------------------------------------------------

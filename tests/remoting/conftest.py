@@ -1,5 +1,6 @@
-"""Fixtures for the remoting session tests: an in-memory backend, a session, and a builder that turns
-client-shaped JSON headers into decoded commands exactly as the frame codec delivers them."""
+"""Fixtures for the remoting tests: an in-memory store with the embedded broker facade over it, a session
+on that facade, and a builder that turns client-shaped JSON headers into decoded commands exactly as the
+frame codec delivers them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from mqproxy.backends.embedded.broker import EmbeddedBroker, open_embedded_broker
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
-from mqproxy.backends.embedded.services import BrokerServices, open_services
+from mqproxy.backends.embedded.services import BrokerServices
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.session import RemotingSession
@@ -59,29 +61,31 @@ def ctx() -> ServerContext:
 
 
 @pytest.fixture
-def session(backend: InMemoryBackend, ctx: ServerContext, events: list[RequestEvent]) -> RemotingSession:
-    return RemotingSession(backend, ctx, peer=("192.0.2.2", 50000), on_request=events.append)
-
-
-@pytest.fixture
-async def services(backend: InMemoryBackend) -> AsyncIterator[BrokerServices]:
-    """Broker services over ``backend`` on a clock that follows trio's clock (tests using them must
-    request ``autojump_clock`` themselves: pytest-trio only sees a test's own clock argument)."""
-    async with open_services(backend, now_ms=trio_clock_ms()) as running:
+async def broker(backend: InMemoryBackend) -> AsyncIterator[EmbeddedBroker]:
+    """The broker facade over ``backend``, its services on a clock that follows trio's clock (tests that
+    let time pass request ``autojump_clock`` themselves: pytest-trio only sees a test's own clock)."""
+    async with open_embedded_broker(backend, now_ms=trio_clock_ms()) as running:
         yield running
 
 
 @pytest.fixture
-def svc_ctx(services: BrokerServices) -> ServerContext:
-    return ServerContext(advertised_host=ADVERTISED[0], advertised_port=ADVERTISED[1], services=services)
+def services(broker: EmbeddedBroker) -> BrokerServices:
+    """The broker services behind ``broker`` (for tests that look at their state)."""
+    return broker.services
 
 
 @pytest.fixture
-def svc_session(
-    backend: InMemoryBackend, svc_ctx: ServerContext, events: list[RequestEvent]
-) -> RemotingSession:
-    """A session whose server runs the broker services."""
-    return RemotingSession(backend, svc_ctx, peer=("192.0.2.2", 50000), on_request=events.append)
+def session(broker: EmbeddedBroker, ctx: ServerContext, events: list[RequestEvent]) -> RemotingSession:
+    return RemotingSession(broker, ctx, peer=("192.0.2.2", 50000), on_request=events.append)
+
+
+@pytest.fixture
+async def manual_session(events: list[RequestEvent]) -> AsyncIterator[RemotingSession]:
+    """A session on a broker that never auto-creates topics (routes and sends need created topics)."""
+    backend = InMemoryBackend(auto_create_topics=False, store_host=ADVERTISED)
+    async with open_embedded_broker(backend, auto_create_topics=False, now_ms=trio_clock_ms()) as broker:
+        ctx = ServerContext(*ADVERTISED, auto_create_topics=False)
+        yield RemotingSession(broker, ctx, peer=("192.0.2.2", 50000), on_request=events.append)
 
 
 def binary_request(code: int, ext: dict[str, str], body: bytes = b"", **fields: Any) -> RemotingCommand:

@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from mqproxy.backends.embedded.broker import EmbeddedBroker
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, encode_command
@@ -68,9 +69,9 @@ def ctx(registry: ConnectionRegistry) -> ServerContext:
     return ServerContext(STORE[0], STORE[1], groups=registry)
 
 
-async def connect(nursery: trio.Nursery, backend: InMemoryBackend, ctx: ServerContext) -> Peer:
+async def connect(nursery: trio.Nursery, broker: EmbeddedBroker, ctx: ServerContext) -> Peer:
     client_stream, server_stream = trio.testing.memory_stream_pair()
-    nursery.start_soon(lambda: serve_remoting(server_stream, backend, ctx))
+    nursery.start_soon(lambda: serve_remoting(server_stream, broker, ctx))
     return Peer(client_stream)
 
 
@@ -113,7 +114,7 @@ def max_offset(opaque: int) -> RemotingCommand:
     return RemotingCommand(RequestCode.GET_MAX_OFFSET, opaque=opaque, ext_fields=ext)
 
 
-async def test_running_info_is_relayed_and_answered(backend, ctx) -> None:
+async def test_running_info_is_relayed_and_answered(backend, ctx, broker) -> None:
     seen: list[RemotingCommand] = []
     info = b'{"properties":{"consumeType":"CONSUME_PASSIVELY"},"subscriptionSet":[]}'
 
@@ -121,7 +122,7 @@ async def test_running_info_is_relayed_and_answered(backend, ctx) -> None:
         return RemotingCommand(ResponseCode.SUCCESS, remark="fine", body=info)
 
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         nursery.start_soon(serve_consumer, consumer, answer, seen)
         with trio.fail_after(1):
@@ -137,7 +138,7 @@ async def test_running_info_is_relayed_and_answered(backend, ctx) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_consume_message_directly_sends_the_stored_record(backend, ctx) -> None:
+async def test_consume_message_directly_sends_the_stored_record(backend, ctx, broker) -> None:
     stored = await backend.send(Message("T", b"hello", queue_id=1, properties={"TAGS": "A"}))
     msg_id = offset_msg_id(STORE, stored.commitlog_offset)
     seen: list[RemotingCommand] = []
@@ -146,7 +147,7 @@ async def test_consume_message_directly_sends_the_stored_record(backend, ctx) ->
         return RemotingCommand(ResponseCode.SUCCESS, body=DIRECT_RESULT)
 
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         nursery.start_soon(serve_consumer, consumer, answer, seen)
         with trio.fail_after(1):
@@ -164,11 +165,11 @@ async def test_consume_message_directly_sends_the_stored_record(backend, ctx) ->
         nursery.cancel_scope.cancel()
 
 
-async def test_silent_consumer_times_out_and_blocks_nobody(backend, ctx, autojump_clock) -> None:
+async def test_silent_consumer_times_out_and_blocks_nobody(backend, ctx, autojump_clock, broker) -> None:
     seen: list[RemotingCommand] = []
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
-        other = await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
+        other = await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         nursery.start_soon(serve_consumer, consumer, lambda request: None, seen)
         started = trio.current_time()
@@ -193,9 +194,9 @@ async def test_silent_consumer_times_out_and_blocks_nobody(backend, ctx, autojum
         nursery.cancel_scope.cancel()
 
 
-async def test_consumer_dying_mid_call_fails_at_once(backend, ctx, autojump_clock) -> None:
+async def test_consumer_dying_mid_call_fails_at_once(backend, ctx, autojump_clock, broker) -> None:
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         started = trio.current_time()
         await admin.send(running_info(opaque=5))
@@ -216,9 +217,9 @@ async def test_consumer_dying_mid_call_fails_at_once(backend, ctx, autojump_cloc
 @pytest.mark.parametrize(
     ("group", "client_id"), [("G", "nobody@1"), ("OTHER", "c@1")], ids=["unknown-client", "other-group"]
 )
-async def test_consumer_not_online(group, client_id, backend, ctx) -> None:
+async def test_consumer_not_online(group, client_id, backend, ctx, broker) -> None:
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         response = await admin.request(running_info(group, client_id, opaque=3))
         assert response.opaque == 3
@@ -230,10 +231,10 @@ async def test_consumer_not_online(group, client_id, backend, ctx) -> None:
 @pytest.mark.parametrize(
     "msg_id", ["0A00000800001F900000000000ABCDEF", "not-a-msg-id"], ids=["unknown", "garbage"]
 )
-async def test_consume_directly_unknown_message(msg_id, backend, ctx) -> None:
+async def test_consume_directly_unknown_message(msg_id, backend, ctx, broker) -> None:
     seen: list[RemotingCommand] = []
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         nursery.start_soon(serve_consumer, consumer, lambda request: None, seen)
         response = await admin.request(direct(msg_id, opaque=4))
@@ -244,9 +245,9 @@ async def test_consume_directly_unknown_message(msg_id, backend, ctx) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_missing_client_id_is_invalid(backend, ctx) -> None:
+async def test_missing_client_id_is_invalid(backend, ctx, broker) -> None:
     async with trio.open_nursery() as nursery:
-        admin = await connect(nursery, backend, ctx)
+        admin = await connect(nursery, broker, ctx)
         command = RemotingCommand(
             RequestCode.GET_CONSUMER_RUNNING_INFO, opaque=2, ext_fields={"consumerGroup": "G"}
         )
@@ -256,7 +257,7 @@ async def test_missing_client_id_is_invalid(backend, ctx) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_oneway_running_info_is_relayed_but_not_answered(backend, ctx) -> None:
+async def test_oneway_running_info_is_relayed_but_not_answered(backend, ctx, broker) -> None:
     seen: list[RemotingCommand] = []
     relayed = trio.Event()
 
@@ -265,7 +266,7 @@ async def test_oneway_running_info_is_relayed_but_not_answered(backend, ctx) -> 
         return RemotingCommand(ResponseCode.SUCCESS, body=b"{}")
 
     async with trio.open_nursery() as nursery:
-        consumer, admin = await connect(nursery, backend, ctx), await connect(nursery, backend, ctx)
+        consumer, admin = await connect(nursery, broker, ctx), await connect(nursery, broker, ctx)
         await join(consumer, "c@1")
         nursery.start_soon(serve_consumer, consumer, answer, seen)
         oneway = running_info(opaque=11)

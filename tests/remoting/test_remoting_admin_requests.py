@@ -218,8 +218,8 @@ def assigned(response) -> list[tuple[int, str]] | None:
     return sorted((a["messageQueue"]["queueId"], a["mode"]) for a in body["messageQueueAssignments"])
 
 
-async def test_set_consume_mode_then_query_assignment(wire, svc_session, backend, autojump_clock) -> None:
-    session = svc_session
+async def test_set_consume_mode_then_query_assignment(wire, session, backend, autojump_clock) -> None:
+    session = session
     await backend.create_topic("P", 4)
     for client in ("a@1", "b@1"):
         await session.handle(wire(RequestCode.HEART_BEAT, None, java_heartbeat(client, "G", "P", "*")))
@@ -259,12 +259,10 @@ async def test_set_consume_mode_then_query_assignment(wire, svc_session, backend
         ({"topic": "P", "mode": "PUSH"}, ResponseCode.INVALID_PARAMETER, "mode 'PUSH' is not PULL or POP"),
     ],
 )
-async def test_set_consume_mode_refusals(
-    mode, code, remark, wire, svc_session, backend, autojump_clock
-) -> None:
+async def test_set_consume_mode_refusals(mode, code, remark, wire, session, backend, autojump_clock) -> None:
     await backend.create_topic("P", 4)
     body = json.dumps({"consumerGroup": "G", "popShareQueueNum": 0, **mode}).encode()
-    response = await svc_session.handle(wire(RequestCode.SET_MESSAGE_REQUEST_MODE, None, body))
+    response = await session.handle(wire(RequestCode.SET_MESSAGE_REQUEST_MODE, None, body))
     assert response is not None
     assert (response.code, response.remark) == (code, remark)
 

@@ -7,7 +7,6 @@ import json
 import orjson
 import pytest
 
-from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.remoting.connection import ConnectionRegistry
@@ -73,9 +72,8 @@ async def test_route_for_special_topics(topic, perm, queues, wire, session) -> N
     )
 
 
-async def test_route_without_auto_create(wire) -> None:
-    backend = InMemoryBackend(auto_create_topics=False)
-    session = RemotingSession(backend, ServerContext("10.0.0.8", 8080, auto_create_topics=False))
+async def test_route_without_auto_create(wire, manual_session) -> None:
+    session = manual_session
     response = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}))
     assert response is not None
     assert response.code == ResponseCode.TOPIC_NOT_EXIST
@@ -87,7 +85,7 @@ async def test_route_without_auto_create(wire) -> None:
     retry = await session.handle(wire(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%G"}))
     assert retry is not None
     assert retry.code == ResponseCode.SUCCESS
-    assert await backend.get_topic("T") is None
+    assert await session.broker.get_topic("T") is None
 
 
 @pytest.mark.parametrize("topic", ["bad topic", "", "x" * 300])
@@ -172,9 +170,9 @@ async def test_malformed_heartbeat(body, wire, session, backend) -> None:
     assert session.memberships == set()
 
 
-async def test_consumer_list(wire, backend) -> None:
+async def test_consumer_list(wire, backend, broker) -> None:
     ctx = ServerContext("10.0.0.8", 8080)
-    first, second = RemotingSession(backend, ctx), RemotingSession(backend, ctx)
+    first, second = RemotingSession(broker, ctx), RemotingSession(broker, ctx)
     assert await first.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2"))) is not None
     assert await second.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1"))) is not None
     response = await first.handle(wire(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
@@ -187,16 +185,16 @@ async def test_consumer_list(wire, backend) -> None:
     assert empty.remark == "no consumer for this group, Other"
 
 
-async def test_notify_members_on_join_unregister_and_close(wire, backend) -> None:
+async def test_notify_members_on_join_unregister_and_close(wire, backend, broker) -> None:
     """A join tells every member, the joining one included (a Java broker notifies getAllChannel(); a
     new Java consumer whose start-up rebalance lost the heartbeat lock would otherwise wait 20 s);
     a leave tells the members that remain."""
     registry = ConnectionRegistry()
     ctx = ServerContext("10.0.0.8", 8080, groups=registry)
     peer_a, peer_b, peer_c = FakePeer(), FakePeer(), FakePeer()
-    a = RemotingSession(backend, ctx, conn=peer_a)
-    b = RemotingSession(backend, ctx, conn=peer_b)
-    c = RemotingSession(backend, ctx, conn=peer_c)
+    a = RemotingSession(broker, ctx, conn=peer_a)
+    b = RemotingSession(broker, ctx, conn=peer_b)
+    c = RemotingSession(broker, ctx, conn=peer_c)
     await a.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1")))
     assert peer_a.notified == ["G"]  # alone in the group, and told so
     await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2")))
@@ -231,10 +229,10 @@ async def test_unregister_producer_only(wire, session, backend) -> None:
     assert "clientID" in (missing.remark or "")
 
 
-async def test_closing_an_old_connection_keeps_a_reconnected_client(wire, backend) -> None:
+async def test_closing_an_old_connection_keeps_a_reconnected_client(wire, backend, broker) -> None:
     registry = ConnectionRegistry()
     ctx = ServerContext("10.0.0.8", 8080, groups=registry)
-    old, new = RemotingSession(backend, ctx, conn=FakePeer()), RemotingSession(backend, ctx, conn=FakePeer())
+    old, new = RemotingSession(broker, ctx, conn=FakePeer()), RemotingSession(broker, ctx, conn=FakePeer())
     await old.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("x@1")))
     await new.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("x@1")))
     await old.close()
@@ -311,12 +309,12 @@ async def test_response_header_is_json_with_server_version(wire, session) -> Non
     assert header["opaque"] == 3
 
 
-async def test_heartbeat_without_a_group_leaves_it(wire, backend) -> None:
+async def test_heartbeat_without_a_group_leaves_it(wire, backend, broker) -> None:
     registry = ConnectionRegistry()
     ctx = ServerContext("10.0.0.8", 8080, groups=registry)
     watcher, leaver = FakePeer(), FakePeer()
-    a = RemotingSession(backend, ctx, conn=watcher)
-    b = RemotingSession(backend, ctx, conn=leaver)
+    a = RemotingSession(broker, ctx, conn=watcher)
+    b = RemotingSession(broker, ctx, conn=leaver)
     await a.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1")))
     await b.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("b@2")))
     assert watcher.notified == ["G", "G"]  # its own join, then b's

@@ -50,20 +50,20 @@ def group_body(name: str, **overrides: object) -> bytes:
     return json.dumps(config).encode()
 
 
-async def test_update_and_create_topic_types_it(wire, svc_session, services, backend) -> None:
-    created = await svc_session.handle(
+async def test_update_and_create_topic_types_it(wire, session, broker, backend) -> None:
+    created = await session.handle(
         wire(RequestCode.UPDATE_AND_CREATE_TOPIC, topic_ext("Typed", attributes="+message.type=FIFO"))
     )
     assert created.code == ResponseCode.SUCCESS
     config = await backend.get_topic("Typed")
     assert (config.read_queues, config.write_queues) == (8, 8)
-    assert services.metadata.topic_type("Typed") is TopicMessageType.FIFO
+    assert broker.topic_type("Typed") is TopicMessageType.FIFO
     # updated without the attribute: the type stays; a topic created without one is NORMAL
-    again = await svc_session.handle(wire(RequestCode.UPDATE_AND_CREATE_TOPIC, topic_ext("Typed")))
+    again = await session.handle(wire(RequestCode.UPDATE_AND_CREATE_TOPIC, topic_ext("Typed")))
     assert again.code == ResponseCode.SUCCESS
-    assert services.metadata.topic_type("Typed") is TopicMessageType.FIFO
-    await svc_session.handle(wire(RequestCode.UPDATE_AND_CREATE_TOPIC, topic_ext("Plain")))
-    assert services.metadata.topic_type("Plain") is TopicMessageType.NORMAL
+    assert broker.topic_type("Typed") is TopicMessageType.FIFO
+    await session.handle(wire(RequestCode.UPDATE_AND_CREATE_TOPIC, topic_ext("Plain")))
+    assert broker.topic_type("Plain") is TopicMessageType.NORMAL
 
 
 @pytest.mark.parametrize(
@@ -77,21 +77,21 @@ async def test_update_and_create_topic_types_it(wire, svc_session, services, bac
         topic_ext("T", attributes="+message.type=QUEUE"),
     ],
 )
-async def test_update_and_create_topic_refuses(ext, wire, svc_session, backend) -> None:
-    response = await svc_session.handle(wire(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+async def test_update_and_create_topic_refuses(ext, wire, session, backend) -> None:
+    response = await session.handle(wire(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
     assert response.code == ResponseCode.INVALID_PARAMETER
     assert await backend.get_topic("T") is None
 
 
-async def test_subscription_group_update_and_delete(wire, svc_session, services) -> None:
+async def test_subscription_group_update_and_delete(wire, session, broker) -> None:
     body = group_body("FifoG", consumeMessageOrderly=True, retryMaxTimes=3)
-    created = await svc_session.handle(wire(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+    created = await session.handle(wire(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
     assert created.code == ResponseCode.SUCCESS
-    assert services.metadata.group("FifoG") == GroupConfig("FifoG", consume_orderly=True, retry_max_times=3)
-    deleted = await svc_session.handle(wire(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "FifoG"}))
+    assert broker.group_config("FifoG") == GroupConfig("FifoG", consume_orderly=True, retry_max_times=3)
+    deleted = await session.handle(wire(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "FifoG"}))
     assert deleted.code == ResponseCode.SUCCESS
-    assert services.metadata.group("FifoG") is None
-    missing = await svc_session.handle(wire(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "FifoG"}))
+    assert broker.group_config("FifoG") is None
+    missing = await session.handle(wire(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "FifoG"}))
     assert missing.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
 
 
@@ -99,19 +99,7 @@ async def test_subscription_group_update_and_delete(wire, svc_session, services)
     "body",
     [b"", b"[]", b"{not json", group_body(""), group_body("bad group"), group_body("G", retryMaxTimes=-1)],
 )
-async def test_subscription_group_refuses_malformed_bodies(body, wire, svc_session, services) -> None:
-    response = await svc_session.handle(wire(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+async def test_subscription_group_refuses_malformed_bodies(body, wire, session, broker) -> None:
+    response = await session.handle(wire(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
     assert response.code == ResponseCode.INVALID_PARAMETER
-    assert services.metadata.group("G") is None
-
-
-@pytest.mark.parametrize(
-    ("code", "ext", "body"),
-    [
-        (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, group_body("G")),
-        (RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "G"}, b""),
-    ],
-)
-async def test_without_broker_services(code, ext, body, wire, session) -> None:
-    response = await session.handle(wire(code, ext, body))
-    assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert broker.group_config("G") is None

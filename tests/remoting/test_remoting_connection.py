@@ -70,18 +70,20 @@ def ctx(registry: ConnectionRegistry) -> ServerContext:
     return ServerContext("10.0.0.8", 8080, groups=registry)
 
 
-async def start(nursery: trio.Nursery, backend, ctx, **kwargs) -> tuple[Client, ConnectionStats]:
+async def start(nursery: trio.Nursery, broker, ctx, **kwargs) -> tuple[Client, ConnectionStats]:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     stats = ConnectionStats()
-    nursery.start_soon(lambda: serve_remoting(server_stream, backend, ctx, stats=stats, **kwargs))
+    nursery.start_soon(lambda: serve_remoting(server_stream, broker, ctx, stats=stats, **kwargs))
     return Client(client_stream), stats
 
 
-async def test_long_poll_does_not_block_and_responses_go_out_of_order(backend, ctx, autojump_clock) -> None:
+async def test_long_poll_does_not_block_and_responses_go_out_of_order(
+    backend, ctx, autojump_clock, broker
+) -> None:
     await backend.create_topic("T", 4)
     events: list[RequestEvent] = []
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, backend, ctx, on_request=events.append)
+        client, stats = await start(nursery, broker, ctx, on_request=events.append)
         await client.send(pull(1))  # held: queue 0 is empty
         await client.send(send(2, 1, b"elsewhere"))  # queue 1 does not wake the poll
         first = await client.receive()
@@ -101,10 +103,10 @@ async def test_long_poll_does_not_block_and_responses_go_out_of_order(backend, c
     assert by_op["PULL_MESSAGE"].req_bytes > 0
 
 
-async def test_pull_response_over_the_wire(backend, ctx, autojump_clock) -> None:
+async def test_pull_response_over_the_wire(backend, ctx, autojump_clock, broker) -> None:
     await backend.create_topic("T", 4)
     async with trio.open_nursery() as nursery:
-        client, _ = await start(nursery, backend, ctx)
+        client, _ = await start(nursery, broker, ctx)
         await client.send(send(1, 0, b"body bytes"))
         assert (await client.receive()).code == ResponseCode.SUCCESS
         await client.send(pull(2))
@@ -123,14 +125,14 @@ async def test_pull_response_over_the_wire(backend, ctx, autojump_clock) -> None
         (b"\x00\x00\x00\x08\x05\x00\x00\x04abcd", "bad_serialize_type"),
     ],
 )
-async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry) -> None:
+async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry, broker) -> None:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     client = Client(client_stream)
     async with trio.open_nursery() as nursery:
         result: list[ConnectionStats] = []
 
         async def run() -> None:
-            result.append(await serve_remoting(server_stream, backend, ctx))
+            result.append(await serve_remoting(server_stream, broker, ctx))
 
         nursery.start_soon(run)
         await client.send(heartbeat(1, "c@1"))
@@ -144,10 +146,10 @@ async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry) -
     assert registry.connections("G") == []
 
 
-async def test_initial_bytes_from_the_sniffer(backend, ctx) -> None:
+async def test_initial_bytes_from_the_sniffer(backend, ctx, broker) -> None:
     frame = encode_command(send(5, 0, b"sniffed"))
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, backend, ctx, initial=frame[:6])
+        client, stats = await start(nursery, broker, ctx, initial=frame[:6])
         await client.stream.send_all(frame[6:])
         response = await client.receive()
         assert (response.opaque, response.code) == (5, ResponseCode.SUCCESS)
@@ -155,10 +157,10 @@ async def test_initial_bytes_from_the_sniffer(backend, ctx) -> None:
     assert stats.bytes_in == len(frame)
 
 
-async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx) -> None:
+async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx, broker) -> None:
     async with trio.open_nursery() as nursery:
-        a, _ = await start(nursery, backend, ctx)
-        b, stats_b = await start(nursery, backend, ctx)
+        a, _ = await start(nursery, broker, ctx)
+        b, stats_b = await start(nursery, broker, ctx)
         await a.send(heartbeat(1, "a@1"))
         assert (await a.receive()).opaque == 1
         own = await a.receive()  # the joining member is told too, as a Java broker does
@@ -180,9 +182,9 @@ async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx) -> None:
     assert stats_b.error is None
 
 
-async def test_server_to_client_call_and_unmatched_responses(backend, ctx, registry) -> None:
+async def test_server_to_client_call_and_unmatched_responses(backend, ctx, registry, broker) -> None:
     async with trio.open_nursery() as nursery:
-        client, _ = await start(nursery, backend, ctx)
+        client, _ = await start(nursery, broker, ctx)
         await client.send(heartbeat(1, "c@1"))
         await client.receive()
         assert (await client.receive()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED  # it joined G
@@ -213,17 +215,17 @@ async def test_server_to_client_call_and_unmatched_responses(backend, ctx, regis
         await client.stream.aclose()
 
 
-async def test_idle_connection_is_closed(backend, ctx, autojump_clock) -> None:
+async def test_idle_connection_is_closed(backend, ctx, autojump_clock, broker) -> None:
     async with trio.open_nursery() as nursery:
-        _, stats = await start(nursery, backend, ctx, limits=ConnectionLimits(idle_timeout_s=120))
+        _, stats = await start(nursery, broker, ctx, limits=ConnectionLimits(idle_timeout_s=120))
     assert stats.error == "idle_timeout"
     assert trio.current_time() == pytest.approx(120, abs=0.1)
 
 
-async def test_too_many_requests_in_flight(backend, ctx, autojump_clock) -> None:
+async def test_too_many_requests_in_flight(backend, ctx, autojump_clock, broker) -> None:
     await backend.create_topic("T", 4)
     async with trio.open_nursery() as nursery:
-        client, _ = await start(nursery, backend, ctx, limits=ConnectionLimits(max_in_flight=1))
+        client, _ = await start(nursery, broker, ctx, limits=ConnectionLimits(max_in_flight=1))
         await client.send(pull(1, suspend_ms="1000"))
         await client.send(pull(2, queue=1, suspend_ms="1000"))
         busy = await client.receive()
@@ -234,9 +236,9 @@ async def test_too_many_requests_in_flight(backend, ctx, autojump_clock) -> None
         await client.stream.aclose()
 
 
-async def test_oneway_requests_get_no_answer(backend, ctx) -> None:
+async def test_oneway_requests_get_no_answer(backend, ctx, broker) -> None:
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, backend, ctx)
+        client, stats = await start(nursery, broker, ctx)
         oneway = send(1, 0, b"x")
         oneway.flag = 2
         await client.send(oneway)
@@ -251,11 +253,11 @@ async def test_oneway_requests_get_no_answer(backend, ctx) -> None:
     assert stats.requests == 2
 
 
-async def test_frames_split_across_reads_are_measured_exactly(backend, ctx) -> None:
+async def test_frames_split_across_reads_are_measured_exactly(backend, ctx, broker) -> None:
     events: list[RequestEvent] = []
     first, second = encode_command(send(1, 0, b"one")), encode_command(send(2, 1, b"two" * 50))
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, backend, ctx, on_request=events.append)
+        client, stats = await start(nursery, broker, ctx, on_request=events.append)
         for byte in first + second:  # one byte per read
             await client.stream.send_all(bytes([byte]))
         responses = {(await client.receive()).opaque for _ in range(2)}
@@ -266,7 +268,7 @@ async def test_frames_split_across_reads_are_measured_exactly(backend, ctx) -> N
     assert stats.bytes_out == sum(e.resp_bytes for e in events)
 
 
-async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock) -> None:
+async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock, broker) -> None:
     await backend.create_topic("T", 4)
     draining = trio.Event()
     returned_at: list[float] = []
@@ -274,7 +276,7 @@ async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock) 
     client = Client(client_stream)
 
     async def serve() -> None:
-        await serve_remoting(server_stream, backend, ctx, draining=draining)
+        await serve_remoting(server_stream, broker, ctx, draining=draining)
         returned_at.append(trio.current_time())
 
     async with trio.open_nursery() as nursery:

@@ -184,8 +184,8 @@ async def test_long_poll_times_out_with_pull_not_found(wire, session, autojump_c
     assert response.ext_fields["suggestWhichBrokerId"] == "0"
 
 
-async def test_long_poll_is_capped_by_the_server(wire, backend, autojump_clock) -> None:
-    session = RemotingSession(backend, ServerContext("10.0.0.8", 8080, long_poll_max_s=2.0))
+async def test_long_poll_is_capped_by_the_server(wire, backend, autojump_clock, broker) -> None:
+    session = RemotingSession(broker, ServerContext("10.0.0.8", 8080, long_poll_max_s=2.0))
     await create_topic_by_route(wire, session)
     started = trio.current_time()
     response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="3600000")))
@@ -365,13 +365,15 @@ def offset_ext(queue: int = 0, **extra: object) -> dict[str, object]:
     return ext
 
 
-async def test_offsets_committed_by_one_client_are_seen_by_another(wire, session, backend, ctx) -> None:
+async def test_offsets_committed_by_one_client_are_seen_by_another(
+    wire, session, backend, ctx, broker
+) -> None:
     await send(wire, session, b"x")
     # Java: oneway UPDATE_CONSUMER_OFFSET, all strings
     update = wire(RequestCode.UPDATE_CONSUMER_OFFSET, {"commitOffset": "1", "consumerGroup": "G",
                                                        "queueId": "0", "topic": "T"}, flag=2)  # fmt: skip
     assert await session.handle(update) is None
-    other = RemotingSession(backend, ctx, peer=("192.0.2.3", 1))
+    other = RemotingSession(broker, ctx, peer=("192.0.2.3", 1))
     response = await other.handle(wire(RequestCode.QUERY_CONSUMER_OFFSET, offset_ext(), language="CPP"))
     assert response is not None
     assert response.code == ResponseCode.SUCCESS

@@ -7,6 +7,7 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -95,10 +96,11 @@ BODIES = st.one_of(
 async def test_fuzzed_requests_never_hit_a_handler_bug(code, ext, body, flag) -> None:
     backend = InMemoryBackend()
     await backend.create_topic("T", 4)
-    session = RemotingSession(backend, ServerContext("10.0.0.8", 8080, long_poll_max_s=0.0))
-    request = RemotingCommand(code, opaque=1, flag=flag, ext_fields=ext, body=body)
-    with structlog.testing.capture_logs() as logs:
-        response = await session.handle(request)
+    async with open_embedded_broker(backend) as broker:
+        session = RemotingSession(broker, ServerContext("10.0.0.8", 8080, long_poll_max_s=0.0))
+        request = RemotingCommand(code, opaque=1, flag=flag, ext_fields=ext, body=body)
+        with structlog.testing.capture_logs() as logs:
+            response = await session.handle(request)
     assert not [entry for entry in logs if entry["event"] == "internal.error"], logs
     if flag == 2:
         assert response is None

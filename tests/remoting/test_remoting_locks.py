@@ -10,8 +10,7 @@ import trio
 
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-from mqproxy.facade.types import QueueRef as ServiceQueueRef
-from mqproxy.remoting.locks import QueueRef
+from mqproxy.facade.types import QueueRef
 from mqproxy.remoting.session import RemotingSession
 
 
@@ -27,8 +26,8 @@ def locked(response) -> list[int]:
     return sorted(q["queueId"] for q in orjson.loads(response.body)["lockOKMQSet"])
 
 
-async def test_locks_are_exclusive_renewable_and_expire(wire, session, backend, ctx, autojump_clock) -> None:
-    other = RemotingSession(backend, ctx)
+async def test_locks_are_exclusive_renewable_and_expire(wire, session, ctx, autojump_clock, broker) -> None:
+    other = RemotingSession(broker, ctx)
     assert locked(await session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1", 0, 1)))) == [
         0,
         1,
@@ -50,8 +49,8 @@ async def test_locks_are_exclusive_renewable_and_expire(wire, session, backend, 
     ) == [1]
 
 
-async def test_unlock_and_connection_close_release(wire, session, backend, ctx) -> None:
-    other = RemotingSession(backend, ctx)
+async def test_unlock_and_connection_close_release(wire, session, ctx, broker) -> None:
+    other = RemotingSession(broker, ctx)
     await session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1", 0, 1)))
     assert await session.handle(wire(RequestCode.UNLOCK_BATCH_MQ, None, lock_body("a@1", 0), flag=2)) is None
     assert locked(await other.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("b@2", 0, 1)))) == [0]
@@ -59,7 +58,7 @@ async def test_unlock_and_connection_close_release(wire, session, backend, ctx) 
     assert locked(await other.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("b@2", 0, 1)))) == [0, 1]
     # unlocking someone else's queue does nothing
     await session.handle(wire(RequestCode.UNLOCK_BATCH_MQ, None, lock_body("a@1", 0, 1)))
-    assert ctx.locks.holder("G", QueueRef("T", "broker-a", 0), trio.current_time()) == "b@2"
+    assert await broker.lock_holder("G", QueueRef("T", 0)) == "b@2"
 
 
 async def test_empty_mq_set(wire, session) -> None:
@@ -99,7 +98,7 @@ async def test_check_client_config(subscription, code, wire, session) -> None:
     assert garbage.code == ResponseCode.INVALID_PARAMETER
 
 
-# --- on the broker services' shared lock table ------------------------------------------------------
+# --- on the broker facade's lock table (shared with gRPC) ------------------------------------------
 
 
 def heartbeat(client_id: str, group: str) -> bytes:
@@ -119,43 +118,38 @@ def heartbeat(client_id: str, group: str) -> bytes:
     ).encode()
 
 
-async def test_locks_live_in_the_services_table(wire, svc_session, backend, svc_ctx, autojump_clock) -> None:
-    locks = svc_ctx.services.locks
-    other = RemotingSession(backend, svc_ctx)
-    assert locked(
-        await svc_session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1", 0, 1)))
-    ) == [0, 1]
-    assert locks.holder("G", ServiceQueueRef("T", 0)) == "a@1"
+async def test_locks_live_in_the_facade(wire, session, ctx, autojump_clock, broker) -> None:
+    other = RemotingSession(broker, ctx)
+    assert locked(await session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1", 0, 1)))) == [
+        0,
+        1,
+    ]
+    assert await broker.lock_holder("G", QueueRef("T", 0)) == "a@1"
     assert locked(await other.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("b@2", 1, 2)))) == [2]
-    assert (
-        await svc_session.handle(wire(RequestCode.UNLOCK_BATCH_MQ, None, lock_body("a@1", 0), flag=2)) is None
-    )
-    assert locks.holder("G", ServiceQueueRef("T", 0)) is None
-    await svc_session.close()
-    assert locks.holder("G", ServiceQueueRef("T", 1)) is None
-    assert locks.holder("G", ServiceQueueRef("T", 2)) == "b@2"
-    assert (
-        svc_ctx.locks.holder("G", QueueRef("T", "broker-a", 2), trio.current_time()) is None
-    )  # not the fallback
+    assert await session.handle(wire(RequestCode.UNLOCK_BATCH_MQ, None, lock_body("a@1", 0), flag=2)) is None
+    assert await broker.lock_holder("G", QueueRef("T", 0)) is None
+    await session.close()
+    assert await broker.lock_holder("G", QueueRef("T", 1)) is None
+    assert await broker.lock_holder("G", QueueRef("T", 2)) == "b@2"
 
 
-async def test_lock_for_another_groups_queue_is_refused(wire, svc_session, svc_ctx, autojump_clock) -> None:
-    assert (await svc_session.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1", "G")))).code == 0
+async def test_lock_for_another_groups_queue_is_refused(wire, session, broker, autojump_clock) -> None:
+    assert (await session.handle(wire(RequestCode.HEART_BEAT, None, heartbeat("a@1", "G")))).code == 0
     for code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-        response = await svc_session.handle(wire(code, None, lock_body("a@1", 0, group="H")))
+        response = await session.handle(wire(code, None, lock_body("a@1", 0, group="H")))
         assert response.code == ResponseCode.NO_PERMISSION
         assert response.remark == "client a@1 is not a member of consumer group H; it cannot lock its queues"
-    assert svc_ctx.services.locks.holder("H", ServiceQueueRef("T", 0)) is None
-    assert locked(await svc_session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1", 0)))) == [0]
+    assert await broker.lock_holder("H", QueueRef("T", 0)) is None
+    assert locked(await session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1", 0)))) == [0]
 
 
-async def test_empty_mq_set_has_a_remark(wire, svc_session, autojump_clock) -> None:
-    response = await svc_session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1")))
+async def test_empty_mq_set_has_a_remark(wire, session, autojump_clock) -> None:
+    response = await session.handle(wire(RequestCode.LOCK_BATCH_MQ, None, lock_body("a@1")))
     assert (locked(response), response.remark) == ([], "MessageQueue set is empty")
 
 
-async def test_lock_with_a_binary_header(binary, svc_session, svc_ctx, autojump_clock) -> None:
-    response = await svc_session.handle(binary(RequestCode.LOCK_BATCH_MQ, {}, lock_body("a@1", 3)))
+async def test_lock_with_a_binary_header(binary, session, broker, autojump_clock) -> None:
+    response = await session.handle(binary(RequestCode.LOCK_BATCH_MQ, {}, lock_body("a@1", 3)))
     assert locked(response) == [3]
     assert encode_command(response)[4] == SERIALIZE_ROCKETMQ
-    assert svc_ctx.services.locks.holder("G", ServiceQueueRef("T", 3)) == "a@1"
+    assert await broker.lock_holder("G", QueueRef("T", 3)) == "a@1"

@@ -11,9 +11,9 @@ import orjson
 import pytest
 import trio
 
+from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.embedded import open_embedded_store
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
-from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs.message_record import DecodedRecord, decode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
@@ -93,10 +93,10 @@ async def topic(backend) -> str:
     return "T"
 
 
-async def test_pop_then_ack(wire, svc_session, topic, autojump_clock) -> None:
+async def test_pop_then_ack(wire, session, topic, autojump_clock) -> None:
     for i in range(3):
-        await send(wire, svc_session, b"m%d" % i)
-    response, records = await pop(wire, svc_session)
+        await send(wire, session, b"m%d" % i)
+    response, records = await pop(wire, session)
     assert response.code == ResponseCode.SUCCESS
     ext = response.ext_fields
     pop_time, rq = ext["popTime"], ext["reviveQid"]
@@ -110,34 +110,34 @@ async def test_pop_then_ack(wire, svc_session, topic, autojump_clock) -> None:
     ]
     assert {r.topic for r in records} == {"T"}
     for record in records:
-        answer = await ack(wire, svc_session, record)
+        answer = await ack(wire, session, record)
         assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
-    twice = await ack(wire, svc_session, records[0])
+    twice = await ack(wire, session, records[0])
     assert (twice.code, twice.remark) == (ResponseCode.SUCCESS, "already acked")
     await trio.sleep(61)
-    empty, _ = await pop(wire, svc_session, queueId=-1)
+    empty, _ = await pop(wire, session, queueId=-1)
     assert empty.code == ResponseCode.PULL_NOT_FOUND
-    assert svc_session.ctx.services.pop.revived == 0
+    assert session.broker.services.pop.revived == 0
 
 
-async def test_sent_and_popped_record_are_the_same(wire, svc_session, topic, autojump_clock) -> None:
-    sent = await send(wire, svc_session, b"same", 1, UNIQ_KEY="AB" * 16, KEYS="k")
-    _, (record,) = await pop(wire, svc_session, queueId=1)
+async def test_sent_and_popped_record_are_the_same(wire, session, topic, autojump_clock) -> None:
+    sent = await send(wire, session, b"same", 1, UNIQ_KEY="AB" * 16, KEYS="k")
+    _, (record,) = await pop(wire, session, queueId=1)
     assert record.commitlog_offset == parse_offset_msg_id(sent.ext_fields["msgId"])[1]
     assert (record.queue_id, str(record.queue_offset)) == (1, sent.ext_fields["queueOffset"])
     assert record.properties["UNIQ_KEY"] == sent.ext_fields["transactionId"] == "AB" * 16
     assert (record.body, record.properties["KEYS"], record.born_host) == (b"same", "k", ("192.0.2.2", 50000))
-    stored = await svc_session.backend.get_message(record.commitlog_offset)
+    stored = await session.broker.get_message(record.commitlog_offset)
     assert stored.body == record.body
 
 
-async def test_unacked_message_reappears_with_a_grown_count(wire, svc_session, topic, autojump_clock) -> None:
-    await send(wire, svc_session, b"flaky")
-    _, (first,) = await pop(wire, svc_session, invisibleTime=10000)
+async def test_unacked_message_reappears_with_a_grown_count(wire, session, topic, autojump_clock) -> None:
+    await send(wire, session, b"flaky")
+    _, (first,) = await pop(wire, session, invisibleTime=10000)
     await trio.sleep(9)
-    assert (await pop(wire, svc_session, queueId=-1))[0].code == ResponseCode.PULL_NOT_FOUND
+    assert (await pop(wire, session, queueId=-1))[0].code == ResponseCode.PULL_NOT_FOUND
     await trio.sleep(2)
-    response, (again,) = await pop(wire, svc_session, queueId=-1, invisibleTime=10000)
+    response, (again,) = await pop(wire, session, queueId=-1, invisibleTime=10000)
     assert again.body == b"flaky"
     assert again.reconsume_times == first.reconsume_times + 1 == 1
     assert again.topic == "%RETRY%G_T"  # the stored topic: clients key the header strings by it
@@ -145,58 +145,56 @@ async def test_unacked_message_reappears_with_a_grown_count(wire, svc_session, t
     assert response.ext_fields["msgOffsetInfo"] == "1 0 0"
     assert again.properties["POP_CK"].split(" ")[4] == "1"
     assert again.properties["UNIQ_KEY"] == first.properties["UNIQ_KEY"]
-    assert (await ack(wire, svc_session, again)).code == ResponseCode.SUCCESS
-    stale = await ack(wire, svc_session, first)  # the first receipt's checkpoint was revived
+    assert (await ack(wire, session, again)).code == ResponseCode.SUCCESS
+    stale = await ack(wire, session, first)  # the first receipt's checkpoint was revived
     assert stale.code == ResponseCode.NO_MESSAGE
     assert stale.remark.startswith("ReceiptExpired:")
     await trio.sleep(11)
-    assert (await pop(wire, svc_session, queueId=-1))[0].code == ResponseCode.PULL_NOT_FOUND
+    assert (await pop(wire, session, queueId=-1))[0].code == ResponseCode.PULL_NOT_FOUND
 
 
-async def test_ordered_pop_keeps_order(wire, svc_session, topic, autojump_clock) -> None:
+async def test_ordered_pop_keeps_order(wire, session, topic, autojump_clock) -> None:
     for i in range(3):
-        await send(wire, svc_session, b"o%d" % i)
-    response, (first,) = await pop(wire, svc_session, order="true", maxMsgNums=1, invisibleTime=10000)
+        await send(wire, session, b"o%d" % i)
+    response, (first,) = await pop(wire, session, order="true", maxMsgNums=1, invisibleTime=10000)
     assert response.ext_fields["reviveQid"] == "999"
     assert response.ext_fields["orderCountInfo"] == "0 qo0%0 0;0 0 0"
     assert first.body == b"o0"
-    assert (await pop(wire, svc_session, order="true"))[
-        0
-    ].code == ResponseCode.PULL_NOT_FOUND  # queue blocked
-    assert (await ack(wire, svc_session, first)).code == ResponseCode.SUCCESS
-    _, (second,) = await pop(wire, svc_session, order="true", maxMsgNums=1, invisibleTime=10000)
+    assert (await pop(wire, session, order="true"))[0].code == ResponseCode.PULL_NOT_FOUND  # queue blocked
+    assert (await ack(wire, session, first)).code == ResponseCode.SUCCESS
+    _, (second,) = await pop(wire, session, order="true", maxMsgNums=1, invisibleTime=10000)
     assert second.body == b"o1"
     await trio.sleep(11)  # not acked: the same message again, attempt count 1
-    response, (retried,) = await pop(wire, svc_session, order="true", maxMsgNums=1, invisibleTime=10000)
+    response, (retried,) = await pop(wire, session, order="true", maxMsgNums=1, invisibleTime=10000)
     assert (retried.body, retried.queue_offset) == (b"o1", 1)
     assert response.ext_fields["orderCountInfo"] == "0 qo0%1 1;0 0 1"
-    assert (await ack(wire, svc_session, retried)).code == ResponseCode.SUCCESS
-    _, rest = await pop(wire, svc_session, order="true")
+    assert (await ack(wire, session, retried)).code == ResponseCode.SUCCESS
+    _, rest = await pop(wire, session, order="true")
     assert [r.body for r in rest] == [b"o2"]
 
 
-async def test_change_invisible_time(wire, svc_session, topic, autojump_clock) -> None:
-    await send(wire, svc_session, b"slow")
-    _, (record,) = await pop(wire, svc_session, invisibleTime=10000)
+async def test_change_invisible_time(wire, session, topic, autojump_clock) -> None:
+    await send(wire, session, b"slow")
+    _, (record,) = await pop(wire, session, invisibleTime=10000)
     ext = ack_ext(record, invisibleTime=60000)
-    response = await svc_session.handle(wire(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext))
+    response = await session.handle(wire(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext))
     assert response.code == ResponseCode.SUCCESS
     changed = response.ext_fields
     assert changed["invisibleTime"] == "60000"
     await trio.sleep(30)
-    assert (await pop(wire, svc_session, queueId=-1))[0].code == ResponseCode.PULL_NOT_FOUND
+    assert (await pop(wire, session, queueId=-1))[0].code == ResponseCode.PULL_NOT_FOUND
     # the handle as the Java client rebuilds it from the response
     handle = f"0 {changed['popTime']} 60000 {changed['reviveQid']} 0 broker-a 0 0"
-    assert (await ack(wire, svc_session, record, extraInfo=handle)).code == ResponseCode.SUCCESS
-    old = await ack(wire, svc_session, record)
+    assert (await ack(wire, session, record, extraInfo=handle)).code == ResponseCode.SUCCESS
+    old = await ack(wire, session, record)
     assert old.code == ResponseCode.NO_MESSAGE
-    again = await svc_session.handle(
+    again = await session.handle(
         wire(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ack_ext(record, extraInfo=handle, invisibleTime=5000))
     )
     assert again.code == ResponseCode.NO_MESSAGE
     assert again.remark.startswith("MessageAlreadyAcked:")
     await trio.sleep(60)
-    assert svc_session.ctx.services.pop.revived == 0
+    assert session.broker.services.pop.revived == 0
 
 
 @pytest.mark.parametrize(
@@ -229,18 +227,18 @@ async def test_change_invisible_time(wire, svc_session, topic, autojump_clock) -
     ],
 )
 async def test_bad_acks_change_nothing(
-    override, code, remark_start, wire, svc_session, topic, autojump_clock
+    override, code, remark_start, wire, session, topic, autojump_clock
 ) -> None:
-    await send(wire, svc_session, b"x")
-    _, (record,) = await pop(wire, svc_session, invisibleTime=10000)
+    await send(wire, session, b"x")
+    _, (record,) = await pop(wire, session, invisibleTime=10000)
     ext = ack_ext(record, **{k: v for k, v in override.items() if v is not None})
     if override.get("extraInfo", "") is None:
         del ext["extraInfo"]
-    response = await svc_session.handle(wire(RequestCode.ACK_MESSAGE, ext))
+    response = await session.handle(wire(RequestCode.ACK_MESSAGE, ext))
     assert response.code == code
     assert response.remark.startswith(remark_start), response.remark
     await trio.sleep(11)  # the real receipt was not acked: the message is revived
-    _, (again,) = await pop(wire, svc_session, queueId=-1)
+    _, (again,) = await pop(wire, session, queueId=-1)
     assert (again.body, again.reconsume_times) == (b"x", 1)
 
 
@@ -262,36 +260,36 @@ async def test_bad_acks_change_nothing(
     ],
 )
 async def test_bad_pops_change_nothing(
-    override, code, remark_start, wire, svc_session, topic, autojump_clock
+    override, code, remark_start, wire, session, topic, autojump_clock
 ) -> None:
-    await send(wire, svc_session, b"x")
-    response, _ = await pop(wire, svc_session, **override)
+    await send(wire, session, b"x")
+    response, _ = await pop(wire, session, **override)
     assert response.code == code
     assert response.remark.startswith(remark_start), response.remark
-    _, records = await pop(wire, svc_session)
+    _, records = await pop(wire, session)
     assert [r.body for r in records] == [b"x"]
 
 
-async def test_long_polling_pop(wire, svc_session, topic, autojump_clock) -> None:
-    polls = svc_session.ctx.polls
+async def test_long_polling_pop(wire, session, topic, autojump_clock) -> None:
+    polls = session.ctx.polls
 
     async def late_send() -> None:
         await trio.sleep(2)
-        info = await svc_session.handle(
+        info = await session.handle(
             wire(RequestCode.POLLING_INFO, {"consumerGroup": "G", "topic": "T", "queueId": "0"})
         )
         assert info.ext_fields["pollingNum"] == "1"
-        await send(wire, svc_session, b"late")
+        await send(wire, session, b"late")
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(late_send)
         started = trio.current_time()
-        response, records = await pop(wire, svc_session, pollTime=15000)
+        response, records = await pop(wire, session, pollTime=15000)
     assert trio.current_time() - started == pytest.approx(2, abs=0.05)
     assert response.code == ResponseCode.SUCCESS
     assert [r.body for r in records] == [b"late"]
     started = trio.current_time()
-    response, _ = await pop(wire, svc_session, pollTime=5000)
+    response, _ = await pop(wire, session, pollTime=5000)
     assert (response.code, trio.current_time() - started) == (
         ResponseCode.POLLING_TIMEOUT,
         pytest.approx(5, abs=0.05),
@@ -299,9 +297,9 @@ async def test_long_polling_pop(wire, svc_session, topic, autojump_clock) -> Non
     assert polls.count(("T", "G", 0)) == 0
 
 
-async def test_polling_full(wire, backend, topic, services, autojump_clock) -> None:
-    ctx = ServerContext(*ADVERTISED, services=services, polls=HeldPolls(per_key=1))
-    session = RemotingSession(backend, ctx)
+async def test_polling_full(wire, backend, topic, services, autojump_clock, broker) -> None:
+    ctx = ServerContext(*ADVERTISED, polls=HeldPolls(per_key=1))
+    session = RemotingSession(broker, ctx)
 
     async def held() -> None:
         response, _ = await pop(wire, session, pollTime=5000)
@@ -324,10 +322,10 @@ async def test_polling_full(wire, backend, topic, services, autojump_clock) -> N
         assert note.ext_fields["pollingFull"] == "true"
 
 
-async def test_batch_ack(wire, svc_session, topic, autojump_clock) -> None:
+async def test_batch_ack(wire, session, topic, autojump_clock) -> None:
     for i in range(3):
-        await send(wire, svc_session, b"b%d" % i)
-    response, _ = await pop(wire, svc_session, invisibleTime=10000)
+        await send(wire, session, b"b%d" % i)
+    response, _ = await pop(wire, session, invisibleTime=10000)
     ext = response.ext_fields
     bits = base64.b64encode(bytes([0b101])).decode()  # offsets 0 and 2
     body = orjson.dumps(
@@ -348,10 +346,10 @@ async def test_batch_ack(wire, svc_session, topic, autojump_clock) -> None:
             ],
         }
     )
-    answer = await svc_session.handle(wire(RequestCode.BATCH_ACK_MESSAGE, None, body))
+    answer = await session.handle(wire(RequestCode.BATCH_ACK_MESSAGE, None, body))
     assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
     await trio.sleep(11)
-    _, again = await pop(wire, svc_session, queueId=-1)
+    _, again = await pop(wire, session, queueId=-1)
     assert [r.body for r in again] == [b"b1"]
     # an entry with a stale popTime is counted as failed
     stale = orjson.dumps(
@@ -371,7 +369,7 @@ async def test_batch_ack(wire, svc_session, topic, autojump_clock) -> None:
             ]
         }
     )
-    answer = await svc_session.handle(wire(RequestCode.BATCH_ACK_MESSAGE, None, stale))
+    answer = await session.handle(wire(RequestCode.BATCH_ACK_MESSAGE, None, stale))
     assert answer.code == ResponseCode.SUCCESS
     assert answer.remark.startswith("2 of 2 acks failed, first: ReceiptExpired")
 
@@ -389,29 +387,29 @@ async def test_batch_ack(wire, svc_session, topic, autojump_clock) -> None:
         b'{"acks": [{"c": "G", "t": "T", "r": 0, "so": 0, "q": 0, "rq": 0, "pt": 0, "it": 0, "b": "!!"}]}',
     ],
 )
-async def test_malformed_batch_ack(body, wire, svc_session, autojump_clock) -> None:
-    response = await svc_session.handle(wire(RequestCode.BATCH_ACK_MESSAGE, None, body))
+async def test_malformed_batch_ack(body, wire, session, autojump_clock) -> None:
+    response = await session.handle(wire(RequestCode.BATCH_ACK_MESSAGE, None, body))
     assert response.code == ResponseCode.INVALID_PARAMETER
     assert response.remark.startswith("batch ack body")
 
 
-async def test_peek_does_not_pop(wire, svc_session, topic, autojump_clock) -> None:
+async def test_peek_does_not_pop(wire, session, topic, autojump_clock) -> None:
     ext = {"consumerGroup": "G", "topic": "T", "queueId": "-1", "maxMsgNums": "32"}
-    empty = await svc_session.handle(wire(RequestCode.PEEK_MESSAGE, ext))
+    empty = await session.handle(wire(RequestCode.PEEK_MESSAGE, ext))
     assert empty.code == ResponseCode.PULL_NOT_FOUND
-    await send(wire, svc_session, b"p0")
-    await send(wire, svc_session, b"p1", 1)
-    peeked = await svc_session.handle(wire(RequestCode.PEEK_MESSAGE, ext))
+    await send(wire, session, b"p0")
+    await send(wire, session, b"p1", 1)
+    peeked = await session.handle(wire(RequestCode.PEEK_MESSAGE, ext))
     assert peeked.code == ResponseCode.SUCCESS
     assert sorted(r.body for r in decode_records(peeked.body)) == [b"p0", b"p1"]
     assert peeked.ext_fields["restNum"] == "0"
-    _, records = await pop(wire, svc_session, queueId=-1)
+    _, records = await pop(wire, session, queueId=-1)
     assert sorted(r.body for r in records) == [b"p0", b"p1"]
 
 
-async def test_notification(wire, svc_session, topic, autojump_clock) -> None:
+async def test_notification(wire, session, topic, autojump_clock) -> None:
     ext = {"consumerGroup": "G", "topic": "T", "queueId": "-1", "pollTime": "0", "bornTime": "0"}
-    response = await svc_session.handle(wire(RequestCode.NOTIFICATION, ext))
+    response = await session.handle(wire(RequestCode.NOTIFICATION, ext))
     assert (response.code, response.ext_fields["hasMsg"], response.ext_fields["pollingFull"]) == (
         ResponseCode.SUCCESS,
         "false",
@@ -420,47 +418,16 @@ async def test_notification(wire, svc_session, topic, autojump_clock) -> None:
 
     async def late_send() -> None:
         await trio.sleep(3)
-        await send(wire, svc_session, b"n", 1)
+        await send(wire, session, b"n", 1)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(late_send)
         started = trio.current_time()
-        response = await svc_session.handle(wire(RequestCode.NOTIFICATION, dict(ext, pollTime="20000")))
+        response = await session.handle(wire(RequestCode.NOTIFICATION, dict(ext, pollTime="20000")))
     assert trio.current_time() - started == pytest.approx(3, abs=0.05)
     assert response.ext_fields["hasMsg"] == "true"
-    unknown = await svc_session.handle(wire(RequestCode.NOTIFICATION, dict(ext, topic="NOPE")))
+    unknown = await session.handle(wire(RequestCode.NOTIFICATION, dict(ext, topic="NOPE")))
     assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
-
-
-async def test_pop_codes_without_services(wire, session, backend) -> None:
-    await backend.create_topic("T", 2)
-    requests = [
-        (RequestCode.POP_MESSAGE, pop_ext(), b""),
-        (
-            RequestCode.ACK_MESSAGE,
-            {
-                "consumerGroup": "G",
-                "topic": "T",
-                "queueId": "0",
-                "offset": "0",
-                "extraInfo": "0 1 2 3 0 b 0 0",
-            },
-            b"",
-        ),
-        (
-            RequestCode.PEEK_MESSAGE,
-            {"consumerGroup": "G", "topic": "T", "queueId": "0", "maxMsgNums": "1"},
-            b"",
-        ),
-        (RequestCode.POLLING_INFO, {"consumerGroup": "G", "topic": "T", "queueId": "0"}, b""),
-        (RequestCode.BATCH_ACK_MESSAGE, None, b'{"acks": []}'),
-    ]
-    for code, ext, body in requests:
-        response = await session.handle(wire(code, ext, body))
-        assert (response.code, response.remark) == (
-            ResponseCode.SERVICE_NOT_AVAILABLE,
-            "pop consumption services are not available on this server",
-        ), code
 
 
 async def test_pop_revival_survives_a_restart(wire, tmp_path: Path, autojump_clock) -> None:
@@ -468,10 +435,9 @@ async def test_pop_revival_survives_a_restart(wire, tmp_path: Path, autojump_clo
     clock = trio_clock_ms()
     async with (
         open_embedded_store(path, segment_bytes=1 << 20) as store,
-        open_services(store, now_ms=clock) as services,
+        open_embedded_broker(store, now_ms=clock) as broker,
     ):
-        ctx = ServerContext(*ADVERTISED, services=services)
-        session = RemotingSession(store, ctx, peer=("192.0.2.2", 50000))
+        session = RemotingSession(broker, ServerContext(*ADVERTISED), peer=("192.0.2.2", 50000))
         await store.create_topic("T", 1)
         await send(wire, session, b"acked")
         await send(wire, session, b"lost")
@@ -481,11 +447,9 @@ async def test_pop_revival_survives_a_restart(wire, tmp_path: Path, autojump_clo
     await trio.sleep(31)  # the deadline passes while the server is down
     async with (
         open_embedded_store(path, segment_bytes=1 << 20) as store,
-        open_services(store, now_ms=clock) as services,
+        open_embedded_broker(store, now_ms=clock) as broker,
     ):
-        session = RemotingSession(
-            store, ServerContext(*ADVERTISED, services=services), peer=("192.0.2.2", 50000)
-        )
+        session = RemotingSession(broker, ServerContext(*ADVERTISED), peer=("192.0.2.2", 50000))
         await trio.sleep(1)
         _, again = await pop(wire, session, queueId=-1)
         assert [(r.body, r.reconsume_times) for r in again] == [(b"lost", 1)]

@@ -6,8 +6,8 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.memory import InMemoryBackend
-from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.types import Message
@@ -48,9 +48,8 @@ async def test_fuzzed_service_requests_never_hit_a_handler_bug(code, ext, body, 
     backend = InMemoryBackend()
     await backend.create_topic("T", 2)
     await backend.send(Message("T", b"m", queue_id=0))
-    async with open_services(backend) as services:
-        ctx = ServerContext("10.0.0.8", 8080, long_poll_max_s=0.0, services=services)
-        session = RemotingSession(backend, ctx)
+    async with open_embedded_broker(backend) as broker:
+        session = RemotingSession(broker, ServerContext("10.0.0.8", 8080, long_poll_max_s=0.0))
         request = RemotingCommand(code, opaque=1, flag=flag, ext_fields=ext, body=body)
         with structlog.testing.capture_logs() as logs:
             response = await session.handle(request)

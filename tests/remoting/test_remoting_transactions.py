@@ -8,9 +8,10 @@ import pytest
 import trio
 import trio.testing
 
+from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
-from mqproxy.backends.embedded.services import ServiceSettings, open_services
+from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.codecs.message_record import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, decode_records
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
@@ -84,17 +85,17 @@ async def send_half(wire, session, body: bytes = b"order #1", **kwargs: str) -> 
     return response
 
 
-async def test_half_message_is_invisible_until_commit(wire, svc_session, backend, autojump_clock) -> None:
-    sent = await send_half(wire, svc_session)
+async def test_half_message_is_invisible_until_commit(wire, session, backend, autojump_clock) -> None:
+    sent = await send_half(wire, session)
     assert sent.ext_fields["transactionId"] == UNIQ
     half = await backend.get_message(parse_offset_msg_id(sent.ext_fields["msgId"])[1])
     assert half is not None
     assert (half.topic, str(half.queue_offset)) == (HALF_TOPIC, sent.ext_fields["queueOffset"])
     assert half.properties["REAL_TOPIC"] == "T"
     await trio.sleep(1)
-    assert await pull_bodies(wire, svc_session) == []
+    assert await pull_bodies(wire, session) == []
     commit = wire(RequestCode.END_TRANSACTION, end_ext(sent, 8), flag=2)  # oneway, as producers send it
-    assert await svc_session.handle(commit) is None
+    assert await session.handle(commit) is None
     ext = {
         "consumerGroup": "G",
         "topic": "T",
@@ -106,7 +107,7 @@ async def test_half_message_is_invisible_until_commit(wire, svc_session, backend
         "suspendTimeoutMillis": "0",
         "subscription": "*",
     }
-    (record,) = decode_records((await svc_session.handle(wire(RequestCode.PULL_MESSAGE, ext))).body)
+    (record,) = decode_records((await session.handle(wire(RequestCode.PULL_MESSAGE, ext))).body)
     assert record.body == b"order #1"
     assert record.properties["UNIQ_KEY"] == UNIQ
     assert record.properties["TRAN_MSG"] == "true"  # kept, as the Java broker keeps it
@@ -114,27 +115,27 @@ async def test_half_message_is_invisible_until_commit(wire, svc_session, backend
     assert "REAL_QID" not in record.properties
     assert record.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
     # ending it again is an error and changes nothing
-    again = await svc_session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
+    again = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
     assert again.code == ResponseCode.SYSTEM_ERROR
     assert again.remark.startswith("TransactionAlreadyResolved:")
-    assert await pull_bodies(wire, svc_session) == [b"order #1"]
+    assert await pull_bodies(wire, session) == [b"order #1"]
 
 
-async def test_rollback_is_never_visible(wire, svc_session, autojump_clock) -> None:
-    sent = await send_half(wire, svc_session)
-    response = await svc_session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 12)))
+async def test_rollback_is_never_visible(wire, session, autojump_clock) -> None:
+    sent = await send_half(wire, session)
+    response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 12)))
     assert (response.code, response.remark) == (ResponseCode.SUCCESS, "rollback")
     await trio.sleep(120)  # past every check-back time
-    assert await pull_bodies(wire, svc_session) == []
-    assert svc_session.ctx.services.transactions.unresolved == 0
+    assert await pull_bodies(wire, session) == []
+    assert session.broker.unresolved_transactions() == 0
 
 
-async def test_unknown_state_leaves_it_pending(wire, svc_session, autojump_clock) -> None:
-    sent = await send_half(wire, svc_session)
-    response = await svc_session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 0)))
+async def test_unknown_state_leaves_it_pending(wire, session, autojump_clock) -> None:
+    sent = await send_half(wire, session)
+    response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 0)))
     assert response.code == ResponseCode.SUCCESS
-    assert svc_session.ctx.services.transactions.unresolved == 1
-    assert await pull_bodies(wire, svc_session) == []
+    assert session.broker.unresolved_transactions() == 1
+    assert await pull_bodies(wire, session) == []
 
 
 @pytest.mark.parametrize(
@@ -152,47 +153,32 @@ async def test_unknown_state_leaves_it_pending(wire, svc_session, autojump_clock
     ],
 )
 async def test_bad_end_transaction_changes_nothing(
-    override, code, remark_start, wire, svc_session, autojump_clock
+    override, code, remark_start, wire, session, autojump_clock
 ) -> None:
-    sent = await send_half(wire, svc_session)
-    response = await svc_session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 8, **override)))
+    sent = await send_half(wire, session)
+    response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 8, **override)))
     assert response is not None
     assert response.code == code
     assert response.remark.startswith(remark_start), response.remark
-    assert svc_session.ctx.services.transactions.unresolved == 1
-    assert await pull_bodies(wire, svc_session) == []
+    assert session.broker.unresolved_transactions() == 1
+    assert await pull_bodies(wire, session) == []
 
 
-async def test_commit_of_a_plain_message_offset_is_refused(wire, svc_session, autojump_clock) -> None:
+async def test_commit_of_a_plain_message_offset_is_refused(wire, session, autojump_clock) -> None:
     ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0", "i": ""}
-    plain = await svc_session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"plain"))
-    response = await svc_session.handle(wire(RequestCode.END_TRANSACTION, end_ext(plain, 8)))
+    plain = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, b"plain"))
+    response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(plain, 8)))
     assert response.code == ResponseCode.SYSTEM_ERROR
     assert response.remark.startswith("TransactionNotFound:")
-    assert await pull_bodies(wire, svc_session) == [b"plain"]
+    assert await pull_bodies(wire, session) == [b"plain"]
 
 
-async def test_end_transaction_without_services(wire, session, backend) -> None:
-    ext = {
-        "producerGroup": "PG",
-        "tranStateTableOffset": "0",
-        "commitLogOffset": "0",
-        "commitOrRollback": "8",
-        "msgId": UNIQ,
-    }
-    response = await session.handle(wire(RequestCode.END_TRANSACTION, ext))
-    assert (response.code, response.remark) == (
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        "transactional messages are not available on this server",
-    )
-
-
-async def test_end_transaction_with_a_binary_header(wire, binary, svc_session, autojump_clock) -> None:
-    sent = await send_half(wire, svc_session)
-    response = await svc_session.handle(binary(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
+async def test_end_transaction_with_a_binary_header(wire, binary, session, autojump_clock) -> None:
+    sent = await send_half(wire, session)
+    response = await session.handle(binary(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
     assert response.code == ResponseCode.SUCCESS
     assert encode_command(response)[4] == SERIALIZE_ROCKETMQ
-    assert await pull_bodies(wire, svc_session) == [b"order #1"]
+    assert await pull_bodies(wire, session) == [b"order #1"]
 
 
 # --- check-back over a connection -------------------------------------------------------------------
@@ -231,16 +217,15 @@ async def test_check_back_reaches_a_live_producer_and_its_answer_commits(autojum
     registry = ConnectionRegistry()
     settings = ServiceSettings(transaction_timeout_s=6, transaction_check_interval_s=30)
     async with (
-        open_services(
-            backend, settings, check_back=registry.check_transaction, now_ms=trio_clock_ms()
-        ) as services,
+        open_embedded_broker(backend, settings, now_ms=trio_clock_ms()) as broker,
         trio.open_nursery() as nursery,
     ):
-        ctx = ServerContext("10.0.0.8", 8080, groups=registry, services=services)
+        broker.add_check_back(registry.check_transaction)
+        ctx = ServerContext("10.0.0.8", 8080, groups=registry)
         clients = []
         for client_id, group in (("p@1", "PG"), ("q@2", "OTHER")):
             client_stream, server_stream = trio.testing.memory_stream_pair()
-            nursery.start_soon(serve_remoting, server_stream, backend, ctx)
+            nursery.start_soon(serve_remoting, server_stream, broker, ctx)
             client = Client(client_stream)
             await client.send(producer_heartbeat(1, client_id, group))
             assert (await client.receive()).code == ResponseCode.SUCCESS
@@ -271,7 +256,7 @@ async def test_check_back_reaches_a_live_producer_and_its_answer_commits(autojum
         answer = end_ext(sent, 8, fromTransactionCheck="true")
         await producer.send(RemotingCommand(RequestCode.END_TRANSACTION, opaque=3, flag=2, ext_fields=answer))
         await trio.sleep(0.1)
-        assert services.transactions.unresolved == 0
+        assert broker.unresolved_transactions() == 0
         result = await backend.pull("T", 0, 0, 32)
         assert [m.body for m in result.messages] == [b"tx"]
         with trio.move_on_after(60) as quiet:
@@ -283,10 +268,8 @@ async def test_check_back_reaches_a_live_producer_and_its_answer_commits(autojum
 async def test_check_back_without_a_live_producer_reports_false(autojump_clock) -> None:
     registry = ConnectionRegistry()
     backend = InMemoryBackend()
-    async with open_services(backend, now_ms=trio_clock_ms()) as services:
-        ctx = ServerContext("10.0.0.8", 8080, groups=registry, services=services)
-        assert ctx.services is services
-        await services.send(
+    async with open_embedded_broker(backend, now_ms=trio_clock_ms()) as broker:
+        await broker.services.send(
             Message("T", b"x", properties={"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": UNIQ})
         )
         half = (await backend.pull(HALF_TOPIC, 0, 0, 1)).messages[0]
@@ -307,13 +290,13 @@ class FakePeer:
         return self.alive
 
 
-async def test_registry_prefers_the_newest_live_producer(backend, svc_session, autojump_clock) -> None:
+async def test_registry_prefers_the_newest_live_producer(backend, session, autojump_clock) -> None:
     registry = ConnectionRegistry()
     old, new, dead, elsewhere = FakePeer(), FakePeer(), FakePeer(alive=False), FakePeer()
     for peer in (old, new, dead):
         registry.join_producer("PG", peer)
     registry.join_producer("OTHER", elsewhere)
-    await svc_session.ctx.services.send(Message("T", b"x", properties={"TRAN_MSG": "true", "PGROUP": "PG"}))
+    await session.broker.services.send(Message("T", b"x", properties={"TRAN_MSG": "true", "PGROUP": "PG"}))
     half = (await backend.pull(HALF_TOPIC, 0, 0, 1)).messages[0]
     check = TransactionCheck("PG", UNIQ, 1, half, half)
     assert await registry.check_transaction(check) is True  # dead is newest but gone: new gets it
@@ -328,10 +311,10 @@ async def test_registry_prefers_the_newest_live_producer(backend, svc_session, a
     assert await registry.check_transaction(check) is False
 
 
-async def test_heartbeat_unregister_and_close_track_producer_groups(backend, autojump_clock) -> None:
+async def test_heartbeat_unregister_and_close_track_producer_groups(backend, autojump_clock, broker) -> None:
     registry = ConnectionRegistry()
     ctx = ServerContext("10.0.0.8", 8080, groups=registry)
-    session = RemotingSession(backend, ctx)
+    session = RemotingSession(broker, ctx)
     await session.handle(producer_heartbeat(1, "p@1", "PG"))
     assert registry.producers("PG") == [session]
     assert registry.producers("CLIENT_INNER_PRODUCER") == []

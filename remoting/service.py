@@ -1,0 +1,72 @@
+"""
+mqproxy.remoting.service
+~~~~~~~~~~~~~~~~~~~~~~~~
+
+:class:`RemotingService`: the RocketMQ remoting protocol as a
+:class:`~mqproxy.runtime.handlers.ProtocolService`. One instance per server, built with the broker
+facade, the server-wide :class:`~mqproxy.remoting.context.ServerContext` (advertised address, pull and
+long-poll limits) and the connection limits; it owns the registry of consumer- and producer-group
+connections every remoting connection of the server shares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import trio
+
+from mqproxy.facade.api import BrokerFacade
+from mqproxy.negotiation import Detected
+from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
+from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.runtime.context import ConnectionContext
+
+__all__ = ["RemotingService"]
+
+#: RequestEvent's field names, read once: a shallow copy per request (``asdict`` deep-copies).
+_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(RequestEvent))
+
+
+class RemotingService:
+    """Serves remoting connections over ``broker``.
+
+    ``ctx.groups`` is replaced by this service's :class:`ConnectionRegistry` (the one registry of group
+    connections); :meth:`run` registers the registry as the facade's transaction check-back sender for
+    remoting producers.
+    """
+
+    def __init__(
+        self, broker: BrokerFacade, ctx: ServerContext, limits: ConnectionLimits | None = None
+    ) -> None:
+        self.broker = broker
+        self.registry = ConnectionRegistry()
+        self.ctx = dataclasses.replace(ctx, groups=self.registry)
+        self.limits = ConnectionLimits() if limits is None else limits
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register the check-back sender; nothing else runs in the background."""
+        self.broker.add_check_back(self.registry.check_transaction)
+        task_status.started()
+
+    async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+        """Serve one remoting connection; the request events and the close reason go to ``ctx``."""
+
+        def on_request(event: RequestEvent) -> None:
+            ctx.request_event(**{name: getattr(event, name) for name in _EVENT_FIELDS})
+
+        stats = ConnectionStats()
+        try:
+            await serve_remoting(
+                stream,
+                self.broker,
+                self.ctx,
+                peer=ctx.peer,
+                on_request=on_request,
+                stats=stats,
+                log=ctx.log,
+                limits=self.limits,
+                draining=ctx.draining,
+            )
+        finally:
+            ctx.error = ctx.error or stats.error
+            ctx.detail = ctx.detail or stats.detail
