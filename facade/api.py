@@ -64,6 +64,7 @@ __all__ = [
     "Popping",
     "Producing",
     "PullRequest",
+    "QueueAssignment",
     "SendOutcome",
     "SendRequest",
 ]
@@ -170,6 +171,15 @@ class MessageQuery:
     begin_ms: int = 0
     end_ms: int = 2**62
     unique_id: bool = field(default=False)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAssignment:
+    """What server-side rebalancing (RIP-38) gives one client: the queue ids it consumes (``-1``: every
+    queue, popped) and the mode it consumes them in."""
+
+    mode: RequestMode
+    queue_ids: tuple[int, ...]
 
 
 # --- roles --------------------------------------------------------------------------------------
@@ -331,6 +341,14 @@ class Membership(Protocol):
     async def consumer_groups(self) -> list[str]: ...
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None: ...
+
+    async def query_assignment(
+        self, topic: str, group: str, client_id: str, *, strategy: str = "", broadcasting: bool = False
+    ) -> QueueAssignment | None:
+        """The queues ``client_id`` of ``group`` consumes of ``topic`` when the broker rebalances (the
+        Java allocation ``strategy``, ``AVG`` or ``AVG_BY_CIRCLE``; broadcasting: every queue), in the
+        topic's request mode; None when no assignment can be made (unknown topic or strategy)."""
+        ...
 
 
 class Admin(Protocol):

@@ -2,12 +2,11 @@
 mqproxy.remoting.assignment
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-Server-side rebalancing (:mod:`mqproxy.backends.embedded.assignment`) over remoting.
+Server-side rebalancing (:meth:`~mqproxy.facade.api.Membership.query_assignment`) over remoting.
 
 * SET_MESSAGE_REQUEST_MODE (401, ``mqadmin setConsumeMode``): body ``{"topic", "consumerGroup", "mode":
   "PULL"|"POP", "popShareQueueNum"}``. A retry topic is NO_PERMISSION "retry topic is not allowed to set
-  mode", an unknown topic TOPIC_NOT_EXIST "topic[<t>] not exist", as at a Java broker. Needs the broker
-  services (where modes are kept): SERVICE_NOT_AVAILABLE without them.
+  mode", an unknown topic TOPIC_NOT_EXIST "topic[<t>] not exist", as at a Java broker.
 * QUERY_ASSIGNMENT (400, a 5.x push consumer with ``clientRebalance=false``): body ``{"topic",
   "consumerGroup", "clientId", "strategyName", "messageModel"}``; answers ``{"messageQueueAssignments":
   [{"messageQueue": {...}, "mode": ...}]}``, or no list (the client keeps what it has) for an unknown
@@ -20,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from mqproxy.backends.embedded.assignment import assign, effective_mode
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.facade.types import RequestMode
-from mqproxy.model.topics import RETRY_PREFIX, is_lmq
+from mqproxy.model.topics import RETRY_PREFIX
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
@@ -75,28 +73,20 @@ async def query_assignment(session: RemotingSession, request: RemotingCommand, n
     topic, group = _text(data, "topic", "assignment query"), _text(data, "consumerGroup", "assignment query")
     client_id = _text(data, "clientId", "assignment query")
     note.topic, note.group = topic, group
-    stored = await session.broker.request_mode(topic, group)
-    mode = effective_mode(topic, stored)
-    broker = session.broker
-    if is_lmq(topic):
-        queues: list[int] = [0]
-    else:
-        config = await broker.get_topic(topic)
-        queues = list(range(config.read_queues)) if config is not None else []
-    assigned = None
-    if queues:
-        assigned = assign(
-            mode=mode,
-            strategy=str(data.get("strategyName") or ""),
-            client_id=client_id,
-            queues=queues,
-            clients=await broker.consumer_ids(group),
-            broadcasting=str(data.get("messageModel") or "") == "BROADCASTING",
-        )
+    assigned = await session.broker.query_assignment(
+        topic,
+        group,
+        client_id,
+        strategy=str(data.get("strategyName") or ""),
+        broadcasting=str(data.get("messageModel") or "") == "BROADCASTING",
+    )
     if assigned is None:
         return Reply(ResponseCode.SUCCESS, body=b"{}")
     assignments = [
-        {"messageQueue": {"brokerName": BROKER_NAME, "queueId": q, "topic": topic}, "mode": mode.mode}
-        for q in assigned
+        {
+            "messageQueue": {"brokerName": BROKER_NAME, "queueId": q, "topic": topic},
+            "mode": assigned.mode.mode,
+        }
+        for q in assigned.queue_ids
     ]
     return Reply(ResponseCode.SUCCESS, body=orjson.dumps({"messageQueueAssignments": assignments}))

@@ -33,7 +33,7 @@ from mqproxy.model.sql92 import Sql92Error, compile_sql92
 from mqproxy.model.topics import RETRY_PREFIX
 from mqproxy.model.types import ConsumerInfo, Subscription
 from mqproxy.remoting.errors import RequestError
-from mqproxy.remoting.headers import parse_group_header, parse_unregister_header
+from mqproxy.remoting.headers import Fields, UnregisterHeader, parse_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
 
 
 async def unregister_client(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_unregister_header(request.ext_fields)
+    header = parse_header(UnregisterHeader, request.ext_fields)
     note.group = header.consumer_group or header.producer_group
     session.client_id = session.client_id or header.client_id
     if header.consumer_group is not None:
@@ -172,7 +172,7 @@ async def _leave(session: RemotingSession, group: str, client_id: str) -> None:
 
 
 async def get_consumer_list(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    group = parse_group_header(request.ext_fields)
+    group = Fields(request.ext_fields).text("consumerGroup")
     note.group = group
     ids = await session.broker.consumer_ids(group)
     if not ids:

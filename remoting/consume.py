@@ -27,7 +27,7 @@ from mqproxy.facade.api import PullRequest
 from mqproxy.model.sql92 import Sql92Error, compile_sql92
 from mqproxy.model.types import FilterExpression, PullResult, PullStatus, Subscription
 from mqproxy.remoting.errors import RequestError
-from mqproxy.remoting.headers import PullHeader, parse_pull_header
+from mqproxy.remoting.headers import PullHeader, parse_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ _STATUS_REMARK: Final = {
 
 
 async def pull_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_pull_header(request.ext_fields)
+    header = parse_header(PullHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     broker, ctx = session.broker, session.ctx
     config = await broker.get_topic(header.topic)

@@ -4,7 +4,9 @@ mqproxy.remoting.headers
 
 Typed request headers, one small frozen dataclass per request family, parsed from a command's
 ``extFields`` (which the codec has already normalised to ``str`` values: ali-ons and C++ send JSON
-numbers and booleans).
+numbers and booleans). Each header field declares the key it is read from and how (:func:`text`,
+:func:`integer`, :func:`boolean` and their optional forms); :func:`parse_header` reads them in
+declaration order, so the first bad key is the one reported.
 
 Contract: a key the handler needs and the spec marks required must be present and well-typed, else
 :class:`~mqproxy.remoting.errors.HeaderError` names it. Keys a handler does not use are never checked
@@ -14,9 +16,10 @@ sign) but range-checked as Java ``int``/``long``; booleans accept ``true/false/1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from mqproxy.remoting.errors import HeaderError
 
@@ -95,58 +98,94 @@ class Fields:
         raise HeaderError(key, f"is not a boolean: {value[:32]!r}")
 
 
+# --- declarative header fields -----------------------------------------------------------------------
+
+_SPEC: Final = "remoting_header"
+H = TypeVar("H")
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """How one header field is read: ``name`` (``short``: the SEND_MESSAGE_V2 key) through ``read``."""
+
+    name: str
+    read: Callable[[Fields, str], Any]
+    short: str | None = None
+
+
+def _key(name: str, read: Callable[[Fields, str], Any], short: str | None) -> Any:
+    return dataclasses.field(metadata={_SPEC: _Key(name, read, short)})
+
+
+def text(name: str, default: str | _Missing = _MISSING, *, short: str | None = None) -> Any:
+    """A required (or defaulted) string."""
+    return _key(name, lambda f, k: f.text(k, default), short)
+
+
+def optional_text(name: str, *, blank_is_none: bool = True) -> Any:
+    """A string or None when missing (or blank, unless ``blank_is_none`` is False)."""
+    if blank_is_none:
+        return _key(name, lambda f, k: f.optional_text(k) or None, None)
+    return _key(name, lambda f, k: f.optional_text(k), None)
+
+
+def integer(
+    name: str, default: int | _Missing = _MISSING, *, wide: bool = False, short: str | None = None
+) -> Any:
+    """A required (or defaulted) Java ``int``, or with ``wide`` a ``long``."""
+    return _key(name, lambda f, k: f.integer(k, default, wide=wide), short)
+
+
+def optional_integer(name: str, *, wide: bool = False, short: str | None = None) -> Any:
+    """An integer or None when missing or blank."""
+    return _key(name, lambda f, k: f.optional_integer(k, wide=wide), short)
+
+
+def boolean(name: str, default: bool | _Missing = _MISSING) -> Any:
+    return _key(name, lambda f, k: f.boolean(k, default), None)
+
+
+def choice(name: str, options: tuple[str, ...]) -> Any:
+    """One of ``options`` in any case (blank or missing: the first), upper-cased."""
+
+    def read(fields: Fields, key: str) -> str:
+        value = fields.text(key, options[0]).strip().upper() or options[0]
+        if value not in options:
+            raise HeaderError(key, f"is not {' or '.join(options)}: {value[:32]!r}")
+        return value
+
+    return _key(name, read, None)
+
+
+def parse_header(header: type[H], ext: Mapping[str, str] | None, *, short_keys: bool = False) -> H:
+    """``header`` read from ``ext``; with ``short_keys`` the SEND_MESSAGE_V2 keys (``a``..``n``) are read.
+    Fields without a declared key keep their defaults."""
+    fields = Fields(ext)
+    values = {}
+    for item in dataclasses.fields(header):  # type: ignore[arg-type]
+        key: _Key | None = item.metadata.get(_SPEC)
+        if key is not None:
+            values[item.name] = key.read(fields, key.short if short_keys and key.short else key.name)
+    return header(**values)
+
+
 # --- produce ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class SendHeader:
-    """SEND_MESSAGE (long keys) / SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (keys ``a``..``n``)."""
+    """SEND_MESSAGE (long keys) / SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (short keys, spec §3.2)."""
 
-    producer_group: str
-    topic: str
-    default_topic_queue_nums: int | None
-    queue_id: int
-    sys_flag: int
-    born_timestamp_ms: int
-    flag: int
-    properties: str
-    reconsume_times: int
-    max_reconsume_times: int | None
-
-
-#: V2 short key for every V1 long key the handler reads (spec §3.2).
-_V2_KEYS: Final = {
-    "producerGroup": "a",
-    "topic": "b",
-    "defaultTopicQueueNums": "d",
-    "queueId": "e",
-    "sysFlag": "f",
-    "bornTimestamp": "g",
-    "flag": "h",
-    "properties": "i",
-    "reconsumeTimes": "j",
-    "maxReconsumeTimes": "l",
-}
-
-
-def parse_send_header(ext: Mapping[str, str] | None, *, short_keys: bool) -> SendHeader:
-    fields = Fields(ext)
-
-    def key(long_name: str) -> str:
-        return _V2_KEYS[long_name] if short_keys else long_name
-
-    return SendHeader(
-        producer_group=fields.text(key("producerGroup")),
-        topic=fields.text(key("topic")),
-        default_topic_queue_nums=fields.optional_integer(key("defaultTopicQueueNums")),
-        queue_id=fields.integer(key("queueId")),
-        sys_flag=fields.integer(key("sysFlag")),
-        born_timestamp_ms=fields.integer(key("bornTimestamp"), wide=True),
-        flag=fields.integer(key("flag")),
-        properties=fields.text(key("properties"), ""),
-        reconsume_times=fields.integer(key("reconsumeTimes"), 0),
-        max_reconsume_times=fields.optional_integer(key("maxReconsumeTimes")),
-    )
+    producer_group: str = text("producerGroup", short="a")
+    topic: str = text("topic", short="b")
+    default_topic_queue_nums: int | None = optional_integer("defaultTopicQueueNums", short="d")
+    queue_id: int = integer("queueId", short="e")
+    sys_flag: int = integer("sysFlag", short="f")
+    born_timestamp_ms: int = integer("bornTimestamp", wide=True, short="g")
+    flag: int = integer("flag", short="h")
+    properties: str = text("properties", "", short="i")
+    reconsume_times: int = integer("reconsumeTimes", 0, short="j")
+    max_reconsume_times: int | None = optional_integer("maxReconsumeTimes", short="l")
 
 
 # --- consume ----------------------------------------------------------------------------------------
@@ -161,18 +200,18 @@ PULL_FLAG_LITE_PULL: Final = 0x10
 
 @dataclass(frozen=True, slots=True)
 class PullHeader:
-    consumer_group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_ms: int
-    subscription: str | None
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+    queue_offset: int = integer("queueOffset", wide=True)
+    max_msg_nums: int = integer("maxMsgNums")
+    sys_flag: int = integer("sysFlag")
+    commit_offset: int = integer("commitOffset", wide=True)
+    suspend_timeout_ms: int = integer("suspendTimeoutMillis", wide=True)
+    subscription: str | None = optional_text("subscription", blank_is_none=False)
     #: None when the request names none (then the registered subscription's type applies).
-    expression_type: str | None
-    max_msg_bytes: int | None
+    expression_type: str | None = optional_text("expressionType")
+    max_msg_bytes: int | None = optional_integer("maxMsgBytes")
 
     @property
     def suspend(self) -> bool:
@@ -187,23 +226,6 @@ class PullHeader:
         return bool(self.sys_flag & PULL_FLAG_COMMIT_OFFSET)
 
 
-def parse_pull_header(ext: Mapping[str, str] | None) -> PullHeader:
-    fields = Fields(ext)
-    return PullHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        queue_offset=fields.integer("queueOffset", wide=True),
-        max_msg_nums=fields.integer("maxMsgNums"),
-        sys_flag=fields.integer("sysFlag"),
-        commit_offset=fields.integer("commitOffset", wide=True),
-        suspend_timeout_ms=fields.integer("suspendTimeoutMillis", wide=True),
-        subscription=fields.optional_text("subscription"),
-        expression_type=fields.optional_text("expressionType") or None,
-        max_msg_bytes=fields.optional_integer("maxMsgBytes"),
-    )
-
-
 # --- offsets ----------------------------------------------------------------------------------------
 
 
@@ -211,67 +233,42 @@ def parse_pull_header(ext: Mapping[str, str] | None) -> PullHeader:
 class QueueHeader:
     """GET_MAX_OFFSET / GET_MIN_OFFSET / GET_EARLIEST_MSG_STORETIME."""
 
-    topic: str
-    queue_id: int
-
-
-def parse_queue_header(ext: Mapping[str, str] | None) -> QueueHeader:
-    fields = Fields(ext)
-    return QueueHeader(topic=fields.text("topic"), queue_id=fields.integer("queueId"))
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
 
 
 @dataclass(frozen=True, slots=True)
 class SearchOffsetHeader:
-    topic: str
-    queue_id: int
-    timestamp_ms: int
-    upper_bound: bool
+    """SEARCH_OFFSET_BY_TIMESTAMP."""
 
+    boundary_type: str = choice("boundaryType", ("LOWER", "UPPER"))
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+    timestamp_ms: int = integer("timestamp", wide=True)
 
-def parse_search_offset_header(ext: Mapping[str, str] | None) -> SearchOffsetHeader:
-    fields = Fields(ext)
-    boundary = fields.text("boundaryType", "LOWER").strip().upper() or "LOWER"
-    if boundary not in ("LOWER", "UPPER"):
-        raise HeaderError("boundaryType", f"is not LOWER or UPPER: {boundary[:32]!r}")
-    return SearchOffsetHeader(
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        timestamp_ms=fields.integer("timestamp", wide=True),
-        upper_bound=boundary == "UPPER",
-    )
+    @property
+    def upper_bound(self) -> bool:
+        return self.boundary_type == "UPPER"
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerOffsetHeader:
-    """QUERY_CONSUMER_OFFSET (``offset`` unused) and UPDATE_CONSUMER_OFFSET (``commitOffset``)."""
+class QueryOffsetHeader:
+    """QUERY_CONSUMER_OFFSET."""
 
-    consumer_group: str
-    topic: str
-    queue_id: int
-    offset: int
-    set_zero_if_not_found: bool
-
-
-def parse_query_offset_header(ext: Mapping[str, str] | None) -> ConsumerOffsetHeader:
-    fields = Fields(ext)
-    return ConsumerOffsetHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        offset=-1,
-        set_zero_if_not_found=fields.boolean("setZeroIfNotFound", True),
-    )
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+    set_zero_if_not_found: bool = boolean("setZeroIfNotFound", True)
 
 
-def parse_update_offset_header(ext: Mapping[str, str] | None) -> ConsumerOffsetHeader:
-    fields = Fields(ext)
-    return ConsumerOffsetHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        offset=fields.integer("commitOffset", wide=True),
-        set_zero_if_not_found=False,
-    )
+@dataclass(frozen=True, slots=True)
+class UpdateOffsetHeader:
+    """UPDATE_CONSUMER_OFFSET."""
+
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+    commit_offset: int = integer("commitOffset", wide=True)
 
 
 # --- clients and routes -----------------------------------------------------------------------------
@@ -279,28 +276,9 @@ def parse_update_offset_header(ext: Mapping[str, str] | None) -> ConsumerOffsetH
 
 @dataclass(frozen=True, slots=True)
 class UnregisterHeader:
-    client_id: str
-    producer_group: str | None
-    consumer_group: str | None
-
-
-def parse_unregister_header(ext: Mapping[str, str] | None) -> UnregisterHeader:
-    fields = Fields(ext)
-    return UnregisterHeader(
-        client_id=fields.text("clientID"),
-        producer_group=fields.optional_text("producerGroup") or None,
-        consumer_group=fields.optional_text("consumerGroup") or None,
-    )
-
-
-def parse_group_header(ext: Mapping[str, str] | None) -> str:
-    """GET_CONSUMER_LIST_BY_GROUP: the ``consumerGroup``."""
-    return Fields(ext).text("consumerGroup")
-
-
-def parse_topic_header(ext: Mapping[str, str] | None) -> str:
-    """GET_ROUTEINFO_BY_TOPIC: the ``topic``."""
-    return Fields(ext).text("topic")
+    client_id: str = text("clientID")
+    producer_group: str | None = optional_text("producerGroup")
+    consumer_group: str | None = optional_text("consumerGroup")
 
 
 # --- retry and transactions -------------------------------------------------------------------------
@@ -310,50 +288,25 @@ def parse_topic_header(ext: Mapping[str, str] | None) -> str:
 class SendBackHeader:
     """CONSUMER_SEND_MSG_BACK (spec §3.10)."""
 
-    offset: int
-    group: str
-    delay_level: int
-    origin_msg_id: str | None
-    origin_topic: str | None
-    max_reconsume_times: int | None
-
-
-def parse_send_back_header(ext: Mapping[str, str] | None) -> SendBackHeader:
-    fields = Fields(ext)
-    return SendBackHeader(
-        offset=fields.integer("offset", wide=True),
-        group=fields.text("group"),
-        delay_level=fields.integer("delayLevel", 0),
-        origin_msg_id=fields.optional_text("originMsgId") or None,
-        origin_topic=fields.optional_text("originTopic") or None,
-        max_reconsume_times=fields.optional_integer("maxReconsumeTimes"),
-    )
+    offset: int = integer("offset", wide=True)
+    group: str = text("group")
+    delay_level: int = integer("delayLevel", 0)
+    origin_msg_id: str | None = optional_text("originMsgId")
+    origin_topic: str | None = optional_text("originTopic")
+    max_reconsume_times: int | None = optional_integer("maxReconsumeTimes")
 
 
 @dataclass(frozen=True, slots=True)
 class EndTransactionHeader:
     """END_TRANSACTION (spec §3.11)."""
 
-    producer_group: str
-    tran_state_table_offset: int
-    commit_log_offset: int
-    commit_or_rollback: int
-    from_transaction_check: bool
-    msg_id: str | None
-    transaction_id: str | None
-
-
-def parse_end_transaction_header(ext: Mapping[str, str] | None) -> EndTransactionHeader:
-    fields = Fields(ext)
-    return EndTransactionHeader(
-        producer_group=fields.text("producerGroup"),
-        tran_state_table_offset=fields.integer("tranStateTableOffset", -1, wide=True),
-        commit_log_offset=fields.integer("commitLogOffset", wide=True),
-        commit_or_rollback=fields.integer("commitOrRollback"),
-        from_transaction_check=fields.boolean("fromTransactionCheck", False),
-        msg_id=fields.optional_text("msgId") or None,
-        transaction_id=fields.optional_text("transactionId") or None,
-    )
+    producer_group: str = text("producerGroup")
+    tran_state_table_offset: int = integer("tranStateTableOffset", -1, wide=True)
+    commit_log_offset: int = integer("commitLogOffset", wide=True)
+    commit_or_rollback: int = integer("commitOrRollback")
+    from_transaction_check: bool = boolean("fromTransactionCheck", False)
+    msg_id: str | None = optional_text("msgId")
+    transaction_id: str | None = optional_text("transactionId")
 
 
 # --- pop --------------------------------------------------------------------------------------------
@@ -361,103 +314,60 @@ def parse_end_transaction_header(ext: Mapping[str, str] | None) -> EndTransactio
 
 @dataclass(frozen=True, slots=True)
 class PopHeader:
-    """POP_MESSAGE (spec §3.16); ``queue_id`` -1 means every queue."""
+    """POP_MESSAGE (spec §3.16); ``queue_id`` -1 means every queue; ``exp_type`` blank means TAG."""
 
-    consumer_group: str
-    topic: str
-    queue_id: int
-    max_msg_nums: int
-    invisible_time_ms: int
-    poll_time_ms: int
-    born_time_ms: int
-    init_mode: int
-    exp_type: str
-    exp: str | None
-    order: bool
-    attempt_id: str | None
-
-
-def parse_pop_header(ext: Mapping[str, str] | None) -> PopHeader:
-    fields = Fields(ext)
-    return PopHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        max_msg_nums=fields.integer("maxMsgNums"),
-        invisible_time_ms=fields.integer("invisibleTime", wide=True),
-        poll_time_ms=fields.integer("pollTime", 0, wide=True),
-        born_time_ms=fields.integer("bornTime", 0, wide=True),
-        init_mode=fields.integer("initMode", 0),
-        exp_type=fields.text("expType", "TAG") or "TAG",
-        exp=fields.optional_text("exp"),
-        order=fields.boolean("order", False),
-        attempt_id=fields.optional_text("attemptId") or None,
-    )
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+    max_msg_nums: int = integer("maxMsgNums")
+    invisible_time_ms: int = integer("invisibleTime", wide=True)
+    poll_time_ms: int = integer("pollTime", 0, wide=True)
+    born_time_ms: int = integer("bornTime", 0, wide=True)
+    init_mode: int = integer("initMode", 0)
+    exp_type: str = text("expType", "TAG")
+    exp: str | None = optional_text("exp", blank_is_none=False)
+    order: bool = boolean("order", False)
+    attempt_id: str | None = optional_text("attemptId")
 
 
 @dataclass(frozen=True, slots=True)
 class AckHeader:
-    """ACK_MESSAGE (``invisible_time_ms`` None) and CHANGE_MESSAGE_INVISIBLETIME (spec §3.17, §3.19)."""
+    """ACK_MESSAGE (spec §3.17)."""
 
-    consumer_group: str
-    topic: str
-    queue_id: int
-    extra_info: str
-    offset: int
-    invisible_time_ms: int | None
-
-
-def parse_ack_header(ext: Mapping[str, str] | None, *, change_invisible: bool = False) -> AckHeader:
-    fields = Fields(ext)
-    return AckHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        extra_info=fields.text("extraInfo"),
-        offset=fields.integer("offset", wide=True),
-        invisible_time_ms=fields.integer("invisibleTime", wide=True) if change_invisible else None,
-    )
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+    extra_info: str = text("extraInfo")
+    offset: int = integer("offset", wide=True)
 
 
 @dataclass(frozen=True, slots=True)
-class PeekHeader:
-    """PEEK_MESSAGE (spec §3.18) and POLLING_INFO (``max_msg_nums`` unused)."""
+class ChangeInvisibleHeader(AckHeader):
+    """CHANGE_MESSAGE_INVISIBLETIME (spec §3.19): an ack header and the new ``invisibleTime``."""
 
-    consumer_group: str
-    topic: str
-    queue_id: int
-    max_msg_nums: int
-
-
-def parse_peek_header(ext: Mapping[str, str] | None, *, polling_info: bool = False) -> PeekHeader:
-    fields = Fields(ext)
-    return PeekHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        max_msg_nums=0 if polling_info else fields.integer("maxMsgNums"),
-    )
+    invisible_time_ms: int = integer("invisibleTime", wide=True)
 
 
 @dataclass(frozen=True, slots=True)
-class NotificationHeader:
+class QueueGroupHeader:
+    """POLLING_INFO: a group's queue (``queue_id`` -1: every queue)."""
+
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+
+
+@dataclass(frozen=True, slots=True)
+class PeekHeader(QueueGroupHeader):
+    """PEEK_MESSAGE (spec §3.18)."""
+
+    max_msg_nums: int = integer("maxMsgNums")
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationHeader(QueueGroupHeader):
     """NOTIFICATION (spec §3.20)."""
 
-    consumer_group: str
-    topic: str
-    queue_id: int
-    poll_time_ms: int
-    born_time_ms: int
-    order: bool
-
-
-def parse_notification_header(ext: Mapping[str, str] | None) -> NotificationHeader:
-    fields = Fields(ext)
-    return NotificationHeader(
-        consumer_group=fields.text("consumerGroup"),
-        topic=fields.text("topic"),
-        queue_id=fields.integer("queueId"),
-        poll_time_ms=fields.integer("pollTime", 0, wide=True),
-        born_time_ms=fields.integer("bornTime", 0, wide=True),
-        order=fields.boolean("order", False),
-    )
+    poll_time_ms: int = integer("pollTime", 0, wide=True)
+    born_time_ms: int = integer("bornTime", 0, wide=True)
+    order: bool = boolean("order", False)

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.remoting.headers import (
-    parse_query_offset_header,
-    parse_queue_header,
-    parse_search_offset_header,
-    parse_update_offset_header,
+    QueryOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UpdateOffsetHeader,
+    parse_header,
 )
 from mqproxy.remoting.reply import Note, Reply
 
@@ -37,7 +38,7 @@ _NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot f
 
 
 async def query_consumer_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_query_offset_header(request.ext_fields)
+    header = parse_header(QueryOffsetHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     broker = session.broker
     offset = await broker.query_consumer_offset(header.consumer_group, header.topic, header.queue_id)
@@ -49,38 +50,38 @@ async def query_consumer_offset(session: RemotingSession, request: RemotingComma
 
 
 async def update_consumer_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_update_offset_header(request.ext_fields)
+    header = parse_header(UpdateOffsetHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
-    if header.offset >= 0:
+    if header.commit_offset >= 0:
         await session.broker.commit_consumer_offset(
-            header.consumer_group, header.topic, header.queue_id, header.offset
+            header.consumer_group, header.topic, header.queue_id, header.commit_offset
         )
     return Reply(ResponseCode.SUCCESS)
 
 
 async def get_max_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_queue_header(request.ext_fields)
+    header = parse_header(QueueHeader, request.ext_fields)
     note.topic = header.topic
     offset = await session.broker.max_offset(header.topic, header.queue_id)
     return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
 
 
 async def get_min_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_queue_header(request.ext_fields)
+    header = parse_header(QueueHeader, request.ext_fields)
     note.topic = header.topic
     offset = await session.broker.min_offset(header.topic, header.queue_id)
     return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
 
 
 async def get_earliest_store_time(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_queue_header(request.ext_fields)
+    header = parse_header(QueueHeader, request.ext_fields)
     note.topic = header.topic
     timestamp = await session.broker.earliest_store_time(header.topic, header.queue_id)
     return Reply(ResponseCode.SUCCESS, {"timestamp": str(timestamp)})
 
 
 async def search_offset_by_timestamp(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_search_offset_header(request.ext_fields)
+    header = parse_header(SearchOffsetHeader, request.ext_fields)
     note.topic = header.topic
     broker = session.broker
     if header.upper_bound:

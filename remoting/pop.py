@@ -55,10 +55,12 @@ from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import HeaderError, RequestError
 from mqproxy.remoting.headers import (
     AckHeader,
-    parse_ack_header,
-    parse_notification_header,
-    parse_peek_header,
-    parse_pop_header,
+    ChangeInvisibleHeader,
+    NotificationHeader,
+    PeekHeader,
+    PopHeader,
+    QueueGroupHeader,
+    parse_header,
 )
 from mqproxy.remoting.reply import Note, Reply
 
@@ -99,7 +101,7 @@ def _tag_filter(exp_type: str, exp: str | None) -> FilterExpression:
 
 
 async def pop_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_pop_header(request.ext_fields)
+    header = parse_header(PopHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     if not 1 <= header.max_msg_nums <= MAX_POP_BATCH:
         raise RequestError(
@@ -195,7 +197,7 @@ def _receipt(header: AckHeader) -> Receipt:
 
 
 async def ack_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_ack_header(request.ext_fields)
+    header = parse_header(AckHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     receipt = _receipt(header)
     with _queue_errors():
@@ -206,11 +208,11 @@ async def ack_message(session: RemotingSession, request: RemotingCommand, note: 
 
 
 async def change_invisible_time(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_ack_header(request.ext_fields, change_invisible=True)
+    header = parse_header(ChangeInvisibleHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     receipt = _receipt(header)
     invisible_ms = header.invisible_time_ms
-    if invisible_ms is None or invisible_ms < 0:
+    if invisible_ms < 0:
         raise HeaderError("invisibleTime", "must be a non-negative number of ms")
     with _queue_errors():
         handle = await session.broker.change_invisible(
@@ -310,7 +312,7 @@ async def batch_ack_message(session: RemotingSession, request: RemotingCommand, 
 
 
 async def peek_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_peek_header(request.ext_fields)
+    header = parse_header(PeekHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     queue_id = None if header.queue_id < 0 else header.queue_id
     messages = await session.broker.peek(header.consumer_group, header.topic, queue_id, header.max_msg_nums)
@@ -369,7 +371,7 @@ async def _wait_any(
 
 
 async def notification(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_notification_header(request.ext_fields)
+    header = parse_header(NotificationHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     queue_id = None if header.queue_id < 0 else header.queue_id
     targets = await _targets(session, header.consumer_group, header.topic, queue_id)
@@ -392,7 +394,7 @@ async def notification(session: RemotingSession, request: RemotingCommand, note:
 
 
 async def polling_info(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_peek_header(request.ext_fields, polling_info=True)
+    header = parse_header(QueueGroupHeader, request.ext_fields)
     note.group, note.topic = header.consumer_group, header.topic
     queue_id = None if header.queue_id < 0 else header.queue_id
     await _targets(session, header.consumer_group, header.topic, queue_id)

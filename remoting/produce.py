@@ -61,7 +61,7 @@ from mqproxy.model.types import (
 )
 from mqproxy.remoting.context import CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
-from mqproxy.remoting.headers import SendHeader, parse_send_header
+from mqproxy.remoting.headers import SendHeader, parse_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ async def send_message_v2(session: RemotingSession, request: RemotingCommand, no
 
 
 async def send_batch_message(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_send_header(request.ext_fields, short_keys=True)
+    header = parse_header(SendHeader, request.ext_fields, short_keys=True)
     note.group, note.topic = header.producer_group, header.topic
     _check_topic(header.topic)
     if header.topic.startswith(RETRY_PREFIX):
@@ -111,7 +111,7 @@ async def send_batch_message(session: RemotingSession, request: RemotingCommand,
 async def _send_single(
     session: RemotingSession, request: RemotingCommand, note: Note, *, short_keys: bool
 ) -> Reply:
-    header = parse_send_header(request.ext_fields, short_keys=short_keys)
+    header = parse_header(SendHeader, request.ext_fields, short_keys=short_keys)
     note.group, note.topic = header.producer_group, header.topic
     _check_topic(header.topic)
     properties = _properties(header.properties)

@@ -2,7 +2,8 @@
 mqproxy.remoting.retry
 ~~~~~~~~~~~~~~~~~~~~~~
 
-CONSUMER_SEND_MSG_BACK (36), spec §3.10 and §7.2, on :class:`~mqproxy.backends.embedded.retry.RetryService`.
+CONSUMER_SEND_MSG_BACK (36), spec §3.10 and §7.2, on :meth:`~mqproxy.facade.api.Consuming.send_back`
+(the facade decides between the retry and the dead-letter topic).
 
 The consumed message is found by its commit-log offset (``offset``, the record's PHYSICALOFFSET); a
 miss, or an offset that points into an internal topic, answers SYSTEM_ERROR "look message by offset
@@ -22,7 +23,7 @@ from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.model.ids import offset_msg_id
 from mqproxy.model.topics import SYSTEM_TOPIC_PREFIX, is_send_forbidden
 from mqproxy.remoting.errors import RequestError
-from mqproxy.remoting.headers import parse_send_back_header
+from mqproxy.remoting.headers import SendBackHeader, parse_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 async def consumer_send_msg_back(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_send_back_header(request.ext_fields)
+    header = parse_header(SendBackHeader, request.ext_fields)
     note.group, note.topic = header.group, header.origin_topic
     if not header.group:
         raise RequestError(ResponseCode.INVALID_PARAMETER, "header field 'group' is empty")

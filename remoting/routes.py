@@ -26,7 +26,7 @@ from mqproxy.model.topics import AUTO_CREATE_TEMPLATE_TOPIC, RETRY_PREFIX, valid
 from mqproxy.model.types import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 from mqproxy.remoting.context import BROKER_NAME, CLUSTER_NAME
 from mqproxy.remoting.errors import RequestError
-from mqproxy.remoting.headers import parse_topic_header
+from mqproxy.remoting.headers import Fields
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _not_found(topic: str) -> RequestError:
 
 
 async def get_route(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    topic = parse_topic_header(request.ext_fields)
+    topic = Fields(request.ext_fields).text("topic")
     note.topic = topic
     try:
         validate_topic(topic)

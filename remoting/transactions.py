@@ -2,8 +2,9 @@
 mqproxy.remoting.transactions
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-Transactional messages over remoting (spec §3.11, §3.13, §7.1), on
-:class:`~mqproxy.backends.embedded.transactions.TransactionService`.
+Transactional messages over remoting (spec §3.11, §3.13, §7.1), on the broker facade
+(:meth:`~mqproxy.facade.api.Producing.end_transaction`, check-backs through
+:meth:`~mqproxy.facade.api.Producing.add_check_back`).
 
 * A SEND with sysFlag PREPARED or ``TRAN_MSG=true`` stores a half message (see :mod:`.produce`); the
   send response's ``msgId`` encodes the half record's commit-log offset and ``queueOffset`` is its
@@ -33,7 +34,7 @@ from mqproxy.model.ids import offset_msg_id
 from mqproxy.model.types import PROPERTY_UNIQ_KEY
 from mqproxy.remoting.context import BROKER_NAME, ServerContext
 from mqproxy.remoting.errors import RequestError
-from mqproxy.remoting.headers import parse_end_transaction_header
+from mqproxy.remoting.headers import EndTransactionHeader, parse_header
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ _RESOLUTIONS: Final = {r.value: r for r in Resolution}
 
 
 async def end_transaction(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_end_transaction_header(request.ext_fields)
+    header = parse_header(EndTransactionHeader, request.ext_fields)
     note.group = header.producer_group
     resolution = _RESOLUTIONS.get(header.commit_or_rollback)
     if resolution is None:

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from mqproxy.backends.embedded.assignment import assign, effective_mode
 from mqproxy.backends.embedded.retry import DEFAULT_MAX_RECONSUME_TIMES
 from mqproxy.backends.embedded.schedule import recall_handle
 from mqproxy.backends.embedded.services import BrokerServices, ServiceSettings, is_transactional
@@ -30,6 +31,7 @@ from mqproxy.facade.api import (
     MessageQuery,
     PopRequest,
     PullRequest,
+    QueueAssignment,
     QueueSpan,
     SendOutcome,
     SendRequest,
@@ -53,7 +55,7 @@ from mqproxy.model.properties import (
 )
 from mqproxy.model.receipts import PopResult
 from mqproxy.model.sql92 import Sql92Error, Sql92Filter, compile_sql92
-from mqproxy.model.topics import DLQ_PREFIX, RETRY_PREFIX
+from mqproxy.model.topics import DLQ_PREFIX, RETRY_PREFIX, is_lmq
 from mqproxy.model.types import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -174,9 +176,7 @@ class EmbeddedBroker:
             if await self.store.get_topic(message.topic) is None:
                 count = min(max(request.create_queues, 1), self.default_queue_count)
                 await self.store.create_topic(message.topic, count)
-        if not message.dispatch and self._lmq_dispatch is not None:
-            if PROPERTY_INNER_MULTI_DISPATCH not in message.properties:
-                message.dispatch = self._lmq_dispatch(message.properties)
+        self._dispatch_lmqs(message)
         parked = "half" if half else ("delay" if self.services.scheduler.park(message) is not None else "")
         if parked:
             message.queue_id = await self._delivery_queue(message.topic, message.queue_id)
@@ -204,7 +204,15 @@ class EmbeddedBroker:
         return queue_id if queue_id >= 0 else self._rng.randrange(max(config.write_queues, 1))
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        for message in messages:
+            self._dispatch_lmqs(message)
         return await self.store.send_batch(messages)
+
+    def _dispatch_lmqs(self, message: Message) -> None:
+        """Name the light queues of a message that names none (the installed :data:`LmqDispatch`)."""
+        if not message.dispatch and self._lmq_dispatch is not None:
+            if PROPERTY_INNER_MULTI_DISPATCH not in message.properties:
+                message.dispatch = self._lmq_dispatch(message.properties)
 
     async def end_transaction(self, end: EndTransaction) -> SendResult | None:
         return await self.services.transactions.end(
@@ -393,6 +401,30 @@ class EmbeddedBroker:
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return await self.store.consumer_info(group, client_id)
+
+    async def query_assignment(
+        self, topic: str, group: str, client_id: str, *, strategy: str = "", broadcasting: bool = False
+    ) -> QueueAssignment | None:
+        mode = effective_mode(topic, await self.services.request_modes.get(topic, group))
+        if is_lmq(topic):
+            queues = [0]
+        else:
+            config = await self.store.get_topic(topic)
+            if config is None:
+                return None
+            queues = list(range(config.read_queues))
+        if not queues:
+            return None
+        clients = await self.store.consumer_ids(group)
+        assigned = assign(
+            mode=mode,
+            strategy=strategy,
+            client_id=client_id,
+            queues=queues,
+            clients=clients,
+            broadcasting=broadcasting,
+        )
+        return None if assigned is None else QueueAssignment(mode, tuple(assigned))
 
     # --- admin ----------------------------------------------------------------------------------
 

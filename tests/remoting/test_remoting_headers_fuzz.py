@@ -13,7 +13,7 @@ from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.errors import HeaderError
-from mqproxy.remoting.headers import Fields, parse_pull_header, parse_send_header
+from mqproxy.remoting.headers import Fields, PullHeader, SendHeader, parse_header
 from mqproxy.remoting.session import HANDLERS, RemotingSession
 
 
@@ -53,11 +53,11 @@ def test_send_header_short_and_long_keys_agree() -> None:
             "defaultTopicQueueNums": "8"}  # fmt: skip
     short = {"a": "PG", "b": "T", "e": "1", "f": "0", "g": "9", "h": "2", "i": "A\x01b\x02", "j": "1",
              "l": "3", "d": "8"}  # fmt: skip
-    assert parse_send_header(long, short_keys=False) == parse_send_header(short, short_keys=True)
+    assert parse_header(SendHeader, long) == parse_header(SendHeader, short, short_keys=True)
 
 
 def test_pull_header_defaults() -> None:
-    header = parse_pull_header({"consumerGroup": "G", "topic": "T", "queueId": "0", "queueOffset": "0",
+    header = parse_header(PullHeader, {"consumerGroup": "G", "topic": "T", "queueId": "0", "queueOffset": "0",
                                 "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
                                 "suspendTimeoutMillis": "15000"})  # fmt: skip
     assert header.suspend
