@@ -10,12 +10,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from mqproxy.backends.embedded.broker import EmbeddedBroker, open_embedded_broker
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.backends.embedded.services import BrokerServices
+from mqproxy.codecs.message_record import DecodedRecord, decode_records
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.remoting.connection import ConnectionRegistry, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.session import RemotingSession
 
@@ -88,6 +93,44 @@ async def manual_session(events: list[RequestEvent]) -> AsyncIterator[RemotingSe
         yield RemotingSession(broker, ctx, peer=("192.0.2.2", 50000), on_request=events.append)
 
 
+async def send(
+    wire: WireFactory,
+    session: RemotingSession,
+    body: bytes,
+    queue: int = 0,
+    *,
+    topic: str = "T",
+    queues: int = 2,
+    ok: bool = True,
+    **props: str,
+) -> RemotingCommand:
+    """SEND_MESSAGE_V2 as a Java producer writes it (tag ``A``, ``props`` added; ``queues``: the
+    auto-created topic's queue count); with ``ok`` the answer must be SUCCESS."""
+    properties = "TAGS\x01A\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": str(queues), "e": str(queue), "f": "0",
+           "g": "1700000000001", "h": "0", "i": properties}  # fmt: skip
+    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
+    assert response is not None
+    if ok:
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    return response
+
+
+async def pull(
+    wire: WireFactory, session: RemotingSession, topic: str = "T", offset: int = 0
+) -> list[DecodedRecord]:
+    """The records a PULL_MESSAGE of queue 0 from ``offset`` answers (none for an unknown topic)."""
+    ext = {"consumerGroup": "G", "topic": topic, "queueId": "0", "queueOffset": str(offset),
+           "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+           "subscription": "*"}  # fmt: skip
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert response is not None
+    if response.code == ResponseCode.TOPIC_NOT_EXIST:
+        return []
+    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
+    return decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
+
+
 def binary_request(code: int, ext: dict[str, str], body: bytes = b"", **fields: Any) -> RemotingCommand:
     """A request as a Java client with ``-Drocketmq.serialize.type=ROCKETMQ`` writes it, decoded."""
     command = RemotingCommand(
@@ -103,3 +146,55 @@ def binary_request(code: int, ext: dict[str, str], body: bytes = b"", **fields: 
 @pytest.fixture
 def binary() -> Callable[..., RemotingCommand]:
     return binary_request
+
+
+# --- connections over in-memory streams -------------------------------------------------------------
+
+
+@pytest.fixture
+def registry() -> ConnectionRegistry:
+    return ConnectionRegistry()
+
+
+class Peer:
+    """The client end of one in-memory remoting connection, speaking frames. With ``skip_notify``,
+    :meth:`receive` passes over NOTIFY_CONSUMER_IDS_CHANGED (sent to a consumer at every join)."""
+
+    def __init__(self, stream: trio.abc.Stream, *, skip_notify: bool = False) -> None:
+        self.stream = stream
+        self.skip_notify = skip_notify
+        self.decoder = FrameDecoder()
+        self.ready: list[RemotingCommand] = []
+
+    async def send(self, command: RemotingCommand) -> None:
+        await self.stream.send_all(encode_command(command))
+
+    async def receive(self) -> RemotingCommand:
+        while True:
+            while not self.ready:
+                data = await self.stream.receive_some(65536)
+                assert data, "server closed the stream"
+                self.ready.extend(self.decoder.receive_data(data))
+            command = self.ready.pop(0)
+            notify = command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and not command.is_response
+            if not (self.skip_notify and notify):
+                return command
+
+    async def request(self, command: RemotingCommand) -> RemotingCommand:
+        await self.send(command)
+        return await self.receive()
+
+
+async def open_peer(
+    nursery: trio.Nursery,
+    broker: EmbeddedBroker,
+    ctx: ServerContext,
+    *,
+    skip_notify: bool = False,
+    **serve: Any,
+) -> tuple[Peer, ConnectionStats]:
+    """A connection served by ``serve_remoting`` (``serve``: its keyword arguments) in ``nursery``."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    stats = ConnectionStats()
+    nursery.start_soon(lambda: serve_remoting(server_stream, broker, ctx, stats=stats, **serve))
+    return Peer(client_stream, skip_notify=skip_notify), stats

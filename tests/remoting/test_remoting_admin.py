@@ -11,68 +11,29 @@ import trio
 import trio.testing
 
 from mqproxy.backends.embedded.broker import EmbeddedBroker
-from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
-from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting import FLAG_ONEWAY, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.ids import offset_msg_id
 from mqproxy.model.types import Message
 from mqproxy.remoting.admin import CALL_TIMEOUT_S
-from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
+from mqproxy.remoting.connection import ConnectionRegistry
 from mqproxy.remoting.context import ServerContext
 
-STORE = ("10.0.0.8", 8080)
+from .conftest import ADVERTISED, Peer, open_peer  # type: ignore[import-not-found]
+
 DIRECT_RESULT = (
     b'{"order":false,"autoCommit":true,"consumeResult":"CR_SUCCESS","remark":null,"spentTimeMills":12}'
 )
 
 
-class Peer:
-    """The client end of one in-memory connection, speaking frames."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.decoder = FrameDecoder()
-        self.ready: list[RemotingCommand] = []
-
-    async def send(self, command: RemotingCommand) -> None:
-        await self.stream.send_all(encode_command(command))
-
-    async def receive(self) -> RemotingCommand:
-        """The next frame, NOTIFY_CONSUMER_IDS_CHANGED aside (sent to a consumer at every join)."""
-        while True:
-            while not self.ready:
-                data = await self.stream.receive_some(65536)
-                assert data, "server closed the stream"
-                self.ready.extend(self.decoder.receive_data(data))
-            command = self.ready.pop(0)
-            if command.code != RequestCode.NOTIFY_CONSUMER_IDS_CHANGED or command.is_response:
-                return command
-
-    async def request(self, command: RemotingCommand) -> RemotingCommand:
-        await self.send(command)
-        return await self.receive()
-
-
-@pytest.fixture
-def backend() -> InMemoryBackend:
-    return InMemoryBackend(store_host=STORE)
-
-
-@pytest.fixture
-def registry() -> ConnectionRegistry:
-    return ConnectionRegistry()
-
-
 @pytest.fixture
 def ctx(registry: ConnectionRegistry) -> ServerContext:
-    return ServerContext(STORE[0], STORE[1], groups=registry)
+    return ServerContext(*ADVERTISED, groups=registry)
 
 
 async def connect(nursery: trio.Nursery, broker: EmbeddedBroker, ctx: ServerContext) -> Peer:
-    client_stream, server_stream = trio.testing.memory_stream_pair()
-    nursery.start_soon(lambda: serve_remoting(server_stream, broker, ctx))
-    return Peer(client_stream)
+    return (await open_peer(nursery, broker, ctx, skip_notify=True))[0]
 
 
 async def join(peer: Peer, client_id: str, group: str = "G") -> None:
@@ -140,7 +101,7 @@ async def test_running_info_is_relayed_and_answered(backend, ctx, broker) -> Non
 
 async def test_consume_message_directly_sends_the_stored_record(backend, ctx, broker) -> None:
     stored = await backend.send(Message("T", b"hello", queue_id=1, properties={"TAGS": "A"}))
-    msg_id = offset_msg_id(STORE, stored.commitlog_offset)
+    msg_id = offset_msg_id(ADVERTISED, stored.commitlog_offset)
     seen: list[RemotingCommand] = []
 
     def answer(request: RemotingCommand) -> RemotingCommand:

@@ -8,32 +8,14 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.message_record import decode_records
-from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.types import Message
 from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
 
-
-class Client:
-    """The client end of a memory stream pair, speaking frames."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.decoder = FrameDecoder()
-        self.ready: list[RemotingCommand] = []
-
-    async def send(self, command: RemotingCommand) -> None:
-        await self.stream.send_all(encode_command(command))
-
-    async def receive(self) -> RemotingCommand:
-        while not self.ready:
-            data = await self.stream.receive_some(65536)
-            assert data, "server closed the stream"
-            self.ready.extend(self.decoder.receive_data(data))
-        return self.ready.pop(0)
+from .conftest import ADVERTISED, Peer, open_peer  # type: ignore[import-not-found]
 
 
 def pull(opaque: int, queue: int = 0, suspend_ms: str = "15000") -> RemotingCommand:
@@ -56,25 +38,8 @@ def heartbeat(opaque: int, client_id: str) -> RemotingCommand:
 
 
 @pytest.fixture
-def backend() -> InMemoryBackend:
-    return InMemoryBackend(store_host=("10.0.0.8", 8080))
-
-
-@pytest.fixture
-def registry() -> ConnectionRegistry:
-    return ConnectionRegistry()
-
-
-@pytest.fixture
 def ctx(registry: ConnectionRegistry) -> ServerContext:
-    return ServerContext("10.0.0.8", 8080, groups=registry)
-
-
-async def start(nursery: trio.Nursery, broker, ctx, **kwargs) -> tuple[Client, ConnectionStats]:
-    client_stream, server_stream = trio.testing.memory_stream_pair()
-    stats = ConnectionStats()
-    nursery.start_soon(lambda: serve_remoting(server_stream, broker, ctx, stats=stats, **kwargs))
-    return Client(client_stream), stats
+    return ServerContext(*ADVERTISED, groups=registry)
 
 
 async def test_long_poll_does_not_block_and_responses_go_out_of_order(
@@ -83,7 +48,7 @@ async def test_long_poll_does_not_block_and_responses_go_out_of_order(
     await backend.create_topic("T", 4)
     events: list[RequestEvent] = []
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, broker, ctx, on_request=events.append)
+        client, stats = await open_peer(nursery, broker, ctx, on_request=events.append)
         await client.send(pull(1))  # held: queue 0 is empty
         await client.send(send(2, 1, b"elsewhere"))  # queue 1 does not wake the poll
         first = await client.receive()
@@ -106,7 +71,7 @@ async def test_long_poll_does_not_block_and_responses_go_out_of_order(
 async def test_pull_response_over_the_wire(backend, ctx, autojump_clock, broker) -> None:
     await backend.create_topic("T", 4)
     async with trio.open_nursery() as nursery:
-        client, _ = await start(nursery, broker, ctx)
+        client, _ = await open_peer(nursery, broker, ctx)
         await client.send(send(1, 0, b"body bytes"))
         assert (await client.receive()).code == ResponseCode.SUCCESS
         await client.send(pull(2))
@@ -127,7 +92,7 @@ async def test_pull_response_over_the_wire(backend, ctx, autojump_clock, broker)
 )
 async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry, broker) -> None:
     client_stream, server_stream = trio.testing.memory_stream_pair()
-    client = Client(client_stream)
+    client = Peer(client_stream)
     async with trio.open_nursery() as nursery:
         result: list[ConnectionStats] = []
 
@@ -149,7 +114,7 @@ async def test_garbage_closes_cleanly(garbage, reason, backend, ctx, registry, b
 async def test_initial_bytes_from_the_sniffer(backend, ctx, broker) -> None:
     frame = encode_command(send(5, 0, b"sniffed"))
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, broker, ctx, initial=frame[:6])
+        client, stats = await open_peer(nursery, broker, ctx, initial=frame[:6])
         await client.stream.send_all(frame[6:])
         response = await client.receive()
         assert (response.opaque, response.code) == (5, ResponseCode.SUCCESS)
@@ -159,8 +124,8 @@ async def test_initial_bytes_from_the_sniffer(backend, ctx, broker) -> None:
 
 async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx, broker) -> None:
     async with trio.open_nursery() as nursery:
-        a, _ = await start(nursery, broker, ctx)
-        b, stats_b = await start(nursery, broker, ctx)
+        a, _ = await open_peer(nursery, broker, ctx)
+        b, stats_b = await open_peer(nursery, broker, ctx)
         await a.send(heartbeat(1, "a@1"))
         assert (await a.receive()).opaque == 1
         own = await a.receive()  # the joining member is told too, as a Java broker does
@@ -184,7 +149,7 @@ async def test_notify_consumer_ids_changed_and_disconnect(backend, ctx, broker) 
 
 async def test_server_to_client_call_and_unmatched_responses(backend, ctx, registry, broker) -> None:
     async with trio.open_nursery() as nursery:
-        client, _ = await start(nursery, broker, ctx)
+        client, _ = await open_peer(nursery, broker, ctx)
         await client.send(heartbeat(1, "c@1"))
         await client.receive()
         assert (await client.receive()).code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED  # it joined G
@@ -217,7 +182,7 @@ async def test_server_to_client_call_and_unmatched_responses(backend, ctx, regis
 
 async def test_idle_connection_is_closed(backend, ctx, autojump_clock, broker) -> None:
     async with trio.open_nursery() as nursery:
-        _, stats = await start(nursery, broker, ctx, limits=ConnectionLimits(idle_timeout_s=120))
+        _, stats = await open_peer(nursery, broker, ctx, limits=ConnectionLimits(idle_timeout_s=120))
     assert stats.error == "idle_timeout"
     assert trio.current_time() == pytest.approx(120, abs=0.1)
 
@@ -225,7 +190,7 @@ async def test_idle_connection_is_closed(backend, ctx, autojump_clock, broker) -
 async def test_too_many_requests_in_flight(backend, ctx, autojump_clock, broker) -> None:
     await backend.create_topic("T", 4)
     async with trio.open_nursery() as nursery:
-        client, _ = await start(nursery, broker, ctx, limits=ConnectionLimits(max_in_flight=1))
+        client, _ = await open_peer(nursery, broker, ctx, limits=ConnectionLimits(max_in_flight=1))
         await client.send(pull(1, suspend_ms="1000"))
         await client.send(pull(2, queue=1, suspend_ms="1000"))
         busy = await client.receive()
@@ -238,7 +203,7 @@ async def test_too_many_requests_in_flight(backend, ctx, autojump_clock, broker)
 
 async def test_oneway_requests_get_no_answer(backend, ctx, broker) -> None:
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, broker, ctx)
+        client, stats = await open_peer(nursery, broker, ctx)
         oneway = send(1, 0, b"x")
         oneway.flag = 2
         await client.send(oneway)
@@ -257,7 +222,7 @@ async def test_frames_split_across_reads_are_measured_exactly(backend, ctx, brok
     events: list[RequestEvent] = []
     first, second = encode_command(send(1, 0, b"one")), encode_command(send(2, 1, b"two" * 50))
     async with trio.open_nursery() as nursery:
-        client, stats = await start(nursery, broker, ctx, on_request=events.append)
+        client, stats = await open_peer(nursery, broker, ctx, on_request=events.append)
         for byte in first + second:  # one byte per read
             await client.stream.send_all(bytes([byte]))
         responses = {(await client.receive()).opaque for _ in range(2)}
@@ -273,7 +238,7 @@ async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock, 
     draining = trio.Event()
     returned_at: list[float] = []
     client_stream, server_stream = trio.testing.memory_stream_pair()
-    client = Client(client_stream)
+    client = Peer(client_stream)
 
     async def serve() -> None:
         await serve_remoting(server_stream, broker, ctx, draining=draining)

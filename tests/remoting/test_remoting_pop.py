@@ -21,6 +21,8 @@ from mqproxy.model.ids import parse_offset_msg_id
 from mqproxy.remoting.context import HeldPolls, ServerContext
 from mqproxy.remoting.session import RemotingSession
 
+from .conftest import send  # type: ignore[import-not-found]
+
 ADVERTISED = ("10.0.0.8", 8080)
 
 
@@ -41,25 +43,6 @@ def pop_ext(**overrides: object) -> dict[str, str]:
     }
     ext.update({k: str(v) for k, v in overrides.items()})
     return ext
-
-
-async def send(wire, session, body: bytes, queue: int = 0, **props: str) -> RemotingCommand:
-    properties = "TAGS\x01A\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
-    ext = {
-        "a": "PG",
-        "b": "T",
-        "c": "TBW102",
-        "d": "2",
-        "e": str(queue),
-        "f": "0",
-        "g": "1700000000001",
-        "h": "0",
-        "i": properties,
-    }
-    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
-    assert response is not None
-    assert response.code == ResponseCode.SUCCESS, response.remark
-    return response
 
 
 async def pop(wire, session, **overrides: object) -> tuple[RemotingCommand, list[DecodedRecord]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import trio
 
@@ -14,45 +16,13 @@ from mqproxy.model.properties import SCHEDULE_TOPIC
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession
 
+from .conftest import pull  # type: ignore[import-not-found]
+from .conftest import send as send_v2  # type: ignore[import-not-found]
+
+#: Sends here create one-queue topics and may be refused.
+send = functools.partial(send_v2, queues=1, ok=False)
+
 ADVERTISED = ("10.0.0.8", 8080)
-
-
-async def send(wire, session, body: bytes, topic: str = "T", **props: str):
-    properties = "TAGS\x01A\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
-    ext = {
-        "a": "PG",
-        "b": topic,
-        "c": "TBW102",
-        "d": "1",
-        "e": "0",
-        "f": "0",
-        "g": "1700000000001",
-        "h": "0",
-        "i": properties,
-    }
-    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
-    assert response is not None
-    return response
-
-
-async def pull(wire, session, topic: str, offset: int = 0) -> list[DecodedRecord]:
-    ext = {
-        "consumerGroup": "G",
-        "topic": topic,
-        "queueId": "0",
-        "queueOffset": str(offset),
-        "maxMsgNums": "32",
-        "sysFlag": "4",
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-    }
-    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
-    assert response is not None
-    if response.code == ResponseCode.TOPIC_NOT_EXIST:
-        return []
-    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
-    return decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
 
 
 def send_back_ext(record: DecodedRecord, delay: int = 0, max_times: int = 2, **extra: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.codecs.message_record import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, decode_records
-from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.types import TransactionCheck
 from mqproxy.model.ids import parse_offset_msg_id
@@ -22,6 +22,8 @@ from mqproxy.model.types import Message
 from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession
+
+from .conftest import Peer, pull  # type: ignore[import-not-found]
 
 UNIQ = "C0A80005" + "AB" * 12
 
@@ -61,23 +63,6 @@ def end_ext(sent: RemotingCommand, resolution: int, group: str = "PG", **extra: 
     return ext
 
 
-async def pull_bodies(wire, session) -> list[bytes]:
-    ext = {
-        "consumerGroup": "G",
-        "topic": "T",
-        "queueId": "0",
-        "queueOffset": "0",
-        "maxMsgNums": "32",
-        "sysFlag": "4",
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-    }
-    response = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
-    assert response is not None
-    return [r.body for r in decode_records(response.body)] if response.code == ResponseCode.SUCCESS else []
-
-
 async def send_half(wire, session, body: bytes = b"order #1", **kwargs: str) -> RemotingCommand:
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, half_ext(**kwargs), body))
     assert response is not None
@@ -93,7 +78,7 @@ async def test_half_message_is_invisible_until_commit(wire, session, backend, au
     assert (half.topic, str(half.queue_offset)) == (HALF_TOPIC, sent.ext_fields["queueOffset"])
     assert half.properties["REAL_TOPIC"] == "T"
     await trio.sleep(1)
-    assert await pull_bodies(wire, session) == []
+    assert [r.body for r in await pull(wire, session)] == []
     commit = wire(RequestCode.END_TRANSACTION, end_ext(sent, 8), flag=2)  # oneway, as producers send it
     assert await session.handle(commit) is None
     ext = {
@@ -118,7 +103,7 @@ async def test_half_message_is_invisible_until_commit(wire, session, backend, au
     again = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
     assert again.code == ResponseCode.SYSTEM_ERROR
     assert again.remark.startswith("TransactionAlreadyResolved:")
-    assert await pull_bodies(wire, session) == [b"order #1"]
+    assert [r.body for r in await pull(wire, session)] == [b"order #1"]
 
 
 async def test_rollback_is_never_visible(wire, session, autojump_clock) -> None:
@@ -126,7 +111,7 @@ async def test_rollback_is_never_visible(wire, session, autojump_clock) -> None:
     response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 12)))
     assert (response.code, response.remark) == (ResponseCode.SUCCESS, "rollback")
     await trio.sleep(120)  # past every check-back time
-    assert await pull_bodies(wire, session) == []
+    assert [r.body for r in await pull(wire, session)] == []
     assert session.broker.unresolved_transactions() == 0
 
 
@@ -135,7 +120,7 @@ async def test_unknown_state_leaves_it_pending(wire, session, autojump_clock) ->
     response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(sent, 0)))
     assert response.code == ResponseCode.SUCCESS
     assert session.broker.unresolved_transactions() == 1
-    assert await pull_bodies(wire, session) == []
+    assert [r.body for r in await pull(wire, session)] == []
 
 
 @pytest.mark.parametrize(
@@ -161,7 +146,7 @@ async def test_bad_end_transaction_changes_nothing(
     assert response.code == code
     assert response.remark.startswith(remark_start), response.remark
     assert session.broker.unresolved_transactions() == 1
-    assert await pull_bodies(wire, session) == []
+    assert [r.body for r in await pull(wire, session)] == []
 
 
 async def test_commit_of_a_plain_message_offset_is_refused(wire, session, autojump_clock) -> None:
@@ -170,7 +155,7 @@ async def test_commit_of_a_plain_message_offset_is_refused(wire, session, autoju
     response = await session.handle(wire(RequestCode.END_TRANSACTION, end_ext(plain, 8)))
     assert response.code == ResponseCode.SYSTEM_ERROR
     assert response.remark.startswith("TransactionNotFound:")
-    assert await pull_bodies(wire, session) == [b"plain"]
+    assert [r.body for r in await pull(wire, session)] == [b"plain"]
 
 
 async def test_end_transaction_with_a_binary_header(wire, binary, session, autojump_clock) -> None:
@@ -178,27 +163,10 @@ async def test_end_transaction_with_a_binary_header(wire, binary, session, autoj
     response = await session.handle(binary(RequestCode.END_TRANSACTION, end_ext(sent, 8)))
     assert response.code == ResponseCode.SUCCESS
     assert encode_command(response)[4] == SERIALIZE_ROCKETMQ
-    assert await pull_bodies(wire, session) == [b"order #1"]
+    assert [r.body for r in await pull(wire, session)] == [b"order #1"]
 
 
 # --- check-back over a connection -------------------------------------------------------------------
-
-
-class Client:
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.decoder = FrameDecoder()
-        self.ready: list[RemotingCommand] = []
-
-    async def send(self, command: RemotingCommand) -> None:
-        await self.stream.send_all(encode_command(command))
-
-    async def receive(self) -> RemotingCommand:
-        while not self.ready:
-            data = await self.stream.receive_some(65536)
-            assert data, "server closed the stream"
-            self.ready.extend(self.decoder.receive_data(data))
-        return self.ready.pop(0)
 
 
 def producer_heartbeat(opaque: int, client_id: str, group: str) -> RemotingCommand:
@@ -226,7 +194,7 @@ async def test_check_back_reaches_a_live_producer_and_its_answer_commits(autojum
         for client_id, group in (("p@1", "PG"), ("q@2", "OTHER")):
             client_stream, server_stream = trio.testing.memory_stream_pair()
             nursery.start_soon(serve_remoting, server_stream, broker, ctx)
-            client = Client(client_stream)
+            client = Peer(client_stream)
             await client.send(producer_heartbeat(1, client_id, group))
             assert (await client.receive()).code == ResponseCode.SUCCESS
             clients.append(client)
