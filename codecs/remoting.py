@@ -328,13 +328,7 @@ def _decode_binary_header(header: bytes | bytearray | memoryview, body: bytes) -
     if size < _BIN_FIXED.size + 8:
         raise RemotingCodecError("bad_binary_header", f"binary header of {size} bytes is too short")
     code, language, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
-    pos = _BIN_FIXED.size
-    (remark_len,) = _I32.unpack_from(header, pos)
-    pos += 4
-    remark: str | None = None
-    if remark_len:
-        remark = _binary_text(header, pos, remark_len, size, "remark")
-        pos += remark_len
+    remark, pos = _prefixed_text(header, _BIN_FIXED.size, _I32, size, "remark")
     if size - pos < 4:
         raise RemotingCodecError("bad_binary_header", "extFields length missing")
     (ext_len,) = _I32.unpack_from(header, pos)
@@ -344,29 +338,28 @@ def _decode_binary_header(header: bytes | bytearray | memoryview, body: bytes) -
     ext: dict[str, str] = {}
     stop = pos + ext_len
     while pos < stop:
-        if stop - pos < 2:
-            raise RemotingCodecError("bad_binary_header", "truncated extFields key length")
-        (key_len,) = _I16.unpack_from(header, pos)
-        pos += 2
-        key = _binary_text(header, pos, key_len, stop, "extFields key")
-        pos += key_len
-        if stop - pos < 4:
-            raise RemotingCodecError("bad_binary_header", "truncated extFields value length")
-        (value_len,) = _I32.unpack_from(header, pos)
-        pos += 4
-        ext[key] = _binary_text(header, pos, value_len, stop, "extFields value")
-        pos += value_len
+        key, pos = _prefixed_text(header, pos, _I16, stop, "extFields key")
+        ext[key], pos = _prefixed_text(header, pos, _I32, stop, "extFields value")
     return RemotingCommand(
         code=code,
         opaque=opaque,
         flag=flag,
         language=_LANGUAGE_BY_ORDINAL.get(language, "OTHER"),
         version=version,
-        remark=remark,
+        remark=remark or None,
         ext_fields=ext,
         body=body,
         serialize_type=SERIALIZE_ROCKETMQ,
     )
+
+
+def _prefixed_text(buf: bytes, pos: int, prefix: struct.Struct, stop: int, what: str) -> tuple[str, int]:
+    """The UTF-8 text at ``pos`` after its length ``prefix``, and the position after it (before ``stop``)."""
+    if stop - pos < prefix.size:
+        raise RemotingCodecError("bad_binary_header", f"truncated {what} length")
+    (length,) = prefix.unpack_from(buf, pos)
+    pos += prefix.size
+    return _binary_text(buf, pos, length, stop, what), pos + length
 
 
 def _binary_text(buf: bytes, pos: int, length: int, limit: int, what: str) -> str:

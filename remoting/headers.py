@@ -169,6 +169,16 @@ def parse_header(header: type[H], ext: Mapping[str, str] | None, *, short_keys: 
     return header(**values)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueGroupHeader:
+    """A consumer group's queue (POLLING_INFO; the start of every consumer header). ``queue_id`` -1 means
+    every queue where a request allows it."""
+
+    consumer_group: str = text("consumerGroup")
+    topic: str = text("topic")
+    queue_id: int = integer("queueId")
+
+
 # --- produce ----------------------------------------------------------------------------------------
 
 
@@ -199,10 +209,7 @@ PULL_FLAG_LITE_PULL: Final = 0x10
 
 
 @dataclass(frozen=True, slots=True)
-class PullHeader:
-    consumer_group: str = text("consumerGroup")
-    topic: str = text("topic")
-    queue_id: int = integer("queueId")
+class PullHeader(QueueGroupHeader):
     queue_offset: int = integer("queueOffset", wide=True)
     max_msg_nums: int = integer("maxMsgNums")
     sys_flag: int = integer("sysFlag")
@@ -252,22 +259,16 @@ class SearchOffsetHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryOffsetHeader:
+class QueryOffsetHeader(QueueGroupHeader):
     """QUERY_CONSUMER_OFFSET."""
 
-    consumer_group: str = text("consumerGroup")
-    topic: str = text("topic")
-    queue_id: int = integer("queueId")
     set_zero_if_not_found: bool = boolean("setZeroIfNotFound", True)
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateOffsetHeader:
+class UpdateOffsetHeader(QueueGroupHeader):
     """UPDATE_CONSUMER_OFFSET."""
 
-    consumer_group: str = text("consumerGroup")
-    topic: str = text("topic")
-    queue_id: int = integer("queueId")
     commit_offset: int = integer("commitOffset", wide=True)
 
 
@@ -313,12 +314,9 @@ class EndTransactionHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class PopHeader:
+class PopHeader(QueueGroupHeader):
     """POP_MESSAGE (spec §3.16); ``queue_id`` -1 means every queue; ``exp_type`` blank means TAG."""
 
-    consumer_group: str = text("consumerGroup")
-    topic: str = text("topic")
-    queue_id: int = integer("queueId")
     max_msg_nums: int = integer("maxMsgNums")
     invisible_time_ms: int = integer("invisibleTime", wide=True)
     poll_time_ms: int = integer("pollTime", 0, wide=True)
@@ -331,12 +329,9 @@ class PopHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class AckHeader:
+class AckHeader(QueueGroupHeader):
     """ACK_MESSAGE (spec §3.17)."""
 
-    consumer_group: str = text("consumerGroup")
-    topic: str = text("topic")
-    queue_id: int = integer("queueId")
     extra_info: str = text("extraInfo")
     offset: int = integer("offset", wide=True)
 
@@ -346,15 +341,6 @@ class ChangeInvisibleHeader(AckHeader):
     """CHANGE_MESSAGE_INVISIBLETIME (spec §3.19): an ack header and the new ``invisibleTime``."""
 
     invisible_time_ms: int = integer("invisibleTime", wide=True)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueGroupHeader:
-    """POLLING_INFO: a group's queue (``queue_id`` -1: every queue)."""
-
-    consumer_group: str = text("consumerGroup")
-    topic: str = text("topic")
-    queue_id: int = integer("queueId")
 
 
 @dataclass(frozen=True, slots=True)

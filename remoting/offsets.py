@@ -17,6 +17,7 @@ Consumer offsets and queue offsets (spec §3.4-§3.7).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from mqproxy.codecs.remoting import RemotingCommand
@@ -60,24 +61,28 @@ async def update_consumer_offset(session: RemotingSession, request: RemotingComm
 
 
 async def get_max_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_header(QueueHeader, request.ext_fields)
-    note.topic = header.topic
-    offset = await session.broker.max_offset(header.topic, header.queue_id)
-    return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
+    return await _queue_figure(session, request, note, "offset", session.broker.max_offset)
 
 
 async def get_min_offset(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
-    header = parse_header(QueueHeader, request.ext_fields)
-    note.topic = header.topic
-    offset = await session.broker.min_offset(header.topic, header.queue_id)
-    return Reply(ResponseCode.SUCCESS, {"offset": str(offset)})
+    return await _queue_figure(session, request, note, "offset", session.broker.min_offset)
 
 
 async def get_earliest_store_time(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
+    return await _queue_figure(session, request, note, "timestamp", session.broker.earliest_store_time)
+
+
+async def _queue_figure(
+    session: RemotingSession,
+    request: RemotingCommand,
+    note: Note,
+    name: str,
+    read: Callable[[str, int], Awaitable[int]],
+) -> Reply:
+    """The answer ``{name: read(topic, queueId)}`` for a request with a :class:`QueueHeader`."""
     header = parse_header(QueueHeader, request.ext_fields)
     note.topic = header.topic
-    timestamp = await session.broker.earliest_store_time(header.topic, header.queue_id)
-    return Reply(ResponseCode.SUCCESS, {"timestamp": str(timestamp)})
+    return Reply(ResponseCode.SUCCESS, {name: str(await read(header.topic, header.queue_id))})
 
 
 async def search_offset_by_timestamp(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:

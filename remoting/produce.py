@@ -9,7 +9,7 @@ Checks, in the broker's order and with its codes: topic longer than 127 bytes or
 32767 bytes -> MESSAGE_ILLEGAL (13); illegal topic characters -> INVALID_PARAMETER (29); system topics
 -> NO_PERMISSION (16); unknown topic without auto-creation -> TOPIC_NOT_EXIST (17); queue out of range
 -> INVALID_PARAMETER; a malformed batch body -> MESSAGE_ILLEGAL. Nothing is stored unless every check
-passed (a batch is stored all-or-nothing by the backend).
+passed (a batch is stored all-or-nothing by the broker).
 
 Bodies and sysFlag bits (compression) are stored as received. A single message goes through
 :meth:`~mqproxy.facade.api.Producing.send`, which decides what happens to it: transactional half
@@ -99,9 +99,7 @@ async def send_batch_message(session: RemotingSession, request: RemotingCommand,
         properties = entry.properties
         _check_properties_size(properties)
         _ensure_uniq_key(session, properties)
-        messages.append(
-            _message(session, header, header.topic, header.queue_id, entry.body, properties, entry.flag)
-        )
+        messages.append(_message(session, header, entry.body, properties, entry.flag))
     envelope_key = envelope.get(PROPERTY_UNIQ_KEY) or _new_uniq_key(session)
     await _auto_create(session, header)
     results = await session.broker.send_batch(messages)
@@ -116,7 +114,7 @@ async def _send_single(
     _check_topic(header.topic)
     properties = _properties(header.properties)
     uniq_key = _ensure_uniq_key(session, properties)
-    message = _message(session, header, header.topic, header.queue_id, request.body, properties, header.flag)
+    message = _message(session, header, request.body, properties, header.flag)
     create = header.default_topic_queue_nums if session.ctx.auto_create_topics else None
     outcome = await session.broker.send(
         SendRequest(
@@ -192,14 +190,9 @@ def _ensure_uniq_key(session: RemotingSession, properties: dict[str, str]) -> st
 
 
 def _message(
-    session: RemotingSession,
-    header: SendHeader,
-    topic: str,
-    queue_id: int,
-    body: bytes,
-    properties: dict[str, str],
-    flag: int,
+    session: RemotingSession, header: SendHeader, body: bytes, properties: dict[str, str], flag: int
 ) -> Message:
+    """The message to store for ``header``'s topic and queue (a negative queue id: any queue)."""
     ctx = session.ctx
     # what a Java broker stamps on every message it stores (AbstractSendMessageProcessor)
     properties[PROPERTY_CLUSTER] = CLUSTER_NAME
@@ -208,9 +201,9 @@ def _message(
     dispatch = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
     lmqs = tuple(name for name in dispatch.split(",") if is_lmq(name)) if dispatch else ()
     return Message(
-        topic=topic,
+        topic=header.topic,
         body=body,
-        queue_id=queue_id if queue_id >= 0 else -1,
+        queue_id=max(header.queue_id, -1),
         flag=flag,
         properties=properties,
         sys_flag=header.sys_flag,

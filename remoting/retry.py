@@ -61,5 +61,5 @@ async def consumer_send_msg_back(session: RemotingSession, request: RemotingComm
 
 
 def _internal(topic: str) -> bool:
-    """Records of the services' own topics are never sent back."""
+    """Records of the broker's own topics are never sent back."""
     return topic.startswith(SYSTEM_TOPIC_PREFIX) or is_send_forbidden(topic)
