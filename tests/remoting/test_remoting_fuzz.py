@@ -21,12 +21,15 @@ HEADER_KEYS = [
     "expressionType", "clientID", "producerGroup", "timestamp", "boundaryType", "setZeroIfNotFound",
     "properties", "flag", "bornTimestamp", "maxMsgBytes",
 ]  # fmt: skip
-HEADER_VALUES = st.one_of(
-    st.sampled_from(["T", "G", "0", "1", "-1", "4", "*", "TagA || B", "true", "", "%RETRY%G", "TBW102",
-                     "SCHEDULE_TOPIC_XXXX", str(2**63), "A\x01b\x02", "UPPER"]),
-    st.integers(-(2**65), 2**65).map(str),
-    st.text(max_size=20),
-)  # fmt: skip
+
+
+def values(*samples: str) -> st.SearchStrategy[str]:
+    """Header values: the given interesting ones, any integer (most out of range), any short text."""
+    return st.one_of(st.sampled_from(samples), st.integers(-(2**65), 2**65).map(str), st.text(max_size=20))
+
+
+HEADER_VALUES = values("T", "G", "0", "1", "-1", "4", "*", "TagA || B", "true", "", "%RETRY%G", "TBW102",
+                       "SCHEDULE_TOPIC_XXXX", str(2**63), "A\x01b\x02", "UPPER")  # fmt: skip
 HEADER_BODIES = st.one_of(
     st.binary(max_size=64),
     st.just(b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T"}]}]}'),
@@ -36,20 +39,17 @@ HEADER_BODIES = st.one_of(
 )
 
 SERVICE_CODES = [RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.POP_MESSAGE,
-         RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE, RequestCode.PEEK_MESSAGE,
+                 RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE, RequestCode.PEEK_MESSAGE,
          RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION, RequestCode.POLLING_INFO,
          RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.SEND_MESSAGE_V2]  # fmt: skip
 SERVICE_KEYS = ["offset", "group", "delayLevel", "maxReconsumeTimes", "originMsgId", "producerGroup",
         "commitLogOffset", "tranStateTableOffset", "commitOrRollback", "fromTransactionCheck",
         "consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime", "bornTime",
         "initMode", "expType", "exp", "order", "extraInfo", "a", "b", "e", "f", "g", "h", "i"]  # fmt: skip
-SERVICE_VALUES = st.one_of(
-    st.sampled_from(["T", "G", "PG", "0", "1", "-1", "8", "12", "33", "99", "true", "", "%RETRY%G_T", "TAG",
-                     "SQL92", str(2**63), "0 1 60000 3 0 broker-a 0 0", "0 1 2 999 1 b 0 0", "x y",
-                     "TRAN_MSG\x01true\x02", "DELAY\x01zz\x02", "DELAY\x0199\x02PGROUP\x01PG\x02"]),
-    st.integers(-(2**65), 2**65).map(str),
-    st.text(max_size=20),
-)  # fmt: skip
+SERVICE_VALUES = values("T", "G", "PG", "0", "1", "-1", "8", "12", "33", "99", "true", "", "%RETRY%G_T",
+                        "TAG", "SQL92", str(2**63), "0 1 60000 3 0 broker-a 0 0", "0 1 2 999 1 b 0 0", "x y",
+                        "TRAN_MSG\x01true\x02", "DELAY\x01zz\x02",
+                        "DELAY\x0199\x02PGROUP\x01PG\x02")  # fmt: skip
 SERVICE_BODIES = st.one_of(
     st.binary(max_size=48),
     st.just(b'{"acks":[{"c":"G","t":"T","r":"0","so":0,"q":0,"rq":0,"pt":1,"it":1,"b":"BQ=="}]}'),
