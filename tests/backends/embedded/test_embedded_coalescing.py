@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.backends.embedded import embedded
+from mqproxy.backends.embedded import embedded_write
 from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
@@ -88,14 +88,14 @@ async def test_concurrent_sends_share_one_append(
 async def test_a_send_that_cannot_be_encoded_fails_alone(
     store: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = embedded.encode_message
+    real = embedded_write.encode_message
 
     def encode(**fields: Any) -> bytes:
         if fields["body"] == b"poison":
             raise ValueError("cannot encode")
         return real(**fields)
 
-    monkeypatch.setattr(embedded, "encode_message", encode)
+    monkeypatch.setattr(embedded_write, "encode_message", encode)
     messages = [Message("t", b"poison" if i == 2 else b"ok%d" % i, dispatch=(LMQ,)) for i in range(6)]
     outcomes: list[object] = [None] * 6
 

@@ -544,9 +544,9 @@ async def test_lmq_offsets_from_an_older_store_are_indexed_on_open(tmp_path: Pat
 async def test_the_sweep_yields_between_chunks_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mqproxy.backends.embedded import embedded
+    from mqproxy.backends.embedded import embedded_queues
 
-    monkeypatch.setattr(embedded, "SWEEP_CHUNK", 1)  # one deletion per event-loop turn
+    monkeypatch.setattr(embedded_queues, "SWEEP_CHUNK", 1)  # one deletion per event-loop turn
     names = [f"%LMQ%n{i}" for i in range(9)]
     async with open_embedded_store(tmp_path) as store:
         await store.send(Message("T", b"x", 0, dispatch=tuple(names)))
@@ -574,10 +574,10 @@ async def test_the_sweep_yields_between_chunks_and_resumes(
 async def test_a_call_stops_after_its_time_budget_and_the_next_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mqproxy.backends.embedded import embedded
+    from mqproxy.backends.embedded import embedded_queues
 
-    monkeypatch.setattr(embedded, "SWEEP_CHUNK", 1)
-    monkeypatch.setattr(embedded, "SWEEP_CALL_BUDGET_S", 1e-9)  # one slice per call
+    monkeypatch.setattr(embedded_queues, "SWEEP_CHUNK", 1)
+    monkeypatch.setattr(embedded_queues, "SWEEP_CALL_BUDGET_S", 1e-9)  # one slice per call
     names = [f"%LMQ%n{i}" for i in range(3)]
     async with open_embedded_store(tmp_path) as store:
         await store.send(Message("T", b"x", 0, dispatch=tuple(names)))
