@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import orjson
 import trio
 
-from mqproxy.backends.embedded.internal_topics import Clock, ensure_topic, wall_clock_ms
+from mqproxy.backends.embedded.internal_topics import Clock, ensure_topic, read_to_end, wall_clock_ms
 from mqproxy.backends.embedded.retry import DEFAULT_MAX_RECONSUME_TIMES, RetryService
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.facade.types import InitMode
@@ -123,17 +123,13 @@ class PopCheckpoints:
         committed = await self._backend.query_consumer_offset(REVIVE_GROUP, REVIVE_TOPIC, rq)
         offset = await self._backend.min_offset(REVIVE_TOPIC, rq) if committed is None else committed
         self._revive_end[rq] = max(self._revive_end[rq], offset)
-        while True:
-            result = await self._backend.pull(REVIVE_TOPIC, rq, offset, _REPLAY_BATCH)
-            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
-                offset = result.next_offset
-                continue
-            if not result.messages:
-                return
-            for record in result.messages:
+
+        def apply(records: Sequence[StoredMessage], end: int) -> None:
+            for record in records:
                 self._apply(record)
-            offset = result.next_offset
-            self._revive_end[rq] = max(self._revive_end[rq], offset)
+            self._revive_end[rq] = max(self._revive_end[rq], end)
+
+        await read_to_end(self._backend, REVIVE_TOPIC, rq, offset, _REPLAY_BATCH, apply)
 
     def _apply(self, record: StoredMessage) -> None:
         """Replay one revive record (records that do not parse are skipped: they were never ours)."""
