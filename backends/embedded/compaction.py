@@ -3,9 +3,10 @@
 Such a queue holds one record per change; the newest record per key is the state and a record marked
 not-live (a tombstone) deletes its key. "Newest" means the highest commit-log offset, never the queue
 position: :func:`compact` re-appends kept records at the queue's end
-(:meth:`~mqproxy.backends.embedded.store.MessageStore.rewrite_queue`, one atomic step, no message copied), and a
-record appended by a writer while compaction ran may then sit *before* an older kept record for the same
-key. Ranking by commit-log offset makes that harmless, so writers never wait for a compaction.
+(:meth:`~mqproxy.backends.embedded.store.MessageStore.rewrite_queue`, one atomic step, no message
+copied), and a record appended by a writer while compaction ran may then sit *before* an older kept
+record for the same key. Ranking by commit-log offset makes that harmless, so writers never wait for a
+compaction.
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ async def compact(backend: MessageStore, topic: str, queue_id: int, found: Repla
 
 
 async def compact_if_worth(
-    backend: MessageStore, topic: str, queue_id: int, key_of: KeyOf, min_garbage: int, found: Replay | None = None
+    backend: MessageStore,
+    topic: str,
+    queue_id: int,
+    key_of: KeyOf,
+    min_garbage: int,
+    found: Replay | None = None,
 ) -> Replay:
     """Replay the queue (unless ``found`` is a fresh replay of it) and compact it when
     :meth:`Replay.worth_compacting`, logging ``store.compacted``; returns the replay."""

@@ -419,6 +419,7 @@ async def test_vanished_client_frees_its_calls(grpc_env: GrpcEnv, log_sink) -> N
         lambda: len([e for e in log_sink.named("request") if e["op"] in ("Telemetry", "ReceiveMessage")]) >= 2
     )
     assert grpc_env.service.clients.get("gone@1@0").telemetry is None
+    await wait_until(lambda: grpc_env.contexts[-1].error is not None)  # the reader may notice last
     assert grpc_env.contexts[-1].error == "connection_reset"
     events = {e["op"]: e for e in log_sink.named("request")}
     assert events["ReceiveMessage"]["status"] == "CANCELLED"
