@@ -65,8 +65,6 @@ _SYNC_BY_DESIGN = {
     "unresolved_transactions",
     "pops_in_flight",
 }
-#: Being made ``async`` (a cluster backend's locks live on the broker).
-_SYNC_FOR_NOW = {"lock_batch", "unlock", "release_client", "lock_holder"}
 
 
 def test_only_cached_registered_or_gauge_members_are_synchronous() -> None:
@@ -75,6 +73,6 @@ def test_only_cached_registered_or_gauge_members_are_synchronous() -> None:
         for name, value in _members(api.BrokerFacade).items()
         if isinstance(value, property) or not inspect.iscoroutinefunction(value)
     }
-    assert sync <= _SYNC_BY_DESIGN | _SYNC_FOR_NOW, sorted(sync - _SYNC_BY_DESIGN - _SYNC_FOR_NOW)
+    assert sync <= _SYNC_BY_DESIGN, sorted(sync - _SYNC_BY_DESIGN)
     for name in _SYNC_BY_DESIGN:
         assert name in (api.__doc__ or ""), f"the facade docstring does not account for {name}"
