@@ -2,8 +2,8 @@
 fails a message sees it again with a growing reconsume count (CONSUMER_SEND_MSG_BACK, %RETRY%), and a
 delayed message arrives no earlier than its level.
 
-The server runs in-process on a thread (``serve_remoting`` over a loopback TCP listener, the in-memory
-backend and ``BrokerServices`` with short delay levels: level n waits n seconds), so the test does not
+The server runs in-process on a thread (``serve_remoting`` over a loopback TCP listener, the embedded
+broker over the in-memory store with short delay levels: level n waits n seconds), so the test does not
 depend on how ``mqproxy serve`` wires the services. The client drivers are written to a temp dir from
 :data:`DRIVER` and run with the clients' own venvs (see ``tests/e2e/conftest.py``).
 """
@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import trio
 
+from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.memory import InMemoryBackend
-from mqproxy.backends.embedded.services import ServiceSettings, open_services
+from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
 
@@ -145,14 +146,15 @@ class InProcessServer:
         backend = InMemoryBackend(store_host=("127.0.0.1", port))
         registry = ConnectionRegistry()
         settings = ServiceSettings(delay_levels=FAST_LEVELS)
-        async with open_services(backend, settings, check_back=registry.check_transaction) as services:
-            ctx = ServerContext("127.0.0.1", port, groups=registry, services=services)
+        async with open_embedded_broker(backend, settings) as broker:
+            broker.add_check_back(registry.check_transaction)
+            ctx = ServerContext("127.0.0.1", port, groups=registry)
 
             async def handle(stream: trio.SocketStream) -> None:
                 host, peer_port = stream.socket.getpeername()[:2]
                 try:
                     await serve_remoting(
-                        stream, backend, ctx, peer=(host, peer_port), on_request=self.events.append
+                        stream, broker, ctx, peer=(host, peer_port), on_request=self.events.append
                     )
                 finally:
                     await stream.aclose()
