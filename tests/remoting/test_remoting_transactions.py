@@ -19,11 +19,14 @@ from mqproxy.facade.types import TransactionCheck
 from mqproxy.model.ids import parse_offset_msg_id
 from mqproxy.model.properties import HALF_TOPIC
 from mqproxy.model.types import Message
-from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
+from mqproxy.negotiation import Detected, Protocol
+from mqproxy.remoting.connection import ConnectionRegistry
 from mqproxy.remoting.context import ServerContext
+from mqproxy.remoting.service import RemotingService
 from mqproxy.remoting.session import RemotingSession
+from mqproxy.runtime.context import ConnectionContext
 
-from .conftest import Peer, pull  # type: ignore[import-not-found]
+from .conftest import ADVERTISED, Peer, pull  # type: ignore[import-not-found]
 
 UNIQ = "C0A80005" + "AB" * 12
 
@@ -182,18 +185,18 @@ def producer_heartbeat(opaque: int, client_id: str, group: str) -> RemotingComma
 
 async def test_check_back_reaches_a_live_producer_and_its_answer_commits(autojump_clock) -> None:
     backend = InMemoryBackend(store_host=("10.0.0.8", 8080))
-    registry = ConnectionRegistry()
     settings = ServiceSettings(transaction_timeout_s=6, transaction_check_interval_s=30)
     async with (
         open_embedded_broker(backend, settings, now_ms=trio_clock_ms()) as broker,
         trio.open_nursery() as nursery,
     ):
-        broker.add_check_back(registry.check_transaction)
-        ctx = ServerContext("10.0.0.8", 8080, groups=registry)
+        service = RemotingService(broker, ServerContext(*ADVERTISED))
+        await nursery.start(service.run)  # registers the service's check-back sender with the broker
         clients = []
         for client_id, group in (("p@1", "PG"), ("q@2", "OTHER")):
             client_stream, server_stream = trio.testing.memory_stream_pair()
-            nursery.start_soon(serve_remoting, server_stream, broker, ctx)
+            conn = ConnectionContext(client_id, ("192.0.2.2", 50000), ADVERTISED)
+            nursery.start_soon(service.serve, server_stream, conn, Detected(Protocol.REMOTING))
             client = Peer(client_stream)
             await client.send(producer_heartbeat(1, client_id, group))
             assert (await client.receive()).code == ResponseCode.SUCCESS
