@@ -11,19 +11,11 @@ its transaction check-back sender with the facade).
 
 from __future__ import annotations
 
-from mqproxy.remoting.connection import (
-    ConnectionLimits as ConnectionLimits,
-)
-from mqproxy.remoting.connection import (
-    ConnectionRegistry as ConnectionRegistry,
-)
-from mqproxy.remoting.connection import (
-    ConnectionStats as ConnectionStats,
-)
-from mqproxy.remoting.connection import (
-    serve_remoting as serve_remoting,
-)
+from mqproxy.remoting.connection import ConnectionLimits as ConnectionLimits
+from mqproxy.remoting.connection import ConnectionStats as ConnectionStats
+from mqproxy.remoting.connection import serve_remoting as serve_remoting
 from mqproxy.remoting.context import RequestEvent as RequestEvent
 from mqproxy.remoting.context import ServerContext as ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry as ConnectionRegistry
 from mqproxy.remoting.service import RemotingService as RemotingService
 from mqproxy.remoting.session import RemotingSession as RemotingSession

@@ -4,7 +4,7 @@ mqproxy.remoting.context
 
 What a remoting session needs from the server around it: the advertised address and settings
 (:class:`ServerContext`), the cross-connection group registry (:class:`GroupMembership`, implemented by
-:class:`mqproxy.remoting.connection.ConnectionRegistry`), and the shape of the per-request log event
+:class:`mqproxy.remoting.registry.ConnectionRegistry`), and the shape of the per-request log event
 (:class:`RequestEvent`, the ``request`` event of ``config/log_event.schema.json``).
 """
 

@@ -17,8 +17,9 @@ import trio
 
 from mqproxy.facade.api import BrokerFacade
 from mqproxy.negotiation import Detected
-from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
+from mqproxy.remoting.connection import ConnectionLimits, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 from mqproxy.runtime.context import ConnectionContext
 
 __all__ = ["RemotingService"]

@@ -16,7 +16,7 @@ Transactional messages over remoting (spec §3.11, §3.13, §7.1), on the broker
   a producer's late end after ``CHECK_IMMUNITY_TIME_IN_SECONDS`` -> ILLEGAL_OPERATION (604); any other
   ``commitOrRollback`` -> INVALID_PARAMETER.
 * CHECK_TRANSACTION_STATE (39) is built by :func:`check_command` and sent oneway by
-  :meth:`mqproxy.remoting.connection.ConnectionRegistry.check_transaction` to a live connection that
+  :meth:`mqproxy.remoting.registry.ConnectionRegistry.check_transaction` to a live connection that
   announced the producer group in its heartbeat; the client answers with END_TRANSACTION
   (``fromTransactionCheck=true``).
 """

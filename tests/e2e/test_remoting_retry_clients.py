@@ -24,8 +24,9 @@ import trio
 from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.backends.embedded.services import ServiceSettings
-from mqproxy.remoting.connection import ConnectionRegistry, serve_remoting
+from mqproxy.remoting.connection import serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 
 pytestmark = pytest.mark.e2e
 

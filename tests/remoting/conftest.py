@@ -20,8 +20,9 @@ from mqproxy.backends.embedded.services import BrokerServices
 from mqproxy.codecs.message_record import DecodedRecord, decode_records
 from mqproxy.codecs.remoting import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-from mqproxy.remoting.connection import ConnectionRegistry, ConnectionStats, serve_remoting
+from mqproxy.remoting.connection import ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 from mqproxy.remoting.session import RemotingSession
 
 ADVERTISED = ("10.0.0.8", 8080)

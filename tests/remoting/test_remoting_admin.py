@@ -17,8 +17,8 @@ from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.ids import offset_msg_id
 from mqproxy.model.types import Message
 from mqproxy.remoting.admin import CALL_TIMEOUT_S
-from mqproxy.remoting.connection import ConnectionRegistry
 from mqproxy.remoting.context import ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 
 from .conftest import ADVERTISED, Peer, open_peer  # type: ignore[import-not-found]
 

@@ -9,8 +9,8 @@ import pytest
 
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.errors import StoreUnavailable
-from mqproxy.remoting.connection import ConnectionRegistry
 from mqproxy.remoting.context import ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 from mqproxy.remoting.session import RemotingSession
 
 

@@ -12,8 +12,9 @@ from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.types import Message
-from mqproxy.remoting.connection import ConnectionLimits, ConnectionRegistry, ConnectionStats, serve_remoting
+from mqproxy.remoting.connection import ConnectionLimits, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 
 from .conftest import ADVERTISED, Peer, open_peer  # type: ignore[import-not-found]
 

@@ -20,8 +20,8 @@ from mqproxy.model.ids import parse_offset_msg_id
 from mqproxy.model.properties import HALF_TOPIC
 from mqproxy.model.types import Message
 from mqproxy.negotiation import Detected, Protocol
-from mqproxy.remoting.connection import ConnectionRegistry
 from mqproxy.remoting.context import ServerContext
+from mqproxy.remoting.registry import ConnectionRegistry
 from mqproxy.remoting.service import RemotingService
 from mqproxy.remoting.session import RemotingSession
 from mqproxy.runtime.context import ConnectionContext
