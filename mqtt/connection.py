@@ -1,4 +1,4 @@
-"""One MQTT network connection: the route handler :func:`serve_mqtt`.
+"""One MQTT network connection: :class:`MqttConnection`, served by the MQTT service.
 
 Tasks per connection (one nursery): the packet reader (this task), a writer that coalesces queued packets
 into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_timeout_s`` is a slow
@@ -64,12 +64,11 @@ from mqproxy.codecs.mqtt import (
 from mqproxy.model.errors import BackendError, MessageTooLarge
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
-from mqproxy.mqtt.gateway import Gateway, gateway_for, now_ms, reader_filter
+from mqproxy.mqtt.gateway import Gateway, now_ms, reader_filter
 from mqproxy.mqtt.mapping import decode_properties, lmq_name
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
-from mqproxy.negotiation import Detected
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import direct_sender
 
@@ -1061,9 +1060,3 @@ class MqttConnection:
                 publish, properties=dataclasses.replace(publish.properties, topic_alias=alias)
             )
         return publish
-
-
-async def serve_mqtt(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
-    """Route handler: serve one MQTT connection until it closes."""
-    connection = MqttConnection(stream, ctx, gateway_for(ctx.server))
-    await connection.run()

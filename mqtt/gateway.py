@@ -1,7 +1,8 @@
 """The process-wide MQTT gateway: sessions by client id, the wildcard index, retained messages, timers.
 
-One :class:`Gateway` per server (``ServerState.registries["mqtt"]``, see :func:`gateway_for`). It is loaded
-lazily by the first MQTT connection: persistent sessions and retained messages are replayed from the store.
+One :class:`Gateway` per server, owned by its :class:`~mqproxy.mqtt.service.MqttService`. It is loaded
+lazily by the first MQTT connection (or the idle-LMQ sweep): persistent sessions and retained messages
+are replayed from the store.
 
 Publishing (:meth:`Gateway.publish`) stores a message once in its parent topic and dispatches it into the
 topic's LMQ, the LMQ of every subscribed wildcard filter that matches, and the retained queue when RETAIN
@@ -14,13 +15,12 @@ import dataclasses
 import heapq
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
@@ -34,6 +34,7 @@ from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
 from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+from mqproxy.mqtt.store import LightStore
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
 _log = structlog.get_logger("mqproxy.mqtt")
@@ -56,7 +57,7 @@ def reader_filter(topic_filter: str) -> str:
 class Gateway:
     def __init__(
         self,
-        backend: MessageStore,
+        backend: LightStore,
         config: MqttConfig,
         draining: trio.Event | None = None,
         auth: Authorizer = ALLOW_ALL,
@@ -138,6 +139,13 @@ class Gateway:
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
 
     # --- publishing ---------------------------------------------------------------------------
+    def rocketmq_dispatch(self, properties: Mapping[str, str]) -> tuple[str, ...]:
+        """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property is dispatched to when its
+        producer named none (``INNER_MULTI_DISPATCH``): the topic's LMQ plus every matching subscribed
+        wildcard filter's (empty if the property is absent or not a valid MQTT topic name)."""
+        topic = _dispatch_topic(properties)
+        return self.dispatch_targets(topic, retain=False) if topic else ()
+
     def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
         targets = [lmq_name(topic)]
         targets.extend(lmq_name(f) for f in self.index.match(topic))
@@ -425,20 +433,23 @@ class Gateway:
                     _log.exception("internal.error", detail="mqtt gateway timer failed")
 
 
-def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str]) -> tuple[str, ...]:
-    """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property must be dispatched to.
+def rocketmq_dispatch(registries: Mapping[str, object], properties: Mapping[str, str]) -> tuple[str, ...]:
+    """Transitional, for remoting until it sends through the facade (which asks :class:`MqttService`):
+    :meth:`Gateway.rocketmq_dispatch` of the MQTT service in ``registries["mqtt"]``, or only the topic's
+    LMQ without one."""
+    service = registries.get(_KEY)
+    if service is not None:
+        return service.lmq_dispatch(properties)  # type: ignore[attr-defined,no-any-return]
+    topic = _dispatch_topic(properties)
+    return (lmq_name(topic),) if topic else ()
 
-    For protocol handlers other than MQTT (remoting, gRPC) to call before ``backend.send`` when the producer
-    set ``MQTT_TOPIC`` but no ``INNER_MULTI_DISPATCH``: the topic's LMQ plus every matching subscribed
-    wildcard filter (empty if the property is absent or not a valid MQTT topic name).
-    """
+
+def _dispatch_topic(properties: Mapping[str, str]) -> str:
+    """The ``MQTT_TOPIC`` a RocketMQ-produced message names, or "" if none or not a valid topic name."""
     topic = properties.get(PROPERTY_MQTT_TOPIC)
     if not topic or "+" in topic or "#" in topic or "\x00" in topic:
-        return ()
-    gateway = registries.get(_KEY)
-    if isinstance(gateway, Gateway):
-        return gateway.dispatch_targets(topic, retain=False)
-    return (lmq_name(topic),)
+        return ""
+    return topic
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:
@@ -447,16 +458,3 @@ def config_from_settings(mqtt: Any) -> MqttConfig:
     if fields.get("max_keep_alive") == 0:
         fields["max_keep_alive"] = None
     return MqttConfig(**fields)
-
-
-def gateway_for(server: object) -> Gateway:
-    """The server's gateway (created on first use from ``ServerState`` and its ``[mqtt]`` settings)."""
-    registries: dict[str, object] = server.registries  # type: ignore[attr-defined]
-    existing = registries.get(_KEY)
-    if existing is None:
-        mqtt = server.settings.mqtt  # type: ignore[attr-defined]
-        auth = Authorizer.from_settings(mqtt.allow_anonymous, mqtt.users, mqtt.acl)
-        existing = Gateway(server.backend, config_from_settings(mqtt), server.draining, auth)  # type: ignore[attr-defined]
-        registries[_KEY] = existing
-    assert isinstance(existing, Gateway)
-    return existing

@@ -40,7 +40,7 @@ from mqproxy.mqtt.state import (
 )
 
 if TYPE_CHECKING:
-    from mqproxy.backends.embedded.store import MessageStore
+    from mqproxy.mqtt.store import LightStore
 
 #: Builds the PUBLISH of a restored delivery for the attaching connection (None: cannot, e.g. expired);
 #: the flag says it is a retained message sent at SUBSCRIBE.
@@ -137,7 +137,7 @@ class Cursor:
             del done[first]
             self.committed = first + 1
 
-    async def commit(self, backend: MessageStore) -> None:
+    async def commit(self, backend: LightStore) -> None:
         """Store ``committed`` if it changed and the cursor is durable."""
         if self.durable and self.committed != self.stored:
             value = self.committed
@@ -305,7 +305,7 @@ class Session:
         return True
 
     async def confirm_stored(
-        self, backend: MessageStore, packet_id: int, client_id: str, topic: str, payload: bytes
+        self, backend: LightStore, packet_id: int, client_id: str, topic: str, payload: bytes
     ) -> bool:
         """An ``unconfirmed`` id came again in a PUBLISH: True if its message was stored before the
         restart (the PUBLISH is a duplicate; the id keeps awaiting PUBREL), False if not (the id is
@@ -344,7 +344,7 @@ class Session:
         return False
 
     # --- outbound QoS 2 after a restart ---------------------------------------------------------
-    async def restore_inflight(self, backend: MessageStore, build: PublishBuilder) -> None:
+    async def restore_inflight(self, backend: LightStore, build: PublishBuilder) -> None:
         """Turn the records loaded by :meth:`load_qos2` into in-flight entries under their packet ids.
 
         A ``SENT`` delivery gets its PUBLISH back from the store via ``build``; if the message is gone
@@ -448,7 +448,7 @@ class Session:
         self._slots.unpark()
         return entry
 
-    async def give_back_shared(self, backend: MessageStore) -> None:
+    async def give_back_shared(self, backend: LightStore) -> None:
         """The session is ending: return the shared-subscription messages the peer has not received
         for sure (no PUBREC yet) to their groups, so another member gets them, and complete the rest.
         Deliveries restored after a restart but never re-sent (no attach since) count the same."""
@@ -479,7 +479,7 @@ class Session:
     def wake_all(self) -> None:
         self._slots.unpark_all()
 
-    async def commit_offsets(self, backend: MessageStore) -> None:
+    async def commit_offsets(self, backend: LightStore) -> None:
         """Store every cursor's committed offset that changed (persistent sessions only)."""
         for cursor in list(self.cursors.values()):
             cursor.durable = self.persistent

@@ -28,11 +28,25 @@ from mqproxy.codecs.mqtt import (
     QoS,
     encode,
 )
-from mqproxy.mqtt.gateway import gateway_for
+from mqproxy.mqtt.gateway import Gateway
 from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
+
+
+def gateway_of(server: ServerHandle) -> Gateway:
+    """The MQTT gateway of a running server (its MQTT service's)."""
+    assert server.state.protocols is not None
+    gateway = server.state.protocols.mqtt.gateway  # type: ignore[attr-defined]
+    assert isinstance(gateway, Gateway)
+    return gateway
+
+
+def set_gateway(server: ServerHandle, gateway: Gateway) -> None:
+    """Serve the next MQTT connections of a running server with ``gateway``."""
+    assert server.state.protocols is not None
+    server.state.protocols.mqtt.gateway = gateway  # type: ignore[attr-defined]
 
 
 @asynccontextmanager
@@ -136,7 +150,7 @@ async def drain(client: RawClient) -> list[Packet]:
 
 async def all_parked(server: ServerHandle, readers: int) -> None:
     """Wait until ``readers`` subscription readers have read their LMQs to the end and parked in hubs."""
-    hubs = gateway_for(server.state).push_hubs
+    hubs = gateway_of(server).push_hubs
     await wait_until(lambda: sum(len(hub.parked) for hub in hubs._hubs.values()) >= readers)
 
 

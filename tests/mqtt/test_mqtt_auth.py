@@ -35,10 +35,10 @@ from mqproxy.mqtt.auth import (
     parse_password_hash,
     verify_password,
 )
-from mqproxy.mqtt.gateway import config_from_settings, gateway_for
+from mqproxy.mqtt.gateway import config_from_settings
 from mqproxy.settings import MqttSettings, Settings, SettingsError, build_settings, load_settings
 
-from .conftest import RawClient, arrivals, running_server  # type: ignore[import-not-found]
+from .conftest import RawClient, arrivals, gateway_of, running_server  # type: ignore[import-not-found]
 
 Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
 # RFC 7914 section 11: PBKDF2-HMAC-SHA-256, P="passwd", S="salt", c=1 (first 32 of its 64 bytes).
@@ -257,7 +257,7 @@ async def _connect(address: Any, level: int, client_id: str, **kw: Any) -> tuple
 async def test_connect_credentials(log_sink: Any, level: int) -> None:
     async with running_server(_settings(allow_anonymous=False)) as handle:
         address = handle.address
-        assert gateway_for(handle.state).auth.allow_anonymous is False
+        assert gateway_of(handle).auth.allow_anonymous is False
         ok, connack = await _connect(address, level, "c1", username="alice", password=b"wonderland")
         assert connack.reason_code == ReasonCode.SUCCESS
         await ok.aclose()

@@ -35,12 +35,12 @@ from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message
 from mqproxy.mqtt import connection
 from mqproxy.mqtt.config import MqttConfig
-from mqproxy.mqtt.gateway import Gateway, rocketmq_dispatch
+from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import lmq_name
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, arrivals, raw_client, running_server  # type: ignore[import-not-found]
+from .conftest import RawClient, arrivals, gateway_of, raw_client, running_server, set_gateway  # type: ignore[import-not-found]
 
 Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
 
@@ -403,7 +403,7 @@ async def test_session_expiry_interval_ends_session(
     await subscribe(sub, ("se/+", Q1))
     await sub.send(Disconnect())
     await sub.expect_eof()
-    gateway: Gateway = server.state.registries["mqtt"]
+    gateway = gateway_of(server)
     assert "short" in gateway.sessions
     assert "se/+" in gateway.index
     steered_clock.jump(1)  # the session expiry interval
@@ -438,7 +438,7 @@ async def test_rocketmq_interop_both_directions(server: Any) -> None:
     await subscribe(sub, ("plant/+/temp", Q1), ("plant/7/temp", Q0))
     # RocketMQ producer → MQTT: send to the first-level topic, name the MQTT topic and its LMQs.
     properties = {"MQTT_TOPIC": "plant/7/temp"}
-    targets = rocketmq_dispatch(server.state.registries, properties)
+    targets = gateway_of(server).rocketmq_dispatch(properties)
     assert targets == (lmq_name("plant/7/temp"), lmq_name("plant/+/temp"))
     await backend.send(Message("plant", b"from-rocketmq", properties=properties, dispatch=targets))
     got = [await receive_publish(sub) for _ in range(2)]
@@ -559,8 +559,9 @@ async def test_connect_refusals_get_connack(server: Any) -> None:
 
 async def test_server_maximum_qos_and_refused_filters(server: Any) -> None:
     state = server.state
-    state.registries["mqtt"] = Gateway(
-        state.backend, MqttConfig(maximum_qos=1, deny_subscribe=("secret/#",)), state.draining
+    set_gateway(
+        server,
+        Gateway(state.backend, MqttConfig(maximum_qos=1, deny_subscribe=("secret/#",)), state.draining),
     )
     client, connack = await connect(server.address, "mq", 5)
     assert connack.properties.maximum_qos == 1

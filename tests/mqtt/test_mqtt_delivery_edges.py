@@ -28,12 +28,12 @@ from mqproxy.codecs.mqtt import (
     encode,
 )
 from mqproxy.model.topics import LMQ_QUEUE_ID
-from mqproxy.mqtt.gateway import Gateway, gateway_for
+from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, all_parked, arrivals, drain, running_server  # type: ignore[import-not-found]
+from .conftest import RawClient, all_parked, arrivals, drain, gateway_of, running_server  # type: ignore[import-not-found]
 from .test_mqtt_connection import connect as connect_to  # type: ignore[import-not-found]
 from .test_mqtt_connection import receive_publish  # type: ignore[import-not-found]
 from .test_mqtt_connection import subscribe as subscribe_to  # type: ignore[import-not-found]
@@ -195,7 +195,7 @@ async def test_member_snapshot_stays_bounded_while_another_member_holds_the_grou
     stays at X. m2 (Receive Maximum 4) then completes 60 QoS 2 deliveries of the group. Its snapshot
     should stay bounded by a small multiple of its window."""
     m1, pub, _ = await shared_delivery_to_m1(proxy, "big/t", b"x")
-    gateway = proxy.handle.state.registries["mqtt"]
+    gateway = gateway_of(proxy.handle)
     assert isinstance(gateway, Gateway)
     await m1.aclose()  # persistent session, offline, X un-acked
     await wait_until(lambda: gateway.sessions["m1"].connection is None)
@@ -244,7 +244,7 @@ async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscribe
     pub, _ = await connect_to(server.address, "pub", 5)
     await subscribe_to(pub, ("burst/t", Q0), no_local=True)
     await all_parked(server, 5)
-    hubs = gateway_for(server.state).push_hubs
+    hubs = gateway_of(server).push_hubs
     pushed = hubs.pushed
     burst = b""
     count = 25
@@ -284,7 +284,7 @@ async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(serv
     await subscribe_to(old, ("tk/t", Q0))
     pub, _ = await connect_to(server.address, "tk-pub")
     await all_parked(server, 1)
-    victim = gateway_for(server.state).sessions["victim"].connection
+    victim = gateway_of(server).sessions["victim"].connection
     old_packets: list[Any] = []
     published_in, published = trio.open_memory_channel[None](count)
 
@@ -347,7 +347,7 @@ async def test_a_peer_that_reads_nothing_is_still_disconnected_when_only_the_hub
         assert len(received) < 40
         closed = [e for e in log_sink.named("conn.closed") if e.get("error") == "slow_consumer"]
         assert len(closed) == 1
-        assert gateway_for(server.state).push_hubs.pushed > 0
+        assert gateway_of(server).push_hubs.pushed > 0
         await pub.aclose()
         await sleepy.aclose()
 
@@ -407,12 +407,12 @@ async def test_bytes_written_by_the_hub_are_counted_in_conn_closed(log_sink: Any
         await subscribe_to(sub, ("count/t", Q0))
         pub, _ = await connect_to(server.address, "count-pub")
         await all_parked(server, 1)
-        pushed = gateway_for(server.state).push_hubs.pushed
+        pushed = gateway_of(server).push_hubs.pushed
         for n in range(10):
             await pub.send(Publish("count/t", b"%d" % n + bytes(n * 100), Q0))
         received = [await receive_publish(sub) for _ in range(10)]
         assert [p.payload[:1] for p in received] == [b"%d" % n for n in range(10)]
-        assert gateway_for(server.state).push_hubs.pushed >= pushed + 10
+        assert gateway_of(server).push_hubs.pushed >= pushed + 10
         await sub.send(Disconnect())
         await sub.expect_eof()
         await wait_until(lambda: len(log_sink.named("conn.closed")) == 1)  # the subscriber's

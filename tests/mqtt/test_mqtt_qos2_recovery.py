@@ -39,7 +39,7 @@ from mqproxy.server import ServerHandle
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, arrivals, drain, running_server  # type: ignore[import-not-found]
+from .conftest import RawClient, arrivals, drain, gateway_of, running_server, set_gateway  # type: ignore[import-not-found]
 
 Q1, Q2 = QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
 
@@ -100,7 +100,7 @@ class Proxy:
             self.store.crash()
         self.store = CrashableBackend(self.backend)
         state = self.handle.state
-        state.registries["mqtt"] = Gateway(self.store, MqttConfig(), state.draining)  # type: ignore[arg-type]
+        set_gateway(self.handle, Gateway(self.store, MqttConfig(), state.draining))
 
     async def count(self, topic: str) -> int:
         """Messages stored for MQTT topic ``topic`` (its LMQ)."""
@@ -129,7 +129,7 @@ async def connect(proxy: Proxy, client_id: str, clean: bool = False, level: int 
 
 async def crash(proxy: Proxy, *clients: RawClient) -> None:
     """kill -9: the gateway loses its store and every connection drops."""
-    dead = proxy.handle.state.registries["mqtt"]
+    dead = gateway_of(proxy.handle)
     proxy.restart()
     for client in clients:
         await client.aclose()

@@ -28,11 +28,10 @@ from mqproxy.codecs.mqtt import (
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullResult, PullStatus, StoredMessage
-from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
 
-from .conftest import RawClient, all_parked  # type: ignore[import-not-found]
+from .conftest import RawClient, all_parked, gateway_of  # type: ignore[import-not-found]
 
 Q = "%LMQ%t%"
 
@@ -345,7 +344,7 @@ async def test_broadcast_to_200_subscribers_reads_the_lmq_about_once(server: Any
                 nursery.start_soon(join, i)
         await all_parked(server, 200)  # every reader made its first (empty) pull and waits
         counts["lmq"] = 0
-        gateway = gateway_for(server.state)
+        gateway = gateway_of(server)
         served = gateway.read_cache.hits + gateway.read_cache.coalesced
         publisher = RawClient(await trio.open_tcp_stream(*server.address), 4)
         clients.append(publisher)
