@@ -26,12 +26,12 @@ from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
-from mqproxy.mqtt.config import MqttConfig
+from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
 from mqproxy.mqtt.push_hub import PushHubs
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
-from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
+from mqproxy.mqtt.session import Cursor, Session
 from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 from mqproxy.mqtt.store import LightStore

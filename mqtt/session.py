@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 #: the flag says it is a retained message sent at SUBSCRIBE.
 PublishBuilder = Callable[[SubscriptionSpec, StoredMessage, bool], "Publish | None"]
 
-NEVER_EXPIRES = 0xFFFFFFFF
 #: Completed QoS 2 deliveries a snapshot keeps at most (see ``Session._prune_settled``).
 _SETTLED_MAX = 1024
 

@@ -33,7 +33,7 @@ from mqproxy.codecs.mqtt import (
 )
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message
-from mqproxy.mqtt import connection
+from mqproxy.mqtt import delivery
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import lmq_name
@@ -383,8 +383,8 @@ async def test_message_expiry_drops_stale_offline_messages(server: Any, monkeypa
     )
     await pub.receive()
     await pub.receive()
-    real_now_ms = connection.now_ms
-    monkeypatch.setattr(connection, "now_ms", lambda: real_now_ms() + 1100)  # delivered 1.1 s later
+    real_now_ms = delivery.now_ms
+    monkeypatch.setattr(delivery, "now_ms", lambda: real_now_ms() + 1100)  # delivered 1.1 s later
     sub, connack = await connect(
         server.address, "exp", 5, clean_start=False, properties=Properties(session_expiry_interval=60)
     )
