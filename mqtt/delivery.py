@@ -26,7 +26,7 @@ from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.gateway import Gateway, now_ms, reader_filter
-from mqproxy.mqtt.mapping import decode_properties, lmq_name
+from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import Cursor, InFlight, Session
@@ -183,17 +183,7 @@ class Deliveries:
             return
         attrs = delivery.attributes
         assert attrs is not None  # _shared_qos0 answered b"" otherwise
-        retain = attrs.retain and spec.retain_as_published
-        publish = self.proto.make_publish(
-            attrs.topic,
-            message.body,
-            attrs.qos,
-            retain,
-            attrs.properties,
-            message.store_timestamp_ms,
-            spec,
-            now_ms(),
-        )
+        publish = self._publish_of(attrs, message, attrs.retain and spec.retain_as_published, spec)
         if publish is None:
             cursor.complete(offset)
             return
@@ -333,7 +323,12 @@ class Deliveries:
         attrs = decode_properties(message.properties)
         if attrs is None:
             return None
-        retain = attrs.retain and (retained or spec.retain_as_published)
+        return self._publish_of(attrs, message, attrs.retain and (retained or spec.retain_as_published), spec)
+
+    def _publish_of(
+        self, attrs: MqttAttributes, message: StoredMessage, retain: bool, spec: SubscriptionSpec
+    ) -> Publish | None:
+        """The PUBLISH of stored ``message`` (MQTT view ``attrs``) for ``spec`` now; None if expired."""
         return self.proto.make_publish(
             attrs.topic,
             message.body,

@@ -43,6 +43,8 @@ HOUSEKEEPING_INTERVAL_S = 60.0
 #: Most client PUBLISHes written in one batch.
 MAX_BATCH = 64
 _KEY = "mqtt"
+#: One MQTT publish to store: ``(topic, payload, qos, retain, properties)``.
+PublishItem = tuple[str, bytes, int, bool, Properties]
 
 
 def now_ms() -> int:
@@ -153,16 +155,8 @@ class Gateway:
             targets.append(RETAINED_LMQ)
         return tuple(targets)
 
-    def _message(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        properties: Properties,
-        client_id: str,
-        born_host: tuple[str, int],
-    ) -> Message:
+    def _message(self, item: PublishItem, client_id: str, born_host: tuple[str, int]) -> Message:
+        topic, payload, qos, retain, properties = item
         return Message(
             topic=parent_topic(topic),
             body=payload,
@@ -183,9 +177,8 @@ class Gateway:
         born_host: tuple[str, int] = ("127.0.0.1", 0),
     ) -> SendResult:
         """Store one MQTT publish once and dispatch it to every LMQ that serves a matching subscription."""
-        result = await self.backend.send(
-            self._message(topic, payload, qos, retain, properties, client_id, born_host)
-        )
+        item = (topic, payload, qos, retain, properties)
+        result = await self.backend.send(self._message(item, client_id, born_host))
         if retain:
             self.retained.set(
                 topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
@@ -194,14 +187,14 @@ class Gateway:
 
     async def publish_many(
         self,
-        items: list[tuple[str, bytes, int, bool, Properties]],
+        items: list[PublishItem],
         client_id: str,
         born_host: tuple[str, int] = ("127.0.0.1", 0),
     ) -> list[SendResult | BackendError]:
         """Store ``(topic, payload, qos, retain, properties)`` publishes in order, one batch write per run
         of the same parent topic; a refused batch is retried message by message, so each item gets its own
         result or error."""
-        messages = [self._message(t, p, q, r, props, client_id, born_host) for t, p, q, r, props in items]
+        messages = [self._message(item, client_id, born_host) for item in items]
         out: list[SendResult | BackendError] = []
         start = 0
         while start < len(messages):

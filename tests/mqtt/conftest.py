@@ -1,4 +1,5 @@
-"""Fixtures for the MQTT gateway: an in-process server and a raw async MQTT client over loopback.
+"""The MQTT test harness: an in-process server, a raw async MQTT client over loopback and the client steps
+every test takes (:func:`connect`, :func:`subscribe`, :func:`receive_publish`).
 
 Waiting without a clock: :func:`all_parked` (every reader caught up), :func:`arrivals` (what the server
 sends until it has nothing more to send; ``== []`` checks that nothing arrives) and :func:`drain`.
@@ -15,6 +16,7 @@ import trio
 import trio.testing
 
 from mqproxy.codecs.mqtt import (
+    Connack,
     Connect,
     MqttDecoder,
     Packet,
@@ -26,13 +28,17 @@ from mqproxy.codecs.mqtt import (
     PubRec,
     PubRel,
     QoS,
+    SubAck,
+    Subscribe,
+    SubscribeTopic,
     encode,
 )
 from mqproxy.mqtt.gateway import Gateway
-from mqproxy.server import ServerHandle, serve
+from mqproxy.server import ServerHandle
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
+from ..proxy.conftest import running_server  # type: ignore[import-not-found]
 
 
 def gateway_of(server: ServerHandle) -> Gateway:
@@ -47,19 +53,6 @@ def set_gateway(server: ServerHandle, gateway: Gateway) -> None:
     """Serve the next MQTT connections of a running server with ``gateway``."""
     assert server.state.protocols is not None
     server.state.protocols.mqtt.gateway = gateway  # type: ignore[attr-defined]
-
-
-@asynccontextmanager
-async def running_server(settings: Settings) -> AsyncIterator[ServerHandle]:
-    """Start :func:`serve` in a nursery, yield its handle, stop it gracefully on exit."""
-    async with trio.open_nursery() as nursery:
-        handle: ServerHandle = await nursery.start(
-            lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
-        )
-        try:
-            yield handle
-        finally:
-            handle.stop("test")
 
 
 class RawClient:
@@ -115,6 +108,46 @@ async def raw_client(address: tuple[str, int], connect: Connect | None = None) -
         yield client
     finally:
         await client.aclose()
+
+
+async def connect(
+    address: tuple[str, int], client_id: str, level: int = 4, **kw: Any
+) -> tuple[RawClient, Connack]:
+    """A client that sent ``Connect(client_id, level, **kw)``, and the CONNACK it got."""
+    stream = await trio.open_tcp_stream(*address)
+    client = RawClient(stream, level)
+    await client.send(Connect(client_id, level, **kw))
+    connack = await client.receive()
+    assert isinstance(connack, Connack)
+    return client, connack
+
+
+async def subscribe(client: RawClient, *filters: tuple[str, QoS], packet_id: int = 1, **kw: Any) -> SubAck:
+    """SUBSCRIBE to ``(filter, qos)`` pairs (options ``kw`` on each); the SUBACK."""
+    await client.send(Subscribe(packet_id, tuple(SubscribeTopic(f, q, **kw) for f, q in filters)))
+    ack = await client.receive()
+    assert isinstance(ack, SubAck)
+    assert ack.packet_id == packet_id
+    return ack
+
+
+async def receive_publish(client: RawClient, ack: bool = True) -> Publish:
+    """The next packet, a PUBLISH; with ``ack`` its QoS 1/2 flow is completed (packets that overtake
+    the PUBREL stay pending)."""
+    packet = await client.receive()
+    assert isinstance(packet, Publish), packet
+    if ack and packet.qos == QoS.AT_LEAST_ONCE:
+        assert packet.packet_id is not None
+        await client.send(PubAck(packet.packet_id))
+    elif ack and packet.qos == QoS.EXACTLY_ONCE:
+        assert packet.packet_id is not None
+        await client.send(PubRec(packet.packet_id))
+        others: list[Any] = []
+        while (rel := await client.receive()) != PubRel(packet.packet_id):
+            others.append(rel)  # other deliveries may overtake the PUBREL
+        client.pending[0:0] = others
+        await client.send(PubComp(packet.packet_id))
+    return packet
 
 
 async def arrivals(client: RawClient) -> list[Packet]:

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqproxy.codecs.mqtt import (
-    Connack,
     Connect,
     PubAck,
     Publish,
@@ -38,7 +37,7 @@ from mqproxy.mqtt.auth import (
 from mqproxy.mqtt.gateway import config_from_settings
 from mqproxy.settings import MqttSettings, Settings, SettingsError, build_settings, load_settings
 
-from .conftest import RawClient, arrivals, gateway_of, running_server  # type: ignore[import-not-found]
+from .conftest import arrivals, connect, gateway_of, running_server  # type: ignore[import-not-found]
 
 Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
 # RFC 7914 section 11: PBKDF2-HMAC-SHA-256, P="passwd", S="salt", c=1 (first 32 of its 64 bytes).
@@ -245,20 +244,12 @@ def _settings(**mqtt: Any) -> Settings:
     return Settings.for_tests(mqtt=values)
 
 
-async def _connect(address: Any, level: int, client_id: str, **kw: Any) -> tuple[RawClient, Connack]:
-    client = RawClient(await trio.open_tcp_stream(*address), level)
-    await client.send(Connect(client_id, level, **kw))
-    connack = await client.receive()
-    assert isinstance(connack, Connack)
-    return client, connack
-
-
 @pytest.mark.parametrize("level", [4, 5])
 async def test_connect_credentials(log_sink: Any, level: int) -> None:
     async with running_server(_settings(allow_anonymous=False)) as handle:
         address = handle.address
         assert gateway_of(handle).auth.allow_anonymous is False
-        ok, connack = await _connect(address, level, "c1", username="alice", password=b"wonderland")
+        ok, connack = await connect(address, "c1", level, username="alice", password=b"wonderland")
         assert connack.reason_code == ReasonCode.SUCCESS
         await ok.aclose()
         cases = [
@@ -267,13 +258,13 @@ async def test_connect_credentials(log_sink: Any, level: int) -> None:
             ({}, ReasonCode.NOT_AUTHORIZED),
         ]
         for kw, code in cases:
-            refused, connack = await _connect(address, level, "c2", **kw)
+            refused, connack = await connect(address, "c2", level, **kw)
             assert connack.reason_code == code
             assert await refused.expect_eof() == []
         # a will to a topic the client may not publish to is refused at CONNECT
         will = Will("elsewhere/x", b"bye", Q1)
-        refused, connack = await _connect(
-            address, level, "c3", username="alice", password=b"wonderland", will=will
+        refused, connack = await connect(
+            address, "c3", level, username="alice", password=b"wonderland", will=will
         )
         assert connack.reason_code == ReasonCode.NOT_AUTHORIZED
     errors = [e["error"] for e in log_sink.named("conn.closed")]
@@ -298,10 +289,10 @@ async def test_acl_refusals(log_sink: Any, level: int) -> None:
     v5 = level == 5
     async with running_server(_settings()) as handle:
         address = handle.address
-        admin, _ = await _connect(address, 5, "admin-1", username="admin", password=b"root")
+        admin, _ = await connect(address, "admin-1", 5, username="admin", password=b"root")
         await admin.send(Subscribe(1, (SubscribeTopic("#", Q1),)))
         assert isinstance(await admin.receive(), SubAck)
-        dev, connack = await _connect(address, level, "dev1", username="alice", password=b"wonderland")
+        dev, connack = await connect(address, "dev1", level, username="alice", password=b"wonderland")
         assert connack.reason_code == ReasonCode.SUCCESS
         wanted = (SubscribeTopic("devices/dev1/cmd", Q1), SubscribeTopic("devices/+", Q1))
         await dev.send(Subscribe(1, wanted))

@@ -10,7 +10,6 @@ import trio.testing
 
 from mqproxy.codecs.mqtt import (
     Connack,
-    Connect,
     Disconnect,
     PingReq,
     PingResp,
@@ -40,43 +39,19 @@ from mqproxy.mqtt.mapping import lmq_name
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, arrivals, gateway_of, raw_client, running_server, set_gateway  # type: ignore[import-not-found]
+from .conftest import (  # type: ignore[import-not-found]
+    RawClient,
+    arrivals,
+    connect,
+    gateway_of,
+    raw_client,
+    receive_publish,
+    running_server,
+    set_gateway,
+    subscribe,
+)
 
 Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
-
-
-async def connect(address: Any, client_id: str, level: int = 4, **kw: Any) -> tuple[RawClient, Connack]:
-    stream = await trio.open_tcp_stream(*address)
-    client = RawClient(stream, level)
-    await client.send(Connect(client_id, level, **kw))
-    connack = await client.receive()
-    assert isinstance(connack, Connack)
-    return client, connack
-
-
-async def subscribe(client: RawClient, *filters: tuple[str, QoS], packet_id: int = 1, **kw: Any) -> SubAck:
-    await client.send(Subscribe(packet_id, tuple(SubscribeTopic(f, q, **kw) for f, q in filters)))
-    ack = await client.receive()
-    assert isinstance(ack, SubAck)
-    assert ack.packet_id == packet_id
-    return ack
-
-
-async def receive_publish(client: RawClient, ack: bool = True) -> Publish:
-    packet = await client.receive()
-    assert isinstance(packet, Publish), packet
-    if ack and packet.qos == Q1:
-        assert packet.packet_id is not None
-        await client.send(PubAck(packet.packet_id))
-    elif ack and packet.qos == Q2:
-        assert packet.packet_id is not None
-        await client.send(PubRec(packet.packet_id))
-        others: list[Any] = []
-        while (rel := await client.receive()) != PubRel(packet.packet_id):
-            others.append(rel)  # other deliveries may overtake the PUBREL
-        client.pending[0:0] = others
-        await client.send(PubComp(packet.packet_id))
-    return packet
 
 
 async def test_connect_publish_subscribe_all_qos(server: Any) -> None:

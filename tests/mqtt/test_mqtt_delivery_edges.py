@@ -33,10 +33,17 @@ from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, all_parked, arrivals, drain, gateway_of, running_server  # type: ignore[import-not-found]
-from .test_mqtt_connection import connect as connect_to  # type: ignore[import-not-found]
-from .test_mqtt_connection import receive_publish  # type: ignore[import-not-found]
-from .test_mqtt_connection import subscribe as subscribe_to  # type: ignore[import-not-found]
+from .conftest import (  # type: ignore[import-not-found]
+    RawClient,
+    all_parked,
+    arrivals,
+    drain,
+    gateway_of,
+    receive_publish,  # type: ignore[import-not-found]
+    running_server,
+)
+from .conftest import connect as connect_to  # type: ignore[import-not-found]
+from .conftest import subscribe as subscribe_to  # type: ignore[import-not-found]
 from .test_mqtt_qos2_recovery import (  # type: ignore[import-not-found]
     Proxy,
     connect,

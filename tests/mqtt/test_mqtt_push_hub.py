@@ -11,8 +11,16 @@ import trio.testing
 from mqproxy.codecs.mqtt import PubAck, Publish, QoS
 from mqproxy.settings import Settings
 
-from .conftest import RawClient, all_parked, arrivals, gateway_of, running_server  # type: ignore[import-not-found]
-from .test_mqtt_connection import connect, receive_publish, subscribe  # type: ignore[import-not-found]
+from .conftest import (  # type: ignore[import-not-found]
+    RawClient,
+    all_parked,
+    arrivals,
+    connect,
+    gateway_of,
+    receive_publish,
+    running_server,
+    subscribe,
+)
 
 Q0, Q1 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE
 

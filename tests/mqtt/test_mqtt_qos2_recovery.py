@@ -8,12 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import trio
 
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import (
-    Connack,
-    Connect,
     Disconnect,
     PingReq,
     PingResp,
@@ -40,6 +37,7 @@ from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
 from .conftest import RawClient, arrivals, drain, gateway_of, running_server, set_gateway  # type: ignore[import-not-found]
+from .conftest import connect as connect_to  # type: ignore[import-not-found]
 
 Q1, Q2 = QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
 
@@ -118,10 +116,7 @@ async def proxy(request: Any, tmp_path: Any, log_sink: Any) -> AsyncIterator[Pro
 
 
 async def connect(proxy: Proxy, client_id: str, clean: bool = False, level: int = 4, **kw: Any) -> RawClient:
-    client = RawClient(await trio.open_tcp_stream(*proxy.address), level)
-    await client.send(Connect(client_id, level, clean_start=clean, **kw))
-    connack = await client.receive()
-    assert isinstance(connack, Connack)
+    client, connack = await connect_to(proxy.address, client_id, level, clean_start=clean, **kw)
     assert connack.reason_code == ReasonCode.SUCCESS
     client.session_present = connack.session_present  # type: ignore[attr-defined]
     return client

@@ -10,8 +10,7 @@ from mqproxy.model.types import Message
 from mqproxy.mqtt.mapping import lmq_name
 from mqproxy.mqtt.service import MqttService
 
-from .conftest import gateway_of  # type: ignore[import-not-found]
-from .test_mqtt_connection import connect, receive_publish, subscribe  # type: ignore[import-not-found]
+from .conftest import connect, gateway_of, receive_publish, subscribe  # type: ignore[import-not-found]
 
 
 async def test_the_server_builds_one_service_and_serves_mqtt_with_its_gateway(server: Any) -> None:
