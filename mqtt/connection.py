@@ -27,26 +27,7 @@ import time
 
 import trio
 
-from mqproxy.codecs.mqtt import (
-    PACKET_TYPES,
-    Connect,
-    Disconnect,
-    MqttCodecError,
-    Packet,
-    PacketType,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    QoS,
-    ReasonCode,
-    Subscribe,
-    Unsubscribe,
-    Will,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import BackendError, MessageTooLarge
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import Deliveries
@@ -79,7 +60,7 @@ class MqttConnection(PacketWriter, Deliveries):
         self._kicked: Close | None = None
         self._readers: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
-        self._deferred: list[Packet] = []
+        self._deferred: list[mq.Packet] = []
         self._held: list[InFlight] = []
 
     @property
@@ -118,7 +99,7 @@ class MqttConnection(PacketWriter, Deliveries):
                 finally:
                     self.detached.set()
 
-    def kick(self, reason_code: ReasonCode | None, error: str | None, detail: str | None = None) -> None:
+    def kick(self, reason_code: mq.ReasonCode | None, error: str | None, detail: str | None = None) -> None:
         """Ask the connection to close (takeover, drain, slow consumer, store failure)."""
         if self._kicked is None:
             self._kicked = Close(reason_code, error, detail)
@@ -127,7 +108,7 @@ class MqttConnection(PacketWriter, Deliveries):
     async def _watch_drain(self) -> None:
         await self.ctx.draining.wait()
         self.ctx.detail = self.ctx.detail or "server shutting down"
-        self.kick(ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
+        self.kick(mq.ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
 
     # --- the end: detach, will ----------------------------------------------------------------
     async def _detach(self) -> None:
@@ -163,7 +144,7 @@ class MqttConnection(PacketWriter, Deliveries):
             return
         await self._store_will(will)
 
-    async def _store_will(self, will: Will) -> None:
+    async def _store_will(self, will: mq.Will) -> None:
         await self.gateway.publish(
             will.topic,
             will.payload,
@@ -181,10 +162,10 @@ class MqttConnection(PacketWriter, Deliveries):
                 await self._read_packets()
             except Close as close:
                 return close
-            except MqttCodecError as exc:
+            except mq.MqttCodecError as exc:
                 return Close(exc.reason_code, error_name(exc.reason_code), exc.reason)
             except BackendError as exc:
-                return Close(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+                return Close(mq.ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 return self._kicked or Close(None, "connection_reset", str(exc) or type(exc).__name__)
         return self._kicked or Close(None, None)
@@ -208,10 +189,10 @@ class MqttConnection(PacketWriter, Deliveries):
             index = 0
             while index < len(packets):
                 packet = packets[index]
-                if isinstance(packet, Publish):
+                if isinstance(packet, mq.Publish):
                     # A run of PUBLISHes from one read is stored with one batch write per parent topic.
                     end = index + 1
-                    while end < len(packets) and isinstance(packets[end], Publish):
+                    while end < len(packets) and isinstance(packets[end], mq.Publish):
                         end += 1
                     await self._on_publishes(packets[index:end])  # type: ignore[arg-type]
                     index = end
@@ -224,7 +205,7 @@ class MqttConnection(PacketWriter, Deliveries):
                 await self._flush_state()
 
     def _log_request(
-        self, kind: PacketType, status: str, started: float, topic: str | None, failed: bool = False
+        self, kind: mq.PacketType, status: str, started: float, topic: str | None, failed: bool = False
     ) -> None:
         self.ctx.request_event(
             op=kind.name,
@@ -236,7 +217,7 @@ class MqttConnection(PacketWriter, Deliveries):
             topic=topic,
         )
 
-    async def _handle_logged(self, packet: Packet) -> None:
+    async def _handle_logged(self, packet: mq.Packet) -> None:
         started = time.perf_counter()
         status = "SUCCESS"
         failed = False
@@ -248,27 +229,27 @@ class MqttConnection(PacketWriter, Deliveries):
             failed = True
             raise
         finally:
-            kind = PACKET_TYPES[type(packet)]
-            if kind is not PacketType.PINGREQ:
+            kind = mq.PACKET_TYPES[type(packet)]
+            if kind is not mq.PacketType.PINGREQ:
                 self._log_request(kind, status, started, topic, failed)
 
-    async def _handle(self, packet: Packet) -> tuple[str, str | None]:
+    async def _handle(self, packet: mq.Packet) -> tuple[str, str | None]:
         """Handle one packet; returns (status for the request event, topic)."""
-        if isinstance(packet, Connect):
+        if isinstance(packet, mq.Connect):
             return await self._on_connect(packet), None
         session = self.session
         assert session is not None  # the decoder refuses anything before CONNECT
-        if isinstance(packet, PubAck | PubComp):
+        if isinstance(packet, mq.PubAck | mq.PubComp):
             entry = session.finish(packet.packet_id)
             if entry is None:
                 return "PACKET_IDENTIFIER_NOT_FOUND", None
             if entry.cursor is not None:
                 await entry.cursor.commit(self.gateway.backend)
             return "SUCCESS", None
-        if isinstance(packet, PubRec | PubRel):
+        if isinstance(packet, mq.PubRec | mq.PubRel):
             status, answer, deferred = (
                 self.proto.on_pubrec(session, packet)
-                if isinstance(packet, PubRec)
+                if isinstance(packet, mq.PubRec)
                 else self.proto.on_pubrel(session, packet)
             )
             if answer is not None and deferred:
@@ -276,23 +257,23 @@ class MqttConnection(PacketWriter, Deliveries):
             elif answer is not None:
                 await self.send(answer)
             return status, None
-        if isinstance(packet, Subscribe):
+        if isinstance(packet, mq.Subscribe):
             return await self._on_subscribe(packet)
-        if isinstance(packet, Unsubscribe):
+        if isinstance(packet, mq.Unsubscribe):
             return await self._on_unsubscribe(packet)
-        if isinstance(packet, PingReq):
-            await self.send(PingResp())
+        if isinstance(packet, mq.PingReq):
+            await self.send(mq.PingResp())
             return "SUCCESS", None
-        if isinstance(packet, Disconnect):
+        if isinstance(packet, mq.Disconnect):
             if self._deferred:
                 await self._flush_state()
             return self.proto.on_disconnect(session, packet), None
         raise Close(
-            ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client"
+            mq.ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client"
         )
 
     # --- CONNECT ------------------------------------------------------------------------------
-    async def _on_connect(self, packet: Connect) -> str:
+    async def _on_connect(self, packet: mq.Connect) -> str:
         proto = self.proto
         gateway = self.gateway
         terms = proto.accept_connect(packet)
@@ -304,7 +285,9 @@ class MqttConnection(PacketWriter, Deliveries):
         if previous is not None and previous.connection is not None:
             old: MqttConnection = previous.connection
             old.kick(
-                ReasonCode.SESSION_TAKEN_OVER, "session_taken_over", f"client id reused by {self.ctx.conn_id}"
+                mq.ReasonCode.SESSION_TAKEN_OVER,
+                "session_taken_over",
+                f"client id reused by {self.ctx.conn_id}",
             )
             with trio.move_on_after(_CLEANUP_S):
                 await old.detached.wait()
@@ -312,7 +295,7 @@ class MqttConnection(PacketWriter, Deliveries):
             client_id, terms.clean_start, terms.expiry, terms.send_quota
         )
         if session.connection is not None:  # the old connection did not let go in time
-            raise Close(ReasonCode.SERVER_BUSY, "takeover_timeout", "previous connection still attached")
+            raise Close(mq.ReasonCode.SERVER_BUSY, "takeover_timeout", "previous connection still attached")
         session.connection = self
         self.session = session
         await self.send(proto.connack(present, terms))
@@ -320,7 +303,7 @@ class MqttConnection(PacketWriter, Deliveries):
             await session.restore_inflight(gateway.backend, self._restored_publish)
         for entry in list(session.inflight.values()):
             if entry.released:
-                await self.send(PubRel(entry.packet_id))
+                await self.send(mq.PubRel(entry.packet_id))
             else:
                 await self.send(dataclasses.replace(entry.publish, dup=True))
         for topic_filter in session.subscriptions:
@@ -328,7 +311,7 @@ class MqttConnection(PacketWriter, Deliveries):
         return "SUCCESS"
 
     # --- PUBLISH from the client ----------------------------------------------------------------
-    async def _on_publishes(self, packets: list[Publish]) -> None:
+    async def _on_publishes(self, packets: list[mq.Publish]) -> None:
         """Store a run of client PUBLISHes, then acknowledge them in order (one request event each).
 
         Packets before one that ends the connection are still stored and acknowledged.
@@ -341,7 +324,7 @@ class MqttConnection(PacketWriter, Deliveries):
         pending_qos2: set[int] = set()
         if session.unconfirmed:  # after a restart: was a re-sent QoS 2 PUBLISH stored before the crash?
             for packet in packets:
-                if packet.qos == QoS.EXACTLY_ONCE and packet.packet_id in session.unconfirmed:
+                if packet.qos == mq.QoS.EXACTLY_ONCE and packet.packet_id in session.unconfirmed:
                     await session.confirm_stored(
                         self.gateway.backend, packet.packet_id, self.client_id, packet.topic, packet.payload
                     )
@@ -358,7 +341,7 @@ class MqttConnection(PacketWriter, Deliveries):
         accepted_qos2 = [
             (i.packet.packet_id, i.topic)
             for i in to_store
-            if i.packet.qos == QoS.EXACTLY_ONCE and i.packet.packet_id is not None
+            if i.packet.qos == mq.QoS.EXACTLY_ONCE and i.packet.packet_id is not None
         ]
         if accepted_qos2:
             await self._expect_pubrel(session, accepted_qos2)
@@ -375,13 +358,13 @@ class MqttConnection(PacketWriter, Deliveries):
                 if isinstance(outcome, BackendError):
                     item.error = str(outcome)
                     item.reason = (
-                        ReasonCode.QUOTA_EXCEEDED
+                        mq.ReasonCode.QUOTA_EXCEEDED
                         if isinstance(outcome, MessageTooLarge)
-                        else ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
+                        else mq.ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
                     )
         for item in to_store:
             packet_id = item.packet.packet_id
-            if item.packet.qos == QoS.EXACTLY_ONCE and packet_id is not None:
+            if item.packet.qos == mq.QoS.EXACTLY_ONCE and packet_id is not None:
                 if item.reason.is_error:  # not stored: a re-send is a new attempt
                     session.awaiting_rel.discard(packet_id)
                 session.rel_marks.pop(packet_id, None)  # stored (or refused): nothing to look for
@@ -389,19 +372,19 @@ class MqttConnection(PacketWriter, Deliveries):
             try:
                 ack = self.proto.publish_ack(item)
             except Close:
-                self._log_request(PacketType.PUBLISH, "CLOSED", started, item.topic, True)
+                self._log_request(mq.PacketType.PUBLISH, "CLOSED", started, item.topic, True)
                 raise
             if ack is not None:
                 await self.send(ack)
             status = "DUPLICATE" if item.duplicate else item.reason.name
-            self._log_request(PacketType.PUBLISH, status, started, item.topic)
+            self._log_request(mq.PacketType.PUBLISH, status, started, item.topic)
         if failure is not None:
             status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
-            self._log_request(PacketType.PUBLISH, status, started, None, True)
+            self._log_request(mq.PacketType.PUBLISH, status, started, None, True)
             raise failure
 
     # --- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------------
-    async def _on_subscribe(self, packet: Subscribe) -> tuple[str, str | None]:
+    async def _on_subscribe(self, packet: mq.Subscribe) -> tuple[str, str | None]:
         session = self.session
         assert session is not None
         gateway = self.gateway
@@ -437,7 +420,7 @@ class MqttConnection(PacketWriter, Deliveries):
             await self._flush_state()
         return status, first
 
-    async def _on_unsubscribe(self, packet: Unsubscribe) -> tuple[str, str | None]:
+    async def _on_unsubscribe(self, packet: mq.Unsubscribe) -> tuple[str, str | None]:
         session = self.session
         assert session is not None
         existed: list[bool] = []
