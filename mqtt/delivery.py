@@ -25,11 +25,12 @@ from mqproxy.codecs.mqtt import Packet, Publish, QoS, ReasonCode, topic_matches
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.gateway import Gateway, now_ms, reader_filter
 from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.read_cache import Delivery
-from mqproxy.mqtt.session import Cursor, InFlight, Session
+from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.state import SubscriptionSpec
 
 __all__ = ["Deliveries"]

@@ -27,11 +27,12 @@ from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
 from mqproxy.mqtt.push_hub import PushHubs
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
-from mqproxy.mqtt.session import Cursor, Session
+from mqproxy.mqtt.session import Session
 from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 from mqproxy.mqtt.store import LightStore
@@ -397,12 +398,20 @@ class Gateway:
 
     # --- timers -------------------------------------------------------------------------------
     def call_later(self, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` after ``delay_s`` in the gateway's timer task (until the server drains)."""
+        """Run ``callback`` after ``delay_s`` in the gateway's timer task (until the server drains). A
+        gateway whose owner did not start :meth:`run_timers` starts it as a system task at the first call."""
         heapq.heappush(self._timers, (trio.current_time() + delay_s, next(self._timer_seq), callback))
         self._timer_changed.set()
         if not self._timer_task_started:
             self._timer_task_started = True
             trio.lowlevel.spawn_system_task(self._run_timers, name="mqtt-gateway-timers")
+
+    async def run_timers(self) -> None:
+        """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
+        if self._timer_task_started:
+            return
+        self._timer_task_started = True
+        await self._run_timers()
 
     async def _run_timers(self) -> None:
         while not self._draining.is_set():

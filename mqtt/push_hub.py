@@ -21,8 +21,8 @@ import trio
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.read_cache import ReadCache
-from mqproxy.mqtt.session import Cursor
 from mqproxy.mqtt.store import LightStore
 
 _log = structlog.get_logger("mqproxy.mqtt")

@@ -8,8 +8,8 @@ Built once per server with the broker facade and the ``[mqtt]`` / ``[store]`` se
 :class:`~mqproxy.mqtt.gateway.Gateway` (sessions, subscriptions, retained messages, timers) and serves every
 MQTT connection, over TCP or WebSocket, with it. Its :meth:`MqttService.run` installs the gateway as the
 facade's light-queue dispatch (so a RocketMQ producer that names only ``MQTT_TOPIC`` reaches the matching
-subscriptions, whatever protocol it used) and, when ``[store] lmq_idle_seconds`` > 0, loads the gateway's
-state and sweeps idle light queues the gateway does not read.
+subscriptions, whatever protocol it used), runs the gateway's timers and, when ``[store]
+lmq_idle_seconds`` > 0, loads the gateway's state and sweeps idle light queues the gateway does not read.
 """
 
 from __future__ import annotations
@@ -86,10 +86,14 @@ class MqttService:
         return self.gateway.stats()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Install the light-queue dispatch, then run the gateway's timers (session expiry, delayed Wills,
+        state-log housekeeping) and the idle-LMQ sweep until cancelled."""
         self.broker.set_lmq_dispatch(self.lmq_dispatch)
-        task_status.started()
-        if self.lmq_idle_s > 0:
-            await self._sweep_idle_lmqs()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.gateway.run_timers)
+            task_status.started()
+            if self.lmq_idle_s > 0:
+                await self._sweep_idle_lmqs()
 
     async def _sweep_idle_lmqs(self) -> None:
         """Sweep once the gateway has loaded: until then the queues of offline persistent sessions are

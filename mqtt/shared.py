@@ -17,8 +17,8 @@ import trio
 
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
-from mqproxy.mqtt.session import Cursor
 from mqproxy.mqtt.store import LightStore
 
 

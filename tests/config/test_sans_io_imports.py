@@ -15,6 +15,7 @@ PURE_MODULES = [
     "mqtt/protocol.py",
     "mqtt/outcomes.py",
     "mqtt/config.py",
+    "mqtt/cursor.py",
     "mqtt/mapping.py",
     "mqtt/subscriptions.py",
 ]
