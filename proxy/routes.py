@@ -15,7 +15,7 @@ import trio
 from mqproxy.context import ServerState
 from mqproxy.grpc_service.connection import serve_grpc
 from mqproxy.http import serve_http
-from mqproxy.mqtt.connection import serve_mqtt
+from mqproxy.mqtt.service import MqttService
 from mqproxy.negotiation import Detected, Protocol
 from mqproxy.remoting_route import serve_remoting_connection
 from mqproxy.runtime.context import ConnectionContext
@@ -67,7 +67,9 @@ def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
         remoting=_Function(serve_remoting_connection),
-        mqtt=_Function(serve_mqtt),
+        mqtt=state.registries.setdefault(  # (registered: /metrics reads its figures there)
+            "mqtt", MqttService.from_settings(state.broker, state.settings, state.draining)
+        ),
         grpc=_Function(serve_grpc),
         http=_Function(serve_http),
     )

@@ -46,9 +46,15 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 def request_headers(path: str = SEND, **overrides: str | None) -> list[tuple[str, str]]:
     headers = {
-        ":method": "POST", ":scheme": "http", ":path": path, ":authority": "127.0.0.1:8081",
-        "content-type": "application/grpc", "te": "trailers", "grpc-timeout": "3S",
-        "x-mq-client-id": "host@1@0", "x-mq-language": "PYTHON",
+        ":method": "POST",
+        ":scheme": "http",
+        ":path": path,
+        ":authority": "127.0.0.1:8081",
+        "content-type": "application/grpc",
+        "te": "trailers",
+        "grpc-timeout": "3S",
+        "x-mq-client-id": "host@1@0",
+        "x-mq-language": "PYTHON",
     }
     for name, value in overrides.items():
         key = name.replace("_", "-")
@@ -138,16 +144,19 @@ class Peer:
         return blocks
 
     def resets(self) -> dict[int, int]:
-        return {ev.stream_id: int(ev.error_code) for ev in self.client_events
-                if isinstance(ev, h2.events.StreamReset)}
+        return {
+            ev.stream_id: int(ev.error_code)
+            for ev in self.client_events
+            if isinstance(ev, h2.events.StreamReset)
+        }
 
     def messages(self, sid: int) -> list[bytes]:
         buf, out = bytes(self.received.get(sid, b"")), []
         while buf:
             flag, length = struct.unpack_from(">BI", buf)
             assert flag == 0
-            out.append(buf[5:5 + length])
-            buf = buf[5 + length:]
+            out.append(buf[5 : 5 + length])
+            buf = buf[5 + length :]
         return out
 
     def ended(self, sid: int) -> bool:
@@ -175,10 +184,27 @@ def send_request() -> bytes:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("3S", 3.0), ("3010m", 3.01), ("8760H", 8760 * 3600.0), ("1M", 60.0), ("250u", 250e-6), ("7n", 7e-9),
-     ("0S", 0.0), ("99999999S", 99999999.0), ("00000001m", 1e-3),
-     ("", None), ("S", None), ("123456789S", None), ("3s", None), ("3", None), ("-1S", None), (" 3S", None),
-     ("3.5S", None), ("3SS", None), ("３S", None)],
+    [
+        ("3S", 3.0),
+        ("3010m", 3.01),
+        ("8760H", 8760 * 3600.0),
+        ("1M", 60.0),
+        ("250u", 250e-6),
+        ("7n", 7e-9),
+        ("0S", 0.0),
+        ("99999999S", 99999999.0),
+        ("00000001m", 1e-3),
+        ("", None),
+        ("S", None),
+        ("123456789S", None),
+        ("3s", None),
+        ("3", None),
+        ("-1S", None),
+        (" 3S", None),
+        ("3.5S", None),
+        ("3SS", None),
+        ("３S", None),
+    ],
 )
 def test_parse_grpc_timeout(value: str, seconds: float | None) -> None:
     assert parse_grpc_timeout(value) == (pytest.approx(seconds) if seconds is not None else None)
@@ -234,20 +260,36 @@ def _literal(name: bytes, value: bytes) -> bytes:
 
 # A complete client byte stream written by hand: preface, empty SETTINGS, HEADERS(END_HEADERS) on stream 1,
 # DATA(END_STREAM) carrying one gRPC message with Resource{name: "T"}.
-_GOLDEN_BLOCK = b"".join(_literal(n, v) for n, v in [
-    (b":method", b"POST"), (b":scheme", b"http"), (b":path", SEND.encode()), (b":authority", b"mq"),
-    (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"grpc-timeout", b"2990m"),
-    (b"x-mq-language", b"PYTHON"),
-])
+_GOLDEN_BLOCK = b"".join(
+    _literal(n, v)
+    for n, v in [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", SEND.encode()),
+        (b":authority", b"mq"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (b"grpc-timeout", b"2990m"),
+        (b"x-mq-language", b"PYTHON"),
+    ]
+)
 GOLDEN_REQUEST = (
     PREFACE
     + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-    + len(_GOLDEN_BLOCK).to_bytes(3, "big") + b"\x01\x04\x00\x00\x00\x01" + _GOLDEN_BLOCK
-    + b"\x00\x00\x08\x00\x01\x00\x00\x00\x01" + b"\x00\x00\x00\x00\x03\x12\x01T"
+    + len(_GOLDEN_BLOCK).to_bytes(3, "big")
+    + b"\x01\x04\x00\x00\x00\x01"
+    + _GOLDEN_BLOCK
+    + b"\x00\x00\x08\x00\x01\x00\x00\x00\x01"
+    + b"\x00\x00\x00\x00\x03\x12\x01T"
 )
 GOLDEN_EVENTS = [
-    RequestReceived(stream_id=1, method=SEND, authority="mq", metadata=(("x-mq-language", "PYTHON"),),
-                    deadline_s=pytest.approx(2.99)),  # type: ignore[arg-type]
+    RequestReceived(
+        stream_id=1,
+        method=SEND,
+        authority="mq",
+        metadata=(("x-mq-language", "PYTHON"),),
+        deadline_s=pytest.approx(2.99),
+    ),  # type: ignore[arg-type]
     MessageReceived(stream_id=1, payload=b"\x12\x01T"),
     RequestEnded(stream_id=1),
 ]
@@ -262,16 +304,23 @@ def test_golden_request_bytes() -> None:
 
 def test_grpc_python_style_preface_settings_ping_and_large_frames() -> None:
     """grpc-python's SETTINGS (spec/grpc.md §2, incl. the unknown 0xFE03), WINDOW_UPDATE, PING, a request."""
-    settings_payload = b"".join(struct.pack(">HI", k, v) for k, v in [
-        (0x2, 0), (0x3, 0), (0x4, 4_194_304), (0x5, 4_194_304), (0x6, 16_384), (0xFE03, 1)])
+    settings_payload = b"".join(
+        struct.pack(">HI", k, v)
+        for k, v in [(0x2, 0), (0x3, 0), (0x4, 4_194_304), (0x5, 4_194_304), (0x6, 16_384), (0xFE03, 1)]
+    )
     settings_frame = len(settings_payload).to_bytes(3, "big") + b"\x04\x00\x00\x00\x00\x00" + settings_payload
-    wire = (PREFACE + settings_frame
-            + b"\x00\x00\x04\x08\x00\x00\x00\x00\x00" + (4_128_769).to_bytes(4, "big")  # WINDOW_UPDATE
-            + b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"12345678")  # PING
+    wire = (
+        PREFACE
+        + settings_frame
+        + b"\x00\x00\x04\x08\x00\x00\x00\x00\x00"
+        + (4_128_769).to_bytes(4, "big")  # WINDOW_UPDATE
+        + b"\x00\x00\x08\x06\x00\x00\x00\x00\x00"
+        + b"12345678"
+    )  # PING
     server = GrpcServerConnection()
     server.initiate()
     server.data_to_send()
-    assert server.receive_data(wire + GOLDEN_REQUEST[len(PREFACE) + 9:]) == GOLDEN_EVENTS
+    assert server.receive_data(wire + GOLDEN_REQUEST[len(PREFACE) + 9 :]) == GOLDEN_EVENTS
     frames = _frames(server.data_to_send())
     assert (0x4, 0x1, 0, b"") in frames  # SETTINGS ACK
     assert (0x6, 0x1, 0, b"12345678") in frames  # PING ACK
@@ -297,18 +346,20 @@ def test_golden_request_one_byte_at_a_time() -> None:
     server.initiate()
     events: list[GrpcEvent] = []
     for i in range(len(GOLDEN_REQUEST)):
-        events += server.receive_data(GOLDEN_REQUEST[i:i + 1])
+        events += server.receive_data(GOLDEN_REQUEST[i : i + 1])
     assert events == GOLDEN_EVENTS
 
 
 def test_stock_h2_would_kill_the_connection_on_too_many_streams() -> None:
     """Why _ServerH2Connection refuses streams itself: h2 4.x answers with a connection-wide GOAWAY."""
     stock = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-    stock.local_settings = h2.settings.Settings(client=False,
-                                                initial_values={SettingCodes.MAX_CONCURRENT_STREAMS: 1})
+    stock.local_settings = h2.settings.Settings(
+        client=False, initial_values={SettingCodes.MAX_CONCURRENT_STREAMS: 1}
+    )
     stock.initiate_connection()
-    two_streams = GOLDEN_REQUEST[:-17] + (len(_GOLDEN_BLOCK).to_bytes(3, "big") + b"\x01\x04\x00\x00\x00\x03"
-                                          + _GOLDEN_BLOCK)
+    two_streams = GOLDEN_REQUEST[:-17] + (
+        len(_GOLDEN_BLOCK).to_bytes(3, "big") + b"\x01\x04\x00\x00\x00\x03" + _GOLDEN_BLOCK
+    )
     with pytest.raises(h2.exceptions.TooManyStreamsError):
         stock.receive_data(two_streams)
     server = GrpcServerConnection(max_concurrent_streams=1)
@@ -382,7 +433,12 @@ def test_server_streaming_response() -> None:
     peer.pump()
     got = [v2.ReceiveMessageResponse.FromString(b) for b in peer.messages(sid)]
     assert [g.WhichOneof("content") for g in got] == [
-        "status", "message", "message", "message", "delivery_timestamp"]
+        "status",
+        "message",
+        "message",
+        "message",
+        "delivery_timestamp",
+    ]
     assert got[2].message.body == b"\x01" * 100
     assert peer.response_headers(sid)[-1] == [("grpc-status", "0")]
 
@@ -394,8 +450,13 @@ def test_trailers_only_error_with_percent_encoded_message() -> None:
     peer.server.end_response(sid, GrpcStatus.UNIMPLEMENTED, "no such method: ü 100%", [("x-reason", "r")])
     peer.pump()
     [block] = peer.response_headers(sid)
-    assert block == [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "12"),
-                     ("grpc-message", "no such method: %C3%BC 100%25"), ("x-reason", "r")]
+    assert block == [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "12"),
+        ("grpc-message", "no such method: %C3%BC 100%25"),
+        ("x-reason", "r"),
+    ]
     assert peer.ended(sid)
 
 
@@ -467,7 +528,9 @@ def test_unparseable_protobuf_is_exposed_raw_and_decode_raises() -> None:
     ],
 )
 def test_invalid_request_headers_are_answered_and_reset(
-    overrides: dict[str, str | None], http_status: int, grpc_status: GrpcStatus,
+    overrides: dict[str, str | None],
+    http_status: int,
+    grpc_status: GrpcStatus,
 ) -> None:
     peer = Peer()
     headers = dict(request_headers())
@@ -541,16 +604,25 @@ def test_truncated_message_then_end_stream_is_internal() -> None:
     assert [type(e) for e in events] == [RequestReceived, RequestRejected]
     rej = events[-1]
     assert isinstance(rej, RequestRejected) and rej.grpc_status is GrpcStatus.INTERNAL
-    assert peer.response_headers(sid) == [[(":status", "200"), ("content-type", "application/grpc"),
-                                           ("grpc-status", "13"),
-                                           ("grpc-message", "request ended inside a message")]]
+    assert peer.response_headers(sid) == [
+        [
+            (":status", "200"),
+            ("content-type", "application/grpc"),
+            ("grpc-status", "13"),
+            ("grpc-message", "request ended inside a message"),
+        ]
+    ]
     assert sid not in peer.resets()
 
 
 @pytest.mark.parametrize(
     ("encoding", "flag", "status"),
-    [(None, 1, GrpcStatus.INTERNAL), ("identity", 1, GrpcStatus.INTERNAL),
-     ("gzip", 1, GrpcStatus.UNIMPLEMENTED), ("gzip", 2, GrpcStatus.INTERNAL)],
+    [
+        (None, 1, GrpcStatus.INTERNAL),
+        ("identity", 1, GrpcStatus.INTERNAL),
+        ("gzip", 1, GrpcStatus.UNIMPLEMENTED),
+        ("gzip", 2, GrpcStatus.INTERNAL),
+    ],
 )
 def test_compressed_messages_rejected(encoding: str | None, flag: int, status: GrpcStatus) -> None:
     peer = Peer()
@@ -615,8 +687,8 @@ def _frames(wire: bytes) -> list[tuple[int, int, int, bytes]]:
     frames = []
     while wire:
         length = int.from_bytes(wire[:3], "big")
-        frames.append((wire[3], wire[4], int.from_bytes(wire[5:9], "big") & 0x7FFFFFFF, wire[9:9 + length]))
-        wire = wire[9 + length:]
+        frames.append((wire[3], wire[4], int.from_bytes(wire[5:9], "big") & 0x7FFFFFFF, wire[9 : 9 + length]))
+        wire = wire[9 + length :]
     return frames
 
 
@@ -631,15 +703,21 @@ def test_client_goaway_lets_in_flight_streams_finish() -> None:
     data = encode_message(b"bye")
     frame = struct.pack(">I", len(data))[1:] + b"\x00\x01" + struct.pack(">I", sid) + data
     events = peer.server.receive_data(peer.client.data_to_send() + frame)
-    assert events == [ConnectionTerminated(error_code=0, last_stream_id=0),
-                      MessageReceived(stream_id=sid, payload=b"bye"), RequestEnded(stream_id=sid)]
+    assert events == [
+        ConnectionTerminated(error_code=0, last_stream_id=0),
+        MessageReceived(stream_id=sid, payload=b"bye"),
+        RequestEnded(stream_id=sid),
+    ]
     peer.server.end_response(sid, GrpcStatus.OK)
     frames = _frames(peer.server.data_to_send())  # h2's client is CLOSED after its own GOAWAY: split by hand
     final = [f for f in frames if f[0] == 0x1 and f[2] == sid][-1]  # HEADERS on the telemetry stream
     assert final[1] & 0x1  # END_STREAM
     # the client's HPACK decoder shares the dynamic table the server's encoder used
-    assert peer.client.decoder.decode(final[3]) == [(":status", "200"), ("content-type", "application/grpc"),
-                                                    ("grpc-status", "0")]  # Trailers-Only
+    assert peer.client.decoder.decode(final[3]) == [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "0"),
+    ]  # Trailers-Only
     assert peer.server.open_streams == 0
 
 
@@ -707,7 +785,7 @@ def test_hpack_bomb_over_header_list_limit_is_enhance_your_calm() -> None:
         peer.server.receive_data(wire)
     assert info.value.error_code == ErrorCodes.ENHANCE_YOUR_CALM
     goaway = peer.server.data_to_send()
-    assert goaway[3] == 0x7 and int.from_bytes(goaway[9 + 4:9 + 8], "big") == ErrorCodes.ENHANCE_YOUR_CALM
+    assert goaway[3] == 0x7 and int.from_bytes(goaway[9 + 4 : 9 + 8], "big") == ErrorCodes.ENHANCE_YOUR_CALM
 
 
 def test_refuses_streams_beyond_max_concurrent_and_stays_usable() -> None:
@@ -731,9 +809,16 @@ def test_refuses_streams_beyond_max_concurrent_and_stays_usable() -> None:
 def test_late_headers_on_a_reset_stream_at_the_limit_are_a_stream_error() -> None:
     server = GrpcServerConnection(max_concurrent_streams=1)
     server.initiate()
-    no_te = b"".join(_literal(n, v) for n, v in [(b":method", b"POST"), (b":scheme", b"http"),
-                                                   (b":path", SEND.encode()), (b":authority", b"mq"),
-                                                   (b"content-type", b"application/grpc")])
+    no_te = b"".join(
+        _literal(n, v)
+        for n, v in [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", SEND.encode()),
+            (b":authority", b"mq"),
+            (b"content-type", b"application/grpc"),
+        ]
+    )
 
     def headers(sid: int, block: bytes, flags: int) -> bytes:
         return len(block).to_bytes(3, "big") + bytes([1, flags]) + sid.to_bytes(4, "big") + block
@@ -758,8 +843,14 @@ def test_ten_thousand_streams_bounded_memory(batches: int) -> None:
     """10,000 calls (1,000 in the fast tier) on one connection, 100 in flight at a time: bounded state."""
     peer = Peer(max_concurrent_streams=100)
     peer.pump()
-    minimal = [(":method", "POST"), (":scheme", "http"), (":path", SEND), (":authority", "a"),
-               ("content-type", "application/grpc"), ("te", "trailers")]
+    minimal = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", SEND),
+        (":authority", "a"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
     objects_at: dict[int, int] = {}
     for batch in range(batches):
         sids = [peer.open(minimal) for _ in range(100)]
@@ -864,8 +955,10 @@ def test_measure_unary_round_trip_and_throughput(capsys: pytest.CaptureFixture[s
     assert big.messages(sid) == [body]
     mib = len(body) / 1e6
     with capsys.disabled():
-        print(f"\n[grpc_wire] unary SendMessage: server side {server_us:.0f} us/call "
-              f"(h2 + framing + protobuf decode/encode), client+server {total_us:.0f} us/call; "
-              f"3 MiB message through the server codec: in {mib / inbound_s:.0f} MB/s, "
-              f"out {mib / outbound_s:.0f} MB/s")
+        print(
+            f"\n[grpc_wire] unary SendMessage: server side {server_us:.0f} us/call "
+            f"(h2 + framing + protobuf decode/encode), client+server {total_us:.0f} us/call; "
+            f"3 MiB message through the server codec: in {mib / inbound_s:.0f} MB/s, "
+            f"out {mib / outbound_s:.0f} MB/s"
+        )
     assert server_us < 20_000 and mib / inbound_s > 5 and mib / outbound_s > 5
