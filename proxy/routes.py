@@ -44,7 +44,7 @@ class Protocols:
     """The server's protocol services, one per negotiated protocol."""
 
     remoting: ProtocolService
-    mqtt: ProtocolService
+    mqtt: MqttService
     grpc: ProtocolService
     http: ProtocolService
 
@@ -67,7 +67,7 @@ def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
         remoting=_Function(serve_remoting_connection),
-        mqtt=state.registries.setdefault(  # (registered: /metrics reads its figures there)
+        mqtt=state.registries.setdefault(  # TRANSITIONAL: remoting_route reaches MQTT dispatch there
             "mqtt", MqttService.from_settings(state.broker, state.settings, state.draining)
         ),
         grpc=_Function(serve_grpc),
