@@ -2,7 +2,7 @@
 mqproxy.grpc_service.connection
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-The trio driver of one gRPC connection: :func:`serve_grpc` (the route handler) runs a
+The trio driver of one gRPC connection: :class:`GrpcConnectionDriver` runs a
 :class:`~mqproxy.codecs.grpc_wire.GrpcServerConnection` over the stream and a
 :class:`~mqproxy.grpc_service.service.MessagingService` behind it.
 
@@ -18,9 +18,9 @@ never cut a frame in half), and one task per call. Per call:
 * one ``request`` event is logged when it ends.
 
 The connection ends on EOF, a wire error (GOAWAY already queued and flushed), a client GOAWAY once its calls
-are done, idleness (no call and no byte for ``server.idle_timeout_s``), or the server draining: then a
-GOAWAY(NO_ERROR) is sent, calls in flight finish (long polls and Telemetry end early) and the connection
-closes when none is left. Everything else is cancelled when the connection goes.
+are done, idleness (no call and no byte for ``ConnectionLimits.idle_timeout_s``), or the server draining:
+then a GOAWAY(NO_ERROR) is sent, calls in flight finish (long polls and Telemetry end early) and the
+connection closes when none is left. Everything else is cancelled when the connection goes.
 """
 
 from __future__ import annotations
@@ -46,14 +46,11 @@ from mqproxy.codecs.grpc_wire import (
     RequestRejected,
     StreamReset,
 )
-from mqproxy.context import ServerState
 from mqproxy.grpc_service.errors import RpcError
 from mqproxy.grpc_service.service import Call, MessagingService
-from mqproxy.grpc_service.telemetry import ServerSettings
-from mqproxy.negotiation import Detected
 from mqproxy.runtime.context import ConnectionContext
 
-__all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver", "grpc_service", "serve_grpc"]
+__all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver"]
 
 RECEIVE_BYTES = 65_536
 #: Queued response bytes per stream above which a handler's send waits for the client's window.
@@ -62,7 +59,6 @@ STREAM_HIGH_WATER = 256 * 1024
 INBOUND_QUEUE = 16
 #: How long the final GOAWAY/trailers may take to flush once the connection is ending.
 CLOSE_FLUSH_S = 2.0
-_REGISTRY_KEY = "grpc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,43 +69,6 @@ class ConnectionLimits:
     max_message_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 1000
     idle_timeout_s: float = 120.0
-
-
-def grpc_service(server: ServerState) -> MessagingService:
-    """The server's shared :class:`MessagingService` (created on first use).
-
-    Broker services are taken from ``server.registries["services"]`` at each call, so they may be
-    installed after the first connection.
-    """
-    existing = server.registries.get(_REGISTRY_KEY)
-    if existing is None:
-        settings = server.settings
-        max_body = settings.store.max_message_bytes
-        existing = MessagingService(
-            server.backend,
-            advertised=server.advertised,
-            auto_create_topics=settings.store.auto_create_topics,
-            server_settings=ServerSettings(
-                max_body_bytes=max_body,
-                consumer_max_attempts=settings.broker.max_reconsume_times + 1,
-                long_polling_timeout_s=min(20.0, settings.remoting.long_poll_max_s) or 20.0,
-            ),
-            services=lambda: server.registries.get("services"),
-        )
-        server.registries[_REGISTRY_KEY] = existing
-    return existing
-
-
-async def serve_grpc(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
-    """Route handler: serve gRPC on ``stream`` until the connection ends."""
-    settings = ctx.server.settings
-    limits = ConnectionLimits(
-        # a request carries one message body plus its properties and envelope
-        max_message_bytes=settings.store.max_message_bytes + 64 * 1024,
-        idle_timeout_s=settings.server.idle_timeout_s,
-    )
-    driver = GrpcConnectionDriver(stream, ctx, grpc_service(ctx.server), limits)
-    await driver.run()
 
 
 @dataclass(eq=False)

@@ -32,12 +32,11 @@ import hashlib
 import zlib
 from collections.abc import Mapping
 
-from mqproxy.backends.embedded.sending import MAX_PROPERTIES_BYTES, properties_size
-from mqproxy.backends.embedded.transactions import PROPERTY_HALF_TIME_MS
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.message_record import SYSFLAG_COMPRESSED, SYSFLAG_TRANSACTION_PREPARED
 from mqproxy.model.errors import IllegalTopic
 from mqproxy.model.ids import MessageIdError, offset_msg_id
+from mqproxy.model.properties import MAX_PROPERTIES_BYTES, PROPERTY_HALF_TIME_MS, properties_size
 from mqproxy.model.topics import RETRY_PREFIX, is_send_forbidden, validate_send_topic
 from mqproxy.model.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage
 

@@ -2,8 +2,9 @@
 mqproxy.grpc_service.service
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-``apache.rocketmq.v2.MessagingService``: one handler per RPC over the :class:`~mqproxy.backends.embedded.store.MessageStore`
-and the broker services, independent of HTTP/2 (the driver in :mod:`.connection` feeds it decoded requests).
+``apache.rocketmq.v2.MessagingService``: one handler per RPC over the
+:class:`~mqproxy.facade.api.BrokerFacade`, independent of HTTP/2 (the driver in :mod:`.connection` feeds it
+decoded requests).
 
 Contracts:
 
@@ -19,17 +20,13 @@ Contracts:
 
 Routes name one broker (``broker-a``, id 0) at the proxy's advertised address, queue ids from 0,
 permission READ_WRITE. ``accept_message_types`` is the topic's administrator-set message type
-(:class:`~mqproxy.backends.embedded.metadata.BrokerMetadata`: MIXED lists all four) and a send of another type is
+(:meth:`~mqproxy.facade.api.Admin.topic_type`: MIXED lists all four) and a send of another type is
 refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as the Apache proxy does; an untyped (auto-created) topic
-lists NORMAL and FIFO, plus DELAY when the scheduler is available and TRANSACTION when the transaction
-service is (clients validate the type they send against it). QueryAssignment gives a FIFO group (one whose
-config says ``consumeMessageOrderly``) every queue, any other group one broker-wide queue (id -1), like
-the Apache proxy.
+lists all four as well (clients validate the type they send against it). QueryAssignment gives a FIFO
+group (one whose config says ``consumeMessageOrderly``) every queue, any other group one broker-wide
+queue (id -1), like the Apache proxy.
 
-Broker services (receipt handles, retry, delay, transactions) are looked up per call through the
-``services`` callable (``ServerState.registries["services"]``: a ``BrokerServices`` with ``send``, ``pop``,
-``retry``, ``scheduler``, ``transactions``); pop RPCs whose service is absent answer ``NOT_IMPLEMENTED``,
-a future delivery timestamp ``UNSUPPORTED``. A message parked for a future delivery timestamp gets a
+A message parked for a future delivery timestamp gets a
 ``recall_handle`` in its SendResultEntry; RecallMessage cancels it through the scheduler until that time
 (MESSAGE_NOT_FOUND after it, BAD_REQUEST for a malformed handle or one of another topic).
 
@@ -55,17 +52,16 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
-from mqproxy.backends.embedded.schedule import recall_handle
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_wire import GrpcStatus
-from mqproxy.facade.types import GroupConfig, TopicMessageType
+from mqproxy.facade.api import BrokerFacade, EndTransaction, PopRequest, PullRequest, SendRequest
+from mqproxy.facade.types import GroupConfig, Resolution, TopicMessageType
 from mqproxy.grpc_service.convert import ConvertError, message_type_of, to_broker_message, to_rmq_message
 from mqproxy.grpc_service.errors import ApiError, RpcError, code_for
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
 from mqproxy.model.errors import BackendError, IllegalTopic
-from mqproxy.model.properties import PROPERTY_TIMER_DELIVER_MS, SCHEDULE_TOPIC
 from mqproxy.model.topics import validate_topic
-from mqproxy.model.types import PERM_READ, PERM_WRITE, Message, PullStatus, TagFilter, TopicConfig
+from mqproxy.model.types import PERM_READ, PERM_WRITE, FilterExpression, Message, PullStatus, TopicConfig
 
 __all__ = [
     "BROKER_NAME",
@@ -146,25 +142,23 @@ def _scheme(host: str) -> pb.AddressScheme:
 
 
 class MessagingService:
-    """The v2 RPCs for one server. ``services`` returns the broker services or None (looked up per call)."""
+    """The v2 RPCs for one server, over the broker facade ``broker``."""
 
     def __init__(
         self,
-        backend: Any,
+        broker: BrokerFacade,
         *,
         advertised: tuple[str, int],
         auto_create_topics: bool = True,
         server_settings: ServerSettings | None = None,
-        services: Callable[[], Any] = lambda: None,
         settings_timeout_s: float = 30.0,
     ) -> None:
-        self.backend = backend
+        self.broker = broker
         self.advertised = advertised
         self.auto_create_topics = auto_create_topics
         self.server_settings = server_settings or ServerSettings()
         self.settings_timeout_s = settings_timeout_s
         self.clients = ClientRegistry()
-        self._services = services
         host, port = advertised
         self._endpoints = pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)])
         self._unary: dict[str, Callable[[Call, Any], Awaitable[Any]]] = {
@@ -220,12 +214,6 @@ class MessagingService:
 
     # ------------------------------------------------------------------------------- helpers
 
-    def _service(self, name: str, what: str) -> Any:
-        service = getattr(self._services(), name, None)
-        if service is None:
-            raise ApiError(pb.Code.NOT_IMPLEMENTED, f"{what} is not available on this server")
-        return service
-
     def _topic_name(self, call: Call, resource: Any) -> str:
         name = resource.name
         call.topic = name
@@ -247,36 +235,25 @@ class MessagingService:
         return name
 
     async def _topic(self, topic: str, *, create: bool) -> TopicConfig:
-        config = await self.backend.get_topic(topic)
+        config = await self.broker.get_topic(topic)
         if config is None and create and self.auto_create_topics:
-            config = await self.backend.create_topic(topic, None)
+            config = await self.broker.create_topic(topic, None)
         if config is None:
             raise ApiError(pb.Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return config
 
-    def _metadata(self) -> Any:
-        return getattr(self._services(), "metadata", None)
-
     def _topic_type(self, topic: str) -> TopicMessageType | None:
-        metadata = self._metadata()
-        return None if metadata is None else metadata.topic_type(topic)
+        return self.broker.topic_type(topic)
 
     def _group_config(self, group: str) -> GroupConfig | None:
-        metadata = self._metadata()
-        return None if metadata is None else metadata.group(group)
+        return self.broker.group_config(group)
 
     def _accept_types(self, topic: str) -> list[pb.MessageType]:
         """What the route of ``topic`` says it accepts (see the module docstring)."""
         typed = self._topic_type(topic)
         if typed is not None and typed is not TopicMessageType.MIXED:
             return [pb.MessageType[typed.value]]
-        types = [pb.MessageType.NORMAL, pb.MessageType.FIFO]
-        services = self._services()
-        if getattr(services, "scheduler", None) is not None:
-            types.append(pb.MessageType.DELAY)
-        if getattr(services, "transactions", None) is not None:
-            types.append(pb.MessageType.TRANSACTION)
-        return types
+        return [pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION]
 
     def _check_type(self, message: Message) -> None:
         """A typed topic takes only its type (Apache ``DefaultTopicMessageTypeValidator``)."""
@@ -423,7 +400,10 @@ class MessagingService:
 
     async def check_back(self, check: Any) -> bool:
         """Transaction check-back for half messages sent over gRPC (``PGROUP`` = prefix + topic):
-        sends ``RecoverOrphanedTransactionCommand`` to a live producer of the topic; False if none."""
+        sends ``RecoverOrphanedTransactionCommand`` to a live producer of the topic; False if none (or if
+        the half message was not sent over gRPC)."""
+        if not check.producer_group.startswith(GRPC_TRANSACTION_GROUP_PREFIX):
+            return False
         topic = check.message.topic
         message = to_rmq_message(check.message, max_body_bytes=self.server_settings.max_body_bytes)
         command = pb.TelemetryCommand(
@@ -469,7 +449,7 @@ class MessagingService:
             message = to_broker_message(
                 msg, born_host=call.peer, max_body_bytes=self.server_settings.max_body_bytes
             )
-            result = await self._store(message, msg)
+            outcome = await self._store(message, msg)
         except ConvertError as err:
             return pb.SendResultEntry(status=_status(err.code, err.message))
         except ApiError as err:
@@ -477,15 +457,13 @@ class MessagingService:
         except BackendError as exc:
             return pb.SendResultEntry(status=_status(code_for(exc), str(exc) or type(exc).__name__))
         message_id = msg.system_properties.message_id
-        entry = pb.SendResultEntry(
-            status=_ok(), message_id=message_id, transaction_id=message_id, offset=result.queue_offset
+        return pb.SendResultEntry(
+            status=_ok(),
+            message_id=message_id,
+            transaction_id=message_id,
+            offset=outcome.result.queue_offset,
+            recall_handle=outcome.recall_handle,
         )
-        deliver_at = message.properties.get(PROPERTY_TIMER_DELIVER_MS, "")
-        if result.topic == SCHEDULE_TOPIC and deliver_at.isdigit():
-            entry.recall_handle = recall_handle(
-                message.topic, message_id, int(deliver_at), broker_name=BROKER_NAME
-            )
-        return entry
 
     async def _store(self, message: Message, msg: Any) -> Any:
         config = await self._topic(message.topic, create=True)
@@ -494,28 +472,17 @@ class MessagingService:
         if sp.HasField("message_group"):
             writable = max(config.write_queues, 1)
             message.queue_id = zlib.crc32(sp.message_group.encode("utf-8", "surrogatepass")) % writable
-        services = self._services()
         if sp.message_type == pb.MessageType.TRANSACTION:
-            self._service("transactions", "transactional messaging")
             message.properties["PGROUP"] = GRPC_TRANSACTION_GROUP_PREFIX + message.topic
-            return await services.send(message)
-        if services is not None:
-            return await services.send(message)  # parks delayed messages
-        if sp.HasField("delivery_timestamp") and sp.delivery_timestamp.ToMilliseconds() > trio_wall_ms():
-            raise ApiError(pb.Code.UNSUPPORTED, "delayed delivery is not available on this server")
-        return await self.backend.send(message)
+        return await self.broker.send(SendRequest(message))
 
     async def recall_message(self, call: Call, request: Any) -> Any:
         topic = self._topic_name(call, request.topic)
-        scheduler = self._service("scheduler", "RecallMessage (delayed delivery)")
-        message_id = await scheduler.recall(topic, request.recall_handle)
+        message_id = await self.broker.recall(topic, request.recall_handle)
         return pb.RecallMessageResponse(status=_ok(), message_id=message_id)
 
     async def end_transaction(self, call: Call, request: Any) -> Any:
         topic = self._topic_name(call, request.topic)
-        transactions = self._service("transactions", "transactional messaging")
-        from mqproxy.facade.types import Resolution
-
         resolution = {
             pb.TransactionResolution.COMMIT: Resolution.COMMIT,
             pb.TransactionResolution.ROLLBACK: Resolution.ROLLBACK,
@@ -523,11 +490,13 @@ class MessagingService:
         transaction_id = request.transaction_id or request.message_id
         if not transaction_id:
             raise ApiError(pb.Code.INVALID_TRANSACTION_ID, "transaction id is empty")
-        await transactions.end(
-            resolution=resolution,
-            producer_group=GRPC_TRANSACTION_GROUP_PREFIX + topic,
-            transaction_id=transaction_id,
-            from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+        await self.broker.end_transaction(
+            EndTransaction(
+                resolution,
+                producer_group=GRPC_TRANSACTION_GROUP_PREFIX + topic,
+                transaction_id=transaction_id,
+                from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+            )
         )
         return pb.EndTransactionResponse(status=_ok())
 
@@ -541,9 +510,9 @@ class MessagingService:
         return topic, mq.id
 
     async def pull_message(self, call: Call, request: Any, send: Send) -> None:
-        self._group_name(call, request.group)
+        group = self._group_name(call, request.group)
         topic, queue_id = await self._queue(call, request.message_queue)
-        tag_filter = self._tag_filter(request.filter_expression)
+        message_filter = self._filter(request.filter_expression)
         batch = min(max(request.batch_size, 1), MAX_BATCH)
         offset = request.offset
         wait_s = self._poll_budget(
@@ -551,7 +520,9 @@ class MessagingService:
         )
         deadline = trio.current_time() + wait_s
         while True:
-            result = await self.backend.pull(topic, queue_id, offset, batch, tag_filter=tag_filter)
+            result = await self.broker.pull(
+                PullRequest(group, topic, queue_id, offset, batch, message_filter=message_filter)
+            )
             if result.status in (PullStatus.FOUND, PullStatus.OFFSET_ILLEGAL):
                 break
             offset = result.next_offset
@@ -559,7 +530,7 @@ class MessagingService:
             if remaining <= 0 or call.drained:
                 break
             with call.until_drain():
-                await self.backend.wait_for_message(topic, queue_id, offset, remaining)
+                await self.broker.wait_for_message(topic, queue_id, offset, remaining)
         if result.status is PullStatus.FOUND:
             await send(pb.PullMessageResponse(status=_ok()))
             for stored in result.messages:
@@ -581,23 +552,23 @@ class MessagingService:
         await send(pb.PullMessageResponse(next_offset=result.next_offset))
 
     @staticmethod
-    def _tag_filter(expression: Any) -> TagFilter:
+    def _filter(expression: Any) -> FilterExpression:
         if expression.type == pb.FilterType.SQL:
             raise ApiError(pb.Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported")
-        return TagFilter.parse(expression.expression or "*")
+        return FilterExpression(expression.expression or "*")
 
     async def update_offset(self, call: Call, request: Any) -> Any:
         group = self._group_name(call, request.group)
         topic, queue_id = await self._queue(call, request.message_queue)
         if request.offset < 0:
             raise ApiError(pb.Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-        await self.backend.commit_consumer_offset(group, topic, queue_id, request.offset)
+        await self.broker.commit_consumer_offset(group, topic, queue_id, request.offset)
         return pb.UpdateOffsetResponse(status=_ok())
 
     async def get_offset(self, call: Call, request: Any) -> Any:
         group = self._group_name(call, request.group)
         topic, queue_id = await self._queue(call, request.message_queue)
-        offset = await self.backend.query_consumer_offset(group, topic, queue_id)
+        offset = await self.broker.query_consumer_offset(group, topic, queue_id)
         if offset is None:
             raise ApiError(pb.Code.OFFSET_NOT_FOUND, f"{group} has no offset on {topic}:{queue_id}")
         return pb.GetOffsetResponse(status=_ok(), offset=offset)
@@ -606,13 +577,13 @@ class MessagingService:
         topic, queue_id = await self._queue(call, request.message_queue)
         policy = request.query_offset_policy
         if policy == pb.QueryOffsetPolicy.BEGINNING:
-            offset = await self.backend.min_offset(topic, queue_id)
+            offset = await self.broker.min_offset(topic, queue_id)
         elif policy == pb.QueryOffsetPolicy.END:
-            offset = await self.backend.max_offset(topic, queue_id)
+            offset = await self.broker.max_offset(topic, queue_id)
         else:
             if not request.HasField("timestamp"):
                 raise ApiError(pb.Code.BAD_REQUEST, "TIMESTAMP policy needs a timestamp")
-            offset = await self.backend.search_offset(topic, queue_id, request.timestamp.ToMilliseconds())
+            offset = await self.broker.search_offset(topic, queue_id, request.timestamp.ToMilliseconds())
         return pb.QueryOffsetResponse(status=_ok(), offset=offset)
 
     # ------------------------------------------------------------------------------- pop consumption
@@ -637,8 +608,7 @@ class MessagingService:
     async def receive_message(self, call: Call, request: Any, send: Send) -> None:
         group = self._group_name(call, request.group)
         topic = self._topic_name(call, request.message_queue.topic)
-        pop = self._service("pop", "ReceiveMessage (pop consumption)")
-        tag_filter = self._tag_filter(request.filter_expression)
+        message_filter = self._filter(request.filter_expression)
         batch = min(max(request.batch_size, 1), MAX_BATCH)
         if request.HasField("invisible_duration"):
             invisible_ms = request.invisible_duration.ToMilliseconds()
@@ -655,16 +625,16 @@ class MessagingService:
         await self._topic(topic, create=False)
         result = None
         with call.until_drain():
-            result = await pop.pop(
-                group,
-                topic,
-                None,
-                batch,
-                invisible_ms,
-                tag_filter=tag_filter,
-                order=self._is_fifo(call, group),
-                poll_s=poll_s,
-                broker_name=BROKER_NAME,
+            result = await self.broker.pop(
+                PopRequest(
+                    group,
+                    topic,
+                    batch,
+                    invisible_ms,
+                    message_filter=message_filter,
+                    order=self._is_fifo(call, group),
+                    hold_s=poll_s,
+                )
             )
         max_body = self.server_settings.max_body_bytes
         if result is None or not result.messages:
@@ -692,13 +662,12 @@ class MessagingService:
     async def ack_message(self, call: Call, request: Any) -> Any:
         group = self._group_name(call, request.group)
         topic = self._topic_name(call, request.topic)
-        pop = self._service("pop", "AckMessage (pop consumption)")
         if not request.entries:
             raise ApiError(pb.Code.BAD_REQUEST, "no entry to ack")
         entries = []
         for entry in request.entries:
             try:
-                await pop.ack(group, topic, entry.receipt_handle)
+                await self.broker.ack(group, topic, entry.receipt_handle)
                 status = _ok()
             except BackendError as exc:
                 status = _status(code_for(exc), str(exc) or type(exc).__name__)
@@ -717,31 +686,18 @@ class MessagingService:
     async def change_invisible_duration(self, call: Call, request: Any) -> Any:
         group = self._group_name(call, request.group)
         topic = self._topic_name(call, request.topic)
-        pop = self._service("pop", "ChangeInvisibleDuration (pop consumption)")
         invisible_ms = request.invisible_duration.ToMilliseconds()
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             raise ApiError(
                 pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms out of range"
             )
-        receipt = await pop.change_invisible(group, topic, request.receipt_handle, invisible_ms)
-        return pb.ChangeInvisibleDurationResponse(status=_ok(), receipt_handle=receipt.encode())
+        receipt = await self.broker.change_invisible(group, topic, request.receipt_handle, invisible_ms)
+        return pb.ChangeInvisibleDurationResponse(status=_ok(), receipt_handle=receipt)
 
     async def forward_to_dlq(self, call: Call, request: Any) -> Any:
         group = self._group_name(call, request.group)
         topic = self._topic_name(call, request.topic)
-        pop = self._service("pop", "ForwardMessageToDeadLetterQueue (pop consumption)")
-        retry = self._service("retry", "ForwardMessageToDeadLetterQueue (dead-letter queues)")
-        from mqproxy.backends.embedded.pop import Receipt
-
-        receipt = Receipt.decode(request.receipt_handle)
-        real = receipt.real_topic(group, topic)
-        found = await self.backend.pull(real, receipt.queue_id, receipt.offset, 1)
-        if not found.messages or found.messages[0].queue_offset != receipt.offset:
-            raise ApiError(
-                pb.Code.MESSAGE_NOT_FOUND, f"no message at {real}:{receipt.queue_id}:{receipt.offset}"
-            )
-        await retry.dead_letter(group, found.messages[0], origin_msg_id=request.message_id or None)
-        await pop.ack(group, topic, receipt)
+        await self.broker.forward_to_dlq(group, topic, request.receipt_handle)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=_ok())
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import trio
 
 from mqproxy.context import ServerState
-from mqproxy.grpc_service.connection import serve_grpc
+from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
 from mqproxy.http import serve_http
 from mqproxy.mqtt.connection import serve_mqtt
 from mqproxy.negotiation import Detected, Protocol
@@ -68,6 +68,6 @@ def build_protocols(state: ServerState) -> Protocols:
     return Protocols(
         remoting=_Function(serve_remoting_connection),
         mqtt=_Function(serve_mqtt),
-        grpc=_Function(serve_grpc),
+        grpc=GrpcService(state.broker, GrpcSettings.from_config(state.settings, state.advertised)),
         http=_Function(serve_http),
     )

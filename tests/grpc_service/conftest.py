@@ -1,8 +1,8 @@
 """Fixtures for the gRPC service tests: a real h2 client over trio memory streams, wired to the driver.
 
-* ``grpc_env``: a :class:`GrpcEnv` with an in-memory backend, running broker services and a
-  :class:`MessagingService`; ``await env.connect()`` opens a connection served by
-  :class:`GrpcConnectionDriver` and returns a :class:`GrpcTestClient`.
+* ``grpc_env``: a :class:`GrpcEnv` with an in-memory backend, the embedded broker facade over it and a
+  running :class:`GrpcService` (``env.service`` is its :class:`MessagingService`); ``await env.connect()``
+  opens a connection served by :class:`GrpcConnectionDriver` and returns a :class:`GrpcTestClient`.
 
 Everything runs in memory, so tests that wait for a delay, an invisible time or a timeout take the
 ``autojump_clock``; the broker services then run on ``env.now_ms``, which follows trio's clock.
@@ -23,12 +23,13 @@ import structlog
 import trio
 import trio.testing
 
+from mqproxy.backends.embedded.broker import EmbeddedBroker, open_embedded_broker
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
-from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.context import ServerState
 from mqproxy.grpc_service.connection import ConnectionLimits, GrpcConnectionDriver
+from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
 from mqproxy.grpc_service.service import MessagingService
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.settings import Settings
@@ -219,6 +220,7 @@ class GrpcTestClient:
 @dataclass
 class GrpcEnv:
     backend: InMemoryBackend
+    broker: EmbeddedBroker
     services: Any
     server: ServerState
     service: MessagingService
@@ -237,7 +239,6 @@ class GrpcEnv:
             conn_id=f"c{len(self.contexts)}",
             peer=("127.0.0.1", 40000 + len(self.contexts)),
             local=("127.0.0.1", 9876),
-            server=self.server,
             draining=self.server.draining,
             recorder=self.server.recorder,
             protocol="grpc",
@@ -268,12 +269,10 @@ async def grpc_env(nursery: trio.Nursery) -> AsyncIterator[GrpcEnv]:
         settings=settings, backend=backend, backend_name="memory", advertised=("127.0.0.1", 9876)
     )
     now_ms = trio_clock_ms()
-    async with open_services(backend, now_ms=now_ms) as services:
-        server.registries["services"] = services
-        service = MessagingService(
-            backend, advertised=server.advertised, services=lambda: services, settings_timeout_s=0.5
-        )
-        yield GrpcEnv(backend, services, server, service, nursery, now_ms=now_ms)
+    async with open_embedded_broker(backend, now_ms=now_ms) as broker:
+        grpc = GrpcService(broker, GrpcSettings(server.advertised, settings_timeout_s=0.5))
+        await nursery.start(grpc.run)
+        yield GrpcEnv(backend, broker, broker.services, server, grpc.messaging, nursery, now_ms=now_ms)
         nursery.cancel_scope.cancel()
 
 
