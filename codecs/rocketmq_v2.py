@@ -7,8 +7,9 @@ a ``FileDescriptorProto`` loaded into a PRIVATE ``DescriptorPool`` (so it never 
 registration of ``apache.rocketmq.v2`` in the process, e.g. rocketmq-python-client's generated modules).
 
 On the wire only field numbers, wire types and enum numbers matter; names follow the upstream schema so
-JSON/text renderings match. Enums are ``IntEnum`` classes (the single source of their values); messages are
-declared in a compact proto-like line format parsed by :func:`_build_file`:
+JSON/text renderings match. Enums are ``IntEnum`` types (the single source of their values: numbered from 0
+in declaration order, except :class:`Code`); messages are declared in a compact proto-like line format
+parsed by :func:`_build_file`:
 
     [repeated|optional|oneof <group>] <type> <name> = <number>
     map<string,string> <name> = <number>
@@ -37,71 +38,26 @@ FILE_NAME = "mqproxy/apache_rocketmq_v2.proto"
 
 # --------------------------------------------------------------------------------------------- enums
 
-
-class TransactionResolution(enum.IntEnum):
-    TRANSACTION_RESOLUTION_UNSPECIFIED = 0
-    COMMIT = 1
-    ROLLBACK = 2
-
-
-class TransactionSource(enum.IntEnum):
-    SOURCE_UNSPECIFIED = 0
-    SOURCE_CLIENT = 1
-    SOURCE_SERVER_CHECK = 2
-
-
-class Permission(enum.IntEnum):
-    PERMISSION_UNSPECIFIED = 0
-    NONE = 1
-    READ = 2
-    WRITE = 3
-    READ_WRITE = 4
-
-
-class FilterType(enum.IntEnum):
-    FILTER_TYPE_UNSPECIFIED = 0
-    TAG = 1
-    SQL = 2
-
-
-class AddressScheme(enum.IntEnum):
-    ADDRESS_SCHEME_UNSPECIFIED = 0
-    IPv4 = 1
-    IPv6 = 2
-    DOMAIN_NAME = 3
-
-
-class MessageType(enum.IntEnum):
-    MESSAGE_TYPE_UNSPECIFIED = 0
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-    LITE = 5
-    PRIORITY = 6
-
-
-class DigestType(enum.IntEnum):
-    DIGEST_TYPE_UNSPECIFIED = 0
-    CRC32 = 1
-    MD5 = 2
-    SHA1 = 3
-
-
-class ClientType(enum.IntEnum):
-    CLIENT_TYPE_UNSPECIFIED = 0
-    PRODUCER = 1
-    PUSH_CONSUMER = 2
-    SIMPLE_CONSUMER = 3
-    PULL_CONSUMER = 4
-    LITE_PUSH_CONSUMER = 5
-    LITE_SIMPLE_CONSUMER = 6
-
-
-class Encoding(enum.IntEnum):
-    ENCODING_UNSPECIFIED = 0
-    IDENTITY = 1
-    GZIP = 2
+TransactionResolution = enum.IntEnum(
+    "TransactionResolution", "TRANSACTION_RESOLUTION_UNSPECIFIED COMMIT ROLLBACK", start=0
+)
+TransactionSource = enum.IntEnum(
+    "TransactionSource", "SOURCE_UNSPECIFIED SOURCE_CLIENT SOURCE_SERVER_CHECK", start=0
+)
+Permission = enum.IntEnum("Permission", "PERMISSION_UNSPECIFIED NONE READ WRITE READ_WRITE", start=0)
+FilterType = enum.IntEnum("FilterType", "FILTER_TYPE_UNSPECIFIED TAG SQL", start=0)
+AddressScheme = enum.IntEnum("AddressScheme", "ADDRESS_SCHEME_UNSPECIFIED IPv4 IPv6 DOMAIN_NAME", start=0)
+MessageType = enum.IntEnum(
+    "MessageType", "MESSAGE_TYPE_UNSPECIFIED NORMAL FIFO DELAY TRANSACTION LITE PRIORITY", start=0
+)
+DigestType = enum.IntEnum("DigestType", "DIGEST_TYPE_UNSPECIFIED CRC32 MD5 SHA1", start=0)
+ClientType = enum.IntEnum(
+    "ClientType",
+    "CLIENT_TYPE_UNSPECIFIED PRODUCER PUSH_CONSUMER SIMPLE_CONSUMER "
+    "PULL_CONSUMER LITE_PUSH_CONSUMER LITE_SIMPLE_CONSUMER",
+    start=0,
+)
+Encoding = enum.IntEnum("Encoding", "ENCODING_UNSPECIFIED IDENTITY GZIP", start=0)
 
 
 class Code(enum.IntEnum):
@@ -163,41 +119,18 @@ class Code(enum.IntEnum):
     FAILED_TO_CONSUME_MESSAGE = 60000
 
 
-class Language(enum.IntEnum):
-    LANGUAGE_UNSPECIFIED = 0
-    JAVA = 1
-    CPP = 2
-    DOT_NET = 3
-    GOLANG = 4
-    RUST = 5
-    PYTHON = 6
-    PHP = 7
-    NODE_JS = 8
-    RUBY = 9
-    OBJECTIVE_C = 10
-    DART = 11
-    KOTLIN = 12
-
-
-class QueryOffsetPolicy(enum.IntEnum):
-    BEGINNING = 0
-    END = 1
-    TIMESTAMP = 2
-
-
-class LiteSubscriptionAction(enum.IntEnum):
-    PARTIAL_ADD = 0
-    PARTIAL_REMOVE = 1
-    COMPLETE_ADD = 2
-    COMPLETE_REMOVE = 3
-
-
-class OffsetPolicy(enum.IntEnum):
-    """``OffsetOption.Policy`` (a nested enum upstream)."""
-
-    LAST = 0
-    MIN = 1
-    MAX = 2
+Language = enum.IntEnum(
+    "Language",
+    "LANGUAGE_UNSPECIFIED JAVA CPP DOT_NET GOLANG RUST PYTHON "
+    "PHP NODE_JS RUBY OBJECTIVE_C DART KOTLIN",
+    start=0,
+)
+QueryOffsetPolicy = enum.IntEnum("QueryOffsetPolicy", "BEGINNING END TIMESTAMP", start=0)
+LiteSubscriptionAction = enum.IntEnum(
+    "LiteSubscriptionAction", "PARTIAL_ADD PARTIAL_REMOVE COMPLETE_ADD COMPLETE_REMOVE", start=0
+)
+#: ``OffsetOption.Policy`` (a nested enum upstream).
+OffsetPolicy = enum.IntEnum("OffsetPolicy", "LAST MIN MAX", start=0)
 
 
 #: Top-level enums of the package, by proto name.

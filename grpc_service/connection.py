@@ -46,8 +46,9 @@ from mqproxy.codecs.grpc_wire import (
     RequestRejected,
     StreamReset,
 )
+from mqproxy.grpc_service.call import Call
 from mqproxy.grpc_service.errors import RpcError
-from mqproxy.grpc_service.service import Call, MessagingService
+from mqproxy.grpc_service.service import MessagingService
 from mqproxy.runtime.context import ConnectionContext
 
 __all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver"]

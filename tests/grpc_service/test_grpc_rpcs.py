@@ -102,7 +102,7 @@ async def test_query_route_shapes(grpc_env: GrpcEnv) -> None:
 
 
 async def test_query_route_unknown_topic_without_auto_create(grpc_env: GrpcEnv) -> None:
-    grpc_env.service.auto_create_topics = False
+    grpc_env.service.resources.auto_create_topics = False
     client = await grpc_env.connect()
     response = await client.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="Missing")))
     assert response.status.code == Code.TOPIC_NOT_FOUND
@@ -179,7 +179,7 @@ async def test_send_errors_are_body_statuses(grpc_env: GrpcEnv) -> None:
     mixed = await send(client, message("ErrT", msg_id="OK1"), message("ErrT", b""))
     assert mixed.status.code == Code.MULTIPLE_RESULTS
     assert [e.status.code for e in mixed.entries] == [Code.OK, Code.MESSAGE_BODY_EMPTY]
-    grpc_env.service.auto_create_topics = False
+    grpc_env.service.resources.auto_create_topics = False
     assert (await send(client, message("NoSuchTopic"))).status.code == Code.TOPIC_NOT_FOUND
 
 
