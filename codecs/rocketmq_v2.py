@@ -121,8 +121,7 @@ class Code(enum.IntEnum):
 
 Language = enum.IntEnum(
     "Language",
-    "LANGUAGE_UNSPECIFIED JAVA CPP DOT_NET GOLANG RUST PYTHON "
-    "PHP NODE_JS RUBY OBJECTIVE_C DART KOTLIN",
+    "LANGUAGE_UNSPECIFIED JAVA CPP DOT_NET GOLANG RUST PYTHON PHP NODE_JS RUBY OBJECTIVE_C DART KOTLIN",
     start=0,
 )
 QueryOffsetPolicy = enum.IntEnum("QueryOffsetPolicy", "BEGINNING END TIMESTAMP", start=0)

@@ -33,25 +33,17 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
+from mqproxy.codecs import grpc_framing as frames
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import (
-    ConnectionTerminated,
-    GrpcEvent,
-    GrpcServerConnection,
-    GrpcStatus,
-    GrpcWireError,
-    MessageReceived,
-    RequestEnded,
-    RequestReceived,
-    RequestRejected,
-    StreamReset,
-)
+from mqproxy.codecs.grpc_framing import GrpcStatus
+from mqproxy.codecs.grpc_wire import GrpcServerConnection
 from mqproxy.grpc_service.call import Call
 from mqproxy.grpc_service.errors import RpcError
 from mqproxy.grpc_service.service import MessagingService
+from mqproxy.grpc_service.settings import ConnectionLimits
 from mqproxy.runtime.context import ConnectionContext
 
-__all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver"]
+__all__ = ["STREAM_HIGH_WATER", "GrpcConnectionDriver"]
 
 RECEIVE_BYTES = 65_536
 #: Queued response bytes per stream above which a handler's send waits for the client's window.
@@ -60,16 +52,6 @@ STREAM_HIGH_WATER = 256 * 1024
 INBOUND_QUEUE = 16
 #: How long the final GOAWAY/trailers may take to flush once the connection is ending.
 CLOSE_FLUSH_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """Per-connection limits: largest request message, concurrent calls (more are refused with
-    REFUSED_STREAM), and how long a connection without calls may stay silent."""
-
-    max_message_bytes: int = 16 * 1024 * 1024
-    max_concurrent_streams: int = 1000
-    idle_timeout_s: float = 120.0
 
 
 @dataclass(eq=False)
@@ -94,12 +76,12 @@ class GrpcConnectionDriver:
         stream: trio.abc.Stream,
         ctx: ConnectionContext,
         service: MessagingService,
-        limits: ConnectionLimits = ConnectionLimits(),
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self._stream = stream
         self._ctx = ctx
         self._service = service
-        self._limits = limits
+        self._limits = limits = limits or ConnectionLimits()
         self._conn = GrpcServerConnection(
             max_message_bytes=limits.max_message_bytes, max_concurrent_streams=limits.max_concurrent_streams
         )
@@ -197,7 +179,7 @@ class GrpcConnectionDriver:
                 return  # EOF
             try:
                 events = self._conn.receive_data(data)
-            except GrpcWireError as err:
+            except frames.GrpcWireError as err:
                 self._ctx.error = self._ctx.error or "protocol_error"
                 self._ctx.detail = self._ctx.detail or err.reason
                 self._kick()
@@ -210,10 +192,10 @@ class GrpcConnectionDriver:
 
     # --------------------------------------------------------------------------------- events
 
-    def _on_event(self, event: GrpcEvent) -> None:
-        if isinstance(event, RequestReceived):
+    def _on_event(self, event: frames.GrpcEvent) -> None:
+        if isinstance(event, frames.RequestReceived):
             self._on_request(event)
-        elif isinstance(event, MessageReceived):
+        elif isinstance(event, frames.MessageReceived):
             state = self._calls.get(event.stream_id)
             if state is None:
                 return
@@ -224,35 +206,39 @@ class GrpcConnectionDriver:
                 self._fail(state, GrpcStatus.RESOURCE_EXHAUSTED, "too many request messages queued")
             except trio.ClosedResourceError:
                 pass
-        elif isinstance(event, RequestEnded):
+        elif isinstance(event, frames.RequestEnded):
             state = self._calls.get(event.stream_id)
             if state is not None:
                 state.inbound_send.close()
-        elif isinstance(event, RequestRejected):
+        elif isinstance(event, frames.RequestRejected):
             state = self._calls.get(event.stream_id)
             if state is not None:
                 state.grpc_status = event.grpc_status
                 state.scope.cancel()
             else:
-                self._ctx.request_event(
-                    op="?",
-                    code=None,
-                    status=event.grpc_status.name,
-                    outcome="error",
-                    latency_ms=0.0,
-                    req_bytes=0,
-                    resp_bytes=0,
-                    client_id=None,
-                    group=None,
-                    topic=None,
-                )
-        elif isinstance(event, StreamReset):
+                self._log_refused("?", event.grpc_status, None)
+        elif isinstance(event, frames.StreamReset):
             state = self._calls.get(event.stream_id)
             if state is not None:
                 state.grpc_status = GrpcStatus.CANCELLED
                 state.scope.cancel()
-        elif isinstance(event, ConnectionTerminated):
+        elif isinstance(event, frames.ConnectionTerminated):
             self._goaway_received = True
+
+    def _log_refused(self, op: str, status: GrpcStatus, client_id: str | None) -> None:
+        """The ``request`` event of a call refused before it started."""
+        self._ctx.request_event(
+            op=op,
+            code=None,
+            status=status.name,
+            outcome="error",
+            latency_ms=0.0,
+            req_bytes=0,
+            resp_bytes=0,
+            client_id=client_id,
+            group=None,
+            topic=None,
+        )
 
     def _fail(self, state: _CallState, status: GrpcStatus, message: str) -> None:
         state.grpc_status = status
@@ -260,7 +246,7 @@ class GrpcConnectionDriver:
         state.scope.cancel()
         self._kick()
 
-    def _on_request(self, event: RequestReceived) -> None:
+    def _on_request(self, event: frames.RequestReceived) -> None:
         method = pb.METHODS.get(event.method)
         metadata = {k: v for k, v in event.metadata if isinstance(v, str)}
         client_id = metadata.get("x-mq-client-id", "")
@@ -269,18 +255,7 @@ class GrpcConnectionDriver:
             self._conn.end_response(
                 event.stream_id, GrpcStatus.UNIMPLEMENTED, f"unknown method {event.method}"
             )
-            self._ctx.request_event(
-                op=name,
-                code=None,
-                status=GrpcStatus.UNIMPLEMENTED.name,
-                outcome="error",
-                latency_ms=0.0,
-                req_bytes=0,
-                resp_bytes=0,
-                client_id=client_id or None,
-                group=None,
-                topic=None,
-            )
+            self._log_refused(name, GrpcStatus.UNIMPLEMENTED, client_id or None)
             return
         deadline = math.inf if event.deadline_s is None else trio.current_time() + event.deadline_s
         send, recv = trio.open_memory_channel[bytes](INBOUND_QUEUE)

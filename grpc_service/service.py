@@ -37,7 +37,8 @@ from mqproxy.grpc_service.resources import Resources
 from mqproxy.grpc_service.route import RouteRpcs
 from mqproxy.grpc_service.send import SendRpcs
 from mqproxy.grpc_service.sessions import SessionRpcs
-from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings
+from mqproxy.grpc_service.settings import GrpcSettings
+from mqproxy.grpc_service.telemetry import ClientRegistry
 from mqproxy.grpc_service.transactions import TransactionRpcs
 from mqproxy.model.errors import BackendError
 
@@ -53,26 +54,18 @@ async def _lite_unsupported(call: Call, request: Any) -> Any:
 
 class MessagingService:
     """The v2 RPCs for one server, over the broker facade ``broker`` (one instance serves every
-    connection: the registry of live clients spans them)."""
+    connection: the registry of live clients spans them), configured by ``settings``."""
 
-    def __init__(
-        self,
-        broker: BrokerFacade,
-        *,
-        advertised: tuple[str, int],
-        auto_create_topics: bool = True,
-        server_settings: ServerSettings | None = None,
-        settings_timeout_s: float = 30.0,
-    ) -> None:
+    def __init__(self, broker: BrokerFacade, settings: GrpcSettings) -> None:
         self.resources = Resources(
-            broker, auto_create_topics=auto_create_topics, server_settings=server_settings
+            broker, auto_create_topics=settings.auto_create_topics, server_settings=settings.server
         )
-        route = RouteRpcs(self.resources, advertised)
+        route = RouteRpcs(self.resources, settings.advertised)
         send = SendRpcs(self.resources)
         receive = ReceiveRpcs(self.resources)
         pull = PullRpcs(self.resources)
         self.transactions = TransactionRpcs(self.resources)
-        self.sessions = SessionRpcs(self.resources, settings_timeout_s)
+        self.sessions = SessionRpcs(self.resources, settings.settings_timeout_s)
         self._unary: dict[str, Unary] = {
             "QueryRoute": route.query_route,
             "QueryAssignment": route.query_assignment,

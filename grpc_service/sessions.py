@@ -22,7 +22,7 @@ import trio
 from google.protobuf.message import DecodeError
 
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import GrpcStatus
+from mqproxy.codecs.grpc_framing import GrpcStatus
 from mqproxy.facade.types import GroupConfig
 from mqproxy.grpc_service.call import Call, Send, ok
 from mqproxy.grpc_service.errors import ApiError, RpcError

@@ -21,12 +21,11 @@ from h2.settings import SettingCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.codecs import grpc_wire
+from mqproxy.codecs import grpc_framing, grpc_wire
 from mqproxy.codecs import rocketmq_v2 as v2
-from mqproxy.codecs.grpc_wire import (
+from mqproxy.codecs.grpc_framing import (
     ConnectionTerminated,
     GrpcEvent,
-    GrpcServerConnection,
     GrpcStatus,
     GrpcWireError,
     MessageReceived,
@@ -38,6 +37,9 @@ from mqproxy.codecs.grpc_wire import (
     parse_grpc_timeout,
     percent_encode,
 )
+from mqproxy.codecs.grpc_wire import GrpcServerConnection
+
+from ..grpc_service.conftest import with_overrides  # type: ignore[import-not-found]
 
 SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
 RECEIVE = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
@@ -50,13 +52,7 @@ def request_headers(path: str = SEND, **overrides: str | None) -> list[tuple[str
         "content-type": "application/grpc", "te": "trailers", "grpc-timeout": "3S",
         "x-mq-client-id": "host@1@0", "x-mq-language": "PYTHON",
     }
-    for name, value in overrides.items():
-        key = name.replace("_", "-")
-        if value is None:
-            headers.pop(key, None)
-        else:
-            headers[key] = value
-    return list(headers.items())
+    return with_overrides(headers, overrides)
 
 
 class Peer:
@@ -193,7 +189,7 @@ def test_percent_encode_and_message_prefix() -> None:
 
 def test_codec_modules_are_sans_io() -> None:
     forbidden = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
-    for module in (grpc_wire, v2):
+    for module in (grpc_framing, grpc_wire, v2):
         tree = ast.parse(pathlib.Path(module.__file__ or "").read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

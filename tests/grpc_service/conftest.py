@@ -11,7 +11,7 @@ Everything runs in memory, so tests that wait for a delay, an invisible time or 
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,18 +27,27 @@ from mqproxy.backends.embedded.broker import EmbeddedBroker, open_embedded_broke
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_framing import encode_message
 from mqproxy.context import ServerState
-from mqproxy.grpc_service.connection import ConnectionLimits, GrpcConnectionDriver
-from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
+from mqproxy.grpc_service.connection import GrpcConnectionDriver
+from mqproxy.grpc_service.protocol import GrpcService
 from mqproxy.grpc_service.service import MessagingService
+from mqproxy.grpc_service.settings import ConnectionLimits, GrpcSettings
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.settings import Settings
 
 PREFIX = f"/{pb.SERVICE}/"
 
 
-def frame(payload: bytes) -> bytes:
-    return struct.pack(">BI", 0, len(payload)) + payload
+def with_overrides(headers: dict[str, str], overrides: Mapping[str, str | None]) -> list[tuple[str, str]]:
+    """``headers`` with ``overrides`` applied (``_`` in a name stands for ``-``; None drops the header)."""
+    for name, value in overrides.items():
+        key = name.replace("_", "-")
+        if value is None:
+            headers.pop(key, None)
+        else:
+            headers[key] = value
+    return list(headers.items())
 
 
 @dataclass
@@ -157,13 +166,7 @@ class GrpcTestClient:
             "te": "trailers",
             "x-mq-client-id": self.client_id,
         }
-        for name, value in overrides.items():
-            key = name.replace("_", "-")
-            if value is None:
-                base.pop(key, None)
-            else:
-                base[key] = value
-        return list(base.items())
+        return with_overrides(base, overrides)
 
     async def open(
         self,
@@ -184,7 +187,7 @@ class GrpcTestClient:
 
     async def send_message(self, sid: int, payload: bytes, *, end: bool = False) -> None:
         """Send one length-prefixed message as flow control allows."""
-        data = memoryview(frame(payload))
+        data = memoryview(encode_message(payload))
         while True:
             size = min(len(data), self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
             if size <= 0 and data:
