@@ -1,6 +1,6 @@
 """The gRPC protocol sits on the broker facade: its modules import only the layers below it (codecs, facade,
 model, runtime, negotiation) and each other, never a backend, another protocol or the server core; and its
-own imports have no cycle."""
+own imports have no cycle. The message conversion and the error mapping are sans-IO."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "grpc_service"
 ALLOWED = ("codecs", "facade", "model", "runtime", "negotiation", "grpc_service")
+SANS_IO = ("convert", "errors")
+FORBIDDEN = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
 
 
 def _mqproxy_imports(path: Path) -> set[str]:
@@ -57,3 +59,13 @@ def test_no_import_cycle() -> None:
 
     for module in sorted(graph):
         visit(module, ())
+
+
+@pytest.mark.parametrize("stem", SANS_IO)
+def test_pure_module_is_sans_io(stem: str) -> None:
+    tree = ast.parse((PACKAGE / f"{stem}.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            assert not {a.name.split(".")[0] for a in node.names} & FORBIDDEN, stem
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            assert (node.module or "").split(".")[0] not in FORBIDDEN, stem
