@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import trio
 
 from mqproxy.context import ServerState
-from mqproxy.grpc_service.connection import serve_grpc
+from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
 from mqproxy.http import serve_http
 from mqproxy.mqtt.service import MqttService
 from mqproxy.negotiation import Detected, Protocol
@@ -70,6 +70,6 @@ def build_protocols(state: ServerState) -> Protocols:
         mqtt=state.registries.setdefault(  # TRANSITIONAL: remoting_route reaches MQTT dispatch there
             "mqtt", MqttService.from_settings(state.broker, state.settings, state.draining)
         ),
-        grpc=_Function(serve_grpc),
+        grpc=GrpcService(state.broker, GrpcSettings.from_config(state.settings, state.advertised)),
         http=_Function(serve_http),
     )

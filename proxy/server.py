@@ -25,8 +25,6 @@ from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
 from mqproxy.facade.types import TransactionCheck
-from mqproxy.grpc_service.connection import grpc_service
-from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
 from mqproxy.remoting_route import REMOTING_CHECK_BACK_KEY, SERVICES_KEY, remoting_context
 from mqproxy.routes import build_protocols
 from mqproxy.settings import BrokerSettings, Settings, parse_hostport
@@ -107,10 +105,7 @@ async def serve(
         )
 
         async def check_back(check: TransactionCheck) -> bool:
-            """A transaction check-back goes to the protocol its producer used: gRPC producers have no
-            group, so their half messages carry ``%GRPC%<topic>``; everything else is remoting."""
-            if check.producer_group.startswith(GRPC_TRANSACTION_GROUP_PREFIX):
-                return await grpc_service(state).check_back(check)
+            """A transaction check-back to a remoting producer (gRPC registers its own)."""
             remoting_context(state)  # creates the remoting registry (and its sender) on first use
             sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
             return bool(sender is not None and await sender(check))
