@@ -53,6 +53,7 @@ from mqproxy.model.properties import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME,
+    PROPERTY_HALF_TIME_MS,
     PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QID,
@@ -73,8 +74,6 @@ from mqproxy.model.types import (
     StoredMessage,
 )
 
-#: When the half message was prepared (service clock, ms); internal, stripped on commit.
-PROPERTY_HALF_TIME_MS = "TRAN_HALF_TIME_MS"
 #: Op-record tags.
 OP_DONE = "d"
 OP_CHECKED = "c"
