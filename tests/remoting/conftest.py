@@ -101,13 +101,14 @@ async def send(
     queue: int = 0,
     *,
     topic: str = "T",
+    tags: str = "A",
     queues: int = 2,
     ok: bool = True,
     **props: str,
 ) -> RemotingCommand:
-    """SEND_MESSAGE_V2 as a Java producer writes it (tag ``A``, ``props`` added; ``queues``: the
+    """SEND_MESSAGE_V2 as a Java producer writes it (``props`` added to the properties; ``queues``: the
     auto-created topic's queue count); with ``ok`` the answer must be SUCCESS."""
-    properties = "TAGS\x01A\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+    properties = f"TAGS\x01{tags}\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
     ext = {"a": "PG", "b": topic, "c": "TBW102", "d": str(queues), "e": str(queue), "f": "0",
            "g": "1700000000001", "h": "0", "i": properties}  # fmt: skip
     response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))

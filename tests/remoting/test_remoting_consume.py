@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import trio
 
@@ -9,6 +11,8 @@ from mqproxy.codecs.message_record import MAGIC_V1, decode_records
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession
+
+from .conftest import send as send_v2  # type: ignore[import-not-found]
 
 
 def cpp_pull(**overrides: object) -> dict[str, object]:
@@ -62,13 +66,8 @@ async def create_topic_by_route(wire, session, topic: str = "T") -> None:
     assert response.code == ResponseCode.SUCCESS
 
 
-async def send(wire, session, body: bytes, tags: str = "TagA", queue: int = 0, **props: str) -> None:
-    properties = f"TAGS\x01{tags}\x02" + "".join(f"{k}\x01{v}\x02" for k, v in props.items())
-    ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": str(queue), "f": "0", "g": "1700000000001",
-           "h": "0", "i": properties}  # fmt: skip
-    response = await session.handle(wire(RequestCode.SEND_MESSAGE_V2, ext, body))
-    assert response is not None
-    assert response.code == ResponseCode.SUCCESS
+#: Sends here tag messages ``TagA`` and auto-create four-queue topics.
+send = functools.partial(send_v2, tags="TagA", queues=4)
 
 
 async def test_produce_then_pull_returns_the_exact_record(wire, session) -> None:
