@@ -140,8 +140,10 @@ class ServerContext:
     polls: HeldPolls = field(default_factory=HeldPolls)
     #: Where groups last pulled to (GET_CONSUME_STATS' pull offsets).
     pull_offsets: PullOffsets = field(default_factory=PullOffsets)
+    #: Whether route lookups and sends may create unknown topics (the server passes the same store
+    #: setting to the broker facade, which applies it to single sends).
     auto_create_topics: bool = True
-    #: Queues of an auto-created topic when the request names no count; also TBW102's count.
+    #: Cap on an auto-created topic's queues (a batch send's ``defaultTopicQueueNums``); TBW102's count.
     default_queue_count: int = 4
     #: Upper bound on messages per pull response (clients ask 32).
     max_pull_batch: int = 32
