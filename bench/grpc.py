@@ -47,12 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_wire import encode_message
 from mqproxy.codecs.remoting_codes import ResponseCode
 
 PATH_PREFIX = f"/{pb.SERVICE}/"
+_MESSAGE_PREFIX = struct.Struct(">BI")  # reading the responses
 REMOTING_QUEUES = 4
 _RECEIVE_BYTES = 256 * 1024
-_MESSAGE_PREFIX = struct.Struct(">BI")
 
 
 class CallFailed(Exception):
@@ -109,7 +110,7 @@ class GrpcClient:
             ("x-mq-protocol", "GRPC_V2"),
         ]
         payload = request.SerializeToString()
-        framed = _MESSAGE_PREFIX.pack(0, len(payload)) + payload
+        framed = encode_message(payload)
         self._h2.send_headers(sid, headers)
         body = bytearray()
         status: str | None = None

@@ -16,14 +16,19 @@ import json
 import os
 import ssl
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import h2.config
+import h2.connection
 import trio
+
+from mqproxy.codecs.mqtt import Connect, encode
+from mqproxy.codecs.remoting import RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode
 
 ECHO_SERVER = """
 import sys, trio
@@ -43,17 +48,17 @@ trio.run(main)
 
 
 def _remoting_route_request() -> bytes:
-    header = json.dumps(
-        {
-            "code": 105,
-            "language": "JAVA",
-            "version": 401,
-            "opaque": 1,
-            "flag": 0,
-            "extFields": {"topic": "BenchTopic"},
-        }
-    ).encode()
-    return struct.pack(">ii", 4 + len(header), len(header)) + header
+    command = RemotingCommand(
+        code=RequestCode.GET_ROUTEINFO_BY_TOPIC, version=401, opaque=1, ext_fields={"topic": "BenchTopic"}
+    )
+    return encode_command(command)
+
+
+def _grpc_preface() -> bytes:
+    """The client connection preface and first SETTINGS of an h2c gRPC client."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    return conn.data_to_send()
 
 
 def _proxy_v1(inner: bytes) -> bytes:
@@ -63,8 +68,8 @@ def _proxy_v1(inner: bytes) -> bytes:
 HTTP_GET = b"GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
 PAYLOADS: dict[str, bytes] = {
     "remoting": _remoting_route_request(),
-    "mqtt": b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1",
-    "grpc": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+    "mqtt": encode(Connect("dev1", keep_alive=60), 4),
+    "grpc": _grpc_preface(),
     "http": HTTP_GET,
     "proxy+http": _proxy_v1(HTTP_GET),
 }
