@@ -18,18 +18,7 @@ from typing import Any
 import trio
 from _mqtt_load import LEVEL, MAX_PACKET, READ_BYTES, LoadError
 
-from mqproxy.codecs.mqtt import (
-    Connack,
-    Connect,
-    MqttCodecError,
-    MqttDecoder,
-    QoS,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    encode,
-)
+from mqproxy.codecs import mqtt
 
 __all__ = ["SubscriberPool"]
 
@@ -210,7 +199,7 @@ def _pool_main(
         started = time.monotonic()
         try:
             _pool_subscribe(socks, host, port, topic, count, client_prefix, started + timeout_s)
-        except (LoadError, OSError, MqttCodecError) as exc:
+        except (LoadError, OSError, mqtt.MqttCodecError) as exc:
             conn.send(("error", f"subscriber pool: {type(exc).__name__}: {exc}"))
             return
         conn.send(("ready", time.monotonic() - started))
@@ -230,9 +219,9 @@ def _pool_subscribe(
     client_prefix: str,
     deadline: float,
 ) -> None:
-    """Open ``count`` subscribers into ``socks`` (fd → socket); LoadError / OSError / MqttCodecError."""
-    subscribe = encode(Subscribe(1, (SubscribeTopic(topic, QoS.AT_MOST_ONCE),)), LEVEL)
-    decoders: dict[int, MqttDecoder | None] = {}  # None while the TCP connect is under way
+    """Open ``count`` subscribers into ``socks`` (fd → socket); LoadError / OSError / mqtt.MqttCodecError."""
+    subscribe = mqtt.encode(mqtt.Subscribe(1, (mqtt.SubscribeTopic(topic, mqtt.QoS.AT_MOST_ONCE),)), LEVEL)
+    decoders: dict[int, mqtt.MqttDecoder | None] = {}  # None while the TCP connect is under way
     ids: dict[int, int] = {}  # fd → client number, until its CONNECT is sent
     opened = ready = 0
     with select.epoll() as epoll:
@@ -258,22 +247,22 @@ def _pool_subscribe(
                     code = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
                     if code:
                         raise OSError(code, f"connect: {os.strerror(code)}")
-                    connect = Connect(
+                    connect = mqtt.Connect(
                         f"{client_prefix}{ids.pop(fd)}", protocol_level=LEVEL, keep_alive=_POOL_KEEP_ALIVE
                     )
-                    sock.sendall(encode(connect, LEVEL))
-                    decoders[fd] = MqttDecoder(MAX_PACKET, protocol_level=LEVEL)
+                    sock.sendall(mqtt.encode(connect, LEVEL))
+                    decoders[fd] = mqtt.MqttDecoder(MAX_PACKET, protocol_level=LEVEL)
                     epoll.modify(fd, select.EPOLLIN)
                     continue
                 data = sock.recv(READ_BYTES)
                 if not data:
                     raise LoadError("broker closed a subscriber during CONNECT/SUBSCRIBE")
                 for packet in decoder.receive_data(data):
-                    if isinstance(packet, Connack):
-                        if packet.reason_code != ReasonCode.SUCCESS:
+                    if isinstance(packet, mqtt.Connack):
+                        if packet.reason_code != mqtt.ReasonCode.SUCCESS:
                             raise LoadError(f"CONNECT refused: {packet.reason_code!r}")
                         sock.sendall(subscribe)
-                    elif isinstance(packet, SubAck):
+                    elif isinstance(packet, mqtt.SubAck):
                         if packet.reason_codes[0] >= 0x80:
                             raise LoadError(f"SUBSCRIBE {topic!r} refused: {packet.reason_codes[0]!r}")
                         epoll.unregister(fd)

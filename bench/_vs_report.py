@@ -101,14 +101,6 @@ def idle_cpu(targets: list[Target]) -> str:
     return ", ".join(parts)
 
 
-def uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        load = os.getloadavg()
-        return f"load average: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}"
-
-
 def machine() -> list[str]:
     model = "unknown CPU"
     with contextlib.suppress(OSError):

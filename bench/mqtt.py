@@ -221,26 +221,17 @@ def raise_fd_limit(wanted: int) -> int:
 
 async def bench_broker(broker: Broker, args: argparse.Namespace) -> None:
     if "fan-in" in args.cases:
-        await ladder(
-            broker,
-            args,
-            "fan-in QoS 0 (10→1)",
-            qos=0,
-            publishers=FAN_IN_PUBLISHERS,
-            subscribers=1,
-            rates=args.rates_qos0,
-            unit="msgs/s",
-        )
-        await ladder(
-            broker,
-            args,
-            "fan-in QoS 1 (10→1)",
-            qos=1,
-            publishers=FAN_IN_PUBLISHERS,
-            subscribers=1,
-            rates=args.rates_qos1,
-            unit="msgs/s",
-        )
+        for qos, rates in ((0, args.rates_qos0), (1, args.rates_qos1)):
+            await ladder(
+                broker,
+                args,
+                f"fan-in QoS {qos} (10→1)",
+                qos=qos,
+                publishers=FAN_IN_PUBLISHERS,
+                subscribers=1,
+                rates=rates,
+                unit="msgs/s",
+            )
     if "fan-out" in args.cases:
         before = await read_cache_counts(broker) if broker.name == "mqproxy" else None
         await ladder(

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,9 @@ from pathlib import Path
 import h2.config
 import h2.connection
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _figures import percentile
 
 from mqproxy.codecs.mqtt import Connect, encode
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
@@ -115,12 +117,6 @@ async def _drive(
     return n / (time.perf_counter() - started), latencies
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
-
-
 def _start_proxy(workdir: Path, cert: tuple[str, str] | None) -> tuple[subprocess.Popen[bytes], int, Path]:
     log = workdir / "proxy.log"
     env = dict(os.environ, MQPROXY_STORE_BACKEND="memory", MQPROXY_SERVER_SNIFF_TIMEOUT_S="5")
@@ -182,7 +178,15 @@ def main() -> None:
         try:
             rate, lat = trio.run(_drive, echo_port, HTTP_GET, args.connections, args.concurrency)
             rows.append(
-                ("baseline: trio echo", "-", rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None)
+                (
+                    "baseline: trio echo",
+                    "-",
+                    rate,
+                    percentile(lat, 50) * 1e3,
+                    percentile(lat, 99) * 1e3,
+                    None,
+                    None,
+                )
             )
             cases = [(name, payload, None) for name, payload in PAYLOADS.items()]
             cases.append(("tls+http", HTTP_GET, client_tls))
@@ -190,7 +194,15 @@ def main() -> None:
                 n = args.connections if tls is None else max(200, args.connections // 5)
                 rate, lat = trio.run(_drive, proxy_port, payload, n, args.concurrency, tls)
                 rows.append(
-                    (f"mqproxy: {name}", n, rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None)
+                    (
+                        f"mqproxy: {name}",
+                        n,
+                        rate,
+                        percentile(lat, 50) * 1e3,
+                        percentile(lat, 99) * 1e3,
+                        None,
+                        None,
+                    )
                 )
         finally:
             proxy.terminate()
@@ -209,7 +221,7 @@ def main() -> None:
     print(f"{'sniff latency (server side)':28} {'count':>10} {'p50 ms':>20} {'p99 ms':>9}")
     for (proto, tls), values in sorted(sniff.items()):
         label = f"{proto}{' (tls)' if tls else ''}"
-        print(f"{label:28} {len(values):10d} {_pct(values, 50):20.3f} {_pct(values, 99):9.3f}")
+        print(f"{label:28} {len(values):10d} {percentile(values, 50):20.3f} {percentile(values, 99):9.3f}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _figures import uptime
 from _remoting_client import ProxyProcess, RemotingClient, cpu_seconds, open_client, start_proxy
 from _services_load import (
     BATCH,
@@ -89,10 +89,6 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 # --- pop vs pull ----------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "scripts"))
 import stock_rocketmq as rmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
+from _figures import uptime  # noqa: E402
 from _remoting_client import ProxyProcess, peak_rss_kib  # noqa: E402
 from _vs_cases import CASES, PRODUCER_WINDOW_S, RUNNERS, Row  # noqa: E402
 from _vs_clients import Clients  # noqa: E402
@@ -85,7 +86,6 @@ from _vs_report import (  # noqa: E402
     machine,
     ratio_line,
     summary_table,
-    uptime,
 )
 from _vs_targets import Target, mqproxy_target, rocketmq_target  # noqa: E402
 
