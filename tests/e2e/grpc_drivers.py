@@ -72,10 +72,21 @@ class Run:
         return [e for e in self.events if e.get("event") == name]
 
 
-def run_py5(env: dict[str, str], command: str, *args: str, limit_s: float = 90, **options: object) -> Run:
-    """Run the py5 driver's ``command`` with ``args`` then each option as ``--name value`` (``name_x``
-    becomes ``--name-x``; ``True`` is a bare flag)."""
-    argv = [command, *args]
+def run_py5(
+    env: dict[str, str],
+    command: str,
+    endpoint: str,
+    topic: str,
+    group: str | None = None,
+    *,
+    limit_s: float = 90,
+    **options: object,
+) -> Run:
+    """Run the py5 driver's ``command`` against ``endpoint`` / ``topic`` (/ ``group``), then each option as
+    ``--name value`` (``name_x`` becomes ``--name-x``; ``True`` is a bare flag)."""
+    argv = [command, "--endpoint", endpoint, "--topic", topic]
+    if group is not None:
+        argv += ["--group", group]
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, str(value)]
@@ -99,8 +110,10 @@ def run_driver(argv: list[str], env: dict[str, str], limit_s: float, cwd: Path |
     )
 
 
-async def arun_py5(env: dict[str, str], command: str, limit_s: float = 90, **options: object) -> Run:
-    return await trio.to_thread.run_sync(lambda: run_py5(env, command, limit_s=limit_s, **options))
+async def arun_py5(
+    env: dict[str, str], command: str, endpoint: str, topic: str, group: str | None = None, **options: object
+) -> Run:
+    return await trio.to_thread.run_sync(lambda: run_py5(env, command, endpoint, topic, group, **options))
 
 
 class SubprocessProxy:
@@ -153,6 +166,6 @@ class SubprocessProxy:
 
 def produce(env: dict[str, str], ep: str, topic: str, count: int) -> list[str]:
     """Send ``count`` messages with the py5 driver; their message ids."""
-    run = run_py5(env, "produce", endpoint=ep, topic=topic, count=str(count))
+    run = run_py5(env, "produce", ep, topic, count=count)
     assert run.returncode == 0, run.stderr
     return [e["message_id"] for e in run.of("sent")]

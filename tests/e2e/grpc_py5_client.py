@@ -175,6 +175,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def due_epoch_s(delay_ms: int) -> int:
+    """The whole epoch second at least ``delay_ms`` from now (the client takes whole seconds)."""
+    return -(-(now_ms() + delay_ms) // 1000)
+
+
 def push(args: argparse.Namespace) -> int:
     import threading
 
@@ -222,7 +227,7 @@ def delay(args: argparse.Namespace) -> int:
     producer = started_producer(args)
     got = 0
     try:
-        due_s = -(-(now_ms() + args.delay_ms) // 1000)  # the client takes whole epoch seconds
+        due_s = due_epoch_s(args.delay_ms)
         due = due_s * 1000
         receipt = producer.send(message(args, b"delayed", delivery_timestamp=due_s))
         emit("sent", message_id=receipt.message_id, due_ms=due, at_ms=now_ms())
@@ -291,7 +296,7 @@ def recall(args: argparse.Namespace) -> int:
     producer = started_producer(args)
     got = 0
     try:
-        due_s = -(-(now_ms() + args.delay_ms) // 1000)
+        due_s = due_epoch_s(args.delay_ms)
         receipts = []
         for name in ("recalled", "kept"):
             receipt = producer.send(message(args, name.encode(), delivery_timestamp=due_s))

@@ -74,9 +74,9 @@ def env(tmp_path: Path, tls: Tls) -> dict[str, str]:
 
 
 def test_producer_sends_over_h2c_and_tls(py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]) -> None:
-    plain = run_py5(env, "produce", endpoint=grpc_proxy.address, topic="GrpcPlain", count="5")
+    plain = run_py5(env, "produce", grpc_proxy.address, "GrpcPlain", count=5)
     assert plain.returncode == 0, plain.stderr
-    secure = run_py5(env, "produce", endpoint=grpc_proxy.address, topic="GrpcTls", count="5", tls=True)
+    secure = run_py5(env, "produce", grpc_proxy.address, "GrpcTls", count=5, tls=True)
     assert secure.returncode == 0, secure.stderr
     ids = [e["message_id"] for e in plain.of("sent") + secure.of("sent")]
     assert len(ids) == len(set(ids)) == 10
@@ -90,15 +90,7 @@ def test_producer_sends_over_h2c_and_tls(py5: Path, grpc_proxy: SubprocessProxy,
 
 
 def test_three_mib_body_over_tls(py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]) -> None:
-    run = run_py5(
-        env,
-        "produce",
-        endpoint=grpc_proxy.address,
-        topic="GrpcBig",
-        count="1",
-        body_bytes=str(3 * MIB),
-        tls=True,
-    )
+    run = run_py5(env, "produce", grpc_proxy.address, "GrpcBig", count=1, body_bytes=str(3 * MIB), tls=True)
     assert run.returncode == 0, run.stderr
     (sent,) = run.of("sent")
     assert sent["size"] == 3 * MIB
@@ -119,13 +111,13 @@ def test_grpc_fifo_messages_reach_a_remoting_consumer_intact(
     produced = run_py5(
         env,
         "produce",
-        endpoint=grpc_proxy.address,
-        topic="GrpcToRemoting",
-        count="6",
+        grpc_proxy.address,
+        "GrpcToRemoting",
+        "order-1",
+        count=6,
         tag="TagX",
         key="kx",
         prop="p1=v1",
-        group="order-1",
     )
     assert produced.returncode == 0, produced.stderr
     consumer.wait(60)
@@ -173,11 +165,9 @@ def test_simple_consumer_receives_and_acks(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(env, "produce", endpoint=ep, topic="RecvTopic", count="4", prop="color=red", key="rk")
+    produced = run_py5(env, "produce", ep, "RecvTopic", count=4, prop="color=red", key="rk")
     assert produced.returncode == 0, produced.stderr
-    consumed = run_py5(
-        env, "consume", endpoint=ep, topic="RecvTopic", group="RecvGroup", expect="4", timeout="30"
-    )
+    consumed = run_py5(env, "consume", ep, "RecvTopic", "RecvGroup", expect=4, timeout=30)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
@@ -188,9 +178,7 @@ def test_simple_consumer_receives_and_acks(
         assert event["keys"][0].startswith("rk")
         assert not event["corrupted"]
     # everything was acked: a second consumer of the group finds nothing
-    again = run_py5(
-        env, "consume", endpoint=ep, topic="RecvTopic", group="RecvGroup", expect="1", timeout="4"
-    )
+    again = run_py5(env, "consume", ep, "RecvTopic", "RecvGroup", expect=1, timeout=4)
     assert again.of("received") == []
 
 
@@ -198,20 +186,9 @@ def test_fifo_and_three_mib_round_trip_over_tls(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(
-        env,
-        "produce",
-        endpoint=ep,
-        topic="BigTopic",
-        count="2",
-        body_bytes=str(3 * MIB),
-        group="g1",
-        tls=True,
-    )
+    produced = run_py5(env, "produce", ep, "BigTopic", "g1", count=2, body_bytes=str(3 * MIB), tls=True)
     assert produced.returncode == 0, produced.stderr
-    consumed = run_py5(
-        env, "consume", endpoint=ep, topic="BigTopic", group="BigGroup", expect="2", timeout="30", tls=True
-    )
+    consumed = run_py5(env, "consume", ep, "BigTopic", "BigGroup", expect=2, timeout=30, tls=True)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert [e["size"] for e in received] == [3 * MIB, 3 * MIB]
@@ -229,15 +206,7 @@ def test_remoting_messages_reach_a_grpc_consumer_intact(
         ep, "RemotingToGrpc", 3, tag="TagR", key="rkey", body="hello", props={"origin": "remoting"}
     )
     assert produced.returncode == 0, produced.describe()
-    consumed = run_py5(
-        env,
-        "consume",
-        endpoint=ep,
-        topic="RemotingToGrpc",
-        group="RemotingToGrpcGroup",
-        expect="3",
-        timeout="30",
-    )
+    consumed = run_py5(env, "consume", ep, "RemotingToGrpc", "RemotingToGrpcGroup", expect=3, timeout=30)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert sorted(e["message_id"] for e in received) == sorted(e["msg_id"] for e in produced.of("sent"))
@@ -256,18 +225,17 @@ async def test_transactions_commit_rollback_and_check_back(
     """Half messages are invisible; commit publishes, rollback drops, and an open one is resolved by the
     server's check-back (RecoverOrphanedTransactionCommand on Telemetry) answered by the client's checker."""
     ep = endpoint(grpc_server)
-    produced = await arun_py5(env, "transact", endpoint=ep, topic="TxTopic", count="3", linger="4")
+    produced = await arun_py5(env, "transact", ep, "TxTopic", count=3, linger=4)
     assert produced.returncode == 0, produced.stderr
     sent = {e["outcome"]: e["message_id"] for e in produced.of("sent")}
     assert [e["message_id"] for e in produced.of("checked")][:1] == [sent["open"]]
-    consumed = await arun_py5(
-        env, "consume", endpoint=ep, topic="TxTopic", group="TxGroup", expect="2", timeout="20"
-    )
+    consumed = await arun_py5(env, "consume", ep, "TxTopic", "TxGroup", expect=2, timeout=20)
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(e["message_id"] for e in consumed.of("received")) == sorted([sent["commit"], sent["open"]])
 
 
 # ------------------------------------------------------------------------------ Node.js client
+
 
 @pytest.fixture(scope="module")
 def node() -> str:
@@ -302,9 +270,7 @@ def test_node_producer_python_consumer(
     ep = grpc_proxy.address
     produced = run_node(node, env, "produce", ep, "CrossClient", "3")
     assert produced.returncode == 0, produced.stderr
-    consumed = run_py5(
-        env, "consume", endpoint=ep, topic="CrossClient", group="CrossGroup", expect="3", timeout="30"
-    )
+    consumed = run_py5(env, "consume", ep, "CrossClient", "CrossGroup", expect=3, timeout=30)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
@@ -322,15 +288,7 @@ def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures
     ep = grpc_proxy.address
     sent = produce(env, ep, "PushTopic", 4)
     pushed = run_py5(
-        env,
-        "push",
-        endpoint=ep,
-        topic="PushTopic",
-        group="PushGroup",
-        expect="4",
-        timeout="60",
-        fail_first=True,
-        limit_s=120,
+        env, "push", ep, "PushTopic", "PushGroup", expect=4, timeout=60, fail_first=True, limit_s=120
     )
     assert pushed.returncode == 0, pushed.stderr + json.dumps(pushed.events)
     received = pushed.of("received")
@@ -343,22 +301,14 @@ def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures
     assert assignments
     assert all(e["status"] == "OK" for e in assignments)
     # acked for good: a second push consumer of the group gets nothing new
-    again = run_py5(env, "push", endpoint=ep, topic="PushTopic", group="PushGroup", expect="1", timeout="6")
+    again = run_py5(env, "push", ep, "PushTopic", "PushGroup", expect=1, timeout=6)
     assert again.of("received") == []
 
 
 def test_delayed_message_arrives_at_its_delivery_time_not_before(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
-    run = run_py5(
-        env,
-        "delay",
-        endpoint=grpc_proxy.address,
-        topic="DelayTopic",
-        group="DelayGroup",
-        delay_ms="3000",
-        timeout="20",
-    )
+    run = run_py5(env, "delay", grpc_proxy.address, "DelayTopic", "DelayGroup", delay_ms=3000, timeout=20)
     assert run.returncode == 0, run.stderr
     (sent,) = run.of("sent")
     (received,) = run.of("received")
@@ -375,16 +325,7 @@ def test_change_invisible_duration_makes_the_message_reappear_after_the_new_dura
 ) -> None:
     ep = grpc_proxy.address
     (message_id,) = produce(env, ep, "InvisTopic", 1)
-    run = run_py5(
-        env,
-        "invisible",
-        endpoint=ep,
-        topic="InvisTopic",
-        group="InvisGroup",
-        mode="reappear",
-        extend="2",
-        timeout="25",
-    )
+    run = run_py5(env, "invisible", ep, "InvisTopic", "InvisGroup", mode="reappear", extend=2, timeout=25)
     assert run.returncode == 0, run.stderr
     first, second = run.of("received")
     (changed,) = run.of("changed")
@@ -401,16 +342,7 @@ def test_ack_with_the_changed_receipt_handle(
 ) -> None:
     ep = grpc_proxy.address
     (message_id,) = produce(env, ep, "InvisAckTopic", 1)
-    run = run_py5(
-        env,
-        "invisible",
-        endpoint=ep,
-        topic="InvisAckTopic",
-        group="InvisAckGroup",
-        mode="ack",
-        extend="1",
-        timeout="25",
-    )
+    run = run_py5(env, "invisible", ep, "InvisAckTopic", "InvisAckGroup", mode="ack", extend=1, timeout=25)
     assert run.returncode == 0, run.stderr
     (acked,) = run.of("acked")
     assert acked["message_id"] == message_id
@@ -426,7 +358,7 @@ def test_transactional_producer_commit_and_rollback_over_tls(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(env, "transact-tls", endpoint=ep, topic="TxTlsTopic", count="4", tls=True)
+    produced = run_py5(env, "transact-tls", ep, "TxTlsTopic", count=4, tls=True)
     assert produced.returncode == 0, produced.stderr
     sent = produced.of("sent")
     committed = sorted(e["message_id"] for e in sent if e["outcome"] == "commit")
@@ -437,22 +369,11 @@ def test_transactional_producer_commit_and_rollback_over_tls(
         e for e in grpc_proxy.events() if e.get("event") == "conn.negotiated" and e["protocol"] == "grpc"
     ]
     assert any(e["tls"] for e in negotiated)
-    consumed = run_py5(
-        env,
-        "consume",
-        endpoint=ep,
-        topic="TxTlsTopic",
-        group="TxTlsGroup",
-        expect="2",
-        timeout="20",
-        tls=True,
-    )
+    consumed = run_py5(env, "consume", ep, "TxTlsTopic", "TxTlsGroup", expect=2, timeout=20, tls=True)
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(e["message_id"] for e in consumed.of("received")) == committed
     # the rolled-back ones never show up
-    again = run_py5(
-        env, "consume", endpoint=ep, topic="TxTlsTopic", group="TxTlsGroup", expect="1", timeout="4", tls=True
-    )
+    again = run_py5(env, "consume", ep, "TxTlsTopic", "TxTlsGroup", expect=1, timeout=4, tls=True)
     assert again.of("received") == []
 
 
@@ -461,15 +382,7 @@ def test_recall_of_a_delayed_message_with_the_python_client(
 ) -> None:
     """Producer.recall_message with the handle from the SendReceipt cancels a delayed message; the other
     one is delivered; recalling after the delivery time is answered MESSAGE_NOT_FOUND."""
-    run = run_py5(
-        env,
-        "recall",
-        endpoint=grpc_proxy.address,
-        topic="RecallTopic",
-        group="RecallGroup",
-        delay_ms="2000",
-        timeout="6",
-    )
+    run = run_py5(env, "recall", grpc_proxy.address, "RecallTopic", "RecallGroup", delay_ms=2000, timeout=6)
     assert run.returncode == 0, run.stderr
     recalled_sent, kept_sent = run.of("sent")
     assert recalled_sent["recall_handle"]
