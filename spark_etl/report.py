@@ -178,82 +178,9 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
     for name, caption in captions.items():
         if name in charts:
             parts.append(f"<h2>{caption}</h2><img src='{html.escape(charts[name])}' alt='{caption}'>")
-    if data.ops:
-        parts.append("<h2>Slowest request kinds (by p99)</h2>")
-        parts.append(
-            _table(
-                data.ops[:10],
-                [
-                    ("protocol", "protocol"),
-                    ("op", "op"),
-                    ("code", "code"),
-                    ("requests", "requests"),
-                    ("latency_p50", "p50 ms"),
-                    ("latency_p99", "p99 ms"),
-                    ("error_rate", "error rate"),
-                ],
-            )
-        )
-        failing = sorted((r for r in data.ops if r["errors"]), key=lambda r: (-r["error_rate"], r["op"]))
-        parts.append("<h2>Failing request kinds</h2>")
-        parts.append(
-            _table(
-                failing[:10],
-                [
-                    ("protocol", "protocol"),
-                    ("op", "op"),
-                    ("errors", "errors"),
-                    ("requests", "requests"),
-                    ("error_rate", "error rate"),
-                ],
-            )
-        )
-    if data.top_clients:
-        parts.append("<h2>Top clients</h2>")
-        parts.append(
-            _table(
-                [r for r in data.top_clients if r["rank"] <= 10],
-                [
-                    ("date", "date"),
-                    ("client_id", "client"),
-                    ("client_version", "version"),
-                    ("tenant", "tenant"),
-                    ("requests", "requests"),
-                    ("connections", "connections"),
-                    ("error_rate", "error rate"),
-                    ("latency_p99", "p99 ms"),
-                ],
-            )
-        )
-    if data.tenants:
-        parts.append("<h2>Bytes per tenant</h2>")
-        parts.append(
-            _table(
-                data.tenants[:10],
-                [
-                    ("date", "date"),
-                    ("tenant", "tenant"),
-                    ("clients", "clients"),
-                    ("requests", "requests"),
-                    ("req_bytes", "bytes in"),
-                    ("resp_bytes", "bytes out"),
-                ],
-            )
-        )
-    if data.negotiation_failures:
-        parts.append("<h2 class='warn'>Negotiation failures</h2>")
-        parts.append(
-            _table(
-                data.negotiation_failures,
-                [
-                    ("date", "date"),
-                    ("reason", "reason"),
-                    ("failures", "failures"),
-                    ("peer_hosts", "peer hosts"),
-                    ("sniff_ms_p50", "sniff p50 ms"),
-                ],
-            )
-        )
+    for heading, rows, columns in _table_sections(data):
+        parts.append(heading)
+        parts.append(_table(rows, _columns(columns)))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -279,3 +206,54 @@ def write_report(data: ReportData, output: Path) -> list[Path]:
         urls[name] = f"{chart_dir.name}/{png.name}"
     output.write_text(render_html(data, urls), encoding="utf-8")
     return pngs
+
+
+def _columns(spec: str) -> list[tuple[str, str]]:
+    """``"op, latency_p99=p99 ms"`` -> ``[("op", "op"), ("latency_p99", "p99 ms")]`` (field, header)."""
+    pairs = [item.strip().partition("=") for item in spec.split(",")]
+    return [(name, label or name) for name, _, label in pairs]
+
+
+def _table_sections(data: ReportData) -> list[tuple[str, list[Row], str]]:
+    """(heading, rows, column spec) of each table section the data has rows for, in page order."""
+    sections: list[tuple[str, list[Row], str]] = []
+    if data.ops:
+        failing = sorted((r for r in data.ops if r["errors"]), key=lambda r: (-r["error_rate"], r["op"]))
+        sections += [
+            (
+                "<h2>Slowest request kinds (by p99)</h2>",
+                data.ops[:10],
+                "protocol, op, code, requests, latency_p50=p50 ms, latency_p99=p99 ms, error_rate=error rate",
+            ),
+            (
+                "<h2>Failing request kinds</h2>",
+                failing[:10],
+                "protocol, op, errors, requests, error_rate=error rate",
+            ),
+        ]
+    if data.top_clients:
+        sections.append(
+            (
+                "<h2>Top clients</h2>",
+                [r for r in data.top_clients if r["rank"] <= 10],
+                "date, client_id=client, client_version=version, tenant, requests, connections,"
+                " error_rate=error rate, latency_p99=p99 ms",
+            )
+        )
+    if data.tenants:
+        sections.append(
+            (
+                "<h2>Bytes per tenant</h2>",
+                data.tenants[:10],
+                "date, tenant, clients, requests, req_bytes=bytes in, resp_bytes=bytes out",
+            )
+        )
+    if data.negotiation_failures:
+        sections.append(
+            (
+                "<h2 class='warn'>Negotiation failures</h2>",
+                data.negotiation_failures,
+                "date, reason, failures, peer_hosts=peer hosts, sniff_ms_p50=sniff p50 ms",
+            )
+        )
+    return sections
