@@ -31,6 +31,7 @@ from mqproxy.spark_etl.schema import CORRUPT_COLUMN, EVENT_SCHEMA
 __all__ = [
     "PERCENTILES",
     "PERCENTILE_ACCURACY",
+    "ROLLUP_METRICS",
     "UNKNOWN",
     "connections",
     "is_valid",
@@ -49,6 +50,21 @@ __all__ = [
 PERCENTILES: Final = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY: Final = 10_000
 UNKNOWN: Final = "(unknown)"
+#: The metric columns of :func:`protocol_minute_rollup`, in table order (after date, minute, protocol).
+ROLLUP_METRICS: Final = (
+    "requests",
+    "errors",
+    "oneway",
+    "error_rate",
+    "req_bytes",
+    "resp_bytes",
+    *(f"latency_p{round(q * 100)}" for q in PERCENTILES),
+    "connections_opened",
+    "connections_closed",
+    "connection_errors",
+    "conn_bytes_in",
+    "conn_bytes_out",
+)
 
 _REQUEST: Final = "request"
 _NEGOTIATED: Final = "conn.negotiated"
@@ -238,24 +254,11 @@ def protocol_minute_rollup(events: DataFrame) -> DataFrame:
         F.coalesce(F.sum(_on(_CLOSED, "bytes_in")), F.lit(0)).alias("conn_bytes_in"),
         F.coalesce(F.sum(_on(_CLOSED, "bytes_out")), F.lit(0)).alias("conn_bytes_out"),
     )
-    return rolled.select(
+    return rolled.withColumn("error_rate", _ratio("errors", "requests")).select(
         _date(F.col("window.start")).alias("date"),
         F.col("window.start").alias("minute"),
         "protocol",
-        "requests",
-        "errors",
-        "oneway",
-        _ratio("errors", "requests").alias("error_rate"),
-        "req_bytes",
-        "resp_bytes",
-        "latency_p50",
-        "latency_p95",
-        "latency_p99",
-        "connections_opened",
-        "connections_closed",
-        "connection_errors",
-        "conn_bytes_in",
-        "conn_bytes_out",
+        *ROLLUP_METRICS,
     )
 
 
