@@ -26,21 +26,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from mqproxy.codecs.mqtt import (
-    Connack,
-    Connect,
-    MqttDecoder,
-    PingReq,
-    PingResp,
-    PubAck,
-    Publish,
-    QoS,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    encode,
-)
+from mqproxy.codecs import mqtt
 
 __all__ = [
     "ByteCountingSubscriber",
@@ -69,7 +55,7 @@ class MqttClient:
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
-        self.decoder = MqttDecoder(MAX_PACKET, protocol_level=LEVEL)
+        self.decoder = mqtt.MqttDecoder(MAX_PACKET, protocol_level=LEVEL)
         self._ids = itertools.count(1)
 
     def next_packet_id(self) -> int:
@@ -93,19 +79,21 @@ class MqttClient:
 
     async def subscribe(self, topic_filter: str, qos: int) -> None:
         pid = self.next_packet_id()
-        await self.send(encode(Subscribe(pid, (SubscribeTopic(topic_filter, QoS(qos)),)), LEVEL))
+        await self.send(
+            mqtt.encode(mqtt.Subscribe(pid, (mqtt.SubscribeTopic(topic_filter, mqtt.QoS(qos)),)), LEVEL)
+        )
         while True:
             for packet in await self.receive_packets():
-                if isinstance(packet, SubAck) and packet.packet_id == pid:
+                if isinstance(packet, mqtt.SubAck) and packet.packet_id == pid:
                     if packet.reason_codes[0] >= 0x80:
                         raise LoadError(f"SUBSCRIBE {topic_filter!r} refused: {packet.reason_codes[0]!r}")
                     return
 
     async def ping(self) -> bool:
         """PINGREQ → PINGRESP (True when it came back)."""
-        await self.send(encode(PingReq(), LEVEL))
+        await self.send(mqtt.encode(mqtt.PingReq(), LEVEL))
         for packet in await self.receive_packets():
-            if isinstance(packet, PingResp):
+            if isinstance(packet, mqtt.PingResp):
                 return True
         return False
 
@@ -134,10 +122,12 @@ async def connect(
         raise
     client = MqttClient(trio.SocketStream(sock))
     try:
-        await client.send(encode(Connect(client_id, protocol_level=LEVEL, keep_alive=keep_alive), LEVEL))
+        await client.send(
+            mqtt.encode(mqtt.Connect(client_id, protocol_level=LEVEL, keep_alive=keep_alive), LEVEL)
+        )
         packets = await client.receive_packets()
         ack = packets[0]
-        if not isinstance(ack, Connack) or ack.reason_code != ReasonCode.SUCCESS:
+        if not isinstance(ack, mqtt.Connack) or ack.reason_code != mqtt.ReasonCode.SUCCESS:
             raise LoadError(f"CONNECT {client_id!r} refused: {ack!r}")
     except BaseException:
         await client.aclose()
@@ -148,7 +138,7 @@ async def connect(
 def publish_size(topic: str, payload_size: int, qos: int) -> int:
     """Bytes of one PUBLISH on the wire (what a byte-counting subscriber divides by)."""
     pid = 1 if qos else None
-    return len(encode(Publish(topic, bytes(payload_size), QoS(qos), packet_id=pid), LEVEL))
+    return len(mqtt.encode(mqtt.Publish(topic, bytes(payload_size), mqtt.QoS(qos), packet_id=pid), LEVEL))
 
 
 class Publisher:
@@ -173,7 +163,9 @@ class Publisher:
         self.sent = 0
         self.acked = 0
         pid = 1 if qos else None
-        self._template = encode(Publish(topic, bytes(payload_size), QoS(qos), packet_id=pid), LEVEL)
+        self._template = mqtt.encode(
+            mqtt.Publish(topic, bytes(payload_size), mqtt.QoS(qos), packet_id=pid), LEVEL
+        )
         self._payload_at = len(self._template) - payload_size
         self._pid_at = self._payload_at - 2
         self._acked_event = trio.Event()
@@ -215,7 +207,7 @@ class Publisher:
         """Count PUBACKs until cancelled (QoS 1 only)."""
         while True:
             for packet in await self.client.receive_packets():
-                if isinstance(packet, PubAck):
+                if isinstance(packet, mqtt.PubAck):
                     self.acked += 1
 
 
@@ -273,13 +265,13 @@ class ParsingSubscriber:
             now = time.monotonic_ns()
             acks = []
             for packet in packets:
-                if not isinstance(packet, Publish):
+                if not isinstance(packet, mqtt.Publish):
                     continue
                 self.received += 1
                 if self.record:
                     self.latencies.append((now - _STAMP.unpack_from(packet.payload)[0]) / 1e9)
-                if packet.qos == QoS.AT_LEAST_ONCE and packet.packet_id is not None:
-                    acks.append(encode(PubAck(packet.packet_id), LEVEL))
+                if packet.qos == mqtt.QoS.AT_LEAST_ONCE and packet.packet_id is not None:
+                    acks.append(mqtt.encode(mqtt.PubAck(packet.packet_id), LEVEL))
             if acks:
                 try:
                     await client.send(b"".join(acks))

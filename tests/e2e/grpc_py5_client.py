@@ -228,9 +228,8 @@ def delay(args: argparse.Namespace) -> int:
     got = 0
     try:
         due_s = due_epoch_s(args.delay_ms)
-        due = due_s * 1000
         receipt = producer.send(message(args, b"delayed", delivery_timestamp=due_s))
-        emit("sent", message_id=receipt.message_id, due_ms=due, at_ms=now_ms())
+        emit("sent", message_id=receipt.message_id, due_ms=due_s * 1000, at_ms=now_ms())
         deadline = time.monotonic() + args.timeout
         while not got and time.monotonic() < deadline:
             messages = consumer.receive(16, 15) or []

@@ -32,6 +32,7 @@ from mqproxy.settings import Settings
 from .grpc_drivers import (
     NODE_DIR,
     PY5,
+    Run,
     SubprocessProxy,
     Tls,
     arun_py5,
@@ -320,13 +321,21 @@ def test_delayed_message_arrives_at_its_delivery_time_not_before(
     assert [e for e in run.of("empty") if e["at_ms"] < sent["due_ms"]]
 
 
+def invisible_after_one_send(
+    env: dict[str, str], ep: str, name: str, mode: str, extend: int
+) -> tuple[str, Run]:
+    """One message sent to ``<name>Topic``, then the py5 ``invisible`` command (``mode``, ``extend`` s) as
+    ``<name>Group``; the message id and the run."""
+    (message_id,) = produce(env, ep, f"{name}Topic", 1)
+    run = run_py5(env, "invisible", ep, f"{name}Topic", f"{name}Group", mode=mode, extend=extend, timeout=25)
+    assert run.returncode == 0, run.stderr
+    return message_id, run
+
+
 def test_change_invisible_duration_makes_the_message_reappear_after_the_new_duration(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
-    ep = grpc_proxy.address
-    (message_id,) = produce(env, ep, "InvisTopic", 1)
-    run = run_py5(env, "invisible", ep, "InvisTopic", "InvisGroup", mode="reappear", extend=2, timeout=25)
-    assert run.returncode == 0, run.stderr
+    message_id, run = invisible_after_one_send(env, grpc_proxy.address, "Invis", "reappear", 2)
     first, second = run.of("received")
     (changed,) = run.of("changed")
     assert first["message_id"] == second["message_id"] == message_id
@@ -340,10 +349,7 @@ def test_change_invisible_duration_makes_the_message_reappear_after_the_new_dura
 def test_ack_with_the_changed_receipt_handle(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
-    ep = grpc_proxy.address
-    (message_id,) = produce(env, ep, "InvisAckTopic", 1)
-    run = run_py5(env, "invisible", ep, "InvisAckTopic", "InvisAckGroup", mode="ack", extend=1, timeout=25)
-    assert run.returncode == 0, run.stderr
+    message_id, run = invisible_after_one_send(env, grpc_proxy.address, "InvisAck", "ack", 1)
     (acked,) = run.of("acked")
     assert acked["message_id"] == message_id
     assert run.of("changed")[0]["handle_changed"]
