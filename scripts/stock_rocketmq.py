@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from java_toolchain import (
     jvm_argv,
 )
 from jvm_processes import START_TIMEOUT, JavaProcess, PortTaken, free_port, popen_in_group
+from remoting_wire import GET_BROKER_CLUSTER_INFO, GET_ROUTEINFO_BY_TOPIC, remoting_call
 
 __all__ = [
     "ARTIFACT_SETS",
@@ -100,30 +100,6 @@ def broker_defaults() -> dict[str, str]:
     }
 
 
-def remoting_call(
-    addr: str, code: int, ext: dict[str, str] | None = None, *, timeout: float = 5.0, body: bytes = b""
-) -> tuple[int, str, bytes]:
-    """One RocketMQ remoting request (JSON header, optional body) to ``addr``: (code, remark, body)."""
-    host, port = addr.rsplit(":", 1)
-    header = json.dumps(
-        {"code": code, "language": "JAVA", "version": 0, "opaque": 1, "flag": 0, "extFields": ext or {}}
-    ).encode()
-    frame = (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big")
-    frame += header + body
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(frame)
-        buf = b""
-        while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"{addr} closed the connection")
-            buf += chunk
-    length = int.from_bytes(buf[:4], "big")
-    header_len = int.from_bytes(buf[4:8], "big") & 0xFFFFFF
-    reply = json.loads(buf[8 : 8 + header_len])
-    return int(reply["code"]), str(reply.get("remark") or ""), buf[8 + header_len : 4 + length]
-
-
 def namesrv_jvm(cp: str, home: Path, port: int) -> JavaProcess:
     """A name server JVM (not started) listening on 127.0.0.1:``port``, its config and log in ``home``."""
     conf = home / "namesrv.conf"
@@ -132,10 +108,6 @@ def namesrv_jvm(cp: str, home: Path, port: int) -> JavaProcess:
         cp, "org.apache.rocketmq.namesrv.NamesrvStartup", ["-c", str(conf)], heap_mb=128, home=home
     )
     return JavaProcess("name server", argv, home / "namesrv.log", "boot success", port, home)
-
-
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_BROKER_CLUSTER_INFO = 106
 
 
 @dataclass
@@ -419,18 +391,19 @@ def mqadmin(
     """Run Apache RocketMQ's ``mqadmin`` (rocketmq-tools) against ``namesrv``."""
     home = home or Path(tempfile.mkdtemp(prefix="mqadmin-"))
     home.mkdir(parents=True, exist_ok=True)
-    argv = jvm_argv(
-        classpath("server"),
-        "org.apache.rocketmq.tools.command.MQAdminStartup",
-        [*args, "-n", namesrv],
-        heap_mb=128,
-        home=home,
-        extra=("-XX:TieredStopAtLevel=1",),
-    )
+    argv = mqadmin_argv([*args, "-n", namesrv], home)
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=home)
     except subprocess.TimeoutExpired as exc:
         raise LauncherError(f"mqadmin {' '.join(args[:1])} did not finish within {timeout:.0f} s") from exc
+
+
+def mqadmin_argv(args: Sequence[str], home: Path) -> list[str]:
+    """The command line of ``mqadmin ARGS`` (a short-lived JVM: small heap, quick JIT); logs in ``home``."""
+    main = "org.apache.rocketmq.tools.command.MQAdminStartup"
+    return jvm_argv(
+        classpath("server"), main, args, heap_mb=128, home=home, extra=("-XX:TieredStopAtLevel=1",)
+    )
 
 
 # ----------------------------------------------------------------------------------------------- command
@@ -471,17 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     signal.pause()
         else:
             args = [a for a in opts.args if a != "--"]
-            done = subprocess.run(
-                jvm_argv(
-                    classpath("server"),
-                    "org.apache.rocketmq.tools.command.MQAdminStartup",
-                    args,
-                    heap_mb=128,
-                    home=Path(tempfile.mkdtemp(prefix="mqadmin-")),
-                ),
-                check=False,
-            )
-            return done.returncode
+            home = Path(tempfile.mkdtemp(prefix="mqadmin-"))
+            return subprocess.run(mqadmin_argv(args, home), check=False).returncode
     except LauncherError as exc:
         print(f"stock_rocketmq: {exc}", file=sys.stderr)
         return 1
