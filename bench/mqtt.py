@@ -2,7 +2,9 @@
 
 Every broker runs in its own process on 127.0.0.1 and is driven by ``bench/_mqtt_load.py`` (raw trio
 sockets, the project's sans-IO MQTT codec, MQTT 3.1.1, 64-byte payloads) in this process, except the
-fan-out subscribers, which a child process counts (``SubscriberPool``, one epoll loop over plain sockets):
+fan-out subscribers, which a child process counts (``SubscriberPool``, ``bench/_mqtt_pool.py``: one
+epoll loop over plain sockets). Brokers: ``bench/_mqtt_brokers.py``; ladders: ``bench/_mqtt_ladder.py``;
+the LMQ case: ``bench/_mqtt_lmq.py``.
 
 * ``fan-in``: 10 publishers → 1 subscriber on one topic, QoS 0 and QoS 1, rate ladder (below).
 * ``fan-out``: 1 publisher → ``--fan-out`` (100) QoS 0 subscribers of one topic, rate ladder; figure =
