@@ -21,7 +21,7 @@ import structlog
 import trio
 import trio.lowlevel
 
-from mqproxy.backends.embedded import embedded
+from mqproxy.backends.embedded import embedded_queues
 from mqproxy.backends.embedded.embedded import CACHE_SIZE, open_embedded_store
 from mqproxy.backends.embedded.index import Index
 from mqproxy.model.types import Message
@@ -194,7 +194,7 @@ async def lmq_sweep_bench(root: Path, count: int, budget_s: float) -> None:
 
     Each sweep is one full pass (the per-call time budget is lifted; by default a call stops after
     ``SWEEP_CALL_BUDGET_S`` of event-loop time and the next call resumes)."""
-    embedded.SWEEP_CALL_BUDGET_S = math.inf
+    embedded_queues.SWEEP_CALL_BUDGET_S = math.inf
     data_dir = root / "lmq-sweep"
     batch = 100
     async with open_embedded_store(data_dir) as store:

@@ -29,16 +29,14 @@ Two deliberate deviations from stock ``h2`` (see :class:`_ServerH2Connection`): 
 close the connection (python-hyper/h2 #1181; in-flight streams still finish), and a HEADERS frame over
 ``SETTINGS_MAX_CONCURRENT_STREAMS`` is refused with RST_STREAM(REFUSED_STREAM) (RFC 9113 §5.1.2) instead of
 h2's connection-wide PROTOCOL_ERROR.
+
+The h2-independent vocabulary (status codes, events, header validation, message framing) lives in
+:mod:`mqproxy.codecs.grpc_framing`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import enum
-import re
-import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import h2.config
@@ -50,175 +48,24 @@ from h2.errors import ErrorCodes
 from h2.stream import StreamClosedBy
 from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
-__all__ = [
-    "MAX_STATUS_MESSAGE_CHARS",
-    "ConnectionTerminated",
-    "GrpcEvent",
-    "GrpcServerConnection",
-    "GrpcStatus",
-    "GrpcWireError",
-    "MessageReceived",
-    "Metadata",
-    "RequestEnded",
-    "RequestReceived",
-    "RequestRejected",
-    "StreamReset",
-    "encode_message",
-    "parse_grpc_timeout",
-    "percent_encode",
-]
+from mqproxy.codecs.grpc_framing import (
+    MESSAGE_PREFIX,
+    BadRequest,
+    ConnectionTerminated,
+    GrpcEvent,
+    GrpcStatus,
+    GrpcWireError,
+    MessageReader,
+    MessageReceived,
+    RequestEnded,
+    RequestRejected,
+    StreamReset,
+    encode_metadata,
+    parse_request,
+    status_headers,
+)
 
-#: Request/response metadata: lower-case names; ``-bin`` names carry ``bytes``, others ``str``.
-Metadata = tuple[tuple[str, str | bytes], ...]
-
-_PREFIX = struct.Struct(">BI")  # compressed flag, message length
-_TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
-_TIMEOUT_UNIT_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-#: Longest ``grpc-message`` sent (characters, before encoding): clients cap the header list size
-#: (grpc-python advertises 16 KiB).
-MAX_STATUS_MESSAGE_CHARS = 1024
-#: Request headers consumed by the codec, not passed on as metadata.
-_RESERVED = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"})
-
-
-class GrpcStatus(enum.IntEnum):
-    """gRPC status codes (``grpc-status``)."""
-
-    OK = 0
-    CANCELLED = 1
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    NOT_FOUND = 5
-    ALREADY_EXISTS = 6
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    OUT_OF_RANGE = 11
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
-    DATA_LOSS = 15
-    UNAUTHENTICATED = 16
-
-
-class GrpcWireError(Exception):
-    """The connection is unusable; a GOAWAY with ``error_code`` is already queued in ``data_to_send()``."""
-
-    def __init__(self, error_code: int, reason: str) -> None:
-        super().__init__(f"{reason} (GOAWAY error code {error_code})")
-        self.error_code = error_code
-        self.reason = reason
-
-
-# ------------------------------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GrpcEvent:
-    """Base class of everything :meth:`GrpcServerConnection.receive_data` returns."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestReceived(GrpcEvent):
-    """A valid call started. Header values are decoded as UTF-8 (invalid bytes replaced)."""
-
-    stream_id: int
-    #: The ``:path``, e.g. ``/apache.rocketmq.v2.MessagingService/SendMessage``.
-    method: str
-    authority: str
-    metadata: Metadata
-    #: The ``grpc-timeout`` in seconds, relative to receipt of the headers; ``None`` when absent.
-    deadline_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MessageReceived(GrpcEvent):
-    """One complete, uncompressed request message (raw protobuf bytes; decoding is the caller's job)."""
-
-    stream_id: int
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestEnded(GrpcEvent):
-    """The client half-closed the call after whole messages only."""
-
-    stream_id: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestRejected(GrpcEvent):
-    """The codec answered and finished this stream itself (bad request or framing error).
-
-    If a :class:`RequestReceived` was emitted for ``stream_id`` the call is over: drop its handler.
-    ``http_status`` is 200 when the answer was a gRPC status.
-    """
-
-    stream_id: int
-    http_status: int
-    grpc_status: GrpcStatus
-    message: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamReset(GrpcEvent):
-    """The stream was reset (by the client, or by h2 on a stream error); its state is gone."""
-
-    stream_id: int
-    error_code: int
-    remote: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConnectionTerminated(GrpcEvent):
-    """The client sent GOAWAY. Streams up to ``last_stream_id`` may still be answered; then close."""
-
-    error_code: int
-    last_stream_id: int
-
-
-# ----------------------------------------------------------------------------------------- helpers
-
-
-def parse_grpc_timeout(value: str) -> float | None:
-    """``grpc-timeout`` (1–8 digits + one of ``H M S m u n``) in seconds; ``None`` if malformed."""
-    match = _TIMEOUT.fullmatch(value)
-    if match is None:
-        return None
-    return int(match[1]) * _TIMEOUT_UNIT_S[match[2]]
-
-
-def percent_encode(message: str) -> str:
-    """``grpc-message`` encoding: UTF-8, then %XX for bytes outside 0x20–0x7E and for ``%``."""
-    return "".join(
-        chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in message.encode("utf-8")
-    )
-
-
-def encode_message(payload: bytes) -> bytes:
-    """One uncompressed length-prefixed gRPC message."""
-    return _PREFIX.pack(0, len(payload)) + payload
-
-
-def _encode_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> list[tuple[str, str]]:
-    out = []
-    for name, value in metadata:
-        key = name.lower()
-        if isinstance(value, bytes):
-            out.append((key, base64.b64encode(value).decode("ascii").rstrip("=")))
-        else:
-            out.append((key, value))
-    return out
-
-
-class _BadRequest(Exception):
-    def __init__(self, http_status: int, grpc_status: GrpcStatus, message: str) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.grpc_status = grpc_status
-        self.message = message
+__all__ = ["GrpcServerConnection"]
 
 
 # ------------------------------------------------------------------------------------ h2 subclass
@@ -269,68 +116,9 @@ class _ServerH2Connection(h2.connection.H2Connection):
 # ------------------------------------------------------------------------------------- connection
 
 
-class _MessageReader:
-    """Length-prefixed message reassembly for one stream; a message is copied once, when complete."""
-
-    __slots__ = ("_expect", "_have", "_parts", "_prefix", "compressed_status", "max_message_bytes")
-
-    def __init__(self, max_message_bytes: int, compressed_status: GrpcStatus) -> None:
-        self.max_message_bytes = max_message_bytes
-        self.compressed_status = compressed_status  # what a compressed message earns on this stream
-        self._prefix = b""
-        self._expect = -1  # payload length of the message being read; -1 while reading a prefix
-        self._have = 0
-        self._parts: list[bytes] = []
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held for the incomplete message (0 between messages)."""
-        return len(self._prefix) + self._have
-
-    @property
-    def mid_message(self) -> bool:
-        """True if a message was started but not completed."""
-        return self._expect >= 0 or bool(self._prefix)
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Complete messages in ``data``; raises ``_BadRequest`` on a framing violation."""
-        out: list[bytes] = []
-        pos, end = 0, len(data)
-        while pos < end:
-            if self._expect < 0:
-                take = 5 - len(self._prefix)
-                self._prefix += data[pos:pos + take]
-                pos += take
-                if len(self._prefix) < 5:
-                    break
-                flag, length = _PREFIX.unpack(self._prefix)
-                self._check(flag, length)
-                self._prefix, self._expect = b"", length
-            take = min(self._expect - self._have, end - pos)
-            if take:
-                self._parts.append(data[pos:pos + take])
-                self._have += take
-                pos += take
-            if self._have == self._expect:
-                out.append(self._parts[0] if len(self._parts) == 1 else b"".join(self._parts))
-                self._parts, self._have, self._expect = [], 0, -1
-        return out
-
-    def _check(self, flag: int, length: int) -> None:
-        if flag == 1:
-            raise _BadRequest(200, self.compressed_status, "compressed messages are not supported"
-                              if self.compressed_status is GrpcStatus.UNIMPLEMENTED
-                              else "compressed flag set without grpc-encoding")
-        if flag != 0:
-            raise _BadRequest(200, GrpcStatus.INTERNAL, f"invalid compressed flag {flag}")
-        if length > self.max_message_bytes:
-            raise _BadRequest(200, GrpcStatus.RESOURCE_EXHAUSTED,
-                              f"message of {length} bytes exceeds the limit of {self.max_message_bytes}")
-
-
 @dataclass(slots=True)
 class _Stream:
-    reader: _MessageReader
+    reader: MessageReader
     headers_sent: bool = False
     pending: bytearray = field(default_factory=bytearray)
     trailers: list[tuple[str, str]] | None = None
@@ -442,55 +230,13 @@ class GrpcServerConnection:
     def _on_request(self, ev: h2.events.RequestReceived, events: list[GrpcEvent]) -> None:
         sid = ev.stream_id
         try:
-            request, compressed_status = self._parse_request(sid, ev.headers or ())
-        except _BadRequest as bad:
+            request, compressed_status = parse_request(sid, ev.headers or ())
+        except BadRequest as bad:
             self._reject(sid, bad, events)
             return
-        self._streams[sid] = _Stream(reader=_MessageReader(self.max_message_bytes, compressed_status))
+        self._streams[sid] = _Stream(reader=MessageReader(self.max_message_bytes, compressed_status))
         events.append(request)
 
-    def _parse_request(
-        self, sid: int, raw_headers: Iterable[tuple[bytes | str, bytes | str]],
-    ) -> tuple[RequestReceived, GrpcStatus]:
-        pseudo: dict[str, str] = {}
-        plain: dict[str, str] = {}
-        metadata: list[tuple[str, str | bytes]] = []
-        for raw_name, raw_value in raw_headers:
-            name = raw_name.decode("ascii", "replace") if isinstance(raw_name, bytes) else raw_name
-            value = raw_value.decode("utf-8", "replace") if isinstance(raw_value, bytes) else raw_value
-            if name.startswith(":"):
-                pseudo.setdefault(name, value)
-            elif name in _RESERVED:
-                plain.setdefault(name, value)
-            elif name.endswith("-bin"):
-                try:
-                    metadata.append((name, base64.b64decode(value + "=" * (-len(value) % 4), validate=True)))
-                except (binascii.Error, ValueError) as e:
-                    raise _BadRequest(200, GrpcStatus.INTERNAL, f"invalid base64 in {name}") from e
-            else:
-                metadata.append((name, value))
-        if pseudo.get(":method") != "POST":
-            raise _BadRequest(405, GrpcStatus.INTERNAL, f"method {pseudo.get(':method')!r} is not POST")
-        content_type = plain.get("content-type", "")
-        if not (content_type == "application/grpc" or content_type.startswith(("application/grpc+",
-                                                                                  "application/grpc;"))):
-            raise _BadRequest(415, GrpcStatus.INVALID_ARGUMENT, f"invalid content-type {content_type!r}")
-        if plain.get("te") != "trailers":
-            raise _BadRequest(400, GrpcStatus.INTERNAL, "te: trailers is required")
-        path = pseudo.get(":path", "")
-        if path.count("/") != 2 or not path.startswith("/") or path.endswith("/"):
-            raise _BadRequest(200, GrpcStatus.UNIMPLEMENTED, f"malformed method path {path!r}")
-        deadline_s = None
-        if "grpc-timeout" in plain:
-            timeout = plain["grpc-timeout"]
-            deadline_s = parse_grpc_timeout(timeout)
-            if deadline_s is None:
-                raise _BadRequest(200, GrpcStatus.INTERNAL, f"malformed grpc-timeout {timeout!r}")
-        encoding = plain.get("grpc-encoding", "identity")
-        compressed_status = GrpcStatus.INTERNAL if encoding == "identity" else GrpcStatus.UNIMPLEMENTED
-        request = RequestReceived(stream_id=sid, method=path, authority=pseudo.get(":authority", ""),
-                                  metadata=tuple(metadata), deadline_s=deadline_s)
-        return request, compressed_status
 
     def _on_data(self, ev: h2.events.DataReceived, events: list[GrpcEvent]) -> None:
         sid = ev.stream_id
@@ -504,9 +250,9 @@ class GrpcServerConnection:
         try:
             messages = reader.feed(ev.data)
             if reader.buffered and self._buffered + reader.buffered > self.max_buffered_bytes:
-                raise _BadRequest(200, GrpcStatus.RESOURCE_EXHAUSTED, "connection receive buffer exhausted")
-        except _BadRequest as bad:
-            stream.reader = _MessageReader(0, GrpcStatus.INTERNAL)  # drop the partial message
+                raise BadRequest(200, GrpcStatus.RESOURCE_EXHAUSTED, "connection receive buffer exhausted")
+        except BadRequest as bad:
+            stream.reader = MessageReader(0, GrpcStatus.INTERNAL)  # drop the partial message
             self._reject(sid, bad, events)
             return
         self._buffered += reader.buffered
@@ -517,11 +263,11 @@ class GrpcServerConnection:
         if stream is None:
             return
         if stream.reader.mid_message:
-            self._reject(sid, _BadRequest(200, GrpcStatus.INTERNAL, "request ended inside a message"), events)
+            self._reject(sid, BadRequest(200, GrpcStatus.INTERNAL, "request ended inside a message"), events)
             return
         events.append(RequestEnded(stream_id=sid))
 
-    def _reject(self, sid: int, bad: _BadRequest, events: list[GrpcEvent]) -> None:
+    def _reject(self, sid: int, bad: BadRequest, events: list[GrpcEvent]) -> None:
         stream = self._streams.get(sid)
         if stream is not None:
             stream.pending.clear()
@@ -530,10 +276,10 @@ class GrpcServerConnection:
         else:
             headers_sent = False
         if headers_sent:
-            trailers = self._status_headers(bad.grpc_status, bad.message)
+            trailers = status_headers(bad.grpc_status, bad.message)
         else:
             trailers = [(":status", str(bad.http_status)), ("content-type", "application/grpc"),
-                        *self._status_headers(bad.grpc_status, bad.message)]
+                        *status_headers(bad.grpc_status, bad.message)]
             if bad.http_status == 405:
                 trailers.append(("allow", "POST"))
             if bad.grpc_status is GrpcStatus.UNIMPLEMENTED:
@@ -551,7 +297,7 @@ class GrpcServerConnection:
             return
         stream.headers_sent = True
         headers = [(":status", "200"), ("content-type", "application/grpc"),
-                   ("grpc-accept-encoding", "identity"), *_encode_metadata(metadata)]
+                   ("grpc-accept-encoding", "identity"), *encode_metadata(metadata)]
         self._h2.send_headers(stream_id, headers)
 
     def send_message(self, stream_id: int, payload: bytes) -> None:
@@ -560,7 +306,7 @@ class GrpcServerConnection:
         if stream is None or stream.trailers is not None:
             return
         self.start_response(stream_id)
-        stream.pending += _PREFIX.pack(0, len(payload))
+        stream.pending += MESSAGE_PREFIX.pack(0, len(payload))
         stream.pending += payload
         self._flush(stream_id)
 
@@ -574,7 +320,7 @@ class GrpcServerConnection:
         stream = self._streams.get(stream_id)
         if stream is None or stream.trailers is not None:
             return
-        block = [*self._status_headers(status, message), *_encode_metadata(trailers)]
+        block = [*status_headers(status, message), *encode_metadata(trailers)]
         if not stream.headers_sent:
             stream.headers_sent = True
             block = [(":status", "200"), ("content-type", "application/grpc"), *block]
@@ -622,15 +368,6 @@ class GrpcServerConnection:
         return len(self._streams)
 
     # -------------------------------------------------------------------------------- internals
-
-    @staticmethod
-    def _status_headers(status: int, message: str) -> list[tuple[str, str]]:
-        headers = [("grpc-status", str(int(status)))]
-        if message:
-            if len(message) > MAX_STATUS_MESSAGE_CHARS:
-                message = message[:MAX_STATUS_MESSAGE_CHARS - 3] + "..."
-            headers.append(("grpc-message", percent_encode(message)))
-        return headers
 
     def _flush_all(self) -> None:
         for sid in [sid for sid, s in self._streams.items() if s.pending or s.trailers is not None]:

@@ -18,6 +18,19 @@ Contracts shared by every method:
 * Nothing a client relies on may live only in one process's memory: an implementation either stores it
   (embedded) or forwards it to where it is stored (cluster).
 * Long polls (``hold_s``) end early when the server drains (cancellation is honoured).
+
+Synchronous methods never ask a broker; each is one of:
+
+* a read of metadata the implementation caches and keeps fresh (a cluster backend refreshes it from the
+  brokers or the name server, and a write through the facade updates it at once): :meth:`Admin.topic_type`,
+  :meth:`Admin.group_config`, :meth:`Producing.clamp_delay_level`, :attr:`BrokerFacade.max_reconsume_times`;
+* a registration of something this proxy process owns: :meth:`Producing.add_check_back`,
+  :meth:`Producing.set_lmq_dispatch`;
+* a gauge of this process's view for metrics, not a cluster-wide total:
+  :meth:`BrokerFacade.unresolved_transactions`, :meth:`BrokerFacade.pops_in_flight`.
+
+Anything whose answer lives on a broker (messages, offsets, receipts, transactions, membership, topic
+and group writes) is ``async``.
 """
 
 from __future__ import annotations
@@ -201,7 +214,7 @@ class Producing(Protocol):
         ...
 
     def clamp_delay_level(self, level: int) -> int:
-        """``level`` limited to the configured delay levels (0 and below: no delay)."""
+        """``level`` limited to the configured delay levels (0 and below: no delay); from configuration."""
         ...
 
     def set_lmq_dispatch(self, dispatch: LmqDispatch) -> None:
@@ -337,11 +350,15 @@ class Admin(Protocol):
 
     async def topic_names(self) -> list[str]: ...
 
-    def topic_type(self, topic: str) -> TopicMessageType | None: ...
+    def topic_type(self, topic: str) -> TopicMessageType | None:
+        """The topic's declared message type (None: undeclared), from the metadata cache."""
+        ...
 
     async def set_topic_type(self, topic: str, message_type: TopicMessageType | None) -> None: ...
 
-    def group_config(self, group: str) -> GroupConfig | None: ...
+    def group_config(self, group: str) -> GroupConfig | None:
+        """The group's subscription-group config (None: defaults apply), from the metadata cache."""
+        ...
 
     async def put_group_config(self, config: GroupConfig) -> None: ...
 
@@ -373,6 +390,10 @@ class BrokerFacade(Producing, Consuming, Popping, Offsets, Locking, Membership, 
         """The retry limit of a group without its own (``retryMaxTimes``)."""
         ...
 
-    def unresolved_transactions(self) -> int: ...
+    def unresolved_transactions(self) -> int:
+        """Half messages this process knows to be awaiting their end (a metrics gauge)."""
+        ...
 
-    def pops_in_flight(self) -> int: ...
+    def pops_in_flight(self) -> int:
+        """Popped, un-acked messages this process tracks (a metrics gauge)."""
+        ...

@@ -2,7 +2,7 @@
 mqproxy.grpc_service.connection
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-The trio driver of one gRPC connection: :func:`serve_grpc` (the route handler) runs a
+The trio driver of one gRPC connection: :class:`GrpcConnectionDriver` runs a
 :class:`~mqproxy.codecs.grpc_wire.GrpcServerConnection` over the stream and a
 :class:`~mqproxy.grpc_service.service.MessagingService` behind it.
 
@@ -18,9 +18,9 @@ never cut a frame in half), and one task per call. Per call:
 * one ``request`` event is logged when it ends.
 
 The connection ends on EOF, a wire error (GOAWAY already queued and flushed), a client GOAWAY once its calls
-are done, idleness (no call and no byte for ``server.idle_timeout_s``), or the server draining: then a
-GOAWAY(NO_ERROR) is sent, calls in flight finish (long polls and Telemetry end early) and the connection
-closes when none is left. Everything else is cancelled when the connection goes.
+are done, idleness (no call and no byte for ``ConnectionLimits.idle_timeout_s``), or the server draining:
+then a GOAWAY(NO_ERROR) is sent, calls in flight finish (long polls and Telemetry end early) and the
+connection closes when none is left. Everything else is cancelled when the connection goes.
 """
 
 from __future__ import annotations
@@ -33,27 +33,17 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError
 
+from mqproxy.codecs import grpc_framing as frames
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import (
-    ConnectionTerminated,
-    GrpcEvent,
-    GrpcServerConnection,
-    GrpcStatus,
-    GrpcWireError,
-    MessageReceived,
-    RequestEnded,
-    RequestReceived,
-    RequestRejected,
-    StreamReset,
-)
-from mqproxy.context import ServerState
+from mqproxy.codecs.grpc_framing import GrpcStatus
+from mqproxy.codecs.grpc_wire import GrpcServerConnection
+from mqproxy.grpc_service.call import Call
 from mqproxy.grpc_service.errors import RpcError
-from mqproxy.grpc_service.service import Call, MessagingService
-from mqproxy.grpc_service.telemetry import ServerSettings
-from mqproxy.negotiation import Detected
+from mqproxy.grpc_service.service import MessagingService
+from mqproxy.grpc_service.settings import ConnectionLimits
 from mqproxy.runtime.context import ConnectionContext
 
-__all__ = ["STREAM_HIGH_WATER", "ConnectionLimits", "GrpcConnectionDriver", "grpc_service", "serve_grpc"]
+__all__ = ["STREAM_HIGH_WATER", "GrpcConnectionDriver"]
 
 RECEIVE_BYTES = 65_536
 #: Queued response bytes per stream above which a handler's send waits for the client's window.
@@ -62,54 +52,6 @@ STREAM_HIGH_WATER = 256 * 1024
 INBOUND_QUEUE = 16
 #: How long the final GOAWAY/trailers may take to flush once the connection is ending.
 CLOSE_FLUSH_S = 2.0
-_REGISTRY_KEY = "grpc"
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """Per-connection limits: largest request message, concurrent calls (more are refused with
-    REFUSED_STREAM), and how long a connection without calls may stay silent."""
-
-    max_message_bytes: int = 16 * 1024 * 1024
-    max_concurrent_streams: int = 1000
-    idle_timeout_s: float = 120.0
-
-
-def grpc_service(server: ServerState) -> MessagingService:
-    """The server's shared :class:`MessagingService` (created on first use).
-
-    Broker services are taken from ``server.registries["services"]`` at each call, so they may be
-    installed after the first connection.
-    """
-    existing = server.registries.get(_REGISTRY_KEY)
-    if existing is None:
-        settings = server.settings
-        max_body = settings.store.max_message_bytes
-        existing = MessagingService(
-            server.backend,
-            advertised=server.advertised,
-            auto_create_topics=settings.store.auto_create_topics,
-            server_settings=ServerSettings(
-                max_body_bytes=max_body,
-                consumer_max_attempts=settings.broker.max_reconsume_times + 1,
-                long_polling_timeout_s=min(20.0, settings.remoting.long_poll_max_s) or 20.0,
-            ),
-            services=lambda: server.registries.get("services"),
-        )
-        server.registries[_REGISTRY_KEY] = existing
-    return existing
-
-
-async def serve_grpc(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
-    """Route handler: serve gRPC on ``stream`` until the connection ends."""
-    settings = ctx.server.settings
-    limits = ConnectionLimits(
-        # a request carries one message body plus its properties and envelope
-        max_message_bytes=settings.store.max_message_bytes + 64 * 1024,
-        idle_timeout_s=settings.server.idle_timeout_s,
-    )
-    driver = GrpcConnectionDriver(stream, ctx, grpc_service(ctx.server), limits)
-    await driver.run()
 
 
 @dataclass(eq=False)
@@ -134,12 +76,12 @@ class GrpcConnectionDriver:
         stream: trio.abc.Stream,
         ctx: ConnectionContext,
         service: MessagingService,
-        limits: ConnectionLimits = ConnectionLimits(),
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self._stream = stream
         self._ctx = ctx
         self._service = service
-        self._limits = limits
+        self._limits = limits = limits or ConnectionLimits()
         self._conn = GrpcServerConnection(
             max_message_bytes=limits.max_message_bytes, max_concurrent_streams=limits.max_concurrent_streams
         )
@@ -237,7 +179,7 @@ class GrpcConnectionDriver:
                 return  # EOF
             try:
                 events = self._conn.receive_data(data)
-            except GrpcWireError as err:
+            except frames.GrpcWireError as err:
                 self._ctx.error = self._ctx.error or "protocol_error"
                 self._ctx.detail = self._ctx.detail or err.reason
                 self._kick()
@@ -250,10 +192,10 @@ class GrpcConnectionDriver:
 
     # --------------------------------------------------------------------------------- events
 
-    def _on_event(self, event: GrpcEvent) -> None:
-        if isinstance(event, RequestReceived):
+    def _on_event(self, event: frames.GrpcEvent) -> None:
+        if isinstance(event, frames.RequestReceived):
             self._on_request(event)
-        elif isinstance(event, MessageReceived):
+        elif isinstance(event, frames.MessageReceived):
             state = self._calls.get(event.stream_id)
             if state is None:
                 return
@@ -264,35 +206,39 @@ class GrpcConnectionDriver:
                 self._fail(state, GrpcStatus.RESOURCE_EXHAUSTED, "too many request messages queued")
             except trio.ClosedResourceError:
                 pass
-        elif isinstance(event, RequestEnded):
+        elif isinstance(event, frames.RequestEnded):
             state = self._calls.get(event.stream_id)
             if state is not None:
                 state.inbound_send.close()
-        elif isinstance(event, RequestRejected):
+        elif isinstance(event, frames.RequestRejected):
             state = self._calls.get(event.stream_id)
             if state is not None:
                 state.grpc_status = event.grpc_status
                 state.scope.cancel()
             else:
-                self._ctx.request_event(
-                    op="?",
-                    code=None,
-                    status=event.grpc_status.name,
-                    outcome="error",
-                    latency_ms=0.0,
-                    req_bytes=0,
-                    resp_bytes=0,
-                    client_id=None,
-                    group=None,
-                    topic=None,
-                )
-        elif isinstance(event, StreamReset):
+                self._log_refused("?", event.grpc_status, None)
+        elif isinstance(event, frames.StreamReset):
             state = self._calls.get(event.stream_id)
             if state is not None:
                 state.grpc_status = GrpcStatus.CANCELLED
                 state.scope.cancel()
-        elif isinstance(event, ConnectionTerminated):
+        elif isinstance(event, frames.ConnectionTerminated):
             self._goaway_received = True
+
+    def _log_refused(self, op: str, status: GrpcStatus, client_id: str | None) -> None:
+        """The ``request`` event of a call refused before it started."""
+        self._ctx.request_event(
+            op=op,
+            code=None,
+            status=status.name,
+            outcome="error",
+            latency_ms=0.0,
+            req_bytes=0,
+            resp_bytes=0,
+            client_id=client_id,
+            group=None,
+            topic=None,
+        )
 
     def _fail(self, state: _CallState, status: GrpcStatus, message: str) -> None:
         state.grpc_status = status
@@ -300,7 +246,7 @@ class GrpcConnectionDriver:
         state.scope.cancel()
         self._kick()
 
-    def _on_request(self, event: RequestReceived) -> None:
+    def _on_request(self, event: frames.RequestReceived) -> None:
         method = pb.METHODS.get(event.method)
         metadata = {k: v for k, v in event.metadata if isinstance(v, str)}
         client_id = metadata.get("x-mq-client-id", "")
@@ -309,18 +255,7 @@ class GrpcConnectionDriver:
             self._conn.end_response(
                 event.stream_id, GrpcStatus.UNIMPLEMENTED, f"unknown method {event.method}"
             )
-            self._ctx.request_event(
-                op=name,
-                code=None,
-                status=GrpcStatus.UNIMPLEMENTED.name,
-                outcome="error",
-                latency_ms=0.0,
-                req_bytes=0,
-                resp_bytes=0,
-                client_id=client_id or None,
-                group=None,
-                topic=None,
-            )
+            self._log_refused(name, GrpcStatus.UNIMPLEMENTED, client_id or None)
             return
         deadline = math.inf if event.deadline_s is None else trio.current_time() + event.deadline_s
         send, recv = trio.open_memory_channel[bytes](INBOUND_QUEUE)

@@ -32,12 +32,12 @@ import hashlib
 import zlib
 from collections.abc import Mapping
 
-from mqproxy.backends.embedded.sending import MAX_PROPERTIES_BYTES, properties_size
-from mqproxy.backends.embedded.transactions import PROPERTY_HALF_TIME_MS
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.message_record import SYSFLAG_COMPRESSED, SYSFLAG_TRANSACTION_PREPARED
+from mqproxy.grpc_service.errors import ApiError
 from mqproxy.model.errors import IllegalTopic
 from mqproxy.model.ids import MessageIdError, offset_msg_id
+from mqproxy.model.properties import MAX_PROPERTIES_BYTES, PROPERTY_HALF_TIME_MS, properties_size
 from mqproxy.model.topics import RETRY_PREFIX, is_send_forbidden, validate_send_topic
 from mqproxy.model.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, StoredMessage
 
@@ -133,13 +133,8 @@ _DELAY_PROPERTIES = (PROPERTY_DELAY_LEVEL, PROPERTY_TIMER_DELIVER_MS, "TIMER_DEL
 _SEPARATORS = ("\x01", "\x02")
 
 
-class ConvertError(Exception):
+class ConvertError(ApiError):
     """A message that cannot be stored; ``code`` is the v2 ``Code`` to answer with."""
-
-    def __init__(self, code: pb.Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _has_separator(text: str) -> bool:

@@ -2,7 +2,7 @@
 mqproxy.grpc_service.errors
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
-The one exception root of the gRPC service layer, and the mapping of backend/service errors to v2 codes.
+The one exception root of the gRPC service layer, and the mapping of broker errors to v2 codes.
 
 * :class:`ApiError` — an application error: answered with a v2 ``Status`` in the response body (the call
   itself ends with ``grpc-status 0``, as the Apache proxy does).
@@ -12,7 +12,7 @@ The one exception root of the gRPC service layer, and the mapping of backend/ser
 from __future__ import annotations
 
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import GrpcStatus
+from mqproxy.codecs.grpc_framing import GrpcStatus
 from mqproxy.model import errors as se
 from mqproxy.model.errors import (
     BackendError,
@@ -71,7 +71,7 @@ _CODES: tuple[tuple[type[BackendError], pb.Code], ...] = (
 
 
 def code_for(exc: BackendError) -> pb.Code:
-    """The v2 code answering a backend or broker-service error (table in ``broker/service_errors.py``)."""
+    """The v2 code answering a broker error (:mod:`mqproxy.model.errors`)."""
     for kind, code in _CODES:
         if isinstance(exc, kind):
             return code

@@ -9,7 +9,7 @@ does, filling everything the official clients need (spec §2-§4): ``backoff_pol
 ``exponential_backoff`` (the Node client crashes otherwise), ``publishing.max_body_size`` never 0 (a 0
 makes every later send fail), ``subscription.receive_batch_size`` / ``long_polling_timeout`` / ``fifo``,
 ``request_timeout`` and ``metric``. A consumer group with an administrator-set config
-(:class:`~mqproxy.backends.embedded.metadata.GroupConfig`) decides ``fifo`` (``consumeMessageOrderly``: the Java client
+(:class:`~mqproxy.facade.types.GroupConfig`) decides ``fifo`` (``consumeMessageOrderly``: the Java client
 never asks for it, it learns it here) and ``max_attempts`` (``retryMaxTimes + 1``), as the Apache proxy's
 ``GrpcClientSettingsManager`` does. Pure: no I/O.
 
@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mqproxy.backends.embedded.retry import DEFAULT_MAX_RECONSUME_TIMES
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.facade.types import GroupConfig
 
@@ -45,8 +44,8 @@ class ServerSettings:
 
     max_body_bytes: int = 4 * 1024 * 1024
     producer_max_attempts: int = 3
-    #: first delivery + the broker's redeliveries (``max_reconsume_times``)
-    consumer_max_attempts: int = DEFAULT_MAX_RECONSUME_TIMES + 1
+    #: first delivery + the broker's redeliveries (``max_reconsume_times``, 16 by default)
+    consumer_max_attempts: int = 16 + 1
     receive_batch_size: int = 32
     long_polling_timeout_s: float = 20.0
     request_timeout_s: float = 3.0

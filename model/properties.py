@@ -9,6 +9,7 @@ transaction bits of ``sysFlag``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 #: Delayed messages, one queue per delay level (queue ``level - 1``), plus the timer queue.
@@ -40,6 +41,8 @@ PROPERTY_TRANSACTION_ID: Final = "__transactionId__"
 PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
 PROPERTY_CHECK_IMMUNITY_TIME: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
+#: When a half message was prepared (transaction service clock, ms); internal, stripped on commit/check.
+PROPERTY_HALF_TIME_MS: Final = "TRAN_HALF_TIME_MS"
 PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
 PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
@@ -47,6 +50,15 @@ PROPERTY_FIRST_POP_TIME: Final = "1ST_POP_TIME"
 PROPERTY_POP_CK: Final = "POP_CK"
 #: When a parked message's current hop is due (ms); stripped on delivery. Internal to the scheduler.
 PROPERTY_SCHEDULE_DUE_MS: Final = "SCHEDULE_DUE_MS"
+
+#: Encoded properties limit (the remoting record stores their length as i16).
+MAX_PROPERTIES_BYTES: Final = 32767
+
+
+def properties_size(properties: Mapping[str, str]) -> int:
+    """Bytes of the remoting properties string ``k\\x01v\\x02...`` for these properties."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in properties.items())
+
 
 #: sysFlag transaction bits (spec §4.2).
 SYSFLAG_TRANSACTION_MASK: Final = 0xC

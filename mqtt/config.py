@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: A Session Expiry Interval that never ends (MQTT 5; a 3.1.1 session without clean session).
+NEVER_EXPIRES = 0xFFFFFFFF
+
 
 @dataclass(frozen=True, slots=True)
 class MqttConfig:

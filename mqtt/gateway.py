@@ -1,7 +1,8 @@
 """The process-wide MQTT gateway: sessions by client id, the wildcard index, retained messages, timers.
 
-One :class:`Gateway` per server (``ServerState.registries["mqtt"]``, see :func:`gateway_for`). It is loaded
-lazily by the first MQTT connection: persistent sessions and retained messages are replayed from the store.
+One :class:`Gateway` per server, owned by its :class:`~mqproxy.mqtt.service.MqttService`. It is loaded
+lazily by the first MQTT connection (or the idle-LMQ sweep): persistent sessions and retained messages
+are replayed from the store.
 
 Publishing (:meth:`Gateway.publish`) stores a message once in its parent topic and dispatches it into the
 topic's LMQ, the LMQ of every subscribed wildcard filter that matches, and the retained queue when RETAIN
@@ -14,26 +15,27 @@ import dataclasses
 import heapq
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
-from mqproxy.mqtt.config import MqttConfig
+from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
 from mqproxy.mqtt.push_hub import PushHubs
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
-from mqproxy.mqtt.session import NEVER_EXPIRES, Cursor, Session
+from mqproxy.mqtt.session import Session
 from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+from mqproxy.mqtt.store import LightStore
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
 _log = structlog.get_logger("mqproxy.mqtt")
@@ -42,6 +44,8 @@ HOUSEKEEPING_INTERVAL_S = 60.0
 #: Most client PUBLISHes written in one batch.
 MAX_BATCH = 64
 _KEY = "mqtt"
+#: One MQTT publish to store: ``(topic, payload, qos, retain, properties)``.
+PublishItem = tuple[str, bytes, int, bool, Properties]
 
 
 def now_ms() -> int:
@@ -56,7 +60,7 @@ def reader_filter(topic_filter: str) -> str:
 class Gateway:
     def __init__(
         self,
-        backend: MessageStore,
+        backend: LightStore,
         config: MqttConfig,
         draining: trio.Event | None = None,
         auth: Authorizer = ALLOW_ALL,
@@ -138,6 +142,13 @@ class Gateway:
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
 
     # --- publishing ---------------------------------------------------------------------------
+    def rocketmq_dispatch(self, properties: Mapping[str, str]) -> tuple[str, ...]:
+        """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property is dispatched to when its
+        producer named none (``INNER_MULTI_DISPATCH``): the topic's LMQ plus every matching subscribed
+        wildcard filter's (empty if the property is absent or not a valid MQTT topic name)."""
+        topic = _dispatch_topic(properties)
+        return self.dispatch_targets(topic, retain=False) if topic else ()
+
     def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
         targets = [lmq_name(topic)]
         targets.extend(lmq_name(f) for f in self.index.match(topic))
@@ -145,16 +156,8 @@ class Gateway:
             targets.append(RETAINED_LMQ)
         return tuple(targets)
 
-    def _message(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        properties: Properties,
-        client_id: str,
-        born_host: tuple[str, int],
-    ) -> Message:
+    def _message(self, item: PublishItem, client_id: str, born_host: tuple[str, int]) -> Message:
+        topic, payload, qos, retain, properties = item
         return Message(
             topic=parent_topic(topic),
             body=payload,
@@ -175,9 +178,8 @@ class Gateway:
         born_host: tuple[str, int] = ("127.0.0.1", 0),
     ) -> SendResult:
         """Store one MQTT publish once and dispatch it to every LMQ that serves a matching subscription."""
-        result = await self.backend.send(
-            self._message(topic, payload, qos, retain, properties, client_id, born_host)
-        )
+        item = (topic, payload, qos, retain, properties)
+        result = await self.backend.send(self._message(item, client_id, born_host))
         if retain:
             self.retained.set(
                 topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
@@ -186,14 +188,14 @@ class Gateway:
 
     async def publish_many(
         self,
-        items: list[tuple[str, bytes, int, bool, Properties]],
+        items: list[PublishItem],
         client_id: str,
         born_host: tuple[str, int] = ("127.0.0.1", 0),
     ) -> list[SendResult | BackendError]:
         """Store ``(topic, payload, qos, retain, properties)`` publishes in order, one batch write per run
         of the same parent topic; a refused batch is retried message by message, so each item gets its own
         result or error."""
-        messages = [self._message(t, p, q, r, props, client_id, born_host) for t, p, q, r, props in items]
+        messages = [self._message(item, client_id, born_host) for item in items]
         out: list[SendResult | BackendError] = []
         start = 0
         while start < len(messages):
@@ -396,12 +398,20 @@ class Gateway:
 
     # --- timers -------------------------------------------------------------------------------
     def call_later(self, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` after ``delay_s`` in the gateway's timer task (until the server drains)."""
+        """Run ``callback`` after ``delay_s`` in the gateway's timer task (until the server drains). A
+        gateway whose owner did not start :meth:`run_timers` starts it as a system task at the first call."""
         heapq.heappush(self._timers, (trio.current_time() + delay_s, next(self._timer_seq), callback))
         self._timer_changed.set()
         if not self._timer_task_started:
             self._timer_task_started = True
             trio.lowlevel.spawn_system_task(self._run_timers, name="mqtt-gateway-timers")
+
+    async def run_timers(self) -> None:
+        """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
+        if self._timer_task_started:
+            return
+        self._timer_task_started = True
+        await self._run_timers()
 
     async def _run_timers(self) -> None:
         while not self._draining.is_set():
@@ -425,20 +435,23 @@ class Gateway:
                     _log.exception("internal.error", detail="mqtt gateway timer failed")
 
 
-def rocketmq_dispatch(registries: dict[str, object], properties: dict[str, str]) -> tuple[str, ...]:
-    """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property must be dispatched to.
+def rocketmq_dispatch(registries: Mapping[str, object], properties: Mapping[str, str]) -> tuple[str, ...]:
+    """Transitional, for remoting until it sends through the facade (which asks :class:`MqttService`):
+    :meth:`Gateway.rocketmq_dispatch` of the MQTT service in ``registries["mqtt"]``, or only the topic's
+    LMQ without one."""
+    service = registries.get(_KEY)
+    if service is not None:
+        return service.lmq_dispatch(properties)  # type: ignore[attr-defined,no-any-return]
+    topic = _dispatch_topic(properties)
+    return (lmq_name(topic),) if topic else ()
 
-    For protocol handlers other than MQTT (remoting, gRPC) to call before ``backend.send`` when the producer
-    set ``MQTT_TOPIC`` but no ``INNER_MULTI_DISPATCH``: the topic's LMQ plus every matching subscribed
-    wildcard filter (empty if the property is absent or not a valid MQTT topic name).
-    """
+
+def _dispatch_topic(properties: Mapping[str, str]) -> str:
+    """The ``MQTT_TOPIC`` a RocketMQ-produced message names, or "" if none or not a valid topic name."""
     topic = properties.get(PROPERTY_MQTT_TOPIC)
     if not topic or "+" in topic or "#" in topic or "\x00" in topic:
-        return ()
-    gateway = registries.get(_KEY)
-    if isinstance(gateway, Gateway):
-        return gateway.dispatch_targets(topic, retain=False)
-    return (lmq_name(topic),)
+        return ""
+    return topic
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:
@@ -447,16 +460,3 @@ def config_from_settings(mqtt: Any) -> MqttConfig:
     if fields.get("max_keep_alive") == 0:
         fields["max_keep_alive"] = None
     return MqttConfig(**fields)
-
-
-def gateway_for(server: object) -> Gateway:
-    """The server's gateway (created on first use from ``ServerState`` and its ``[mqtt]`` settings)."""
-    registries: dict[str, object] = server.registries  # type: ignore[attr-defined]
-    existing = registries.get(_KEY)
-    if existing is None:
-        mqtt = server.settings.mqtt  # type: ignore[attr-defined]
-        auth = Authorizer.from_settings(mqtt.allow_anonymous, mqtt.users, mqtt.acl)
-        existing = Gateway(server.backend, config_from_settings(mqtt), server.draining, auth)  # type: ignore[attr-defined]
-        registries[_KEY] = existing
-    assert isinstance(existing, Gateway)
-    return existing

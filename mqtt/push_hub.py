@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 import structlog
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.read_cache import ReadCache
-from mqproxy.mqtt.session import Cursor
+from mqproxy.mqtt.store import LightStore
 
 _log = structlog.get_logger("mqproxy.mqtt")
 
@@ -58,7 +58,7 @@ class PushHubs:
     ``woken`` the readers woken because their hub declined a message."""
 
     def __init__(
-        self, backend: MessageStore, read_cache: ReadCache, pull_batch: int, poll_interval_s: float
+        self, backend: LightStore, read_cache: ReadCache, pull_batch: int, poll_interval_s: float
     ) -> None:
         self._backend = backend
         self._cache = read_cache

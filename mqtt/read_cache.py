@@ -1,11 +1,11 @@
-"""A read cache shared by every subscription reader of the gateway, in front of ``MessageStore.pull`` on LMQs.
+"""A read cache shared by every subscription reader of the gateway, in front of ``LightStore.pull``.
 
 RIP-33 fan-out: all subscribers of a topic read the same light message queue, so a 1-to-N broadcast would
 cost N store reads per message. :class:`ReadCache` keeps aligned *segments* of ``segment_size``
 consecutive queue offsets (segment ``k`` holds offsets ``[k*size, (k+1)*size)``) and serves every reader
 of a segment from one store read.
 
-Contract of :meth:`ReadCache.pull` (same answer as ``MessageStore.pull`` without a tag filter):
+Contract of :meth:`ReadCache.pull` (same answer as ``LightStore.pull`` without a tag filter):
 
 * A cached answer holds the messages of ``[offset, offset + n)``; it may run on into the next cached
   segments. Its ``min_offset``/``max_offset`` are those of the store read that loaded the data.
@@ -44,7 +44,7 @@ from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import MqttAttributes, decode_properties
 
 if TYPE_CHECKING:
-    from mqproxy.backends.embedded.store import MessageStore
+    from mqproxy.mqtt.store import LightStore
 
 #: Offsets per segment (rocketmq-mqtt's ``pullBatchSize``).
 SEGMENT_SIZE = 32
@@ -121,7 +121,7 @@ class ReadCache:
 
     def __init__(
         self,
-        backend: MessageStore,
+        backend: LightStore,
         *,
         segment_size: int = SEGMENT_SIZE,
         max_segments: int = DEFAULT_MAX_SEGMENTS,
@@ -188,7 +188,8 @@ class ReadCache:
         return memo
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
-        """Up to ``max_count`` messages of (``topic``, ``queue_id``) from ``offset``, as ``MessageStore.pull``."""
+        """Up to ``max_count`` messages of (``topic``, ``queue_id``) from ``offset``, as ``LightStore.pull``
+        does."""
         if not self.enabled or max_count < 1 or offset < 0:
             self.bypasses += 1
             return await self.backend.pull(topic, queue_id, offset, max_count)

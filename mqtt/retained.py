@@ -3,7 +3,7 @@
 Every retained PUBLISH (including the empty one that clears) is stored once like any other message and
 also dispatched into :data:`~mqproxy.mqtt.mapping.RETAINED_LMQ`; the last record per MQTT topic in that
 queue is the topic's retained value. :meth:`RetainedStore.load` replays the queue at start-up into an
-in-memory topic tree; the gateway compacts the queue (see :mod:`mqproxy.backends.embedded.compaction`) so replay
+in-memory topic tree; the gateway compacts the queue (see :mod:`mqproxy.facade.compaction`) so replay
 reads only live values.
 
 The tree has one node per topic level, so a wildcard SUBSCRIBE visits only the branches its filter can
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mqproxy.backends.embedded.compaction import Replay, compact_if_worth, replay, worth_compacting
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.codecs.mqtt import Properties
+from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import StoredMessage
 from mqproxy.mqtt.mapping import RETAINED_LMQ, decode_properties
+from mqproxy.mqtt.store import LightStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class RetainedStore:
     def __len__(self) -> int:
         return self._count
 
-    async def load(self, backend: MessageStore) -> None:
+    async def load(self, backend: LightStore) -> None:
         """Rebuild the tree from the retained queue, compacting the queue first if it is mostly dead
         records (call once, before serving)."""
         found = await replay(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key)
@@ -85,12 +85,12 @@ class RetainedStore:
         """True once the queue probably holds more replaced or cleared values than live ones."""
         return worth_compacting(self._records, self._count, self._min_garbage)
 
-    async def compact(self, backend: MessageStore) -> None:
+    async def compact(self, backend: LightStore) -> None:
         """Drop replaced and cleared values from the retained queue. Safe while publishers keep writing
-        (see :mod:`mqproxy.backends.embedded.compaction`)."""
+        (see :mod:`mqproxy.facade.compaction`)."""
         await self._compact(backend, None)
 
-    async def _compact(self, backend: MessageStore, found: Replay | None) -> None:
+    async def _compact(self, backend: LightStore, found: Replay | None) -> None:
         await compact_if_worth(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key, self._min_garbage, found)
         low = await backend.min_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
         self._records = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID) - low

@@ -1,10 +1,11 @@
 """MQTT session state that outlives a network connection (in memory; durable parts in :mod:`.state`).
 
-A :class:`Session` holds the subscriptions, one :class:`Cursor` per subscription (its read position on the
-filter's LMQ and the un-acked offsets behind it), the outbound in-flight window and the inbound QoS 2
-packet ids awaiting PUBREL. A connection attaches to it, delivers from it and detaches; nothing here does
-I/O except :meth:`Session.commit_offsets`, which stores the cursors' offsets for persistent sessions, and
-:meth:`Session.restore_inflight`, which re-reads restored QoS 2 deliveries from their LMQs.
+A :class:`Session` holds the subscriptions, one :class:`~mqproxy.mqtt.cursor.Cursor` per subscription (its
+read position on the filter's LMQ and the un-acked offsets behind it), the outbound in-flight window and
+the inbound QoS 2 packet ids awaiting PUBREL. A connection attaches to it, delivers from it and detaches;
+nothing here does I/O except :meth:`Session.commit_offsets`, which stores the cursors' offsets for
+persistent sessions, and :meth:`Session.restore_inflight`, which re-reads restored QoS 2 deliveries from
+their LMQs.
 
 Exactly-once across a crash (persistent sessions): :meth:`Session.snapshot` carries the inbound ids awaiting
 PUBREL and the outbound QoS 2 deliveries (``InFlight.durable``) plus completed ones the committed offset
@@ -18,7 +19,6 @@ messages sent at SUBSCRIBE are recorded by commit-log offset and read back with 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ import trio
 from mqproxy.codecs.mqtt import Publish, QoS
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SESSION_GROUP_PREFIX, decode_properties
 from mqproxy.mqtt.state import (
     COMPLETE,
@@ -40,115 +41,14 @@ from mqproxy.mqtt.state import (
 )
 
 if TYPE_CHECKING:
-    from mqproxy.backends.embedded.store import MessageStore
+    from mqproxy.mqtt.store import LightStore
 
 #: Builds the PUBLISH of a restored delivery for the attaching connection (None: cannot, e.g. expired);
 #: the flag says it is a retained message sent at SUBSCRIBE.
 PublishBuilder = Callable[[SubscriptionSpec, StoredMessage, bool], "Publish | None"]
 
-NEVER_EXPIRES = 0xFFFFFFFF
 #: Completed QoS 2 deliveries a snapshot keeps at most (see ``Session._prune_settled``).
 _SETTLED_MAX = 1024
-
-
-class Cursor:
-    """Read position of one reader on an LMQ plus its un-acked offsets.
-
-    ``next_offset`` is the next offset to read; ``committed`` the first offset not yet completed (every
-    offset below it was delivered and, for QoS 1/2, acknowledged). Completion may happen out of order;
-    ``committed`` advances over the completed prefix. ``restored`` maps offsets of QoS 2 deliveries
-    restored after a restart to whether they are done; the reader hands each to :meth:`reached` instead
-    of delivering it again.
-    """
-
-    __slots__ = (
-        "_done",
-        "_order",
-        "committed",
-        "durable",
-        "group",
-        "lmq",
-        "next_offset",
-        "restored",
-        "stored",
-    )
-
-    def __init__(self, lmq: str, offset: int, group: str = "") -> None:
-        self.lmq = lmq
-        self.group = group  # consumer group its offset is committed under
-        self.durable = False  # commit offsets to the store
-        self.next_offset = offset
-        self.committed = offset
-        self.stored = offset  # last value written to the backend
-        self.restored: dict[int, bool] = {}
-        self._order: deque[int] = deque()
-        self._done: dict[int, bool] = {}
-
-    def track(self, offset: int) -> None:
-        """``offset`` was sent and awaits its acknowledgement (again, if it was handed back)."""
-        if offset not in self._done:
-            self._order.append(offset)
-        self._done[offset] = False
-
-    def complete(self, offset: int) -> None:
-        """``offset`` needs nothing more (acknowledged, sent at QoS 0, or skipped)."""
-        if offset not in self._done:
-            if not self._order:
-                self.committed = max(self.committed, offset + 1)
-            else:
-                self._order.append(offset)
-                self._done[offset] = True
-                self._advance()
-            return
-        self._done[offset] = True
-        self._advance()
-
-    def reached(self, offset: int) -> bool:
-        """The reader is at ``offset``: True if it was restored (then it must not be delivered again).
-
-        A restored delivery still in flight is tracked here, in offset order, like a fresh one; a
-        completed one is completed.
-        """
-        done = self.restored.pop(offset, None)
-        if done is None:
-            return False
-        if done:
-            self.complete(offset)
-        else:
-            self.track(offset)
-        return True
-
-    @property
-    def pending(self) -> bool:
-        """True while some offset handed out is not completed (``committed`` waits for it)."""
-        return bool(self._order)
-
-    def acknowledged(self, offset: int) -> None:
-        """An in-flight ``offset`` was acknowledged (PUBACK / PUBCOMP / refused PUBREC)."""
-        if offset in self.restored:  # the reader has not reached it yet: it completes it then
-            self.restored[offset] = True
-        else:
-            self.complete(offset)
-
-    def _advance(self) -> None:
-        order, done = self._order, self._done
-        while order and done[order[0]]:
-            first = order.popleft()
-            del done[first]
-            self.committed = first + 1
-
-    async def commit(self, backend: MessageStore) -> None:
-        """Store ``committed`` if it changed and the cursor is durable."""
-        if self.durable and self.committed != self.stored:
-            value = self.committed
-            await backend.commit_consumer_offset(self.group, self.lmq, LMQ_QUEUE_ID, value)
-            self.stored = value
-
-    def rewind(self) -> None:
-        """Forget un-acked offsets and read again from ``committed`` (after a restart of delivery)."""
-        self._order.clear()
-        self._done.clear()
-        self.next_offset = self.committed
 
 
 @dataclass(slots=True)
@@ -305,7 +205,7 @@ class Session:
         return True
 
     async def confirm_stored(
-        self, backend: MessageStore, packet_id: int, client_id: str, topic: str, payload: bytes
+        self, backend: LightStore, packet_id: int, client_id: str, topic: str, payload: bytes
     ) -> bool:
         """An ``unconfirmed`` id came again in a PUBLISH: True if its message was stored before the
         restart (the PUBLISH is a duplicate; the id keeps awaiting PUBREL), False if not (the id is
@@ -344,7 +244,7 @@ class Session:
         return False
 
     # --- outbound QoS 2 after a restart ---------------------------------------------------------
-    async def restore_inflight(self, backend: MessageStore, build: PublishBuilder) -> None:
+    async def restore_inflight(self, backend: LightStore, build: PublishBuilder) -> None:
         """Turn the records loaded by :meth:`load_qos2` into in-flight entries under their packet ids.
 
         A ``SENT`` delivery gets its PUBLISH back from the store via ``build``; if the message is gone
@@ -448,7 +348,7 @@ class Session:
         self._slots.unpark()
         return entry
 
-    async def give_back_shared(self, backend: MessageStore) -> None:
+    async def give_back_shared(self, backend: LightStore) -> None:
         """The session is ending: return the shared-subscription messages the peer has not received
         for sure (no PUBREC yet) to their groups, so another member gets them, and complete the rest.
         Deliveries restored after a restart but never re-sent (no attach since) count the same."""
@@ -479,7 +379,7 @@ class Session:
     def wake_all(self) -> None:
         self._slots.unpark_all()
 
-    async def commit_offsets(self, backend: MessageStore) -> None:
+    async def commit_offsets(self, backend: LightStore) -> None:
         """Store every cursor's committed offset that changed (persistent sessions only)."""
         for cursor in list(self.cursors.values()):
             cursor.durable = self.persistent

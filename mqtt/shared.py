@@ -15,11 +15,11 @@ from collections import deque
 
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
-from mqproxy.mqtt.session import Cursor
+from mqproxy.mqtt.store import LightStore
 
 
 class SharedGroup:
@@ -38,7 +38,7 @@ class SharedGroup:
         return SHARED_GROUP_PREFIX + self.name
 
     @classmethod
-    async def open(cls, backend: MessageStore, name: str, topic_filter: str) -> SharedGroup:
+    async def open(cls, backend: LightStore, name: str, topic_filter: str) -> SharedGroup:
         lmq = lmq_name(topic_filter)
         group = SHARED_GROUP_PREFIX + name
         offset = await backend.query_consumer_offset(group, lmq, LMQ_QUEUE_ID)
@@ -58,7 +58,7 @@ class SharedGroup:
         event, self._fetched = self._fetched, trio.Event()
         event.set()
 
-    async def claim(self, backend: MessageStore, poll_s: float) -> tuple[StoredMessage, int]:
+    async def claim(self, backend: LightStore, poll_s: float) -> tuple[StoredMessage, int]:
         """The next message for a member (waits for one)."""
         while True:
             if self._returned:
@@ -75,7 +75,7 @@ class SharedGroup:
                 self._fetching = False
                 self._wake()
 
-    async def _fetch(self, backend: MessageStore, poll_s: float) -> None:
+    async def _fetch(self, backend: LightStore, poll_s: float) -> None:
         cursor = self.cursor
         start = cursor.next_offset
         result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, start, 32)

@@ -4,9 +4,9 @@ Each change (subscribe, unsubscribe, connect, disconnect, expiry) appends the cl
 JSON record to the internal topic :data:`~mqproxy.mqtt.mapping.SESSION_STATE_TOPIC` (queue 0); a record
 with ``"deleted": true`` ends the session. :meth:`SessionStateStore.load` replays the topic at start-up,
 the last record per client wins. Keeping the state in the store (not in side files) means it has the same
-flush policy and crash recovery as the messages and offsets it refers to, and works with any MessageStore.
+flush policy and crash recovery as the messages and offsets it refers to, and works with any LightStore.
 Consumer offsets per subscription live beside it as consumer offsets of group ``%MQTT%<client id>``.
-The log is compacted to the newest record per live client (:mod:`mqproxy.backends.embedded.compaction`) at start-up
+The log is compacted to the newest record per live client (:mod:`mqproxy.facade.compaction`) at start-up
 and by the gateway's housekeeping timer, so replay reads about one record per persistent session.
 
 QoS 2 state rides in the same record, so that exactly-once survives a crash: the inbound packet ids
@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 
 import trio
 
-from mqproxy.backends.embedded.compaction import Replay, compact_if_worth, replay, worth_compacting
-from mqproxy.backends.embedded.store import MessageStore
+from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
 from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
+from mqproxy.mqtt.store import LightStore
 
 _QUEUE = 0
 
@@ -194,10 +194,10 @@ class SessionStateStore:
     """The session-state log: appends snapshots, replays the newest per client, compacts itself.
 
     ``min_garbage``: superseded records the log must hold, and outnumber live ones, before
-    :meth:`compaction_due` says so (see :mod:`mqproxy.backends.embedded.compaction`).
+    :meth:`compaction_due` says so (see :mod:`mqproxy.facade.compaction`).
     """
 
-    def __init__(self, backend: MessageStore, min_garbage: int = 10_000) -> None:
+    def __init__(self, backend: LightStore, min_garbage: int = 10_000) -> None:
         self._backend = backend
         self._writes: dict[str, _Writes] = {}
         self._min_garbage = min_garbage

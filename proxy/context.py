@@ -42,7 +42,7 @@ class ServerState:
     registries: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.metrics.watch_registries(self.registries)
+        self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)
         self.recorder = ServerRecorder(self)
 
     def connection_opened(self) -> None:

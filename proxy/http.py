@@ -20,8 +20,6 @@ import trio
 
 from mqproxy.context import receive_unless_draining
 from mqproxy.metrics import refresh_backend_metrics, render_metrics
-from mqproxy.mqtt.connection import serve_mqtt
-from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.negotiation import Detected, Protocol
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.websocket import WebSocketStream, is_websocket_upgrade, upgrade_response
@@ -145,10 +143,10 @@ async def _upgrade_to_mqtt(
     structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
     metrics.connections_total.labels(ctx.protocol).inc()
     metrics.connections_open.labels(ctx.protocol).inc()
-    gateway = gateway_for(ctx.server)
-    websocket = WebSocketStream(stream, bytes(trailing), gateway.config.max_packet_size)
+    mqtt = ctx.server.protocols.mqtt
+    websocket = WebSocketStream(stream, bytes(trailing), mqtt.max_packet_size)
     try:
-        await serve_mqtt(websocket, ctx, Detected(Protocol.MQTT))
+        await mqtt.serve(websocket, ctx, Detected(Protocol.MQTT))
     finally:
         if websocket.close_code not in (None, 1000) and ctx.error is None:
             ctx.error = "websocket_closed"

@@ -6,8 +6,8 @@ counters). The connection pipeline and protocol handlers update it; nothing here
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -62,9 +62,9 @@ class Metrics:
             registry=r,
         )
 
-    def watch_registries(self, registries: dict[str, Any]) -> None:
-        """Export the MQTT gateway's figures from ``registries["mqtt"]`` once it exists (read per scrape)."""
-        self.registry.register(_GatewayCollector(registries))
+    def watch_mqtt(self, source: Callable[[], _HasStats | None]) -> None:
+        """Export the MQTT figures of ``source()`` (read per scrape; None until the service exists)."""
+        self.registry.register(_GatewayCollector(source))
 
     def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
         """The (counter, latency histogram) children of one request kind, created once and cached
@@ -77,21 +77,25 @@ class Metrics:
         return series
 
 
+class _HasStats(Protocol):
+    def stats(self) -> dict[str, int]: ...
+
+
 class _GatewayCollector:
     """Reads :meth:`~mqproxy.mqtt.gateway.Gateway.stats` at scrape time; nothing before the first MQTT
     connection creates the gateway."""
 
-    def __init__(self, registries: dict[str, Any]) -> None:
-        self._registries = registries
+    def __init__(self, source: Callable[[], _HasStats | None]) -> None:
+        self._source = source
 
     def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        gateway = self._registries.get("mqtt")
-        if gateway is None:
+        service = self._source()
+        if service is None:
             return
-        stats: dict[str, int] = gateway.stats()
+        stats = service.stats()
         sessions = GaugeMetricFamily("mqproxy_mqtt_sessions", "MQTT sessions held", labels=["state"])
         sessions.add_metric(["online"], stats["sessions_online"])
         sessions.add_metric(["offline"], stats["sessions_offline"])

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import trio
 
 from mqproxy.context import ServerState
-from mqproxy.grpc_service.connection import serve_grpc
+from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
 from mqproxy.http import serve_http
-from mqproxy.mqtt.connection import serve_mqtt
+from mqproxy.mqtt.service import MqttService
 from mqproxy.negotiation import Detected, Protocol
 from mqproxy.remoting_route import serve_remoting_connection
 from mqproxy.runtime.context import ConnectionContext
@@ -44,7 +44,7 @@ class Protocols:
     """The server's protocol services, one per negotiated protocol."""
 
     remoting: ProtocolService
-    mqtt: ProtocolService
+    mqtt: MqttService
     grpc: ProtocolService
     http: ProtocolService
 
@@ -67,7 +67,9 @@ def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
         remoting=_Function(serve_remoting_connection),
-        mqtt=_Function(serve_mqtt),
-        grpc=_Function(serve_grpc),
+        mqtt=state.registries.setdefault(  # TRANSITIONAL: remoting_route reaches MQTT dispatch there
+            "mqtt", MqttService.from_settings(state.broker, state.settings, state.draining)
+        ),
+        grpc=GrpcService(state.broker, GrpcSettings.from_config(state.settings, state.advertised)),
         http=_Function(serve_http),
     )

@@ -14,7 +14,6 @@ import signal
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 import trio
@@ -22,15 +21,10 @@ import trio
 from mqproxy import __version__
 from mqproxy.backend_setup import open_backend
 from mqproxy.backends.embedded.broker import open_embedded_broker
-from mqproxy.backends.embedded.lmq_sweeper import run_lmq_sweeper
 from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
 from mqproxy.facade.types import TransactionCheck
-from mqproxy.grpc_service.connection import grpc_service
-from mqproxy.grpc_service.service import GRPC_TRANSACTION_GROUP_PREFIX
-from mqproxy.mqtt.gateway import gateway_for
-from mqproxy.mqtt.mapping import RETAINED_LMQ
 from mqproxy.remoting_route import REMOTING_CHECK_BACK_KEY, SERVICES_KEY, remoting_context
 from mqproxy.routes import build_protocols
 from mqproxy.settings import BrokerSettings, Settings, parse_hostport
@@ -41,8 +35,6 @@ _log = structlog.get_logger("mqproxy.server")
 #: accept() errors that mean "overloaded", not "broken" (trio's serve_listeners treats them the same way).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_RETRY_S = 0.1
-#: Most idle light queues one sweep deletes (the rest wait for the next sweep).
-LMQ_SWEEP_LIMIT = 100_000
 
 
 @dataclass(eq=False)
@@ -113,10 +105,7 @@ async def serve(
         )
 
         async def check_back(check: TransactionCheck) -> bool:
-            """A transaction check-back goes to the protocol its producer used: gRPC producers have no
-            group, so their half messages carry ``%GRPC%<topic>``; everything else is remoting."""
-            if check.producer_group.startswith(GRPC_TRANSACTION_GROUP_PREFIX):
-                return await grpc_service(state).check_back(check)
+            """A transaction check-back to a remoting producer (gRPC registers its own)."""
             remoting_context(state)  # creates the remoting registry (and its sender) on first use
             sender = state.registries.get(REMOTING_CHECK_BACK_KEY)
             return bool(sender is not None and await sender(check))
@@ -134,34 +123,6 @@ async def serve(
             await _serve_state(
                 settings, state, bound, listener, ssl_context, install_signal_handlers, task_status
             )
-
-
-def lmqs_in_use(registries: dict[str, Any]) -> set[str]:
-    """Light queues the idle sweep must keep: the MQTT gateway's (if one was created) and the retained
-    queue, which is replayed at the gateway's first load even when nothing reads it yet."""
-    names = {RETAINED_LMQ}
-    gateway = registries.get("mqtt")
-    if gateway is not None:
-        names |= gateway.lmqs_in_use()
-    return names
-
-
-async def _sweep_idle_lmqs(state: ServerState) -> None:
-    """Run the idle-LMQ sweeper once the MQTT gateway has loaded: until then the queues of offline
-    persistent sessions are unknown and would look idle."""
-    try:
-        await gateway_for(state).ready()
-    except Exception:  # the gateway logs and re-raises its load error to every MQTT connection too
-        _log.exception("internal.error", detail="MQTT state failed to load; idle LMQs are not swept")
-        return
-    store = state.settings.store
-    await run_lmq_sweeper(
-        state.backend,
-        idle_ms=store.lmq_idle_seconds * 1000,
-        interval_s=store.lmq_sweep_interval_seconds,
-        in_use=lambda: lmqs_in_use(state.registries),
-        limit=LMQ_SWEEP_LIMIT,
-    )
 
 
 def service_settings(broker: BrokerSettings) -> ServiceSettings:
@@ -199,8 +160,6 @@ async def _serve_state(
     async with trio.open_nursery() as root:
         if install_signal_handlers:
             root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
-        if settings.store.lmq_idle_seconds > 0:
-            root.start_soon(_sweep_idle_lmqs, state)
         assert state.protocols is not None
         for service in state.protocols:
             await root.start(service.run)

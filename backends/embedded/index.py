@@ -12,8 +12,9 @@ Named databases (one keyspace per kind, store-notes §8):
 * ``floors``: ``>Q`` queue id → ``>Qq`` (floor, ms): the queue's entries below ``floor`` were deleted by a
   rewrite at ``ms``. Its next offset is never below the floor, even when every entry is gone.
 * ``keys``: ``topic \x00 key \x00 >qQ`` (store timestamp ms, commit-log offset) → empty: every message's
-  ``KEYS`` entries and ``UNIQ_KEY`` (:func:`~mqproxy.backends.embedded.sending.index_keys`), so QUERY_MESSAGE is one
-  range seek per (topic, key), in store-time order. Written in the dispatch transaction, like ``cq``.
+  ``KEYS`` entries and ``UNIQ_KEY`` (:func:`~mqproxy.backends.embedded.sending.index_keys`), so
+  QUERY_MESSAGE is one range seek per (topic, key), in store-time order. Written in the dispatch
+  transaction, like ``cq``.
 * ``topics``: topic name → JSON topic config.
 * ``meta``: ``checkpoint`` (``>Qq``: commit-log offset up to which every record is indexed, latest store
   timestamp among them), ``next_qid`` and ``lmqoffs`` (present once ``lmqoffs`` covers every row).
@@ -61,7 +62,8 @@ _KEY_SUFFIX = struct.Struct(">qQ")
 
 
 def key_rows(topic: str, keys: Iterable[str], store_ms: int, commitlog_offset: int) -> list[bytes]:
-    """The ``keys`` rows of one stored message (``keys`` from :func:`~mqproxy.backends.embedded.sending.index_keys`)."""
+    """The ``keys`` rows of one stored message (``keys`` from
+    :func:`~mqproxy.backends.embedded.sending.index_keys`)."""
     suffix = _KEY_SUFFIX.pack(store_ms, commitlog_offset)
     prefix = topic.encode() + b"\x00"
     return [prefix + key.encode() + b"\x00" + suffix for key in keys]
@@ -360,7 +362,7 @@ class Index:
                     read = True
                     if readers.set_range(key):
                         for reader_key, value in readers:
-                            if not reader_key.startswith(key):
+                            if reader_key[: len(key)] != key:
                                 break
                             if unpack_i64(value)[0] < end:
                                 read = False
@@ -389,7 +391,7 @@ class Index:
         groups = []
         if readers.set_range(key):
             for reader_key in readers.iternext(values=False):
-                if not reader_key.startswith(key):
+                if reader_key[: len(key)] != key:
                     break
                 groups.append(bytes(reader_key[len(key) :]))
         for group in groups:

@@ -8,13 +8,13 @@ them durability and a restart recovers by replaying the topics — the way Apach
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import trio
 
 from mqproxy.backends.embedded.store import MessageStore
-from mqproxy.model.types import Message, StoredMessage
+from mqproxy.model.types import Message, PullStatus, StoredMessage
 
 #: Longest single sleep of a timer loop: the service clock is wall time and may step, so timers
 #: re-read it at least this often instead of trusting one long sleep.
@@ -64,3 +64,24 @@ async def ensure_topic(backend: MessageStore, topic: str, queue_count: int) -> N
     """Create ``topic`` with ``queue_count`` queues unless it exists (idempotent)."""
     if await backend.get_topic(topic) is None:
         await backend.create_topic(topic, queue_count)
+
+
+async def read_to_end(
+    backend: MessageStore,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    batch: int,
+    on_batch: Callable[[Sequence[StoredMessage], int], None],
+) -> None:
+    """Pull the queue from ``offset`` to its end, ``batch`` messages at a time, handing each batch and the
+    offset after it to ``on_batch``. An offset below the queue's min offset jumps to the min."""
+    while True:
+        result = await backend.pull(topic, queue_id, offset, batch)
+        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
+            offset = result.next_offset
+            continue
+        if not result.messages:
+            return
+        offset = result.next_offset
+        on_batch(result.messages, offset)

@@ -28,11 +28,10 @@ from mqproxy.backends.embedded.sending import (
     stored_properties,
 )
 from mqproxy.backends.embedded.store import check_rewrite
+from mqproxy.backends.embedded.store_base import StoreBase
 from mqproxy.backends.embedded.waiters import QueueWaiters
-from mqproxy.model.errors import TopicNotFound
 from mqproxy.model.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (
-    ConsumerInfo,
     ConsumerOffset,
     Message,
     PullResult,
@@ -40,7 +39,6 @@ from mqproxy.model.types import (
     SendResult,
     StoredMessage,
     TagFilter,
-    TopicConfig,
 )
 
 #: Fixed bytes a remoting record adds to body, topic and properties (IPv4 hosts, spec §4.1).
@@ -66,7 +64,9 @@ class _Queue:
 _SWEEP_CHUNK = 1024
 
 
-class InMemoryBackend:
+class InMemoryBackend(StoreBase):
+    """A :class:`~mqproxy.backends.embedded.store.MessageStore` held in dicts and lists."""
+
     def __init__(
         self,
         default_queue_count: int = 4,
@@ -88,9 +88,6 @@ class InMemoryBackend:
         self._by_commitlog_offset: dict[int, StoredMessage] = {}
 
     # --- produce -------------------------------------------------------------------------------
-    async def send(self, message: Message) -> SendResult:
-        return (await self.send_batch([message]))[0]
-
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         check_batch(messages)
         targets = [check_message(m, self._max_message_bytes) for m in messages]
@@ -272,21 +269,7 @@ class InMemoryBackend:
         for group in self._lmq_groups.pop(name, ()):
             del self._offsets[(group, name, LMQ_QUEUE_ID)]
 
-    # --- metadata ------------------------------------------------------------------------------
-    async def get_topic(self, topic: str) -> TopicConfig | None:
-        return self._topics.get(topic)
-
-    async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
-        return self._create(topic, queue_count)
-
-    async def update_topic(self, config: TopicConfig) -> TopicConfig:
-        planned = self._topics.plan_update(config)
-        self._topics.load(planned)
-        return planned
-
-    async def topic_names(self) -> list[str]:
-        return self._topics.names()
-
+    # --- lookup --------------------------------------------------------------------------------
     async def query_messages(
         self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
     ) -> list[StoredMessage]:
@@ -300,38 +283,7 @@ class InMemoryBackend:
         found.sort(key=lambda m: (m.store_timestamp_ms, m.commitlog_offset), reverse=True)
         return found[: max(max_count, 0)]
 
-    # --- consumer groups -----------------------------------------------------------------------
-    async def register_consumer(self, info: ConsumerInfo) -> bool:
-        return self._consumers.register(info)
-
-    async def unregister_consumer(self, group: str, client_id: str) -> bool:
-        return self._consumers.unregister(group, client_id)
-
-    async def consumer_ids(self, group: str) -> list[str]:
-        return self._consumers.ids(group)
-
-    async def consumer_groups(self) -> list[str]:
-        return self._consumers.groups()
-
-    async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
-        return self._consumers.info(group, client_id)
-
     # --- internals -----------------------------------------------------------------------------
-    def _config_for_send(self, topic: str) -> TopicConfig:
-        config = self._topics.get(topic)
-        if config is not None:
-            return config
-        if not self._topics.auto_create:
-            raise TopicNotFound(topic)
-        return self._create(topic, None)
-
-    def _create(self, topic: str, queue_count: int | None) -> TopicConfig:
-        planned = self._topics.plan_create(topic, queue_count)
-        if planned is None:
-            return self._topics.require(topic)
-        self._topics.load(planned)
-        return planned
-
     def _queue(self, topic: str, queue_id: int) -> _Queue:
         key = (topic, queue_id)
         queue = self._queues.get(key)

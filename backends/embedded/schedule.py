@@ -40,6 +40,7 @@ from mqproxy.backends.embedded.internal_topics import (
     Clock,
     copy_message,
     ensure_topic,
+    read_to_end,
     wall_clock_ms,
 )
 from mqproxy.backends.embedded.store import MessageStore
@@ -194,19 +195,15 @@ class Scheduler:
         await ensure_topic(self._backend, SCHEDULE_TOPIC, self.max_level)
         await ensure_topic(self._backend, RECALL_TOPIC, 1)
         offset = await self._backend.min_offset(RECALL_TOPIC, 0)
-        while True:
-            result = await self._backend.pull(RECALL_TOPIC, 0, offset, _BATCH)
-            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
-                offset = result.next_offset
-                continue
-            if not result.messages:
-                return
-            for record in result.messages:
+
+        def remember(records: Sequence[StoredMessage], _end: int) -> None:
+            for record in records:
                 topic = record.properties.get(PROPERTY_REAL_TOPIC, "")
                 key = record.properties.get(PROPERTY_RECALLED_KEY, "")
                 if topic and key:
                     self._recalled.add((topic, key))
-            offset = result.messages[-1].queue_offset + 1
+
+        await read_to_end(self._backend, RECALL_TOPIC, 0, offset, _BATCH, remember)
 
     # --- recall --------------------------------------------------------------------------------
     async def recall(self, topic: str, handle: str) -> str:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from mqproxy.model.errors import BackendError, IllegalTopic, MessageTooLarge
+from mqproxy.model.properties import MAX_PROPERTIES_BYTES, properties_size
 from mqproxy.model.topics import RETRY_PREFIX, SYSTEM_TOPIC_PREFIX, validate_lmq, validate_send_topic
 from mqproxy.model.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -16,13 +17,6 @@ from mqproxy.model.types import (
 )
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-#: Encoded properties limit (the remoting record stores their length as i16).
-MAX_PROPERTIES_BYTES = 32767
-
-
-def properties_size(properties: dict[str, str]) -> int:
-    """Bytes of the remoting properties string ``k\\x01v\\x02...`` for these properties."""
-    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in properties.items())
 
 
 def check_message(message: Message, max_message_bytes: int) -> tuple[str, ...]:

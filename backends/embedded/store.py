@@ -1,8 +1,9 @@
-"""The typed interface between protocol handlers and storage.
+"""The storage seam of the embedded broker: :class:`MessageStore`.
 
-Remoting, MQTT and gRPC handlers depend on :class:`MessageStore` only. The embedded store
-(:mod:`mqproxy.backends.embedded.embedded`), the in-memory reference (:mod:`mqproxy.backends.embedded.memory`) and the
-cluster backend implement it; handlers never know which one they hold.
+The broker services and :class:`~mqproxy.backends.embedded.broker.EmbeddedBroker` reach storage through
+:class:`MessageStore` only. The embedded store (:mod:`mqproxy.backends.embedded.embedded`) and the
+in-memory reference (:mod:`mqproxy.backends.embedded.memory`) implement it; both build on
+:class:`~mqproxy.backends.embedded.store_base.StoreBase`.
 
 Contract shared by all implementations:
 
@@ -147,8 +148,8 @@ class MessageStore(Protocol):
         self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
     ) -> list[StoredMessage]:
         """Up to ``max_count`` messages of ``topic`` stored within [``begin_ms``, ``end_ms``] that one of
-        their ``KEYS`` or their ``UNIQ_KEY`` names (:func:`~mqproxy.backends.embedded.sending.index_keys`), newest
-        first."""
+        their ``KEYS`` or their ``UNIQ_KEY`` names (:func:`~mqproxy.backends.embedded.sending.index_keys`),
+        newest first."""
         ...
 
     # --- consumer groups -----------------------------------------------------------------------

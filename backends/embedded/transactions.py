@@ -34,6 +34,7 @@ from mqproxy.backends.embedded.internal_topics import (
     Clock,
     copy_message,
     ensure_topic,
+    read_to_end,
     wall_clock_ms,
 )
 from mqproxy.backends.embedded.schedule import Scheduler
@@ -52,6 +53,7 @@ from mqproxy.model.properties import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME,
+    PROPERTY_HALF_TIME_MS,
     PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QID,
@@ -68,13 +70,10 @@ from mqproxy.model.types import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     Message,
-    PullStatus,
     SendResult,
     StoredMessage,
 )
 
-#: When the half message was prepared (service clock, ms); internal, stripped on commit.
-PROPERTY_HALF_TIME_MS = "TRAN_HALF_TIME_MS"
 #: Op-record tags.
 OP_DONE = "d"
 OP_CHECKED = "c"
@@ -159,16 +158,8 @@ class TransactionService:
 
     async def _replay(self, topic: str, start: int) -> list[StoredMessage]:
         out: list[StoredMessage] = []
-        offset = start
-        while True:
-            result = await self._backend.pull(topic, 0, offset, _PULL_BATCH)
-            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
-                offset = result.next_offset
-                continue
-            if not result.messages:
-                return out
-            out.extend(result.messages)
-            offset = result.next_offset
+        await read_to_end(self._backend, topic, 0, start, _PULL_BATCH, lambda batch, _: out.extend(batch))
+        return out
 
     async def _replay_halves(self) -> None:
         for half in await self._replay(HALF_TOPIC, self._half_end):

@@ -33,6 +33,7 @@ from mqproxy.codecs.mqtt.packets import (
     PubAck,
     PubComp,
     Publish,
+    PublishAck,
     PubRec,
     PubRel,
     QoS,
@@ -297,7 +298,7 @@ def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: boo
 
 
 def _ack_decoder(
-    cls: type[PubAck] | type[PubRec] | type[PubRel] | type[PubComp],
+    cls: type[PublishAck],
     allowed: frozenset[ReasonCode],
     context: PropertyContext,
 ) -> Callable[[int, Reader, bool], Packet]:

@@ -27,6 +27,7 @@ from mqproxy.codecs.mqtt.packets import (
     PubAck,
     PubComp,
     Publish,
+    PublishAck,
     PubRec,
     PubRel,
     SubAck,
@@ -146,7 +147,7 @@ def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
 def _ack_encoder(
     first: int, allowed: frozenset[ReasonCode], context: PropertyContext
 ) -> Callable[[Any, bool], tuple[int, bytes]]:
-    def encode_ack(packet: PubAck | PubRec | PubRel | PubComp, v5: bool) -> tuple[int, bytes]:
+    def encode_ack(packet: PublishAck, v5: bool) -> tuple[int, bytes]:
         body = _packet_id(packet.packet_id)
         if not v5:
             return first, body

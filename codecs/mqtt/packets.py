@@ -106,39 +106,33 @@ class Publish:
 
 
 @dataclass(frozen=True, slots=True)
-class PubAck:
+class PublishAck:
+    """The fields every step of a QoS 1/2 flow carries; the packet is one of the four subclasses (a
+    PUBACK never equals a PUBREC with the same fields)."""
+
+    packet_id: int
+    reason_code: ReasonCode = ReasonCode.SUCCESS
+    properties: Properties = NO_PROPERTIES
+
+
+@dataclass(frozen=True, slots=True)
+class PubAck(PublishAck):
     """PUBACK (QoS 1 acknowledgement)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
-
 
 @dataclass(frozen=True, slots=True)
-class PubRec:
+class PubRec(PublishAck):
     """PUBREC (QoS 2, step 1)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
-
 
 @dataclass(frozen=True, slots=True)
-class PubRel:
+class PubRel(PublishAck):
     """PUBREL (QoS 2, step 2)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
-
 
 @dataclass(frozen=True, slots=True)
-class PubComp:
+class PubComp(PublishAck):
     """PUBCOMP (QoS 2, step 3)."""
-
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
 
 
 @dataclass(frozen=True, slots=True)

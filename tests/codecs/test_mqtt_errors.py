@@ -6,27 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqproxy.codecs.mqtt import (
-    MAX_PACKET_SIZE,
-    Auth,
-    Connect,
-    MqttCodecError,
-    MqttDecoder,
-    Packet,
-    Properties,
-    PubAck,
-    Publish,
-    QoS,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    Will,
-    encode,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.codecs.mqtt.reason_codes import CONNACK_REASON_CODES, DISCONNECT_REASON_CODES
 
-R = ReasonCode
+R = mq.ReasonCode
 MALFORMED = R.MALFORMED_PACKET
 PROTOCOL = R.PROTOCOL_ERROR
 
@@ -50,9 +33,11 @@ def connect_v311(flags: str = "02", rest: str = "0003636964") -> bytes:
     return frame(0x10, f"00044d515454 04 {flags} 003c {rest}")
 
 
-def decode_error(raw: bytes, level: int | None, max_packet_size: int = MAX_PACKET_SIZE) -> MqttCodecError:
-    decoder = MqttDecoder(max_packet_size, protocol_level=level)
-    with pytest.raises(MqttCodecError) as info:
+def decode_error(
+    raw: bytes, level: int | None, max_packet_size: int = mq.MAX_PACKET_SIZE
+) -> mq.MqttCodecError:
+    decoder = mq.MqttDecoder(max_packet_size, protocol_level=level)
+    with pytest.raises(mq.MqttCodecError) as info:
         decoder.receive_data(raw)
     return info.value
 
@@ -206,7 +191,7 @@ BAD_INPUTS = [
     ("level", "raw", "reason_code"),
     [pytest.param(level, raw, code, id=name) for name, level, raw, code in BAD_INPUTS],
 )
-def test_bad_input_maps_to_reason_code(level: int | None, raw: bytes, reason_code: ReasonCode) -> None:
+def test_bad_input_maps_to_reason_code(level: int | None, raw: bytes, reason_code: mq.ReasonCode) -> None:
     error = decode_error(raw, level)
     assert error.reason_code == reason_code, error.reason
     assert error.reason
@@ -216,17 +201,17 @@ def test_bad_input_maps_to_reason_code(level: int | None, raw: bytes, reason_cod
     ("level", "raw", "reason_code"),
     [pytest.param(level, raw, code, id=name) for name, level, raw, code in BAD_INPUTS],
 )
-def test_bad_input_split_at_every_offset(level: int | None, raw: bytes, reason_code: ReasonCode) -> None:
+def test_bad_input_split_at_every_offset(level: int | None, raw: bytes, reason_code: mq.ReasonCode) -> None:
     """Splitting never changes the verdict, and a partial prefix never hides it past the packet's end."""
     for offset in range(len(raw) + 1):
-        decoder = MqttDecoder(MAX_PACKET_SIZE, protocol_level=level)
+        decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE, protocol_level=level)
         assert _verdict(decoder, [raw[:offset], raw[offset:]]) == reason_code, offset
 
 
 def test_oversized_packet_refused_before_payload() -> None:
-    decoder = MqttDecoder(100, protocol_level=4)
+    decoder = mq.MqttDecoder(100, protocol_level=4)
     decoder.receive_data(b"\x30")
-    with pytest.raises(MqttCodecError) as info:
+    with pytest.raises(mq.MqttCodecError) as info:
         decoder.receive_data(b"\x63")  # 99 bytes of body + 2 of header = 101 > 100
     assert info.value.reason_code == R.PACKET_TOO_LARGE
 
@@ -235,97 +220,107 @@ def test_packet_at_maximum_size_accepted() -> None:
     body = b"\x00\x01t" + b"x" * 95
     raw = b"\x30" + bytes((len(body),)) + body
     assert len(raw) == 100
-    assert MqttDecoder(100, protocol_level=4).receive_data(raw) == [Publish("t", b"x" * 95)]
+    assert mq.MqttDecoder(100, protocol_level=4).receive_data(raw) == [mq.Publish("t", b"x" * 95)]
 
 
 def test_four_byte_length_refused_on_its_fourth_byte() -> None:
-    decoder = MqttDecoder(MAX_PACKET_SIZE, protocol_level=4)
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE, protocol_level=4)
     assert decoder.receive_data(b"\x30\xff\xff\xff") == []
-    with pytest.raises(MqttCodecError) as info:
+    with pytest.raises(mq.MqttCodecError) as info:
         decoder.receive_data(b"\xff")
     assert info.value.reason_code == MALFORMED
 
 
 def test_first_byte_checked_before_length() -> None:
-    with pytest.raises(MqttCodecError) as info:
-        MqttDecoder(MAX_PACKET_SIZE).receive_data(b"\x30")
+    with pytest.raises(mq.MqttCodecError) as info:
+        mq.MqttDecoder(mq.MAX_PACKET_SIZE).receive_data(b"\x30")
     assert info.value.reason_code == PROTOCOL
 
 
 def test_decoder_stays_failed() -> None:
-    decoder = MqttDecoder(MAX_PACKET_SIZE)
-    with pytest.raises(MqttCodecError) as first:
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE)
+    with pytest.raises(mq.MqttCodecError) as first:
         decoder.receive_data(b"\xc0\x00")
-    with pytest.raises(MqttCodecError) as again:
+    with pytest.raises(mq.MqttCodecError) as again:
         decoder.receive_data(CONNECT_V311)
     assert again.value is first.value
 
 
 def test_protocol_level_known_after_connect_error() -> None:
     """A CONNECT that fails after its level byte still tells the session which CONNACK format to use."""
-    decoder = MqttDecoder(MAX_PACKET_SIZE)
-    with pytest.raises(MqttCodecError) as info:
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE)
+    with pytest.raises(mq.MqttCodecError) as info:
         decoder.receive_data(connect_v5(props="03 210000"))
     assert info.value.reason_code == PROTOCOL
     assert decoder.protocol_level == 5
-    unsupported = MqttDecoder(MAX_PACKET_SIZE)
-    with pytest.raises(MqttCodecError):
+    unsupported = mq.MqttDecoder(mq.MAX_PACKET_SIZE)
+    with pytest.raises(mq.MqttCodecError):
         unsupported.receive_data(frame(0x10, "00044d515454 06 02 003c 0000"))
     assert unsupported.protocol_level is None
 
 
 def test_v5_password_without_user_name_allowed() -> None:
-    packets = MqttDecoder(MAX_PACKET_SIZE).receive_data(connect_v5("42", "00", "000163 0002abcd"))
-    assert packets == [Connect("c", 5, True, 60, None, b"\xab\xcd")]
+    packets = mq.MqttDecoder(mq.MAX_PACKET_SIZE).receive_data(connect_v5("42", "00", "000163 0002abcd"))
+    assert packets == [mq.Connect("c", 5, True, 60, None, b"\xab\xcd")]
 
 
 def test_decoder_rejects_bad_configuration() -> None:
     with pytest.raises(ValueError, match="max_packet_size"):
-        MqttDecoder(1)
+        mq.MqttDecoder(1)
     with pytest.raises(ValueError, match="protocol_level"):
-        MqttDecoder(1000, protocol_level=6)
+        mq.MqttDecoder(1000, protocol_level=6)
 
 
-BAD_PACKETS: list[tuple[str, Packet, int, ReasonCode]] = [
-    ("publish-wildcard-topic", Publish("a/#"), 4, R.TOPIC_NAME_INVALID),
-    ("publish-empty-topic-v311", Publish(""), 4, PROTOCOL),
-    ("publish-empty-topic-no-alias", Publish(""), 5, PROTOCOL),
-    ("publish-packet-id-0", Publish("t", qos=QoS.AT_LEAST_ONCE, packet_id=0), 4, PROTOCOL),
-    ("publish-qos1-no-packet-id", Publish("t", qos=QoS.AT_LEAST_ONCE), 4, PROTOCOL),
-    ("publish-qos0-with-packet-id", Publish("t", packet_id=1), 4, PROTOCOL),
-    ("publish-dup-at-qos0", Publish("t", dup=True), 4, MALFORMED),
-    ("publish-topic-nul", Publish("a\x00"), 4, MALFORMED),
-    ("publish-topic-surrogate", Publish("a\ud800"), 4, MALFORMED),
-    ("publish-topic-too-long", Publish("a" * 65536), 4, MALFORMED),
-    ("publish-alias-0", Publish("t", properties=Properties(topic_alias=0)), 5, PROTOCOL),
-    ("publish-connect-property", Publish("t", properties=Properties(receive_maximum=5)), 5, MALFORMED),
-    ("connect-password-without-user-v311", Connect("c", password=b"p"), 4, MALFORMED),
-    ("connect-level-6", Connect("c", protocol_level=6), 4, R.UNSUPPORTED_PROTOCOL_VERSION),
-    ("connect-will-wildcard", Connect("c", will=Will("a/+", b"")), 4, R.TOPIC_NAME_INVALID),
-    ("connect-keep-alive-too-big", Connect("c", keep_alive=70000), 4, MALFORMED),
-    ("connect-receive-maximum-0", Connect("c", 5, properties=Properties(receive_maximum=0)), 5, PROTOCOL),
+BAD_PACKETS: list[tuple[str, mq.Packet, int, mq.ReasonCode]] = [
+    ("publish-wildcard-topic", mq.Publish("a/#"), 4, R.TOPIC_NAME_INVALID),
+    ("publish-empty-topic-v311", mq.Publish(""), 4, PROTOCOL),
+    ("publish-empty-topic-no-alias", mq.Publish(""), 5, PROTOCOL),
+    ("publish-packet-id-0", mq.Publish("t", qos=mq.QoS.AT_LEAST_ONCE, packet_id=0), 4, PROTOCOL),
+    ("publish-qos1-no-packet-id", mq.Publish("t", qos=mq.QoS.AT_LEAST_ONCE), 4, PROTOCOL),
+    ("publish-qos0-with-packet-id", mq.Publish("t", packet_id=1), 4, PROTOCOL),
+    ("publish-dup-at-qos0", mq.Publish("t", dup=True), 4, MALFORMED),
+    ("publish-topic-nul", mq.Publish("a\x00"), 4, MALFORMED),
+    ("publish-topic-surrogate", mq.Publish("a\ud800"), 4, MALFORMED),
+    ("publish-topic-too-long", mq.Publish("a" * 65536), 4, MALFORMED),
+    ("publish-alias-0", mq.Publish("t", properties=mq.Properties(topic_alias=0)), 5, PROTOCOL),
+    ("publish-connect-property", mq.Publish("t", properties=mq.Properties(receive_maximum=5)), 5, MALFORMED),
+    ("connect-password-without-user-v311", mq.Connect("c", password=b"p"), 4, MALFORMED),
+    ("connect-level-6", mq.Connect("c", protocol_level=6), 4, R.UNSUPPORTED_PROTOCOL_VERSION),
+    ("connect-will-wildcard", mq.Connect("c", will=mq.Will("a/+", b"")), 4, R.TOPIC_NAME_INVALID),
+    ("connect-keep-alive-too-big", mq.Connect("c", keep_alive=70000), 4, MALFORMED),
     (
-        "connect-user-property-nul",
-        Connect("c", 5, properties=Properties(user_properties=(("a\x00", ""),))),
-        5,
-        MALFORMED,
-    ),
-    ("connect-binary-too-long", Connect("c", password=b"x" * 65536, username="u"), 4, MALFORMED),
-    ("subscribe-empty", Subscribe(1, ()), 4, PROTOCOL),
-    ("subscribe-bad-filter", Subscribe(1, (SubscribeTopic("a#"),)), 4, R.TOPIC_FILTER_INVALID),
-    (
-        "subscribe-two-ids",
-        Subscribe(1, (SubscribeTopic("a"),), Properties(subscription_identifiers=(1, 2))),
+        "connect-receive-maximum-0",
+        mq.Connect("c", 5, properties=mq.Properties(receive_maximum=0)),
         5,
         PROTOCOL,
     ),
-    ("subscribe-no-local-shared", Subscribe(1, (SubscribeTopic("$share/g/a", no_local=True),)), 5, PROTOCOL),
-    ("suback-empty", SubAck(1, ()), 4, PROTOCOL),
-    ("suback-puback-code", SubAck(1, (R.NO_MATCHING_SUBSCRIBERS,)), 5, PROTOCOL),
-    ("puback-suback-code", PubAck(1, R.GRANTED_QOS_1), 5, PROTOCOL),
-    ("puback-packet-id-65536", PubAck(65536), 4, PROTOCOL),
-    ("auth-in-v311", Auth(), 4, MALFORMED),
-    ("any-level-6", PubAck(1), 6, R.UNSUPPORTED_PROTOCOL_VERSION),
+    (
+        "connect-user-property-nul",
+        mq.Connect("c", 5, properties=mq.Properties(user_properties=(("a\x00", ""),))),
+        5,
+        MALFORMED,
+    ),
+    ("connect-binary-too-long", mq.Connect("c", password=b"x" * 65536, username="u"), 4, MALFORMED),
+    ("subscribe-empty", mq.Subscribe(1, ()), 4, PROTOCOL),
+    ("subscribe-bad-filter", mq.Subscribe(1, (mq.SubscribeTopic("a#"),)), 4, R.TOPIC_FILTER_INVALID),
+    (
+        "subscribe-two-ids",
+        mq.Subscribe(1, (mq.SubscribeTopic("a"),), mq.Properties(subscription_identifiers=(1, 2))),
+        5,
+        PROTOCOL,
+    ),
+    (
+        "subscribe-no-local-shared",
+        mq.Subscribe(1, (mq.SubscribeTopic("$share/g/a", no_local=True),)),
+        5,
+        PROTOCOL,
+    ),
+    ("suback-empty", mq.SubAck(1, ()), 4, PROTOCOL),
+    ("suback-puback-code", mq.SubAck(1, (R.NO_MATCHING_SUBSCRIBERS,)), 5, PROTOCOL),
+    ("puback-suback-code", mq.PubAck(1, R.GRANTED_QOS_1), 5, PROTOCOL),
+    ("puback-packet-id-65536", mq.PubAck(65536), 4, PROTOCOL),
+    ("auth-in-v311", mq.Auth(), 4, MALFORMED),
+    ("any-level-6", mq.PubAck(1), 6, R.UNSUPPORTED_PROTOCOL_VERSION),
 ]
 
 
@@ -333,23 +328,23 @@ BAD_PACKETS: list[tuple[str, Packet, int, ReasonCode]] = [
     ("packet", "level", "reason_code"),
     [pytest.param(packet, level, code, id=name) for name, packet, level, code in BAD_PACKETS],
 )
-def test_encoder_refuses(packet: Packet, level: int, reason_code: ReasonCode) -> None:
-    with pytest.raises(MqttCodecError) as info:
-        encode(packet, level)
+def test_encoder_refuses(packet: mq.Packet, level: int, reason_code: mq.ReasonCode) -> None:
+    with pytest.raises(mq.MqttCodecError) as info:
+        mq.encode(packet, level)
     assert info.value.reason_code == reason_code, info.value.reason
 
 
 def test_encoder_refuses_non_packets() -> None:
     with pytest.raises(TypeError):
-        encode("PINGREQ", 4)  # type: ignore[arg-type]
+        mq.encode("PINGREQ", 4)  # type: ignore[arg-type]
 
 
-def _verdict(decoder: MqttDecoder, chunks: list[bytes]) -> ReasonCode | None:
+def _verdict(decoder: mq.MqttDecoder, chunks: list[bytes]) -> mq.ReasonCode | None:
     """Feed the chunks in order; the reason code of the MqttCodecError raised, or None if none was."""
     try:
         for chunk in chunks:
             decoder.receive_data(chunk)
-    except MqttCodecError as error:
+    except mq.MqttCodecError as error:
         return error.reason_code
     return None
 
@@ -365,8 +360,8 @@ def _chunks(data: bytes, step: int) -> list[bytes]:
     step=st.integers(min_value=1, max_value=64),
 )
 def test_fuzz_random_bytes_raise_only_codec_error(data: bytes, level: int | None, step: int) -> None:
-    verdict = _verdict(MqttDecoder(1024, protocol_level=level), _chunks(data, step))
-    whole = _verdict(MqttDecoder(1024, protocol_level=level), [data])
+    verdict = _verdict(mq.MqttDecoder(1024, protocol_level=level), _chunks(data, step))
+    whole = _verdict(mq.MqttDecoder(1024, protocol_level=level), [data])
     assert verdict == whole  # any other exception fails the test; chunking never changes the verdict
 
 
@@ -377,8 +372,8 @@ def test_fuzz_random_bytes_raise_only_codec_error(data: bytes, level: int | None
     step=st.integers(min_value=1, max_value=64),
 )
 def test_fuzz_after_connect_raises_only_codec_error(prefix: bytes, data: bytes, step: int) -> None:
-    verdict = _verdict(MqttDecoder(1024), _chunks(prefix + data, step))
-    assert verdict == _verdict(MqttDecoder(1024), [prefix + data])
+    verdict = _verdict(mq.MqttDecoder(1024), _chunks(prefix + data, step))
+    assert verdict == _verdict(mq.MqttDecoder(1024), [prefix + data])
 
 
 _MUTATION_BASE = [
@@ -413,11 +408,11 @@ def test_fuzz_mutated_golden_raises_only_codec_error(base: tuple[int, bytes], in
     mutated = bytearray(raw)
     mutated[index % len(raw)] = value
     try:
-        packets = MqttDecoder(1024, protocol_level=level).receive_data(bytes(mutated))
-    except MqttCodecError:
+        packets = mq.MqttDecoder(1024, protocol_level=level).receive_data(bytes(mutated))
+    except mq.MqttCodecError:
         return
     for packet in packets:  # whatever decodes must re-encode and decode to itself
-        assert MqttDecoder(1024, protocol_level=level).receive_data(encode(packet, level)) == [packet]
+        assert mq.MqttDecoder(1024, protocol_level=level).receive_data(mq.encode(packet, level)) == [packet]
 
 
 def test_every_reason_code_can_be_sent() -> None:

@@ -4,108 +4,85 @@ from __future__ import annotations
 
 import pytest
 
-from mqproxy.codecs.mqtt import (
-    MAX_PACKET_SIZE,
-    Auth,
-    Connack,
-    Connect,
-    Disconnect,
-    MqttDecoder,
-    Packet,
-    PingReq,
-    PingResp,
-    Properties,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    QoS,
-    ReasonCode,
-    RetainHandling,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-    encode,
-)
+from mqproxy.codecs import mqtt as mq
 
-R = ReasonCode
+R = mq.ReasonCode
 
 
 def h(text: str) -> bytes:
     return bytes.fromhex(text)
 
 
-GOLDEN_V311: list[tuple[str, Packet, bytes]] = [
-    ("connect-minimal", Connect("cid"), h("100f 00044d515454 04 02 003c 0003636964")),
+GOLDEN_V311: list[tuple[str, mq.Packet, bytes]] = [
+    ("connect-minimal", mq.Connect("cid"), h("100f 00044d515454 04 02 003c 0003636964")),
     (
         "connect-will-credentials",
-        Connect(
+        mq.Connect(
             "c",
             clean_start=False,
             keep_alive=10,
             username="u",
             password=b"p",
-            will=Will("w/t", b"bye", QoS.AT_LEAST_ONCE, retain=True),
+            will=mq.Will("w/t", b"bye", mq.QoS.AT_LEAST_ONCE, retain=True),
         ),
         h("101d 00044d515454 04 ec 000a 000163 0003772f74 0003627965 000175 000170"),
     ),
-    ("connack-session-present", Connack(session_present=True), h("2002 0100")),
-    ("connack-refused", Connack(reason_code=R.NOT_AUTHORIZED), h("2002 0005")),
-    ("connack-bad-version", Connack(reason_code=R.UNSUPPORTED_PROTOCOL_VERSION), h("2002 0001")),
-    ("publish-qos0", Publish("a/b", b"hi"), h("3007 0003612f62 6869")),
+    ("connack-session-present", mq.Connack(session_present=True), h("2002 0100")),
+    ("connack-refused", mq.Connack(reason_code=R.NOT_AUTHORIZED), h("2002 0005")),
+    ("connack-bad-version", mq.Connack(reason_code=R.UNSUPPORTED_PROTOCOL_VERSION), h("2002 0001")),
+    ("publish-qos0", mq.Publish("a/b", b"hi"), h("3007 0003612f62 6869")),
     (
         "publish-qos1-dup-retain",
-        Publish("a/b", b"hi", QoS.AT_LEAST_ONCE, retain=True, dup=True, packet_id=0x1234),
+        mq.Publish("a/b", b"hi", mq.QoS.AT_LEAST_ONCE, retain=True, dup=True, packet_id=0x1234),
         h("3b09 0003612f62 1234 6869"),
     ),
-    ("publish-qos2-empty", Publish("t", b"", QoS.EXACTLY_ONCE, packet_id=65535), h("3405 000174 ffff")),
-    ("puback", PubAck(1), h("4002 0001")),
-    ("pubrec", PubRec(2), h("5002 0002")),
-    ("pubrel", PubRel(3), h("6202 0003")),
-    ("pubcomp", PubComp(4), h("7002 0004")),
+    ("publish-qos2-empty", mq.Publish("t", b"", mq.QoS.EXACTLY_ONCE, packet_id=65535), h("3405 000174 ffff")),
+    ("puback", mq.PubAck(1), h("4002 0001")),
+    ("pubrec", mq.PubRec(2), h("5002 0002")),
+    ("pubrel", mq.PubRel(3), h("6202 0003")),
+    ("pubcomp", mq.PubComp(4), h("7002 0004")),
     (
         "subscribe",
-        Subscribe(10, (SubscribeTopic("a/+", QoS.AT_LEAST_ONCE), SubscribeTopic("b/#", QoS.EXACTLY_ONCE))),
+        mq.Subscribe(
+            10,
+            (mq.SubscribeTopic("a/+", mq.QoS.AT_LEAST_ONCE), mq.SubscribeTopic("b/#", mq.QoS.EXACTLY_ONCE)),
+        ),
         h("820e 000a 0003612f2b 01 0003622f23 02"),
     ),
-    ("suback", SubAck(10, (R.GRANTED_QOS_1, R.GRANTED_QOS_2, R.UNSPECIFIED_ERROR)), h("9005 000a 010280")),
-    ("unsubscribe", Unsubscribe(11, ("a/+",)), h("a207 000b 0003612f2b")),
-    ("unsuback", UnsubAck(11), h("b002 000b")),
-    ("pingreq", PingReq(), h("c000")),
-    ("pingresp", PingResp(), h("d000")),
-    ("disconnect", Disconnect(), h("e000")),
+    ("suback", mq.SubAck(10, (R.GRANTED_QOS_1, R.GRANTED_QOS_2, R.UNSPECIFIED_ERROR)), h("9005 000a 010280")),
+    ("unsubscribe", mq.Unsubscribe(11, ("a/+",)), h("a207 000b 0003612f2b")),
+    ("unsuback", mq.UnsubAck(11), h("b002 000b")),
+    ("pingreq", mq.PingReq(), h("c000")),
+    ("pingresp", mq.PingResp(), h("d000")),
+    ("disconnect", mq.Disconnect(), h("e000")),
 ]
 
-GOLDEN_V31: list[tuple[str, Packet, bytes]] = [
-    ("connect-mqisdp", Connect("cid", protocol_level=3), h("1011 00064d5149736470 03 02 003c 0003636964")),
+GOLDEN_V31: list[tuple[str, mq.Packet, bytes]] = [
+    ("connect-mqisdp", mq.Connect("cid", protocol_level=3), h("1011 00064d5149736470 03 02 003c 0003636964")),
 ]
 
-CONNECT_V5_FULL = Connect(
+CONNECT_V5_FULL = mq.Connect(
     "id",
     protocol_level=5,
     clean_start=True,
     keep_alive=30,
     username="user",
     password=b"\x01\x02\x03",
-    will=Will(
+    will=mq.Will(
         "t",
         b"",
-        QoS.EXACTLY_ONCE,
-        properties=Properties(payload_format_indicator=1, will_delay_interval=5),
+        mq.QoS.EXACTLY_ONCE,
+        properties=mq.Properties(payload_format_indicator=1, will_delay_interval=5),
     ),
-    properties=Properties(session_expiry_interval=120, receive_maximum=20, user_properties=(("k", "v"),)),
+    properties=mq.Properties(session_expiry_interval=120, receive_maximum=20, user_properties=(("k", "v"),)),
 )
 
-PUBLISH_V5_FULL = Publish(
+PUBLISH_V5_FULL = mq.Publish(
     "a/b",
     b"hi",
-    QoS.AT_LEAST_ONCE,
+    mq.QoS.AT_LEAST_ONCE,
     packet_id=5,
-    properties=Properties(
+    properties=mq.Properties(
         payload_format_indicator=1,
         message_expiry_interval=60,
         content_type="text",
@@ -117,8 +94,8 @@ PUBLISH_V5_FULL = Publish(
     ),
 )
 
-GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
-    ("connect-minimal", Connect("cid", protocol_level=5), h("1010 00044d515454 05 02 003c 00 0003636964")),
+GOLDEN_V5: list[tuple[str, mq.Packet, bytes]] = [
+    ("connect-minimal", mq.Connect("cid", protocol_level=5), h("1010 00044d515454 05 02 003c 00 0003636964")),
     (
         "connect-full",
         CONNECT_V5_FULL,
@@ -130,19 +107,19 @@ GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
             " 000174 0000 000475736572 0003010203"
         ),
     ),
-    ("connack-success", Connack(), h("2003 0000 00")),
+    ("connack-success", mq.Connack(), h("2003 0000 00")),
     (
         "connack-properties",
-        Connack(
+        mq.Connack(
             session_present=True,
-            properties=Properties(
+            properties=mq.Properties(
                 assigned_client_identifier="abc", receive_maximum=10, topic_alias_maximum=5
             ),
         ),
         h("200f 0100 0c 120003616263 21000a 220005"),
     ),
-    ("connack-refused", Connack(reason_code=R.NOT_AUTHORIZED), h("2003 0087 00")),
-    ("publish-qos0", Publish("a/b", b"hi"), h("3008 0003612f62 00 6869")),
+    ("connack-refused", mq.Connack(reason_code=R.NOT_AUTHORIZED), h("2003 0087 00")),
+    ("publish-qos0", mq.Publish("a/b", b"hi"), h("3008 0003612f62 00 6869")),
     (
         "publish-qos1-properties",
         PUBLISH_V5_FULL,
@@ -154,66 +131,66 @@ GOLDEN_V5: list[tuple[str, Packet, bytes]] = [
     ),
     (
         "publish-empty-user-property",
-        Publish("a/b", b"hi", properties=Properties(user_properties=(("", ""),))),
+        mq.Publish("a/b", b"hi", properties=mq.Properties(user_properties=(("", ""),))),
         h("300d 0003612f62 05 2600000000 6869"),
     ),
     (
         "publish-topic-alias-only",
-        Publish("", b"x", properties=Properties(topic_alias=2)),
+        mq.Publish("", b"x", properties=mq.Properties(topic_alias=2)),
         h("3007 0000 03230002 78"),
     ),
-    ("puback-success", PubAck(1), h("4002 0001")),
-    ("puback-no-subscribers", PubAck(1, R.NO_MATCHING_SUBSCRIBERS), h("4003 0001 10")),
+    ("puback-success", mq.PubAck(1), h("4002 0001")),
+    ("puback-no-subscribers", mq.PubAck(1, R.NO_MATCHING_SUBSCRIBERS), h("4003 0001 10")),
     (
         "puback-reason-string",
-        PubAck(1, R.NOT_AUTHORIZED, Properties(reason_string="no")),
+        mq.PubAck(1, R.NOT_AUTHORIZED, mq.Properties(reason_string="no")),
         h("4009 0001 87 05 1f00026e6f"),
     ),
-    ("pubrec-failure", PubRec(2, R.UNSPECIFIED_ERROR), h("5003 0002 80")),
-    ("pubrel-not-found", PubRel(3, R.PACKET_IDENTIFIER_NOT_FOUND), h("6203 0003 92")),
-    ("pubcomp", PubComp(4), h("7002 0004")),
+    ("pubrec-failure", mq.PubRec(2, R.UNSPECIFIED_ERROR), h("5003 0002 80")),
+    ("pubrel-not-found", mq.PubRel(3, R.PACKET_IDENTIFIER_NOT_FOUND), h("6203 0003 92")),
+    ("pubcomp", mq.PubComp(4), h("7002 0004")),
     (
         "subscribe-options",
-        Subscribe(
+        mq.Subscribe(
             1,
             (
-                SubscribeTopic(
+                mq.SubscribeTopic(
                     "a/+",
-                    QoS.AT_LEAST_ONCE,
+                    mq.QoS.AT_LEAST_ONCE,
                     no_local=True,
                     retain_as_published=True,
-                    retain_handling=RetainHandling.DO_NOT_SEND,
+                    retain_handling=mq.RetainHandling.DO_NOT_SEND,
                 ),
-                SubscribeTopic("$share/g/x"),
+                mq.SubscribeTopic("$share/g/x"),
             ),
-            Properties(subscription_identifiers=(5,)),
+            mq.Properties(subscription_identifiers=(5,)),
         ),
         h("8218 0001 02 0b05 0003612f2b 2d 000a247368617265 2f672f78 00"),
     ),
     (
         "suback",
-        SubAck(
+        mq.SubAck(
             1, (R.GRANTED_QOS_1, R.GRANTED_QOS_0, R.NOT_AUTHORIZED, R.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
         ),
         h("9007 0001 00 010087a2"),
     ),
-    ("unsubscribe", Unsubscribe(2, ("a/+",)), h("a208 0002 00 0003612f2b")),
-    ("unsuback", UnsubAck(2, (R.NO_SUBSCRIPTION_EXISTED,)), h("b004 0002 00 11")),
-    ("pingreq", PingReq(), h("c000")),
-    ("pingresp", PingResp(), h("d000")),
-    ("disconnect-normal", Disconnect(), h("e000")),
-    ("disconnect-with-will", Disconnect(R.DISCONNECT_WITH_WILL_MESSAGE), h("e001 04")),
+    ("unsubscribe", mq.Unsubscribe(2, ("a/+",)), h("a208 0002 00 0003612f2b")),
+    ("unsuback", mq.UnsubAck(2, (R.NO_SUBSCRIPTION_EXISTED,)), h("b004 0002 00 11")),
+    ("pingreq", mq.PingReq(), h("c000")),
+    ("pingresp", mq.PingResp(), h("d000")),
+    ("disconnect-normal", mq.Disconnect(), h("e000")),
+    ("disconnect-with-will", mq.Disconnect(R.DISCONNECT_WITH_WILL_MESSAGE), h("e001 04")),
     (
         "disconnect-properties",
-        Disconnect(R.SESSION_TAKEN_OVER, Properties(session_expiry_interval=0, reason_string="bye")),
+        mq.Disconnect(R.SESSION_TAKEN_OVER, mq.Properties(session_expiry_interval=0, reason_string="bye")),
         h("e00d 8e 0b 1100000000 1f0003627965"),
     ),
-    ("auth-success", Auth(), h("f000")),
+    ("auth-success", mq.Auth(), h("f000")),
     (
         "auth-continue",
-        Auth(
+        mq.Auth(
             R.CONTINUE_AUTHENTICATION,
-            Properties(authentication_method="SCRA", authentication_data=b"\x01\x02"),
+            mq.Properties(authentication_method="SCRA", authentication_data=b"\x01\x02"),
         ),
         h("f00e 18 0c 15000453435241 1600020102"),
     ),
@@ -226,35 +203,35 @@ ALL_GOLDEN = (
 )
 
 
-def _decode_all(level: int, *chunks: bytes) -> list[Packet]:
-    decoder = MqttDecoder(MAX_PACKET_SIZE, protocol_level=level)
-    packets: list[Packet] = []
+def _decode_all(level: int, *chunks: bytes) -> list[mq.Packet]:
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE, protocol_level=level)
+    packets: list[mq.Packet] = []
     for chunk in chunks:
         packets += decoder.receive_data(chunk)
     return packets
 
 
 @pytest.mark.parametrize(("level", "packet", "raw"), ALL_GOLDEN)
-def test_encode_golden(level: int, packet: Packet, raw: bytes) -> None:
-    assert encode(packet, level) == raw
+def test_encode_golden(level: int, packet: mq.Packet, raw: bytes) -> None:
+    assert mq.encode(packet, level) == raw
 
 
 @pytest.mark.parametrize(("level", "packet", "raw"), ALL_GOLDEN)
-def test_decode_golden(level: int, packet: Packet, raw: bytes) -> None:
+def test_decode_golden(level: int, packet: mq.Packet, raw: bytes) -> None:
     assert _decode_all(level, raw) == [packet]
 
 
 @pytest.mark.parametrize(("level", "packet", "raw"), ALL_GOLDEN)
-def test_decode_split_at_every_offset(level: int, packet: Packet, raw: bytes) -> None:
+def test_decode_split_at_every_offset(level: int, packet: mq.Packet, raw: bytes) -> None:
     for offset in range(len(raw) + 1):
         assert _decode_all(level, raw[:offset], raw[offset:]) == [packet], offset
 
 
 @pytest.mark.parametrize(("level", "packet", "raw"), ALL_GOLDEN)
-def test_decode_byte_by_byte_between_two_copies(level: int, packet: Packet, raw: bytes) -> None:
+def test_decode_byte_by_byte_between_two_copies(level: int, packet: mq.Packet, raw: bytes) -> None:
     stream = raw + raw
-    decoder = MqttDecoder(MAX_PACKET_SIZE, protocol_level=level)
-    seen: list[Packet] = []
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE, protocol_level=level)
+    seen: list[mq.Packet] = []
     for index in range(len(stream)):
         seen += decoder.receive_data(stream[index : index + 1])
         assert len(seen) == (index + 1) // len(raw)
@@ -265,50 +242,52 @@ def test_decode_byte_by_byte_between_two_copies(level: int, packet: Packet, raw:
     ("level", "golden"),
     [pytest.param(4, GOLDEN_V311, id="v311"), pytest.param(5, GOLDEN_V5, id="v5")],
 )
-def test_server_side_session_in_one_chunk(level: int, golden: list[tuple[str, Packet, bytes]]) -> None:
+def test_server_side_session_in_one_chunk(level: int, golden: list[tuple[str, mq.Packet, bytes]]) -> None:
     """A server-side decoder learns the level from CONNECT and then decodes every other packet."""
     connect = next(raw for name, _, raw in golden if name.startswith("connect-minimal"))
     rest = [(packet, raw) for name, packet, raw in golden if not name.startswith("connect")]
-    decoder = MqttDecoder(MAX_PACKET_SIZE)
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE)
     assert decoder.protocol_level is None
     packets = decoder.receive_data(connect + b"".join(raw for _, raw in rest))
     assert decoder.protocol_level == level
     assert packets[1:] == [packet for packet, _ in rest]
-    assert isinstance(packets[0], Connect)
+    assert isinstance(packets[0], mq.Connect)
     assert packets[0].protocol_level == level
 
 
 NON_CANONICAL_V5 = [
-    pytest.param(h("4003 0001 00"), PubAck(1), id="puback-explicit-success"),
-    pytest.param(h("4004 0001 00 00"), PubAck(1), id="puback-empty-properties"),
-    pytest.param(h("6204 0003 00 00"), PubRel(3), id="pubrel-empty-properties"),
-    pytest.param(h("e001 00"), Disconnect(), id="disconnect-explicit-normal"),
-    pytest.param(h("e002 00 00"), Disconnect(), id="disconnect-empty-properties"),
-    pytest.param(h("f002 00 00"), Auth(), id="auth-empty-properties"),
+    pytest.param(h("4003 0001 00"), mq.PubAck(1), id="puback-explicit-success"),
+    pytest.param(h("4004 0001 00 00"), mq.PubAck(1), id="puback-empty-properties"),
+    pytest.param(h("6204 0003 00 00"), mq.PubRel(3), id="pubrel-empty-properties"),
+    pytest.param(h("e001 00"), mq.Disconnect(), id="disconnect-explicit-normal"),
+    pytest.param(h("e002 00 00"), mq.Disconnect(), id="disconnect-empty-properties"),
+    pytest.param(h("f002 00 00"), mq.Auth(), id="auth-empty-properties"),
 ]
 
 
 @pytest.mark.parametrize(("raw", "packet"), NON_CANONICAL_V5)
-def test_decode_non_canonical_v5(raw: bytes, packet: Packet) -> None:
+def test_decode_non_canonical_v5(raw: bytes, packet: mq.Packet) -> None:
     assert _decode_all(5, raw) == [packet]
 
 
 def test_v311_translates_v5_reason_codes() -> None:
-    assert encode(Connack(reason_code=R.BANNED), 4) == h("2002 0005")
-    assert encode(Connack(reason_code=R.SERVER_BUSY), 4) == h("2002 0003")
-    assert encode(Connack(reason_code=R.CLIENT_IDENTIFIER_NOT_VALID), 4) == h("2002 0002")
-    assert encode(SubAck(1, (R.NOT_AUTHORIZED, R.GRANTED_QOS_0)), 4) == h("9004 0001 8000")
+    assert mq.encode(mq.Connack(reason_code=R.BANNED), 4) == h("2002 0005")
+    assert mq.encode(mq.Connack(reason_code=R.SERVER_BUSY), 4) == h("2002 0003")
+    assert mq.encode(mq.Connack(reason_code=R.CLIENT_IDENTIFIER_NOT_VALID), 4) == h("2002 0002")
+    assert mq.encode(mq.SubAck(1, (R.NOT_AUTHORIZED, R.GRANTED_QOS_0)), 4) == h("9004 0001 8000")
 
 
 def test_v311_drops_what_it_cannot_carry() -> None:
-    props = Properties(reason_string="why", user_properties=(("k", "v"),))
-    assert encode(PubAck(7, R.NO_MATCHING_SUBSCRIBERS, props), 4) == h("4002 0007")
-    assert encode(UnsubAck(7, (R.NO_SUBSCRIPTION_EXISTED,), props), 4) == h("b002 0007")
-    assert encode(Disconnect(R.SERVER_SHUTTING_DOWN, props), 4) == h("e000")
-    assert encode(Publish("a", b"", properties=Properties(message_expiry_interval=3)), 4) == h("3003 000161")
-    options = SubscribeTopic(
-        "a", QoS.AT_LEAST_ONCE, no_local=True, retain_handling=RetainHandling.DO_NOT_SEND
+    props = mq.Properties(reason_string="why", user_properties=(("k", "v"),))
+    assert mq.encode(mq.PubAck(7, R.NO_MATCHING_SUBSCRIBERS, props), 4) == h("4002 0007")
+    assert mq.encode(mq.UnsubAck(7, (R.NO_SUBSCRIPTION_EXISTED,), props), 4) == h("b002 0007")
+    assert mq.encode(mq.Disconnect(R.SERVER_SHUTTING_DOWN, props), 4) == h("e000")
+    assert mq.encode(mq.Publish("a", b"", properties=mq.Properties(message_expiry_interval=3)), 4) == h(
+        "3003 000161"
     )
-    assert encode(Subscribe(1, (options,), Properties(subscription_identifiers=(3,))), 4) == h(
+    options = mq.SubscribeTopic(
+        "a", mq.QoS.AT_LEAST_ONCE, no_local=True, retain_handling=mq.RetainHandling.DO_NOT_SEND
+    )
+    assert mq.encode(mq.Subscribe(1, (options,), mq.Properties(subscription_identifiers=(3,))), 4) == h(
         "8206 0001 000161 01"
     )

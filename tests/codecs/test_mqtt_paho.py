@@ -10,32 +10,7 @@ from typing import Any
 
 import pytest
 
-from mqproxy.codecs.mqtt import (
-    MAX_PACKET_SIZE,
-    Connack,
-    Connect,
-    Disconnect,
-    MqttDecoder,
-    Packet,
-    PingReq,
-    PingResp,
-    Properties,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    QoS,
-    ReasonCode,
-    RetainHandling,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-    encode,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.codecs.mqtt.encoding import Reader
 from mqproxy.codecs.mqtt.properties import (
     PROPERTY_SPECS,
@@ -91,8 +66,8 @@ def _paho_props(packet_type: int, **values: Any) -> Any:
     return props
 
 
-def _decode_server_side(sent: list[bytes]) -> list[Packet]:
-    decoder = MqttDecoder(MAX_PACKET_SIZE)
+def _decode_server_side(sent: list[bytes]) -> list[mq.Packet]:
+    decoder = mq.MqttDecoder(mq.MAX_PACKET_SIZE)
     return decoder.receive_data(b"".join(sent))
 
 
@@ -116,24 +91,31 @@ def test_paho_v311_client_packets_decode() -> None:
     subscribe_id = packets[4].packet_id  # type: ignore[union-attr]
     unsubscribe_id = packets[5].packet_id  # type: ignore[union-attr]
     assert packets == [
-        Connect(
-            "paho-cid", 4, True, 30, "user", b"secret", Will("will/topic", b"gone", QoS.AT_LEAST_ONCE, True)
+        mq.Connect(
+            "paho-cid",
+            4,
+            True,
+            30,
+            "user",
+            b"secret",
+            mq.Will("will/topic", b"gone", mq.QoS.AT_LEAST_ONCE, True),
         ),
-        Publish("a/b", b"qos0"),
-        Publish("a/b", b"qos1", QoS.AT_LEAST_ONCE, retain=True, packet_id=7),
-        Publish("a/b", b"qos2", QoS.EXACTLY_ONCE, dup=True, packet_id=8),
-        Subscribe(
-            subscribe_id, (SubscribeTopic("a/+", QoS.AT_LEAST_ONCE), SubscribeTopic("b/#", QoS.EXACTLY_ONCE))
+        mq.Publish("a/b", b"qos0"),
+        mq.Publish("a/b", b"qos1", mq.QoS.AT_LEAST_ONCE, retain=True, packet_id=7),
+        mq.Publish("a/b", b"qos2", mq.QoS.EXACTLY_ONCE, dup=True, packet_id=8),
+        mq.Subscribe(
+            subscribe_id,
+            (mq.SubscribeTopic("a/+", mq.QoS.AT_LEAST_ONCE), mq.SubscribeTopic("b/#", mq.QoS.EXACTLY_ONCE)),
         ),
-        Unsubscribe(unsubscribe_id, ("a/+", "b/#")),
-        PubAck(9),
-        PubRec(10),
-        PubRel(11),
-        PubComp(12),
-        PingReq(),
-        Disconnect(),
+        mq.Unsubscribe(unsubscribe_id, ("a/+", "b/#")),
+        mq.PubAck(9),
+        mq.PubRec(10),
+        mq.PubRel(11),
+        mq.PubComp(12),
+        mq.PingReq(),
+        mq.Disconnect(),
     ]
-    assert [encode(packet, 4) for packet in packets] == sent
+    assert [mq.encode(packet, 4) for packet in packets] == sent
 
 
 def test_paho_v5_client_packets_decode() -> None:
@@ -171,28 +153,28 @@ def test_paho_v5_client_packets_decode() -> None:
         _paho_props(PacketTypes.DISCONNECT, SessionExpiryInterval=0),
     )
     packets = _decode_server_side(sent)
-    assert packets[0] == Connect(
+    assert packets[0] == mq.Connect(
         "paho-cid",
         5,
         True,
         15,
         "user",
         b"secret",
-        Will(
+        mq.Will(
             "will/topic",
             b"gone",
-            QoS.EXACTLY_ONCE,
+            mq.QoS.EXACTLY_ONCE,
             False,
-            Properties(will_delay_interval=5, content_type="text/plain"),
+            mq.Properties(will_delay_interval=5, content_type="text/plain"),
         ),
-        Properties(session_expiry_interval=3600, receive_maximum=20, user_properties=(("k", "v"),)),
+        mq.Properties(session_expiry_interval=3600, receive_maximum=20, user_properties=(("k", "v"),)),
     )
-    assert packets[1] == Publish(
+    assert packets[1] == mq.Publish(
         "a/b",
         b"payload",
-        QoS.AT_LEAST_ONCE,
+        mq.QoS.AT_LEAST_ONCE,
         packet_id=5,
-        properties=Properties(
+        properties=mq.Properties(
             payload_format_indicator=1,
             message_expiry_interval=60,
             response_topic="reply/to",
@@ -202,24 +184,26 @@ def test_paho_v5_client_packets_decode() -> None:
         ),
     )
     subscribe = packets[2]
-    assert isinstance(subscribe, Subscribe)
+    assert isinstance(subscribe, mq.Subscribe)
     assert subscribe.topics == (
-        SubscribeTopic("a/+", QoS.AT_LEAST_ONCE, True, True, RetainHandling.DO_NOT_SEND),
+        mq.SubscribeTopic("a/+", mq.QoS.AT_LEAST_ONCE, True, True, mq.RetainHandling.DO_NOT_SEND),
     )
-    assert subscribe.properties == Properties(subscription_identifiers=(42,))
+    assert subscribe.properties == mq.Properties(subscription_identifiers=(42,))
     unsubscribe = packets[3]
-    assert isinstance(unsubscribe, Unsubscribe)
+    assert isinstance(unsubscribe, mq.Unsubscribe)
     assert unsubscribe.topic_filters == ("a/+",)
-    assert unsubscribe.properties == Properties(user_properties=(("u", "x"),))
-    assert packets[4] == Disconnect(
-        ReasonCode.DISCONNECT_WITH_WILL_MESSAGE, Properties(session_expiry_interval=0)
+    assert unsubscribe.properties == mq.Properties(user_properties=(("u", "x"),))
+    assert packets[4] == mq.Disconnect(
+        mq.ReasonCode.DISCONNECT_WITH_WILL_MESSAGE, mq.Properties(session_expiry_interval=0)
     )
     # Our encoding of the same packets parses back identically (property order may differ from paho's).
-    assert MqttDecoder(MAX_PACKET_SIZE).receive_data(b"".join(encode(p, 5) for p in packets)) == packets
+    assert (
+        mq.MqttDecoder(mq.MAX_PACKET_SIZE).receive_data(b"".join(mq.encode(p, 5) for p in packets)) == packets
+    )
 
 
 def _feed_paho(
-    protocol: int, level: int, packets: list[Packet], expect_rc: int = 0
+    protocol: int, level: int, packets: list[mq.Packet], expect_rc: int = 0
 ) -> tuple[list[tuple[Any, ...]], list[bytes]]:
     client, sent = _client(protocol)
     seen: list[tuple[Any, ...]] = []
@@ -238,7 +222,7 @@ def _feed_paho(
     client.on_disconnect = lambda _c, _u, flags, reason, props: seen.append(
         ("disconnect", reason.value, props)
     )
-    client._sock = _FakeSocket(b"".join(encode(packet, level) for packet in packets))
+    client._sock = _FakeSocket(b"".join(mq.encode(packet, level) for packet in packets))
     for _ in packets:
         assert client._packet_read() == expect_rc
     return seen, sent
@@ -249,27 +233,27 @@ def test_our_v5_server_packets_parse_in_paho() -> None:
         mqtt.MQTTv5,
         5,
         [
-            Connack(
+            mq.Connack(
                 True,
-                properties=Properties(
+                properties=mq.Properties(
                     assigned_client_identifier="gen-1",
                     receive_maximum=10,
                     topic_alias_maximum=4,
                     maximum_qos=1,
                 ),
             ),
-            Publish(
+            mq.Publish(
                 "a/b",
                 b"hi",
-                QoS.AT_LEAST_ONCE,
+                mq.QoS.AT_LEAST_ONCE,
                 retain=True,
                 packet_id=3,
-                properties=Properties(subscription_identifiers=(1, 200), user_properties=(("k", "v"),)),
+                properties=mq.Properties(subscription_identifiers=(1, 200), user_properties=(("k", "v"),)),
             ),
-            SubAck(1, (ReasonCode.GRANTED_QOS_1, ReasonCode.NOT_AUTHORIZED)),
-            UnsubAck(2, (ReasonCode.NO_SUBSCRIPTION_EXISTED,)),
-            PingResp(),
-            Disconnect(ReasonCode.SERVER_SHUTTING_DOWN, Properties(reason_string="bye")),
+            mq.SubAck(1, (mq.ReasonCode.GRANTED_QOS_1, mq.ReasonCode.NOT_AUTHORIZED)),
+            mq.UnsubAck(2, (mq.ReasonCode.NO_SUBSCRIPTION_EXISTED,)),
+            mq.PingResp(),
+            mq.Disconnect(mq.ReasonCode.SERVER_SHUTTING_DOWN, mq.Properties(reason_string="bye")),
         ],
     )
     kinds = [event[0] for event in seen]
@@ -288,7 +272,7 @@ def test_our_v5_server_packets_parse_in_paho() -> None:
     assert disconnect[1] == 0x8B
     assert disconnect[2].ReasonString == "bye"
     # paho acknowledged the QoS 1 message; that PUBACK decodes as ours.
-    assert MqttDecoder(MAX_PACKET_SIZE, protocol_level=5).receive_data(b"".join(sent)) == [PubAck(3)]
+    assert mq.MqttDecoder(mq.MAX_PACKET_SIZE, protocol_level=5).receive_data(b"".join(sent)) == [mq.PubAck(3)]
 
 
 def test_our_v311_server_packets_parse_in_paho() -> None:
@@ -296,11 +280,11 @@ def test_our_v311_server_packets_parse_in_paho() -> None:
         mqtt.MQTTv311,
         4,
         [
-            Connack(False, ReasonCode.SUCCESS),
-            Publish("x/y", b"\x00\xff", QoS.EXACTLY_ONCE, packet_id=9),
-            SubAck(5, (ReasonCode.GRANTED_QOS_2, ReasonCode.UNSPECIFIED_ERROR)),
-            UnsubAck(6),
-            PingResp(),
+            mq.Connack(False, mq.ReasonCode.SUCCESS),
+            mq.Publish("x/y", b"\x00\xff", mq.QoS.EXACTLY_ONCE, packet_id=9),
+            mq.SubAck(5, (mq.ReasonCode.GRANTED_QOS_2, mq.ReasonCode.UNSPECIFIED_ERROR)),
+            mq.UnsubAck(6),
+            mq.PingResp(),
         ],
     )
     assert [event[0] for event in seen] == ["connect", "subscribe", "unsubscribe"]
@@ -308,14 +292,14 @@ def test_our_v311_server_packets_parse_in_paho() -> None:
     assert seen[1][1:3] == (5, [0x02, 0x80])
     assert seen[2][1] == 6
     # QoS 2 inbound: paho answers PUBREC and delivers only after our PUBREL.
-    assert MqttDecoder(MAX_PACKET_SIZE, protocol_level=4).receive_data(b"".join(sent)) == [PubRec(9)]
+    assert mq.MqttDecoder(mq.MAX_PACKET_SIZE, protocol_level=4).receive_data(b"".join(sent)) == [mq.PubRec(9)]
 
 
 def test_our_v311_refusal_parses_in_paho() -> None:
     seen, _ = _feed_paho(
         mqtt.MQTTv311,
         4,
-        [Connack(reason_code=ReasonCode.BAD_USER_NAME_OR_PASSWORD)],
+        [mq.Connack(reason_code=mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD)],
         expect_rc=mqtt.MQTT_ERR_CONN_REFUSED,
     )
     assert seen[0][0] == "connect"
@@ -353,38 +337,38 @@ def test_property_table_matches_paho() -> None:
         assert spec.contexts == {_context(packet) for packet in paho_packets}, name
 
 
-_PAHO_SAMPLES: list[tuple[str, Any, Properties]] = [
-    ("PayloadFormatIndicator", 1, Properties(payload_format_indicator=1)),
-    ("MessageExpiryInterval", 3600, Properties(message_expiry_interval=3600)),
-    ("ContentType", "application/json", Properties(content_type="application/json")),
-    ("ResponseTopic", "reply/here", Properties(response_topic="reply/here")),
-    ("CorrelationData", b"\x00\x01", Properties(correlation_data=b"\x00\x01")),
-    ("SubscriptionIdentifier", 16_384, Properties(subscription_identifiers=(16_384,))),
-    ("SessionExpiryInterval", 0xFFFFFFFF, Properties(session_expiry_interval=0xFFFFFFFF)),
-    ("AssignedClientIdentifier", "auto-1", Properties(assigned_client_identifier="auto-1")),
-    ("ServerKeepAlive", 60, Properties(server_keep_alive=60)),
-    ("AuthenticationMethod", "SCRAM-SHA-1", Properties(authentication_method="SCRAM-SHA-1")),
-    ("RequestProblemInformation", 0, Properties(request_problem_information=0)),
-    ("WillDelayInterval", 30, Properties(will_delay_interval=30)),
-    ("RequestResponseInformation", 1, Properties(request_response_information=1)),
-    ("ResponseInformation", "resp/", Properties(response_information="resp/")),
-    ("ServerReference", "other:1883", Properties(server_reference="other:1883")),
-    ("ReasonString", "ünïcode", Properties(reason_string="ünïcode")),
-    ("ReceiveMaximum", 100, Properties(receive_maximum=100)),
-    ("TopicAliasMaximum", 10, Properties(topic_alias_maximum=10)),
-    ("TopicAlias", 9, Properties(topic_alias=9)),
-    ("MaximumQoS", 1, Properties(maximum_qos=1)),
-    ("RetainAvailable", 0, Properties(retain_available=0)),
-    ("UserProperty", ("key", "välue"), Properties(user_properties=(("key", "välue"),))),
-    ("MaximumPacketSize", 268_435_455, Properties(maximum_packet_size=268_435_455)),
-    ("WildcardSubscriptionAvailable", 1, Properties(wildcard_subscription_available=1)),
-    ("SubscriptionIdentifierAvailable", 0, Properties(subscription_identifier_available=0)),
-    ("SharedSubscriptionAvailable", 1, Properties(shared_subscription_available=1)),
+_PAHO_SAMPLES: list[tuple[str, Any, mq.Properties]] = [
+    ("PayloadFormatIndicator", 1, mq.Properties(payload_format_indicator=1)),
+    ("MessageExpiryInterval", 3600, mq.Properties(message_expiry_interval=3600)),
+    ("ContentType", "application/json", mq.Properties(content_type="application/json")),
+    ("ResponseTopic", "reply/here", mq.Properties(response_topic="reply/here")),
+    ("CorrelationData", b"\x00\x01", mq.Properties(correlation_data=b"\x00\x01")),
+    ("SubscriptionIdentifier", 16_384, mq.Properties(subscription_identifiers=(16_384,))),
+    ("SessionExpiryInterval", 0xFFFFFFFF, mq.Properties(session_expiry_interval=0xFFFFFFFF)),
+    ("AssignedClientIdentifier", "auto-1", mq.Properties(assigned_client_identifier="auto-1")),
+    ("ServerKeepAlive", 60, mq.Properties(server_keep_alive=60)),
+    ("AuthenticationMethod", "SCRAM-SHA-1", mq.Properties(authentication_method="SCRAM-SHA-1")),
+    ("RequestProblemInformation", 0, mq.Properties(request_problem_information=0)),
+    ("WillDelayInterval", 30, mq.Properties(will_delay_interval=30)),
+    ("RequestResponseInformation", 1, mq.Properties(request_response_information=1)),
+    ("ResponseInformation", "resp/", mq.Properties(response_information="resp/")),
+    ("ServerReference", "other:1883", mq.Properties(server_reference="other:1883")),
+    ("ReasonString", "ünïcode", mq.Properties(reason_string="ünïcode")),
+    ("ReceiveMaximum", 100, mq.Properties(receive_maximum=100)),
+    ("TopicAliasMaximum", 10, mq.Properties(topic_alias_maximum=10)),
+    ("TopicAlias", 9, mq.Properties(topic_alias=9)),
+    ("MaximumQoS", 1, mq.Properties(maximum_qos=1)),
+    ("RetainAvailable", 0, mq.Properties(retain_available=0)),
+    ("UserProperty", ("key", "välue"), mq.Properties(user_properties=(("key", "välue"),))),
+    ("MaximumPacketSize", 268_435_455, mq.Properties(maximum_packet_size=268_435_455)),
+    ("WildcardSubscriptionAvailable", 1, mq.Properties(wildcard_subscription_available=1)),
+    ("SubscriptionIdentifierAvailable", 0, mq.Properties(subscription_identifier_available=0)),
+    ("SharedSubscriptionAvailable", 1, mq.Properties(shared_subscription_available=1)),
 ]
 
 
 @pytest.mark.parametrize(("paho_name", "value", "ours"), _PAHO_SAMPLES, ids=[s[0] for s in _PAHO_SAMPLES])
-def test_each_property_packs_like_paho(paho_name: str, value: Any, ours: Properties) -> None:
+def test_each_property_packs_like_paho(paho_name: str, value: Any, ours: mq.Properties) -> None:
     table = paho_properties.Properties(PacketTypes.PUBLISH)
     pid = table.getIdentFromName(paho_name)
     packet_type = table.properties[pid][1][0]

@@ -111,9 +111,12 @@ NotifyUnsubscribeLiteCommand: lite_topic=1:string
 """
 
 _SCALAR_TYPES = {
-    "string": FieldDescriptor.TYPE_STRING, "bytes": FieldDescriptor.TYPE_BYTES,
-    "bool": FieldDescriptor.TYPE_BOOL, "int32": FieldDescriptor.TYPE_INT32,
-    "int64": FieldDescriptor.TYPE_INT64, "float": FieldDescriptor.TYPE_FLOAT,
+    "string": FieldDescriptor.TYPE_STRING,
+    "bytes": FieldDescriptor.TYPE_BYTES,
+    "bool": FieldDescriptor.TYPE_BOOL,
+    "int32": FieldDescriptor.TYPE_INT32,
+    "int64": FieldDescriptor.TYPE_INT64,
+    "float": FieldDescriptor.TYPE_FLOAT,
 }
 
 
@@ -147,8 +150,9 @@ def test_expected_table_covers_every_message_in_the_pool() -> None:
     assert set(file.message_types_by_name) == {row[0] for row in ROWS} == set(v2.MESSAGES)
 
 
-@pytest.mark.parametrize(("message", "name", "number", "type_name", "kind"), ROWS,
-                         ids=[f"{r[0]}.{r[1]}" for r in ROWS])
+@pytest.mark.parametrize(
+    ("message", "name", "number", "type_name", "kind"), ROWS, ids=[f"{r[0]}.{r[1]}" for r in ROWS]
+)
 def test_field(message: str, name: str, number: int, type_name: str, kind: str) -> None:
     field = _descriptor(message).fields_by_name[name]
     assert field.number == number
@@ -156,7 +160,9 @@ def test_field(message: str, name: str, number: int, type_name: str, kind: str) 
         entry = field.message_type
         assert entry.GetOptions().map_entry
         assert [(f.name, f.number, f.type) for f in entry.fields] == [
-            ("key", 1, FieldDescriptor.TYPE_STRING), ("value", 2, FieldDescriptor.TYPE_STRING)]
+            ("key", 1, FieldDescriptor.TYPE_STRING),
+            ("value", 2, FieldDescriptor.TYPE_STRING),
+        ]
         return
     if type_name in _SCALAR_TYPES:
         assert field.type == _SCALAR_TYPES[type_name]
@@ -185,35 +191,93 @@ def test_no_undeclared_fields() -> None:
 @pytest.mark.parametrize(
     ("enum", "values"),
     [
-        (v2.Code, {"CODE_UNSPECIFIED": 0, "OK": 20000, "MULTIPLE_RESULTS": 30000, "BAD_REQUEST": 40000,
-                   "ILLEGAL_TOPIC": 40002, "ILLEGAL_MESSAGE_ID": 40009, "INVALID_RECEIPT_HANDLE": 40013,
-                   "UNRECOGNIZED_CLIENT_TYPE": 40015, "INVALID_CLIENT_PROPERTIES": 40021,
-                   "UNAUTHORIZED": 40100, "FORBIDDEN": 40300, "NOT_FOUND": 40400, "MESSAGE_NOT_FOUND": 40401,
-                   "TOPIC_NOT_FOUND": 40402,
-                   "CONSUMER_GROUP_NOT_FOUND": 40403, "REQUEST_TIMEOUT": 40800, "PAYLOAD_TOO_LARGE": 41300,
-                   "MESSAGE_BODY_TOO_LARGE": 41301, "MESSAGE_BODY_EMPTY": 41302, "TOO_MANY_REQUESTS": 42900,
-                   "MESSAGE_PROPERTIES_TOO_LARGE": 43101, "INTERNAL_ERROR": 50000,
-                   "INTERNAL_SERVER_ERROR": 50001,
-                   "NOT_IMPLEMENTED": 50100, "PROXY_TIMEOUT": 50400, "UNSUPPORTED": 50500,
-                   "VERIFY_FIFO_MESSAGE_UNSUPPORTED": 50502, "FAILED_TO_CONSUME_MESSAGE": 60000}),
-        (v2.MessageType, {"MESSAGE_TYPE_UNSPECIFIED": 0, "NORMAL": 1, "FIFO": 2, "DELAY": 3, "TRANSACTION": 4,
-                          "LITE": 5, "PRIORITY": 6}),
+        (
+            v2.Code,
+            {
+                "CODE_UNSPECIFIED": 0,
+                "OK": 20000,
+                "MULTIPLE_RESULTS": 30000,
+                "BAD_REQUEST": 40000,
+                "ILLEGAL_TOPIC": 40002,
+                "ILLEGAL_MESSAGE_ID": 40009,
+                "INVALID_RECEIPT_HANDLE": 40013,
+                "UNRECOGNIZED_CLIENT_TYPE": 40015,
+                "INVALID_CLIENT_PROPERTIES": 40021,
+                "UNAUTHORIZED": 40100,
+                "FORBIDDEN": 40300,
+                "NOT_FOUND": 40400,
+                "MESSAGE_NOT_FOUND": 40401,
+                "TOPIC_NOT_FOUND": 40402,
+                "CONSUMER_GROUP_NOT_FOUND": 40403,
+                "REQUEST_TIMEOUT": 40800,
+                "PAYLOAD_TOO_LARGE": 41300,
+                "MESSAGE_BODY_TOO_LARGE": 41301,
+                "MESSAGE_BODY_EMPTY": 41302,
+                "TOO_MANY_REQUESTS": 42900,
+                "MESSAGE_PROPERTIES_TOO_LARGE": 43101,
+                "INTERNAL_ERROR": 50000,
+                "INTERNAL_SERVER_ERROR": 50001,
+                "NOT_IMPLEMENTED": 50100,
+                "PROXY_TIMEOUT": 50400,
+                "UNSUPPORTED": 50500,
+                "VERIFY_FIFO_MESSAGE_UNSUPPORTED": 50502,
+                "FAILED_TO_CONSUME_MESSAGE": 60000,
+            },
+        ),
+        (
+            v2.MessageType,
+            {
+                "MESSAGE_TYPE_UNSPECIFIED": 0,
+                "NORMAL": 1,
+                "FIFO": 2,
+                "DELAY": 3,
+                "TRANSACTION": 4,
+                "LITE": 5,
+                "PRIORITY": 6,
+            },
+        ),
         (v2.Permission, {"PERMISSION_UNSPECIFIED": 0, "NONE": 1, "READ": 2, "WRITE": 3, "READ_WRITE": 4}),
-        (v2.ClientType, {"CLIENT_TYPE_UNSPECIFIED": 0, "PRODUCER": 1, "PUSH_CONSUMER": 2,
-                         "SIMPLE_CONSUMER": 3,
-                         "PULL_CONSUMER": 4, "LITE_PUSH_CONSUMER": 5, "LITE_SIMPLE_CONSUMER": 6}),
+        (
+            v2.ClientType,
+            {
+                "CLIENT_TYPE_UNSPECIFIED": 0,
+                "PRODUCER": 1,
+                "PUSH_CONSUMER": 2,
+                "SIMPLE_CONSUMER": 3,
+                "PULL_CONSUMER": 4,
+                "LITE_PUSH_CONSUMER": 5,
+                "LITE_SIMPLE_CONSUMER": 6,
+            },
+        ),
         (v2.AddressScheme, {"ADDRESS_SCHEME_UNSPECIFIED": 0, "IPv4": 1, "IPv6": 2, "DOMAIN_NAME": 3}),
         (v2.DigestType, {"DIGEST_TYPE_UNSPECIFIED": 0, "CRC32": 1, "MD5": 2, "SHA1": 3}),
         (v2.Encoding, {"ENCODING_UNSPECIFIED": 0, "IDENTITY": 1, "GZIP": 2}),
         (v2.FilterType, {"FILTER_TYPE_UNSPECIFIED": 0, "TAG": 1, "SQL": 2}),
         (v2.TransactionResolution, {"TRANSACTION_RESOLUTION_UNSPECIFIED": 0, "COMMIT": 1, "ROLLBACK": 2}),
         (v2.TransactionSource, {"SOURCE_UNSPECIFIED": 0, "SOURCE_CLIENT": 1, "SOURCE_SERVER_CHECK": 2}),
-        (v2.Language, {"LANGUAGE_UNSPECIFIED": 0, "JAVA": 1, "CPP": 2, "DOT_NET": 3, "GOLANG": 4, "RUST": 5,
-                       "PYTHON": 6, "PHP": 7, "NODE_JS": 8, "RUBY": 9, "OBJECTIVE_C": 10, "DART": 11,
-                       "KOTLIN": 12}),
+        (
+            v2.Language,
+            {
+                "LANGUAGE_UNSPECIFIED": 0,
+                "JAVA": 1,
+                "CPP": 2,
+                "DOT_NET": 3,
+                "GOLANG": 4,
+                "RUST": 5,
+                "PYTHON": 6,
+                "PHP": 7,
+                "NODE_JS": 8,
+                "RUBY": 9,
+                "OBJECTIVE_C": 10,
+                "DART": 11,
+                "KOTLIN": 12,
+            },
+        ),
         (v2.QueryOffsetPolicy, {"BEGINNING": 0, "END": 1, "TIMESTAMP": 2}),
-        (v2.LiteSubscriptionAction, {"PARTIAL_ADD": 0, "PARTIAL_REMOVE": 1, "COMPLETE_ADD": 2,
-                                     "COMPLETE_REMOVE": 3}),
+        (
+            v2.LiteSubscriptionAction,
+            {"PARTIAL_ADD": 0, "PARTIAL_REMOVE": 1, "COMPLETE_ADD": 2, "COMPLETE_REMOVE": 3},
+        ),
         (v2.OffsetPolicy, {"LAST": 0, "MIN": 1, "MAX": 2}),
     ],
 )

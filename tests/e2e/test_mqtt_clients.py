@@ -21,7 +21,6 @@ import trio.testing
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.server import ServerHandle
 from mqproxy.settings import Settings
 
@@ -214,7 +213,7 @@ async def test_paho_v5_session_expiry_and_receive_maximum(
         assert not again.session_present
         again.close()
 
-    sessions = gateway_for(server.state).sessions
+    sessions = server.state.protocols.mqtt.gateway.sessions
     await in_thread(receive_maximum_then_leave)
     await wait_until(lambda: "short" in sessions and sessions["short"].connection is None)
     steered_clock.jump(1)  # the session expiry interval

@@ -51,3 +51,30 @@ def test_roles_do_not_overlap() -> None:
                 continue
             assert name not in seen, f"{name} is in {seen.get(name)} and {role.__name__}"
             seen[name] = role.__name__
+
+
+#: Synchronous members the facade docstring accounts for: cached metadata or configuration, registrations
+#: of things this process owns, and metrics gauges. Anything else a broker answers must be ``async``.
+_SYNC_BY_DESIGN = {
+    "topic_type",
+    "group_config",
+    "clamp_delay_level",
+    "max_reconsume_times",
+    "add_check_back",
+    "set_lmq_dispatch",
+    "unresolved_transactions",
+    "pops_in_flight",
+}
+#: Being made ``async`` (a cluster backend's locks live on the broker).
+_SYNC_FOR_NOW = {"lock_batch", "unlock", "release_client", "lock_holder"}
+
+
+def test_only_cached_registered_or_gauge_members_are_synchronous() -> None:
+    sync = {
+        name
+        for name, value in _members(api.BrokerFacade).items()
+        if isinstance(value, property) or not inspect.iscoroutinefunction(value)
+    }
+    assert sync <= _SYNC_BY_DESIGN | _SYNC_FOR_NOW, sorted(sync - _SYNC_BY_DESIGN - _SYNC_FOR_NOW)
+    for name in _SYNC_BY_DESIGN:
+        assert name in (api.__doc__ or ""), f"the facade docstring does not account for {name}"

@@ -1,8 +1,8 @@
 """Fixtures for the gRPC service tests: a real h2 client over trio memory streams, wired to the driver.
 
-* ``grpc_env``: a :class:`GrpcEnv` with an in-memory backend, running broker services and a
-  :class:`MessagingService`; ``await env.connect()`` opens a connection served by
-  :class:`GrpcConnectionDriver` and returns a :class:`GrpcTestClient`.
+* ``grpc_env``: a :class:`GrpcEnv` with an in-memory backend, the embedded broker facade over it and a
+  running :class:`GrpcService` (``env.service`` is its :class:`MessagingService`); ``await env.connect()``
+  opens a connection served by :class:`GrpcConnectionDriver` and returns a :class:`GrpcTestClient`.
 
 Everything runs in memory, so tests that wait for a delay, an invisible time or a timeout take the
 ``autojump_clock``; the broker services then run on ``env.now_ms``, which follows trio's clock.
@@ -11,7 +11,7 @@ Everything runs in memory, so tests that wait for a delay, an invisible time or 
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,21 +23,31 @@ import structlog
 import trio
 import trio.testing
 
+from mqproxy.backends.embedded.broker import EmbeddedBroker, open_embedded_broker
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
-from mqproxy.backends.embedded.services import open_services
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_framing import encode_message
 from mqproxy.context import ServerState
-from mqproxy.grpc_service.connection import ConnectionLimits, GrpcConnectionDriver
+from mqproxy.grpc_service.connection import GrpcConnectionDriver
+from mqproxy.grpc_service.protocol import GrpcService
 from mqproxy.grpc_service.service import MessagingService
+from mqproxy.grpc_service.settings import ConnectionLimits, GrpcSettings
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.settings import Settings
 
 PREFIX = f"/{pb.SERVICE}/"
 
 
-def frame(payload: bytes) -> bytes:
-    return struct.pack(">BI", 0, len(payload)) + payload
+def with_overrides(headers: dict[str, str], overrides: Mapping[str, str | None]) -> list[tuple[str, str]]:
+    """``headers`` with ``overrides`` applied (``_`` in a name stands for ``-``; None drops the header)."""
+    for name, value in overrides.items():
+        key = name.replace("_", "-")
+        if value is None:
+            headers.pop(key, None)
+        else:
+            headers[key] = value
+    return list(headers.items())
 
 
 @dataclass
@@ -156,13 +166,7 @@ class GrpcTestClient:
             "te": "trailers",
             "x-mq-client-id": self.client_id,
         }
-        for name, value in overrides.items():
-            key = name.replace("_", "-")
-            if value is None:
-                base.pop(key, None)
-            else:
-                base[key] = value
-        return list(base.items())
+        return with_overrides(base, overrides)
 
     async def open(
         self,
@@ -183,7 +187,7 @@ class GrpcTestClient:
 
     async def send_message(self, sid: int, payload: bytes, *, end: bool = False) -> None:
         """Send one length-prefixed message as flow control allows."""
-        data = memoryview(frame(payload))
+        data = memoryview(encode_message(payload))
         while True:
             size = min(len(data), self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
             if size <= 0 and data:
@@ -219,6 +223,7 @@ class GrpcTestClient:
 @dataclass
 class GrpcEnv:
     backend: InMemoryBackend
+    broker: EmbeddedBroker
     services: Any
     server: ServerState
     service: MessagingService
@@ -237,7 +242,6 @@ class GrpcEnv:
             conn_id=f"c{len(self.contexts)}",
             peer=("127.0.0.1", 40000 + len(self.contexts)),
             local=("127.0.0.1", 9876),
-            server=self.server,
             draining=self.server.draining,
             recorder=self.server.recorder,
             protocol="grpc",
@@ -268,12 +272,10 @@ async def grpc_env(nursery: trio.Nursery) -> AsyncIterator[GrpcEnv]:
         settings=settings, backend=backend, backend_name="memory", advertised=("127.0.0.1", 9876)
     )
     now_ms = trio_clock_ms()
-    async with open_services(backend, now_ms=now_ms) as services:
-        server.registries["services"] = services
-        service = MessagingService(
-            backend, advertised=server.advertised, services=lambda: services, settings_timeout_s=0.5
-        )
-        yield GrpcEnv(backend, services, server, service, nursery, now_ms=now_ms)
+    async with open_embedded_broker(backend, now_ms=now_ms) as broker:
+        grpc = GrpcService(broker, GrpcSettings(server.advertised, settings_timeout_s=0.5))
+        await nursery.start(grpc.run)
+        yield GrpcEnv(backend, broker, broker.services, server, grpc.messaging, nursery, now_ms=now_ms)
         nursery.cancel_scope.cancel()
 
 

@@ -27,8 +27,8 @@ from hyperframe.frame import (
 )
 
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import GrpcStatus
-from mqproxy.grpc_service.connection import ConnectionLimits
+from mqproxy.codecs.grpc_framing import GrpcStatus, encode_message
+from mqproxy.grpc_service.settings import ConnectionLimits
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
 
@@ -66,20 +66,41 @@ async def test_unary_round_trip_and_request_event(grpc_env: GrpcEnv, log_sink) -
     assert requests[-1]["req_bytes"] == len(route_request()) + 5
 
 
-async def test_unknown_method_is_unimplemented(grpc_env: GrpcEnv) -> None:
-    client = await grpc_env.connect()
-    sid = await client.open("NoSuchMethod", [b""])
-    result = await client.wait(sid)
-    assert result.grpc_status == GrpcStatus.UNIMPLEMENTED
-    await assert_still_serving(client)
+#: Calls the connection refuses while it keeps serving: (method, raw DATA bytes, end the request,
+#: grpc-status, a part of grpc-message).
+REFUSED_CALLS = {
+    "unknown_method_is_unimplemented": (
+        "NoSuchMethod", encode_message(b""), True, GrpcStatus.UNIMPLEMENTED, ""
+    ),
+    "unparseable_protobuf_is_invalid_argument": (
+        "QueryRoute", encode_message(b"\xff" * 4), True, GrpcStatus.INVALID_ARGUMENT, "QueryRouteRequest"
+    ),
+    # announces a message far over the limit; only the prefix is sent
+    "oversized_message_is_resource_exhausted": (
+        "SendMessage", struct.pack(">BI", 0, 512 * 1024 * 1024), False, GrpcStatus.RESOURCE_EXHAUSTED, ""
+    ),
+    "truncated_message_at_end_stream_is_rejected": (
+        "QueryRoute", struct.pack(">BI", 0, 100) + b"abc", True, GrpcStatus.INTERNAL, "inside a message"
+    ),
+    "unary_with_two_messages_is_refused": (
+        "QueryRoute", encode_message(route_request()) * 2, True, GrpcStatus.UNIMPLEMENTED, ""
+    ),
+}
 
 
-async def test_unparseable_protobuf_is_invalid_argument(grpc_env: GrpcEnv) -> None:
+@pytest.mark.parametrize(
+    ("method", "data", "end", "status", "message"), REFUSED_CALLS.values(), ids=REFUSED_CALLS
+)
+async def test_refused_call_leaves_the_connection_serving(
+    grpc_env: GrpcEnv, method: str, data: bytes, end: bool, status: GrpcStatus, message: str
+) -> None:
     client = await grpc_env.connect()
-    sid = await client.open("QueryRoute", [b"\xff\xff\xff\xff"])
+    sid = await client.open(method, end=False)
+    client.h2.send_data(sid, data, end_stream=end)
+    await client.flush()
     result = await client.wait(sid)
-    assert result.grpc_status == GrpcStatus.INVALID_ARGUMENT
-    assert "QueryRouteRequest" in result.grpc_message
+    assert result.grpc_status == status
+    assert message in result.grpc_message
     await assert_still_serving(client)
 
 
@@ -92,36 +113,6 @@ async def test_non_post_and_wrong_content_type_are_rejected(grpc_env: GrpcEnv) -
     result = await client.wait(sid)
     assert result.headers[":status"] == "415"
     assert result.grpc_status == GrpcStatus.INVALID_ARGUMENT
-    await assert_still_serving(client)
-
-
-async def test_oversized_message_is_resource_exhausted(grpc_env: GrpcEnv) -> None:
-    client = await grpc_env.connect()
-    sid = await client.open("SendMessage", end=False)
-    # announce a message far over the limit; only the prefix is sent
-    client.h2.send_data(sid, struct.pack(">BI", 0, 512 * 1024 * 1024))
-    await client.flush()
-    result = await client.wait(sid)
-    assert result.grpc_status == GrpcStatus.RESOURCE_EXHAUSTED
-    await assert_still_serving(client)
-
-
-async def test_truncated_message_at_end_stream_is_rejected(grpc_env: GrpcEnv) -> None:
-    client = await grpc_env.connect()
-    sid = await client.open("QueryRoute", end=False)
-    client.h2.send_data(sid, struct.pack(">BI", 0, 100) + b"abc", end_stream=True)
-    await client.flush()
-    result = await client.wait(sid)
-    assert result.grpc_status == GrpcStatus.INTERNAL
-    assert "inside a message" in result.grpc_message
-    await assert_still_serving(client)
-
-
-async def test_unary_with_two_messages_is_refused(grpc_env: GrpcEnv) -> None:
-    client = await grpc_env.connect()
-    sid = await client.open("QueryRoute", [route_request(), route_request()])
-    result = await client.wait(sid)
-    assert result.grpc_status == GrpcStatus.UNIMPLEMENTED
     await assert_still_serving(client)
 
 
@@ -419,6 +410,7 @@ async def test_vanished_client_frees_its_calls(grpc_env: GrpcEnv, log_sink) -> N
         lambda: len([e for e in log_sink.named("request") if e["op"] in ("Telemetry", "ReceiveMessage")]) >= 2
     )
     assert grpc_env.service.clients.get("gone@1@0").telemetry is None
+    await wait_until(lambda: grpc_env.contexts[-1].error is not None)  # the reader may notice last
     assert grpc_env.contexts[-1].error == "connection_reset"
     events = {e["op"]: e for e in log_sink.named("request")}
     assert events["ReceiveMessage"]["status"] == "CANCELLED"

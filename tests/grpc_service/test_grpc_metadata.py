@@ -22,7 +22,7 @@ async def _accepts(client: Any, topic: str) -> list[list[pb.MessageType]]:
 
 
 async def test_typed_topics_accept_their_type_only(grpc_env: GrpcEnv) -> None:
-    metadata = grpc_env.services.metadata
+    metadata = grpc_env.broker
     await metadata.set_topic_type("FifoT", TopicMessageType.FIFO)
     await metadata.set_topic_type("MixedT", TopicMessageType.MIXED)
     client = await grpc_env.connect()
@@ -59,7 +59,7 @@ def _consumer_settings(group: str) -> Any:
 
 
 async def test_fifo_group_settings_and_assignments(grpc_env: GrpcEnv) -> None:
-    await grpc_env.services.metadata.put_group(GroupConfig("FifoG", consume_orderly=True, retry_max_times=2))
+    await grpc_env.broker.put_group_config(GroupConfig("FifoG", consume_orderly=True, retry_max_times=2))
     client = await grpc_env.connect("fifo@1@0")
     reply = await _settings_reply(client, _consumer_settings("FifoG"))
     assert reply.subscription.fifo is True
@@ -83,7 +83,7 @@ async def test_fifo_group_settings_and_assignments(grpc_env: GrpcEnv) -> None:
 
 async def test_fifo_group_receives_a_group_in_order_one_at_a_time(grpc_env: GrpcEnv) -> None:
     """The Java client never says ``fifo`` itself: the group's config makes its receives ordered."""
-    await grpc_env.services.metadata.put_group(GroupConfig("OrderG", consume_orderly=True))
+    await grpc_env.broker.put_group_config(GroupConfig("OrderG", consume_orderly=True))
     client = await grpc_env.connect()
     for i in range(2):
         await send(client, message("OrderT", f"o{i}".encode(), msg_id=f"O{i}", group="g1"))

@@ -3,7 +3,6 @@ transactions, delay, and the application error codes (v2 Status in the body, grp
 
 from __future__ import annotations
 
-import time
 import zlib
 from typing import Any
 
@@ -103,7 +102,7 @@ async def test_query_route_shapes(grpc_env: GrpcEnv) -> None:
 
 
 async def test_query_route_unknown_topic_without_auto_create(grpc_env: GrpcEnv) -> None:
-    grpc_env.service.auto_create_topics = False
+    grpc_env.service.resources.auto_create_topics = False
     client = await grpc_env.connect()
     response = await client.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="Missing")))
     assert response.status.code == Code.TOPIC_NOT_FOUND
@@ -180,7 +179,7 @@ async def test_send_errors_are_body_statuses(grpc_env: GrpcEnv) -> None:
     mixed = await send(client, message("ErrT", msg_id="OK1"), message("ErrT", b""))
     assert mixed.status.code == Code.MULTIPLE_RESULTS
     assert [e.status.code for e in mixed.entries] == [Code.OK, Code.MESSAGE_BODY_EMPTY]
-    grpc_env.service.auto_create_topics = False
+    grpc_env.service.resources.auto_create_topics = False
     assert (await send(client, message("NoSuchTopic"))).status.code == Code.TOPIC_NOT_FOUND
 
 
@@ -451,18 +450,6 @@ async def test_unsupported_rpcs_answer_a_status(grpc_env: GrpcEnv) -> None:
     client = await grpc_env.connect()
     lite = await client.unary("SyncLiteSubscription", pb.SyncLiteSubscriptionRequest())
     assert lite.status.code == Code.NOT_IMPLEMENTED
-
-
-async def test_without_broker_services(grpc_env: GrpcEnv) -> None:
-    grpc_env.service._services = lambda: None
-    client = await grpc_env.connect()
-    status, _ = await receive(client, "NoSvc", "G")
-    assert status.code == Code.NOT_IMPLEMENTED
-    later = time.time_ns() // 1_000_000 + 60_000
-    assert (await send(client, message("NoSvc", deliver_at_ms=later))).status.code == Code.UNSUPPORTED
-    assert (await send(client, message("NoSvc", msg_id="N1"))).status.code == Code.OK
-    route = await client.unary("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="NoSvc")))
-    assert set(route.message_queues[0].accept_message_types) == {pb.MessageType.NORMAL, pb.MessageType.FIFO}
 
 
 async def test_remoting_message_is_delivered_over_grpc(grpc_env: GrpcEnv) -> None:

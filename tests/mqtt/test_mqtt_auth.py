@@ -12,21 +12,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqproxy.codecs.mqtt import (
-    Connack,
-    Connect,
-    PubAck,
-    Publish,
-    PubRec,
-    QoS,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    Will,
-    encode,
-    topic_matches,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.auth import (
     Authorizer,
     filter_covers,
@@ -35,12 +21,12 @@ from mqproxy.mqtt.auth import (
     parse_password_hash,
     verify_password,
 )
-from mqproxy.mqtt.gateway import config_from_settings, gateway_for
+from mqproxy.mqtt.gateway import config_from_settings
 from mqproxy.settings import MqttSettings, Settings, SettingsError, build_settings, load_settings
 
-from .conftest import RawClient, arrivals, running_server  # type: ignore[import-not-found]
+from .conftest import arrivals, connect, gateway_of, running_server  # type: ignore[import-not-found]
 
-Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
+Q0, Q1, Q2 = mq.QoS.AT_MOST_ONCE, mq.QoS.AT_LEAST_ONCE, mq.QoS.EXACTLY_ONCE
 # RFC 7914 section 11: PBKDF2-HMAC-SHA-256, P="passwd", S="salt", c=1 (first 32 of its 64 bytes).
 RFC7914 = bytes.fromhex("55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc")
 
@@ -122,8 +108,8 @@ def test_a_covering_pattern_matches_every_topic_of_the_filter(
     p = "/".join([*pattern, "#"] if hash_tail else pattern)
     f = "/".join(wanted)
     t = "/".join(topic)
-    if filter_covers(p, f) and topic_matches(f, t):
-        assert topic_matches(p, t)
+    if filter_covers(p, f) and mq.topic_matches(f, t):
+        assert mq.topic_matches(p, t)
 
 
 def _authorizer(**kw: Any) -> Authorizer:
@@ -136,17 +122,17 @@ def _authorizer(**kw: Any) -> Authorizer:
 
 async def test_authenticate_rules() -> None:
     auth = _authorizer()
-    assert await auth.authenticate("alice", b"wonderland") == ReasonCode.SUCCESS
-    assert await auth.authenticate("alice", b"wrong") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
-    assert await auth.authenticate("alice", None) == ReasonCode.BAD_USER_NAME_OR_PASSWORD
-    assert await auth.authenticate("bob", b"wonderland") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
-    assert await auth.authenticate(None, None) == ReasonCode.SUCCESS
+    assert await auth.authenticate("alice", b"wonderland") == mq.ReasonCode.SUCCESS
+    assert await auth.authenticate("alice", b"wrong") == mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert await auth.authenticate("alice", None) == mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert await auth.authenticate("bob", b"wonderland") == mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert await auth.authenticate(None, None) == mq.ReasonCode.SUCCESS
     closed = _authorizer(allow_anonymous=False)
-    assert await closed.authenticate(None, None) == ReasonCode.NOT_AUTHORIZED
+    assert await closed.authenticate(None, None) == mq.ReasonCode.NOT_AUTHORIZED
     open_door = _authorizer(users={})
-    assert await open_door.authenticate("anyone", b"x") == ReasonCode.SUCCESS
+    assert await open_door.authenticate("anyone", b"x") == mq.ReasonCode.SUCCESS
     assert await _authorizer(users={}, allow_anonymous=False).authenticate("x", b"") == (
-        ReasonCode.BAD_USER_NAME_OR_PASSWORD
+        mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD
     )
 
 
@@ -163,9 +149,9 @@ async def test_a_verified_password_is_remembered_per_user(monkeypatch: pytest.Mo
     monkeypatch.setattr(auth_module, "verify_password", counting)
     auth = _authorizer()
     for _ in range(3):
-        assert await auth.authenticate("alice", b"wonderland") == ReasonCode.SUCCESS
+        assert await auth.authenticate("alice", b"wonderland") == mq.ReasonCode.SUCCESS
     assert calls == [b"wonderland"]
-    assert await auth.authenticate("alice", b"wonderlan") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert await auth.authenticate("alice", b"wonderlan") == mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD
     assert calls == [b"wonderland", b"wonderlan"]
 
 
@@ -245,37 +231,29 @@ def _settings(**mqtt: Any) -> Settings:
     return Settings.for_tests(mqtt=values)
 
 
-async def _connect(address: Any, level: int, client_id: str, **kw: Any) -> tuple[RawClient, Connack]:
-    client = RawClient(await trio.open_tcp_stream(*address), level)
-    await client.send(Connect(client_id, level, **kw))
-    connack = await client.receive()
-    assert isinstance(connack, Connack)
-    return client, connack
-
-
 @pytest.mark.parametrize("level", [4, 5])
 async def test_connect_credentials(log_sink: Any, level: int) -> None:
     async with running_server(_settings(allow_anonymous=False)) as handle:
         address = handle.address
-        assert gateway_for(handle.state).auth.allow_anonymous is False
-        ok, connack = await _connect(address, level, "c1", username="alice", password=b"wonderland")
-        assert connack.reason_code == ReasonCode.SUCCESS
+        assert gateway_of(handle).auth.allow_anonymous is False
+        ok, connack = await connect(address, "c1", level, username="alice", password=b"wonderland")
+        assert connack.reason_code == mq.ReasonCode.SUCCESS
         await ok.aclose()
         cases = [
-            ({"username": "alice", "password": b"nope"}, ReasonCode.BAD_USER_NAME_OR_PASSWORD),
-            ({"username": "mallory", "password": b"wonderland"}, ReasonCode.BAD_USER_NAME_OR_PASSWORD),
-            ({}, ReasonCode.NOT_AUTHORIZED),
+            ({"username": "alice", "password": b"nope"}, mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD),
+            ({"username": "mallory", "password": b"wonderland"}, mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD),
+            ({}, mq.ReasonCode.NOT_AUTHORIZED),
         ]
         for kw, code in cases:
-            refused, connack = await _connect(address, level, "c2", **kw)
+            refused, connack = await connect(address, "c2", level, **kw)
             assert connack.reason_code == code
             assert await refused.expect_eof() == []
         # a will to a topic the client may not publish to is refused at CONNECT
-        will = Will("elsewhere/x", b"bye", Q1)
-        refused, connack = await _connect(
-            address, level, "c3", username="alice", password=b"wonderland", will=will
+        will = mq.Will("elsewhere/x", b"bye", Q1)
+        refused, connack = await connect(
+            address, "c3", level, username="alice", password=b"wonderland", will=will
         )
-        assert connack.reason_code == ReasonCode.NOT_AUTHORIZED
+        assert connack.reason_code == mq.ReasonCode.NOT_AUTHORIZED
     errors = [e["error"] for e in log_sink.named("conn.closed")]
     assert errors.count("auth_failed") == 4
 
@@ -287,7 +265,7 @@ async def test_v311_refusal_return_codes_on_the_wire() -> None:
             ({}, b"\x20\x02\x00\x05"),
         ]:
             stream = await trio.open_tcp_stream(*handle.address)
-            await stream.send_all(encode(Connect("w", 4, **kw), 4))
+            await stream.send_all(mq.encode(mq.Connect("w", 4, **kw), 4))
             with trio.fail_after(5):
                 assert await stream.receive_some(64) == wire
             await stream.aclose()
@@ -298,28 +276,28 @@ async def test_acl_refusals(log_sink: Any, level: int) -> None:
     v5 = level == 5
     async with running_server(_settings()) as handle:
         address = handle.address
-        admin, _ = await _connect(address, 5, "admin-1", username="admin", password=b"root")
-        await admin.send(Subscribe(1, (SubscribeTopic("#", Q1),)))
-        assert isinstance(await admin.receive(), SubAck)
-        dev, connack = await _connect(address, level, "dev1", username="alice", password=b"wonderland")
-        assert connack.reason_code == ReasonCode.SUCCESS
-        wanted = (SubscribeTopic("devices/dev1/cmd", Q1), SubscribeTopic("devices/+", Q1))
-        await dev.send(Subscribe(1, wanted))
+        admin, _ = await connect(address, "admin-1", 5, username="admin", password=b"root")
+        await admin.send(mq.Subscribe(1, (mq.SubscribeTopic("#", Q1),)))
+        assert isinstance(await admin.receive(), mq.SubAck)
+        dev, connack = await connect(address, "dev1", level, username="alice", password=b"wonderland")
+        assert connack.reason_code == mq.ReasonCode.SUCCESS
+        wanted = (mq.SubscribeTopic("devices/dev1/cmd", Q1), mq.SubscribeTopic("devices/+", Q1))
+        await dev.send(mq.Subscribe(1, wanted))
         suback = await dev.receive()
-        assert isinstance(suback, SubAck)
-        refused = ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR  # 0x87 / 0x80
-        assert suback.reason_codes == (ReasonCode.GRANTED_QOS_1, refused)
-        await dev.send(Publish("devices/dev2/t", b"forbidden", Q1, packet_id=1))
-        await dev.send(Publish("devices/dev2/t", b"forbidden", Q2, packet_id=2))
-        await dev.send(Publish("devices/dev2/t", b"forbidden", Q0))
-        await dev.send(Publish("devices/dev1/t", b"allowed", Q1, packet_id=3))
+        assert isinstance(suback, mq.SubAck)
+        refused = mq.ReasonCode.NOT_AUTHORIZED if v5 else mq.ReasonCode.UNSPECIFIED_ERROR  # 0x87 / 0x80
+        assert suback.reason_codes == (mq.ReasonCode.GRANTED_QOS_1, refused)
+        await dev.send(mq.Publish("devices/dev2/t", b"forbidden", Q1, packet_id=1))
+        await dev.send(mq.Publish("devices/dev2/t", b"forbidden", Q2, packet_id=2))
+        await dev.send(mq.Publish("devices/dev2/t", b"forbidden", Q0))
+        await dev.send(mq.Publish("devices/dev1/t", b"allowed", Q1, packet_id=3))
         puback, pubrec, allowed_ack = [await dev.receive() for _ in range(3)]
-        expected = ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.SUCCESS  # 3.1.1: acked, dropped
-        assert puback == PubAck(1, expected)
-        assert pubrec == PubRec(2, expected)
-        assert allowed_ack == PubAck(3, ReasonCode.SUCCESS)
+        expected = mq.ReasonCode.NOT_AUTHORIZED if v5 else mq.ReasonCode.SUCCESS  # 3.1.1: acked, dropped
+        assert puback == mq.PubAck(1, expected)
+        assert pubrec == mq.PubRec(2, expected)
+        assert allowed_ack == mq.PubAck(3, mq.ReasonCode.SUCCESS)
         delivered = await admin.receive()
-        assert isinstance(delivered, Publish)
+        assert isinstance(delivered, mq.Publish)
         assert delivered.payload == b"allowed"
         assert await arrivals(admin) == []
     statuses = [e["status"] for e in log_sink.named("request") if e.get("op") == "PUBLISH"]

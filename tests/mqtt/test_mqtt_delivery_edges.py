@@ -13,30 +13,24 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.codecs.mqtt import (
-    Disconnect,
-    Properties,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    QoS,
-    ReasonCode,
-    UnsubAck,
-    Unsubscribe,
-    encode,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.model.topics import LMQ_QUEUE_ID
-from mqproxy.mqtt.gateway import Gateway, gateway_for
+from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, all_parked, arrivals, drain, running_server  # type: ignore[import-not-found]
-from .test_mqtt_connection import connect as connect_to  # type: ignore[import-not-found]
-from .test_mqtt_connection import receive_publish  # type: ignore[import-not-found]
-from .test_mqtt_connection import subscribe as subscribe_to  # type: ignore[import-not-found]
+from .conftest import (  # type: ignore[import-not-found]
+    RawClient,
+    all_parked,
+    arrivals,
+    drain,
+    gateway_of,
+    receive_publish,  # type: ignore[import-not-found]
+    running_server,
+)
+from .conftest import connect as connect_to  # type: ignore[import-not-found]
+from .conftest import subscribe as subscribe_to  # type: ignore[import-not-found]
 from .test_mqtt_qos2_recovery import (  # type: ignore[import-not-found]
     Proxy,
     connect,
@@ -47,7 +41,7 @@ from .test_mqtt_qos2_recovery import (  # type: ignore[import-not-found]
     subscribe,
 )
 
-Q0, Q1, Q2 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
+Q0, Q1, Q2 = mq.QoS.AT_MOST_ONCE, mq.QoS.AT_LEAST_ONCE, mq.QoS.EXACTLY_ONCE
 
 
 @pytest.fixture
@@ -67,21 +61,21 @@ async def group_offset_is(proxy: Proxy, group: str, topic_filter: str, offset: i
 
 
 # --- shared subscriptions: a session that ends hands its un-acked messages back -----------------
-async def ack(client: RawClient, publish: Publish) -> None:
+async def ack(client: RawClient, publish: mq.Publish) -> None:
     """Complete the flow of a received QoS 1/2 PUBLISH."""
     assert publish.packet_id is not None
     if publish.qos == Q1:
-        await client.send(PubAck(publish.packet_id))
+        await client.send(mq.PubAck(publish.packet_id))
         return
-    await client.send(PubRec(publish.packet_id))
-    assert await client.receive() == PubRel(publish.packet_id)
-    await client.send(PubComp(publish.packet_id))
+    await client.send(mq.PubRec(publish.packet_id))
+    assert await client.receive() == mq.PubRel(publish.packet_id)
+    await client.send(mq.PubComp(publish.packet_id))
 
 
 @pytest.mark.parametrize("unsubscribe_first", [False, True])
 @pytest.mark.parametrize("qos", [Q1, Q2])
 async def test_ending_member_hands_unacked_shared_message_back(
-    proxy: Proxy, qos: QoS, unsubscribe_first: bool
+    proxy: Proxy, qos: mq.QoS, unsubscribe_first: bool
 ) -> None:
     """m1 holds an un-acked shared delivery (after UNSUBSCRIBE, or not), then its session ends: the
     message must go to the other member, and the group's committed offset must move past it."""
@@ -90,29 +84,29 @@ async def test_ending_member_hands_unacked_shared_message_back(
     m2 = await connect(proxy, "m2", clean=True)
     await subscribe(m2, "$share/g/u/t", qos)
     pub = await connect(proxy, "p", clean=True)
-    first: Publish | None = None
+    first: mq.Publish | None = None
     for n in range(4):  # until m1 has one (members take turns, but not strictly)
-        await pub.send(Publish("u/t", b"m%d" % n, Q1, packet_id=n + 1))
-        assert await pub.receive() == PubAck(n + 1)
+        await pub.send(mq.Publish("u/t", b"m%d" % n, Q1, packet_id=n + 1))
+        assert await pub.receive() == mq.PubAck(n + 1)
         if got := await arrivals(m1):
             (first,) = got
-            assert isinstance(first, Publish)
+            assert isinstance(first, mq.Publish)
             break
     assert first is not None
-    assert all(isinstance(p, Publish | PubRel) for p in await drain(m2))  # m2 completes what it got
+    assert all(isinstance(p, mq.Publish | mq.PubRel) for p in await drain(m2))  # m2 completes what it got
     if unsubscribe_first:
-        await m1.send(Unsubscribe(9, ("$share/g/u/t",)))
-        assert await m1.receive() == UnsubAck(9, ())
-    await m1.send(Disconnect())  # clean session: it ends here, with ``first`` un-acked
+        await m1.send(mq.Unsubscribe(9, ("$share/g/u/t",)))
+        assert await m1.receive() == mq.UnsubAck(9, ())
+    await m1.send(mq.Disconnect())  # clean session: it ends here, with ``first`` un-acked
     await m1.aclose()
     handed = await m2.receive(wait_s=1.0)
-    assert isinstance(handed, Publish)
+    assert isinstance(handed, mq.Publish)
     assert handed.payload == first.payload
     await ack(m2, handed)
-    await pub.send(Publish("u/t", b"last", Q1, packet_id=9))
-    assert await pub.receive() == PubAck(9)
+    await pub.send(mq.Publish("u/t", b"last", Q1, packet_id=9))
+    assert await pub.receive() == mq.PubAck(9)
     last = await m2.receive()
-    assert isinstance(last, Publish)
+    assert isinstance(last, mq.Publish)
     assert last.payload == b"last"
     await ack(m2, last)
     stored = await proxy.backend.max_offset(lmq_name("u/t"), LMQ_QUEUE_ID)
@@ -127,24 +121,24 @@ async def test_restored_shared_delivery_handed_back_before_the_group_reached_it(
     reaches X; then m1's session ends (clean-start takeover) and X is handed back. The handed-back copy
     is skipped once (``Cursor.reached``) but the group's own read of X then delivers it: X reaches m2
     exactly once and the group's offset moves on."""
-    props = Properties(session_expiry_interval=3600)
+    props = mq.Properties(session_expiry_interval=3600)
     first = await shared_delivery_then_crash(proxy, b"x", level=5, properties=props)
 
-    small = Properties(session_expiry_interval=3600, receive_maximum=1)
+    small = mq.Properties(session_expiry_interval=3600, receive_maximum=1)
     m1 = await connect(proxy, "m1", level=5, properties=small)
     again = await m1.receive()
-    assert again == Publish("sh/t", b"x", Q2, dup=True, packet_id=first.packet_id)
+    assert again == mq.Publish("sh/t", b"x", Q2, dup=True, packet_id=first.packet_id)
     m1_new = await connect(proxy, "m1", level=5, clean=True)  # takeover with a clean start: session ends
     await m1.aclose()
     m2 = await connect(proxy, "m2")
     handed = await m2.receive(wait_s=1.0)
-    assert isinstance(handed, Publish)
+    assert isinstance(handed, mq.Publish)
     assert handed.payload == b"x"
     await ack(m2, handed)
     pub = await connect(proxy, "p", clean=True)
     await publish_q2(pub, "sh/t", b"y", 2)
     last = await m2.receive()
-    assert isinstance(last, Publish)
+    assert isinstance(last, mq.Publish)
     assert last.payload == b"y"
     await ack(m2, last)
     stored = await proxy.count("sh/t")
@@ -160,12 +154,12 @@ async def test_shared_qos2_in_flight_across_unsubscribe_and_resubscribe_is_not_s
     client has handed X to its application), UNSUBSCRIBEs, SUBSCRIBEs again, then completes X. X must
     not come again."""
     m1, pub, first = await shared_delivery_to_m1(proxy, "rs/t", b"x")
-    await m1.send(PubRec(first.packet_id))
-    assert await m1.receive() == PubRel(first.packet_id)  # exactly-once: the client has X now
-    await m1.send(Unsubscribe(5, ("$share/g/rs/t",)))
-    assert await m1.receive() == UnsubAck(5, ())
+    await m1.send(mq.PubRec(first.packet_id))
+    assert await m1.receive() == mq.PubRel(first.packet_id)  # exactly-once: the client has X now
+    await m1.send(mq.Unsubscribe(5, ("$share/g/rs/t",)))
+    assert await m1.receive() == mq.UnsubAck(5, ())
     await subscribe(m1, "$share/g/rs/t", Q2)
-    await m1.send(PubComp(first.packet_id))
+    await m1.send(mq.PubComp(first.packet_id))
     assert await arrivals(m1) == [], "X came again"
     for client in (m1, pub):
         await client.aclose()
@@ -177,10 +171,10 @@ async def test_shared_qos2_in_flight_at_unsubscribe_is_not_redelivered_after_a_c
     m1, pub, first = await shared_delivery_to_m1(proxy, "uc/t", b"x")
     m2 = await connect(proxy, "m2")
     await subscribe(m2, "$share/g/uc/t", Q2)
-    await m1.send(PubRec(first.packet_id))
-    assert await m1.receive() == PubRel(first.packet_id)
-    await m1.send(Unsubscribe(5, ("$share/g/uc/t",)))
-    assert await m1.receive() == UnsubAck(5, ())
+    await m1.send(mq.PubRec(first.packet_id))
+    assert await m1.receive() == mq.PubRel(first.packet_id)
+    await m1.send(mq.Unsubscribe(5, ("$share/g/uc/t",)))
+    assert await m1.receive() == mq.UnsubAck(5, ())
     await crash(proxy, m1, m2, pub)
 
     m2 = await connect(proxy, "m2")
@@ -195,19 +189,19 @@ async def test_member_snapshot_stays_bounded_while_another_member_holds_the_grou
     stays at X. m2 (Receive Maximum 4) then completes 60 QoS 2 deliveries of the group. Its snapshot
     should stay bounded by a small multiple of its window."""
     m1, pub, _ = await shared_delivery_to_m1(proxy, "big/t", b"x")
-    gateway = proxy.handle.state.registries["mqtt"]
+    gateway = gateway_of(proxy.handle)
     assert isinstance(gateway, Gateway)
     await m1.aclose()  # persistent session, offline, X un-acked
     await wait_until(lambda: gateway.sessions["m1"].connection is None)
     m2 = await connect(
-        proxy, "m2", level=5, properties=Properties(session_expiry_interval=3600, receive_maximum=4)
+        proxy, "m2", level=5, properties=mq.Properties(session_expiry_interval=3600, receive_maximum=4)
     )
     await subscribe(m2, "$share/g/big/t", Q2)
     count = 60
     for n in range(count):
         await publish_q2(pub, "big/t", b"%d" % n, n % 60000 + 2)
         got = await m2.receive()
-        assert isinstance(got, Publish)
+        assert isinstance(got, mq.Publish)
         assert got.payload == b"%d" % n
         await ack(m2, got)
     assert await arrivals(m2) == []  # and the server has handled m2's last PUBCOMP
@@ -237,22 +231,26 @@ async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscribe
     await subscribe_to(plain, ("burst/t", Q0))
     q1, _ = await connect_to(server.address, "q1")
     await subscribe_to(q1, ("burst/t", Q1))
-    small, _ = await connect_to(server.address, "small", 5, properties=Properties(maximum_packet_size=1000))
+    small, _ = await connect_to(
+        server.address, "small", 5, properties=mq.Properties(maximum_packet_size=1000)
+    )
     await subscribe_to(small, ("burst/t", Q0))
-    aliased, _ = await connect_to(server.address, "aliased", 5, properties=Properties(topic_alias_maximum=4))
+    aliased, _ = await connect_to(
+        server.address, "aliased", 5, properties=mq.Properties(topic_alias_maximum=4)
+    )
     await subscribe_to(aliased, ("burst/t", Q0))
     pub, _ = await connect_to(server.address, "pub", 5)
     await subscribe_to(pub, ("burst/t", Q0), no_local=True)
     await all_parked(server, 5)
-    hubs = gateway_for(server.state).push_hubs
+    hubs = gateway_of(server).push_hubs
     pushed = hubs.pushed
     burst = b""
     count = 25
     for n in range(count):
         qos = Q1 if kind(n) == "q1" else Q0
-        props = Properties(message_expiry_interval=600) if kind(n) == "expiring" else Properties()
-        burst += encode(
-            Publish("burst/t", payload(n), qos, packet_id=n + 1 if qos else None, properties=props), 5
+        props = mq.Properties(message_expiry_interval=600) if kind(n) == "expiring" else mq.Properties()
+        burst += mq.encode(
+            mq.Publish("burst/t", payload(n), qos, packet_id=n + 1 if qos else None, properties=props), 5
         )
     await pub.send_raw(burst)
     expected = [payload(n) for n in range(count)]
@@ -265,7 +263,7 @@ async def test_one_burst_batch_with_every_kind_of_decline_reaches_each_subscribe
     assert [(await receive_publish(small)).payload for _ in small_expected] == small_expected
     assert [(await receive_publish(aliased)).payload for _ in range(count)] == expected
     acks = [await pub.receive() for _ in range(count // 5)]
-    assert all(isinstance(a, PubAck) for a in acks)
+    assert all(isinstance(a, mq.PubAck) for a in acks)
     for client in (plain, q1, small, aliased, pub):
         assert await arrivals(client) == []
     assert hubs.pushed > pushed
@@ -279,12 +277,12 @@ async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(serv
     parseable: a gap-free, in-order run of the burst, then DISCONNECT (Session taken over) last; the new
     connection continues after it with no message twice."""
     count, blob = 50, bytes(64 * 1024)
-    props = Properties(session_expiry_interval=60)
+    props = mq.Properties(session_expiry_interval=60)
     old, _ = await connect_to(server.address, "victim", 5, clean_start=False, properties=props)
     await subscribe_to(old, ("tk/t", Q0))
     pub, _ = await connect_to(server.address, "tk-pub")
     await all_parked(server, 1)
-    victim = gateway_for(server.state).sessions["victim"].connection
+    victim = gateway_of(server).sessions["victim"].connection
     old_packets: list[Any] = []
     published_in, published = trio.open_memory_channel[None](count)
 
@@ -303,7 +301,7 @@ async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(serv
     async def publish_all() -> None:
         async with published_in:
             for n in range(count):
-                await pub.send(Publish("tk/t", b"%d:" % n + blob, Q0))
+                await pub.send(mq.Publish("tk/t", b"%d:" % n + blob, Q0))
                 published_in.send_nowait(None)
 
     async with trio.open_nursery() as nursery:
@@ -313,13 +311,13 @@ async def test_takeover_during_a_backed_up_burst_keeps_the_old_stream_whole(serv
         new, connack = await connect_to(server.address, "victim", 5, clean_start=False, properties=props)
         assert connack.session_present
     assert old_packets
-    assert isinstance(old_packets[-1], Disconnect)
-    assert old_packets[-1].reason_code == ReasonCode.SESSION_TAKEN_OVER
+    assert isinstance(old_packets[-1], mq.Disconnect)
+    assert old_packets[-1].reason_code == mq.ReasonCode.SESSION_TAKEN_OVER
     numbers = [int(p.payload.split(b":")[0]) for p in old_packets[:-1]]
-    assert all(isinstance(p, Publish) for p in old_packets[:-1])
+    assert all(isinstance(p, mq.Publish) for p in old_packets[:-1])
     assert numbers == list(range(len(numbers)))
     rest = await drain(new)
-    assert all(isinstance(p, Publish) for p in rest)
+    assert all(isinstance(p, mq.Publish) for p in rest)
     later = [int(p.payload.split(b":")[0]) for p in rest]
     assert later == sorted(later)
     assert not later or later[0] >= len(numbers), (len(numbers), later[:3])  # none twice
@@ -339,7 +337,7 @@ async def test_a_peer_that_reads_nothing_is_still_disconnected_when_only_the_hub
         pub, _ = await connect_to(server.address, "slow-pub")
         await all_parked(server, 1)
         for n in range(40):
-            await pub.send(Publish("slow/t", b"%d:" % n + bytes(128 * 1024), Q0))
+            await pub.send(mq.Publish("slow/t", b"%d:" % n + bytes(128 * 1024), Q0))
         await wait_until(  # while it reads nothing
             lambda: any(e.get("error") == "slow_consumer" for e in log_sink.named("conn.closed"))
         )
@@ -347,7 +345,7 @@ async def test_a_peer_that_reads_nothing_is_still_disconnected_when_only_the_hub
         assert len(received) < 40
         closed = [e for e in log_sink.named("conn.closed") if e.get("error") == "slow_consumer"]
         assert len(closed) == 1
-        assert gateway_for(server.state).push_hubs.pushed > 0
+        assert gateway_of(server).push_hubs.pushed > 0
         await pub.aclose()
         await sleepy.aclose()
 
@@ -381,7 +379,7 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
     ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0), server=None)  # type: ignore[arg-type]
     conn = MqttConnection(trio.SocketStream(near), ctx, gateway)
     assert conn._direct is not None  # plain socket: the direct path is on
-    cut = encode(Publish("a/b", bytes(1 << 20), Q0), 4)
+    cut = mq.encode(mq.Publish("a/b", bytes(1 << 20), Q0), 4)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._writer)
         await conn._send_bytes(cut)
@@ -390,7 +388,7 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
     assert conn._kicked.error == "slow_consumer"
     got = readable_now()  # the peer wakes up and drains what the cut left
     assert 0 < len(got) < len(cut)
-    later = encode(Publish("a/b", b"hub", Q0), 4)
+    later = mq.encode(mq.Publish("a/b", b"hub", Q0), 4)
     conn._write_nowait(later)  # the hub's delivery, before run() closes the connection
     extra = readable_now()
     assert extra == b"", f"{len(extra)} bytes written behind a truncated packet"
@@ -407,16 +405,16 @@ async def test_bytes_written_by_the_hub_are_counted_in_conn_closed(log_sink: Any
         await subscribe_to(sub, ("count/t", Q0))
         pub, _ = await connect_to(server.address, "count-pub")
         await all_parked(server, 1)
-        pushed = gateway_for(server.state).push_hubs.pushed
+        pushed = gateway_of(server).push_hubs.pushed
         for n in range(10):
-            await pub.send(Publish("count/t", b"%d" % n + bytes(n * 100), Q0))
+            await pub.send(mq.Publish("count/t", b"%d" % n + bytes(n * 100), Q0))
         received = [await receive_publish(sub) for _ in range(10)]
         assert [p.payload[:1] for p in received] == [b"%d" % n for n in range(10)]
-        assert gateway_for(server.state).push_hubs.pushed >= pushed + 10
-        await sub.send(Disconnect())
+        assert gateway_of(server).push_hubs.pushed >= pushed + 10
+        await sub.send(mq.Disconnect())
         await sub.expect_eof()
         await wait_until(lambda: len(log_sink.named("conn.closed")) == 1)  # the subscriber's
-        payload_bytes = sum(len(encode(p, 4)) for p in received)
+        payload_bytes = sum(len(mq.encode(p, 4)) for p in received)
         connack_suback = 4 + 5
         closed = [
             e for e in log_sink.named("conn.closed") if e["bytes_out"] == payload_bytes + connack_suback
@@ -430,23 +428,23 @@ async def test_group_offset_never_passes_a_claimed_but_undelivered_message(proxy
     """Member A claims X but waits for a window slot (its other subscription took it) before its
     delivery is tracked; member B meanwhile sends X+1 at QoS 0. The group's committed offset must not
     pass X before X is delivered, or a crash loses X."""
-    a = await connect(proxy, "A", clean=True, level=5, properties=Properties(receive_maximum=1))
+    a = await connect(proxy, "A", clean=True, level=5, properties=mq.Properties(receive_maximum=1))
     await subscribe(a, "$share/g/j/t", Q1)  # A's reader is the group's first to wait: it gets X
     await subscribe(a, "blk/t", Q1)
     await trio.testing.wait_all_tasks_blocked()
     b = await connect(proxy, "B", clean=True)
     await subscribe(b, "$share/g/j/t", Q0)
     pub = await connect(proxy, "p", clean=True)
-    await pub.send(Publish("blk/t", b"slot", Q1, packet_id=1))
-    assert await pub.receive() == PubAck(1)
+    await pub.send(mq.Publish("blk/t", b"slot", Q1, packet_id=1))
+    assert await pub.receive() == mq.PubAck(1)
     hold = await a.receive()
-    assert isinstance(hold, Publish)
+    assert isinstance(hold, mq.Publish)
     assert hold.payload == b"slot"
     for n, payload in enumerate((b"x", b"x+1")):
-        await pub.send(Publish("j/t", payload, Q1, packet_id=n + 2))
-        assert await pub.receive() == PubAck(n + 2)
+        await pub.send(mq.Publish("j/t", payload, Q1, packet_id=n + 2))
+        assert await pub.receive() == mq.PubAck(n + 2)
     got = await b.receive()
-    assert isinstance(got, Publish)
+    assert isinstance(got, mq.Publish)
     assert got.payload == b"x+1"
     await trio.testing.wait_all_tasks_blocked()  # whatever commit was to follow, has
     assert (await group_offset(proxy, "g", "j/t") or 0) <= 0, "committed past X, which nobody has"
@@ -454,7 +452,7 @@ async def test_group_offset_never_passes_a_claimed_but_undelivered_message(proxy
     c = await connect(proxy, "C", clean=True)
     await subscribe(c, "$share/g/j/t", Q1)
     again = await c.receive(wait_s=1.0)
-    assert isinstance(again, Publish)
+    assert isinstance(again, mq.Publish)
     assert again.payload == b"x"
     await c.aclose()
 

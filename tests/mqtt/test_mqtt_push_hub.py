@@ -9,11 +9,18 @@ import trio
 import trio.testing
 
 from mqproxy.codecs.mqtt import PubAck, Publish, QoS
-from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.settings import Settings
 
-from .conftest import RawClient, all_parked, arrivals, running_server  # type: ignore[import-not-found]
-from .test_mqtt_connection import connect, receive_publish, subscribe  # type: ignore[import-not-found]
+from .conftest import (  # type: ignore[import-not-found]
+    RawClient,
+    all_parked,
+    arrivals,
+    connect,
+    gateway_of,
+    receive_publish,
+    running_server,
+    subscribe,
+)
 
 Q0, Q1 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE
 
@@ -29,7 +36,7 @@ async def test_mixed_subscribers_each_get_every_message_once_in_order(server: An
     publisher, _ = await connect(server.address, "fan-pub", 5)
     await subscribe(publisher, ("hub/#", Q0), no_local=True)  # sees none of its own messages
     await all_parked(server, 12 + 1 + 1)
-    gateway = gateway_for(server.state)
+    gateway = gateway_of(server)
     for n in range(6):
         qos = Q1 if n % 2 else Q0
         await publisher.send(Publish("hub/t", f"m{n}".encode(), qos, packet_id=n + 1 if qos else None))
@@ -61,7 +68,7 @@ async def test_a_full_send_queue_hands_delivery_back_to_the_reader(log_sink: Any
         await subscribe(fast, ("hub/slow", Q0))
         publisher, _ = await connect(server.address, "pub")
         await all_parked(server, 2)
-        hubs = gateway_for(server.state).push_hubs
+        hubs = gateway_of(server).push_hubs
         for n in range(count):  # in one burst, while ``slow`` reads nothing
             await publisher.send(Publish("hub/slow", b"%d:" % n + blob, Q0))
         expected = [b"%d:" % n + blob for n in range(count)]

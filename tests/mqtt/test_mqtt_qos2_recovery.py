@@ -8,28 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import trio
 
 from mqproxy.backends.embedded.store import MessageStore
-from mqproxy.codecs.mqtt import (
-    Connack,
-    Connect,
-    Disconnect,
-    PingReq,
-    PingResp,
-    Properties,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    QoS,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    encode,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.mqtt.config import MqttConfig
@@ -39,9 +20,10 @@ from mqproxy.server import ServerHandle
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import RawClient, arrivals, drain, running_server  # type: ignore[import-not-found]
+from .conftest import RawClient, arrivals, drain, gateway_of, running_server, set_gateway  # type: ignore[import-not-found]
+from .conftest import connect as connect_to  # type: ignore[import-not-found]
 
-Q1, Q2 = QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE
+Q1, Q2 = mq.QoS.AT_LEAST_ONCE, mq.QoS.EXACTLY_ONCE
 
 
 class CrashableBackend:
@@ -100,7 +82,7 @@ class Proxy:
             self.store.crash()
         self.store = CrashableBackend(self.backend)
         state = self.handle.state
-        state.registries["mqtt"] = Gateway(self.store, MqttConfig(), state.draining)  # type: ignore[arg-type]
+        set_gateway(self.handle, Gateway(self.store, MqttConfig(), state.draining))
 
     async def count(self, topic: str) -> int:
         """Messages stored for MQTT topic ``topic`` (its LMQ)."""
@@ -118,18 +100,15 @@ async def proxy(request: Any, tmp_path: Any, log_sink: Any) -> AsyncIterator[Pro
 
 
 async def connect(proxy: Proxy, client_id: str, clean: bool = False, level: int = 4, **kw: Any) -> RawClient:
-    client = RawClient(await trio.open_tcp_stream(*proxy.address), level)
-    await client.send(Connect(client_id, level, clean_start=clean, **kw))
-    connack = await client.receive()
-    assert isinstance(connack, Connack)
-    assert connack.reason_code == ReasonCode.SUCCESS
+    client, connack = await connect_to(proxy.address, client_id, level, clean_start=clean, **kw)
+    assert connack.reason_code == mq.ReasonCode.SUCCESS
     client.session_present = connack.session_present  # type: ignore[attr-defined]
     return client
 
 
 async def crash(proxy: Proxy, *clients: RawClient) -> None:
     """kill -9: the gateway loses its store and every connection drops."""
-    dead = proxy.handle.state.registries["mqtt"]
+    dead = gateway_of(proxy.handle)
     proxy.restart()
     for client in clients:
         await client.aclose()
@@ -138,55 +117,55 @@ async def crash(proxy: Proxy, *clients: RawClient) -> None:
 
 
 async def publish_q2(client: RawClient, topic: str, payload: bytes, packet_id: int) -> None:
-    await client.send(Publish(topic, payload, Q2, packet_id=packet_id))
-    assert await client.receive() == PubRec(packet_id)
-    await client.send(PubRel(packet_id))
-    assert await client.receive() == PubComp(packet_id)
+    await client.send(mq.Publish(topic, payload, Q2, packet_id=packet_id))
+    assert await client.receive() == mq.PubRec(packet_id)
+    await client.send(mq.PubRel(packet_id))
+    assert await client.receive() == mq.PubComp(packet_id)
 
 
-async def subscribe(client: RawClient, topic_filter: str, qos: QoS) -> None:
-    await client.send(Subscribe(1, (SubscribeTopic(topic_filter, qos),)))
+async def subscribe(client: RawClient, topic_filter: str, qos: mq.QoS) -> None:
+    await client.send(mq.Subscribe(1, (mq.SubscribeTopic(topic_filter, qos),)))
     ack = await client.receive()
-    assert isinstance(ack, SubAck)
-    assert ack.reason_codes == (ReasonCode(int(qos)),)
+    assert isinstance(ack, mq.SubAck)
+    assert ack.reason_codes == (mq.ReasonCode(int(qos)),)
 
 
-async def complete_all(client: RawClient, count: int) -> list[tuple[bytes, QoS]]:
+async def complete_all(client: RawClient, count: int) -> list[tuple[bytes, mq.QoS]]:
     """Receive ``count`` PUBLISHes, completing every QoS 1/2 flow; their (payload, qos)."""
-    got: list[tuple[bytes, QoS]] = []
+    got: list[tuple[bytes, mq.QoS]] = []
     open_flows: set[int] = set()
     while len(got) < count or open_flows:
         packet = await client.receive()
-        if isinstance(packet, Publish):
+        if isinstance(packet, mq.Publish):
             got.append((packet.payload, packet.qos))
             assert packet.packet_id is not None
             if packet.qos == Q1:
-                await client.send(PubAck(packet.packet_id))
+                await client.send(mq.PubAck(packet.packet_id))
             else:
                 open_flows.add(packet.packet_id)
-                await client.send(PubRec(packet.packet_id))
+                await client.send(mq.PubRec(packet.packet_id))
         else:
-            assert isinstance(packet, PubRel), packet
+            assert isinstance(packet, mq.PubRel), packet
             open_flows.discard(packet.packet_id)
-            await client.send(PubComp(packet.packet_id))
+            await client.send(mq.PubComp(packet.packet_id))
     return got
 
 
 # --- inbound ------------------------------------------------------------------------------------
 async def test_inbound_qos2_resend_after_crash_is_not_stored_twice(proxy: Proxy) -> None:
     pub = await connect(proxy, "pub")
-    await pub.send(Publish("in/t", b"once", Q2, packet_id=7))
-    assert await pub.receive() == PubRec(7)
+    await pub.send(mq.Publish("in/t", b"once", Q2, packet_id=7))
+    assert await pub.receive() == mq.PubRec(7)
     assert await proxy.count("in/t") == 1
     await crash(proxy, pub)
 
     pub = await connect(proxy, "pub")
     assert pub.session_present  # type: ignore[attr-defined]
-    await pub.send(Publish("in/t", b"once", Q2, packet_id=7, dup=True))
-    assert await pub.receive() == PubRec(7)
+    await pub.send(mq.Publish("in/t", b"once", Q2, packet_id=7, dup=True))
+    assert await pub.receive() == mq.PubRec(7)
     assert await proxy.count("in/t") == 1  # acknowledged, not stored again
-    await pub.send(PubRel(7))
-    assert await pub.receive() == PubComp(7)
+    await pub.send(mq.PubRel(7))
+    assert await pub.receive() == mq.PubComp(7)
     await crash(proxy, pub)
 
     # The removal was durable before PUBCOMP: id 7 is free for a new message after another crash.
@@ -202,17 +181,17 @@ async def test_inbound_crash_around_the_message_store(proxy: Proxy, when: str) -
     pub = await connect(proxy, "pub")
     assert proxy.store is not None
     proxy.store.crash_at_message = when
-    await pub.send(Publish("w/t", b"payload", Q2, packet_id=5))
+    await pub.send(mq.Publish("w/t", b"payload", Q2, packet_id=5))
     assert await pub.expect_eof() == []  # the proxy died: no PUBREC
     assert await proxy.count("w/t") == (1 if when == "after" else 0)
     await crash(proxy, pub)
 
     pub = await connect(proxy, "pub")
-    await pub.send(Publish("w/t", b"payload", Q2, packet_id=5, dup=True))
-    assert await pub.receive() == PubRec(5)
+    await pub.send(mq.Publish("w/t", b"payload", Q2, packet_id=5, dup=True))
+    assert await pub.receive() == mq.PubRec(5)
     assert await proxy.count("w/t") == 1
-    await pub.send(PubRel(5))
-    assert await pub.receive() == PubComp(5)
+    await pub.send(mq.PubRel(5))
+    assert await pub.receive() == mq.PubComp(5)
     await publish_q2(pub, "w/t", b"payload", 5)  # the same id and payload again: a new message
     assert await proxy.count("w/t") == 2
 
@@ -220,17 +199,19 @@ async def test_inbound_crash_around_the_message_store(proxy: Proxy, when: str) -
 async def test_inbound_batch_costs_one_state_write(proxy: Proxy) -> None:
     pub = await connect(proxy, "pub")
     before = await proxy.state_records()
-    await pub.send_raw(b"".join(encode(Publish("b/t", b"%d" % i, Q2, packet_id=i + 1), 4) for i in range(10)))
-    assert [await pub.receive() for _ in range(10)] == [PubRec(i + 1) for i in range(10)]
+    await pub.send_raw(
+        b"".join(mq.encode(mq.Publish("b/t", b"%d" % i, Q2, packet_id=i + 1), 4) for i in range(10))
+    )
+    assert [await pub.receive() for _ in range(10)] == [mq.PubRec(i + 1) for i in range(10)]
     assert await proxy.state_records() == before + 1
     for i in range(10):
-        await pub.send(PubRel(i + 1))
-    assert [await pub.receive() for _ in range(10)] == [PubComp(i + 1) for i in range(10)]
+        await pub.send(mq.PubRel(i + 1))
+    assert [await pub.receive() for _ in range(10)] == [mq.PubComp(i + 1) for i in range(10)]
     assert await proxy.state_records() <= before + 11  # at most one write per read of PUBRELs
     await crash(proxy, pub)
     pub = await connect(proxy, "pub")
-    await pub.send(Publish("b/t", b"fresh", Q2, packet_id=3))  # every id was released durably
-    assert await pub.receive() == PubRec(3)
+    await pub.send(mq.Publish("b/t", b"fresh", Q2, packet_id=3))  # every id was released durably
+    assert await pub.receive() == mq.PubRec(3)
     assert await proxy.count("b/t") == 11
 
 
@@ -242,27 +223,27 @@ async def test_outbound_crash_before_pubrec_resends_same_id_with_dup(proxy: Prox
     await publish_q2(pub, "out/t", b"m0", 1)
     await publish_q2(pub, "out/t", b"m1", 2)
     first = [await sub.receive() for _ in range(2)]
-    assert all(isinstance(p, Publish) and p.qos == Q2 and not p.dup for p in first)
+    assert all(isinstance(p, mq.Publish) and p.qos == Q2 and not p.dup for p in first)
     await crash(proxy, sub, pub)
 
     sub = await connect(proxy, "dev")
     assert sub.session_present  # type: ignore[attr-defined]
     again = [await sub.receive() for _ in range(2)]
     assert again == [
-        Publish("out/t", p.payload, Q2, dup=True, packet_id=p.packet_id)  # type: ignore[union-attr]
+        mq.Publish("out/t", p.payload, Q2, dup=True, packet_id=p.packet_id)  # type: ignore[union-attr]
         for p in first
     ]
     for packet in again:
-        assert isinstance(packet, Publish)
+        assert isinstance(packet, mq.Publish)
         assert packet.packet_id is not None
-        await sub.send(PubRec(packet.packet_id))
-        assert await sub.receive() == PubRel(packet.packet_id)
-        await sub.send(PubComp(packet.packet_id))
+        await sub.send(mq.PubRec(packet.packet_id))
+        assert await sub.receive() == mq.PubRel(packet.packet_id)
+        await sub.send(mq.PubComp(packet.packet_id))
     assert await arrivals(sub) == []  # the cursor does not deliver them again under new ids
     pub = await connect(proxy, "p", clean=True)
     await publish_q2(pub, "out/t", b"m2", 3)
     late = await sub.receive()
-    assert isinstance(late, Publish)
+    assert isinstance(late, mq.Publish)
     assert late.payload == b"m2"
     assert not late.dup
     assert await arrivals(sub) == []
@@ -274,15 +255,15 @@ async def test_outbound_crash_after_pubrec_resends_pubrel_not_publish(proxy: Pro
     pub = await connect(proxy, "p", clean=True)
     await publish_q2(pub, "out/t", b"m0", 1)
     got = await sub.receive()
-    assert isinstance(got, Publish)
+    assert isinstance(got, mq.Publish)
     assert got.packet_id is not None
-    await sub.send(PubRec(got.packet_id))
-    assert await sub.receive() == PubRel(got.packet_id)  # sent only once "released" is durable
+    await sub.send(mq.PubRec(got.packet_id))
+    assert await sub.receive() == mq.PubRel(got.packet_id)  # sent only once "released" is durable
     await crash(proxy, sub, pub)
 
     sub = await connect(proxy, "dev")
-    assert await sub.receive() == PubRel(got.packet_id)
-    await sub.send(PubComp(got.packet_id))
+    assert await sub.receive() == mq.PubRel(got.packet_id)
+    await sub.send(mq.PubComp(got.packet_id))
     assert await arrivals(sub) == []
     await crash(proxy, sub)
     sub = await connect(proxy, "dev")  # completed and committed: nothing comes back
@@ -293,56 +274,58 @@ async def test_outbound_completed_above_committed_offset_not_redelivered(proxy: 
     sub = await connect(proxy, "dev")
     await subscribe(sub, "mix/t", Q2)
     pub = await connect(proxy, "p", clean=True)
-    await pub.send(Publish("mix/t", b"q1", Q1, packet_id=1))
-    assert await pub.receive() == PubAck(1)
+    await pub.send(mq.Publish("mix/t", b"q1", Q1, packet_id=1))
+    assert await pub.receive() == mq.PubAck(1)
     await publish_q2(pub, "mix/t", b"q2", 2)
     held = await sub.receive()  # QoS 1, never acknowledged: holds the committed offset back
-    assert isinstance(held, Publish)
+    assert isinstance(held, mq.Publish)
     assert held.qos == Q1
     done = await sub.receive()
-    assert isinstance(done, Publish)
+    assert isinstance(done, mq.Publish)
     assert done.qos == Q2
     assert done.packet_id is not None
-    await sub.send(PubRec(done.packet_id))
-    assert await sub.receive() == PubRel(done.packet_id)
-    await sub.send(PubComp(done.packet_id))
-    await sub.send(PingReq())
-    assert await sub.receive() == PingResp()
+    await sub.send(mq.PubRec(done.packet_id))
+    assert await sub.receive() == mq.PubRel(done.packet_id)
+    await sub.send(mq.PubComp(done.packet_id))
+    await sub.send(mq.PingReq())
+    assert await sub.receive() == mq.PingResp()
     await crash(proxy, sub, pub)
 
     sub = await connect(proxy, "dev")
     # PUBCOMP is recorded lazily, so a PUBREL for the finished id may come again (harmless: the peer
     # answers PUBCOMP). The QoS 1 message comes again (at least once); the completed QoS 2 one must not.
     got = await drain(sub)
-    publishes = [(p.payload, p.qos) for p in got if isinstance(p, Publish)]
+    publishes = [(p.payload, p.qos) for p in got if isinstance(p, mq.Publish)]
     assert publishes == [(b"q1", Q1)]
-    assert [p for p in got if not isinstance(p, Publish)] in ([], [PubRel(done.packet_id)])
+    assert [p for p in got if not isinstance(p, mq.Publish)] in ([], [mq.PubRel(done.packet_id)])
 
 
 async def test_outbound_mqtt5_restored_publish_keeps_properties(proxy: Proxy) -> None:
-    props = Properties(session_expiry_interval=600)
+    props = mq.Properties(session_expiry_interval=600)
     sub = await connect(proxy, "dev5", level=5, properties=props)
-    await sub.send(Subscribe(1, (SubscribeTopic("v5/+", Q2),), Properties(subscription_identifiers=(9,))))
-    assert isinstance(await sub.receive(), SubAck)
+    await sub.send(
+        mq.Subscribe(1, (mq.SubscribeTopic("v5/+", Q2),), mq.Properties(subscription_identifiers=(9,)))
+    )
+    assert isinstance(await sub.receive(), mq.SubAck)
     pub = await connect(proxy, "p", clean=True, level=5)
     await pub.send(
-        Publish("v5/a", b"x", Q2, packet_id=1, properties=Properties(user_properties=(("k", "v"),)))
+        mq.Publish("v5/a", b"x", Q2, packet_id=1, properties=mq.Properties(user_properties=(("k", "v"),)))
     )
-    assert await pub.receive() == PubRec(1)
+    assert await pub.receive() == mq.PubRec(1)
     first = await sub.receive()
-    assert isinstance(first, Publish)
+    assert isinstance(first, mq.Publish)
     await crash(proxy, sub, pub)
     sub = await connect(proxy, "dev5", level=5, properties=props)
     again = await sub.receive()
-    assert isinstance(again, Publish)
-    assert again == Publish(
+    assert isinstance(again, mq.Publish)
+    assert again == mq.Publish(
         "v5/a", b"x", Q2, dup=True, packet_id=first.packet_id, properties=first.properties
     )
 
 
 async def shared_delivery_to_m1(
     proxy: Proxy, topic: str, payload: bytes, **first_member: Any
-) -> tuple[RawClient, RawClient, Publish]:
+) -> tuple[RawClient, RawClient, mq.Publish]:
     """m1 (connected with ``first_member``) alone in group ``g`` on ``topic`` at QoS 2; a clean publisher
     sends ``payload`` once and m1 receives it, unanswered. Returns (m1, the publisher, m1's PUBLISH)."""
     m1 = await connect(proxy, "m1", **first_member)
@@ -350,13 +333,13 @@ async def shared_delivery_to_m1(
     pub = await connect(proxy, "p", clean=True)
     await publish_q2(pub, topic, payload, 1)
     first = await m1.receive()
-    assert isinstance(first, Publish)
+    assert isinstance(first, mq.Publish)
     assert first.payload == payload
     assert first.packet_id is not None
     return m1, pub, first
 
 
-async def shared_delivery_then_crash(proxy: Proxy, payload: bytes, **first_member: Any) -> Publish:
+async def shared_delivery_then_crash(proxy: Proxy, payload: bytes, **first_member: Any) -> mq.Publish:
     """Members m1 (connected with ``first_member``) and m2 share ``sh/t`` at QoS 2 in group ``g``; one
     message goes to m1, which does not answer it; then the proxy crashes. Returns m1's PUBLISH."""
     m1, pub, first = await shared_delivery_to_m1(proxy, "sh/t", payload, **first_member)
@@ -373,49 +356,51 @@ async def test_outbound_shared_delivery_comes_back_to_the_same_member_only(proxy
     assert await arrivals(second_member) == []  # m0 belongs to m1: it is not delivered again elsewhere
     first_member = await connect(proxy, "m1")
     again = await first_member.receive()
-    assert again == Publish("sh/t", b"m0", Q2, dup=True, packet_id=first.packet_id)
+    assert again == mq.Publish("sh/t", b"m0", Q2, dup=True, packet_id=first.packet_id)
     assert again.packet_id is not None
-    await first_member.send(PubRec(again.packet_id))
-    assert await first_member.receive() == PubRel(again.packet_id)
-    await first_member.send(PubComp(again.packet_id))
+    await first_member.send(mq.PubRec(again.packet_id))
+    assert await first_member.receive() == mq.PubRel(again.packet_id)
+    await first_member.send(mq.PubComp(again.packet_id))
     assert await arrivals(first_member) == []
     pub = await connect(proxy, "p", clean=True)
     await publish_q2(pub, "sh/t", b"m1", 2)
-    got = [p.payload for m in (first_member, second_member) for p in await drain(m) if isinstance(p, Publish)]
+    got = [
+        p.payload for m in (first_member, second_member) for p in await drain(m) if isinstance(p, mq.Publish)
+    ]
     assert got == [b"m1"]  # the group moved past m0: only the new message, once
     await crash(proxy, first_member, second_member, pub)
     for client_id in ("m1", "m2"):
         member = await connect(proxy, client_id)
         for packet in await drain(member):  # PUBCOMP is recorded lazily: a PUBREL may come again, no PUBLISH
-            assert isinstance(packet, PubRel), packet
+            assert isinstance(packet, mq.PubRel), packet
         await member.aclose()
 
 
 async def test_outbound_retained_at_subscribe_resends_same_id_with_dup(proxy: Proxy) -> None:
     pub = await connect(proxy, "p", clean=True)
-    await pub.send(Publish("ret/t", b"kept", Q2, retain=True, packet_id=1))
-    assert await pub.receive() == PubRec(1)
-    await pub.send(PubRel(1))
-    assert await pub.receive() == PubComp(1)
+    await pub.send(mq.Publish("ret/t", b"kept", Q2, retain=True, packet_id=1))
+    assert await pub.receive() == mq.PubRec(1)
+    await pub.send(mq.PubRel(1))
+    assert await pub.receive() == mq.PubComp(1)
     sub = await connect(proxy, "dev")
     await subscribe(sub, "ret/#", Q2)
     first = await sub.receive()
-    assert isinstance(first, Publish)
+    assert isinstance(first, mq.Publish)
     assert (first.payload, first.retain, first.qos) == (b"kept", True, Q2)
     await crash(proxy, sub, pub)
 
     sub = await connect(proxy, "dev")
     again = await sub.receive()
-    assert again == Publish("ret/t", b"kept", Q2, retain=True, dup=True, packet_id=first.packet_id)
+    assert again == mq.Publish("ret/t", b"kept", Q2, retain=True, dup=True, packet_id=first.packet_id)
     assert again.packet_id is not None
-    await sub.send(PubRec(again.packet_id))
-    assert await sub.receive() == PubRel(again.packet_id)
-    await sub.send(PubComp(again.packet_id))
+    await sub.send(mq.PubRec(again.packet_id))
+    assert await sub.receive() == mq.PubRel(again.packet_id)
+    await sub.send(mq.PubComp(again.packet_id))
     assert await arrivals(sub) == []
     await crash(proxy, sub)
     sub = await connect(proxy, "dev")
     for packet in await drain(sub):  # PUBCOMP is recorded lazily: a PUBREL may come again, no PUBLISH
-        assert packet == PubRel(again.packet_id)
+        assert packet == mq.PubRel(again.packet_id)
 
 
 # --- what must not change -----------------------------------------------------------------------
@@ -430,10 +415,10 @@ async def test_clean_sessions_and_qos1_write_no_qos2_state(proxy: Proxy) -> None
         await publish_q2(pub, "c/t", b"%d" % i, i + 1)
     assert sorted(await complete_all(sub, 5)) == [(b"%d" % i, Q2) for i in range(5)]
     assert sorted(await complete_all(durable, 5)) == [(b"%d" % i, Q1) for i in range(5)]
-    await durable.send(PingReq())
-    assert await durable.receive() == PingResp()
+    await durable.send(mq.PingReq())
+    assert await durable.receive() == mq.PingResp()
     assert await proxy.state_records() == before  # QoS 1 and clean sessions write no session state
-    await sub.send(Disconnect())
+    await sub.send(mq.Disconnect())
     await crash(proxy, sub, durable, pub)
     sub = await connect(proxy, "clean-sub", clean=True)
     assert not sub.session_present  # type: ignore[attr-defined]

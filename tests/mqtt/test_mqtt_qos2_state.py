@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Publish, QoS
 from mqproxy.model.types import Message, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, encode_properties
-from mqproxy.mqtt.session import Cursor, Session
+from mqproxy.mqtt.session import Session
 from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import (
     COMPLETE,

@@ -13,26 +13,14 @@ from hypothesis import strategies as st
 
 from mqproxy.backends.embedded.pulls import out_of_range
 from mqproxy.backends.embedded.store import MessageStore
-from mqproxy.codecs.mqtt import (
-    NO_PROPERTIES,
-    Connack,
-    Connect,
-    Properties,
-    Publish,
-    QoS,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    encode,
-)
+from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullResult, PullStatus, StoredMessage
-from mqproxy.mqtt.gateway import gateway_for
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
 
-from .conftest import RawClient, all_parked  # type: ignore[import-not-found]
+from .conftest import RawClient, all_parked, gateway_of  # type: ignore[import-not-found]
 
 Q = "%LMQ%t%"
 
@@ -334,10 +322,10 @@ async def test_broadcast_to_200_subscribers_reads_the_lmq_about_once(server: Any
 
         async def join(i: int) -> None:
             client = RawClient(await trio.open_tcp_stream(*server.address), 4)
-            await client.send(Connect(f"sub{i}", 4))
-            assert isinstance(await client.receive(), Connack)
-            await client.send(Subscribe(1, (SubscribeTopic("bcast/one", QoS.AT_MOST_ONCE),)))
-            assert isinstance(await client.receive(), SubAck)
+            await client.send(mq.Connect(f"sub{i}", 4))
+            assert isinstance(await client.receive(), mq.Connack)
+            await client.send(mq.Subscribe(1, (mq.SubscribeTopic("bcast/one", mq.QoS.AT_MOST_ONCE),)))
+            assert isinstance(await client.receive(), mq.SubAck)
             clients.append(client)
 
         async with trio.open_nursery() as nursery:
@@ -345,17 +333,17 @@ async def test_broadcast_to_200_subscribers_reads_the_lmq_about_once(server: Any
                 nursery.start_soon(join, i)
         await all_parked(server, 200)  # every reader made its first (empty) pull and waits
         counts["lmq"] = 0
-        gateway = gateway_for(server.state)
+        gateway = gateway_of(server)
         served = gateway.read_cache.hits + gateway.read_cache.coalesced
         publisher = RawClient(await trio.open_tcp_stream(*server.address), 4)
         clients.append(publisher)
-        await publisher.send(Connect("pub", 4))
-        assert isinstance(await publisher.receive(), Connack)
-        await publisher.send(Publish("bcast/one", b"to all", QoS.AT_MOST_ONCE))
+        await publisher.send(mq.Connect("pub", 4))
+        assert isinstance(await publisher.receive(), mq.Connack)
+        await publisher.send(mq.Publish("bcast/one", b"to all", mq.QoS.AT_MOST_ONCE))
 
         async def expect(client: RawClient) -> None:
             packet = await client.receive()
-            assert isinstance(packet, Publish)
+            assert isinstance(packet, mq.Publish)
             assert (packet.topic, packet.payload) == ("bcast/one", b"to all")
 
         async with trio.open_nursery() as nursery:
@@ -378,13 +366,13 @@ def _mqtt_message(offset: int, properties: dict[str, str]) -> StoredMessage:
 
 def test_delivery_is_memoized_per_message_object() -> None:
     cache = ReadCache(cast(MessageStore, CountingBackend()))
-    message = _mqtt_message(1, encode_properties("a/b", 1, "pub", True, NO_PROPERTIES))
+    message = _mqtt_message(1, encode_properties("a/b", 1, "pub", True, mq.NO_PROPERTIES))
     first = cache.delivery(message)
     assert cache.delivery(message) is first
     assert first.attributes is not None
     assert (first.attributes.topic, first.attributes.qos, first.attributes.retain) == ("a/b", 1, True)
     # Same commit-log offset, another object (read again from the store): decoded afresh.
-    again = _mqtt_message(1, encode_properties("a/c", 0, "pub", False, NO_PROPERTIES))
+    again = _mqtt_message(1, encode_properties("a/c", 0, "pub", False, mq.NO_PROPERTIES))
     other = cache.delivery(again)
     assert other is not first
     assert other.attributes is not None
@@ -394,12 +382,14 @@ def test_delivery_is_memoized_per_message_object() -> None:
 
 def test_delivery_qos0_bytes_match_the_codec() -> None:
     cache = ReadCache(cast(MessageStore, CountingBackend()))
-    props = Properties(user_properties=(("k", "v"),), content_type="text/plain")
+    props = mq.Properties(user_properties=(("k", "v"),), content_type="text/plain")
     delivery = cache.delivery(_mqtt_message(3, encode_properties("a/b", 2, "pub", False, props)))
     for level in (3, 4):
-        assert delivery.qos0_publish(level, False) == encode(Publish("a/b", b"payload"), level)
-        assert delivery.qos0_publish(level, True) == encode(Publish("a/b", b"payload", retain=True), level)
-    assert delivery.qos0_publish(5, False) == encode(Publish("a/b", b"payload", properties=props), 5)
+        assert delivery.qos0_publish(level, False) == mq.encode(mq.Publish("a/b", b"payload"), level)
+        assert delivery.qos0_publish(level, True) == mq.encode(
+            mq.Publish("a/b", b"payload", retain=True), level
+        )
+    assert delivery.qos0_publish(5, False) == mq.encode(mq.Publish("a/b", b"payload", properties=props), 5)
     assert delivery.qos0_publish(4, False) is delivery.qos0_publish(4, False)  # encoded once
 
 

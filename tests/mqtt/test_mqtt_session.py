@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from mqproxy.codecs.mqtt import Publish, QoS
-from mqproxy.mqtt.session import Cursor, Session
+from mqproxy.mqtt.cursor import Cursor
+from mqproxy.mqtt.session import Session
 
 
 def test_cursor_commits_contiguous_prefix() -> None:

@@ -91,7 +91,7 @@ def _drive_grpc(addr: tuple[str, int]) -> None:
     import h2.events
 
     from mqproxy.codecs import rocketmq_v2 as v2
-    from mqproxy.codecs.grpc_wire import encode_message
+    from mqproxy.codecs.grpc_framing import encode_message
 
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,24 @@ def wall_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
 
 def msg(topic: str = "T", body: bytes = b"hello", **kw: Any) -> Message:
     return Message(topic=topic, body=body, **kw)
+
+
+async def _long_poll_result(
+    backend: MessageStore, topic: str, offset: int, then: Callable[[], Awaitable[object]]
+) -> list[bool]:
+    """Park a 30 s long poll on queue 0 of ``topic`` past ``offset``, run ``then`` once it waits;
+    returns what the poll answered (one value)."""
+    woke: list[bool] = []
+    async with trio.open_nursery() as nursery:
+
+        async def waiter() -> None:
+            woke.append(await backend.wait_for_message(topic, 0, offset, 30))
+
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()  # the waiter waits
+        assert woke == []
+        await then()
+    return woke
 
 
 async def test_is_a_backend(make_backend: MakeBackend) -> None:
@@ -320,17 +338,7 @@ async def test_search_offset_and_earliest_time(
 async def test_long_poll_wakes_on_send(make_backend: MakeBackend) -> None:
     async with make_backend() as backend:
         await backend.create_topic("T", 1)
-        woke: list[bool] = []
-        async with trio.open_nursery() as nursery:
-
-            async def waiter() -> None:
-                woke.append(await backend.wait_for_message("T", 0, 0, 30))
-
-            nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
-            assert woke == []
-            await backend.send(msg(queue_id=0))
-        assert woke == [True]
+        assert await _long_poll_result(backend, "T", 0, lambda: backend.send(msg(queue_id=0))) == [True]
         assert await backend.wait_for_message("T", 0, 0, 0) is True
         assert await backend.wait_for_message("T", 0, 1, 0) is False
 
@@ -439,16 +447,11 @@ async def test_lmq_multi_dispatch(make_backend: MakeBackend) -> None:
 
 async def test_lmq_wakes_long_poll(make_backend: MakeBackend) -> None:
     async with make_backend() as backend:
-        woke: list[bool] = []
-        async with trio.open_nursery() as nursery:
 
-            async def waiter() -> None:
-                woke.append(await backend.wait_for_message("%LMQ%w", 0, 0, 30))
-
-            nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
+        async def send() -> None:
             await backend.send(msg("Parent", dispatch=("%LMQ%w",)))
-        assert woke == [True]
+
+        assert await _long_poll_result(backend, "%LMQ%w", 0, send) == [True]
 
 
 @pytest.mark.parametrize(
@@ -647,16 +650,8 @@ async def test_rewrite_wakes_long_polling_readers(make_backend: MakeBackend) -> 
     async with make_backend() as backend:
         await backend.create_topic("S", 1)
         await _fill_queue(backend, "S", 2)
-        woke: list[bool] = []
-        async with trio.open_nursery() as nursery:
-
-            async def waiter() -> None:
-                woke.append(await backend.wait_for_message("S", 0, 2, 30))
-
-            nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()  # the waiter waits
-            await backend.rewrite_queue("S", 0, [1], 2)
-        assert woke == [True]
+        rewrite = lambda: backend.rewrite_queue("S", 0, [1], 2)  # noqa: E731
+        assert await _long_poll_result(backend, "S", 2, rewrite) == [True]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.backends.embedded import embedded
+from mqproxy.backends.embedded import embedded_write
 from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
@@ -39,14 +39,17 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list
     return calls
 
 
-async def _send_all(store: EmbeddedStore, messages: list[Message]) -> list[SendResult | BaseException]:
-    """Send each message from its own task (all in one scheduler turn); outcomes in list order."""
+async def _send_all(
+    store: EmbeddedStore, messages: list[Message], expected: type[Exception] = StoreUnavailable
+) -> list[SendResult | BaseException]:
+    """Send each message from its own task (all in one scheduler turn); outcomes in list order, an
+    ``expected`` error standing for its send's result."""
     outcomes: list[SendResult | BaseException] = [StoreUnavailable("not run")] * len(messages)
 
     async def one(i: int) -> None:
         try:
             outcomes[i] = await store.send(messages[i])
-        except StoreUnavailable as exc:
+        except expected as exc:
             outcomes[i] = exc
 
     async with trio.open_nursery() as nursery:
@@ -88,26 +91,16 @@ async def test_concurrent_sends_share_one_append(
 async def test_a_send_that_cannot_be_encoded_fails_alone(
     store: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = embedded.encode_message
+    real = embedded_write.encode_message
 
     def encode(**fields: Any) -> bytes:
         if fields["body"] == b"poison":
             raise ValueError("cannot encode")
         return real(**fields)
 
-    monkeypatch.setattr(embedded, "encode_message", encode)
+    monkeypatch.setattr(embedded_write, "encode_message", encode)
     messages = [Message("t", b"poison" if i == 2 else b"ok%d" % i, dispatch=(LMQ,)) for i in range(6)]
-    outcomes: list[object] = [None] * 6
-
-    async def one(i: int) -> None:
-        try:
-            outcomes[i] = await store.send(messages[i])
-        except ValueError as exc:
-            outcomes[i] = exc
-
-    async with trio.open_nursery() as nursery:
-        for i in range(6):
-            nursery.start_soon(one, i)
+    outcomes = await _send_all(store, messages, ValueError)
     assert isinstance(outcomes[2], ValueError)
     good = [o for o in outcomes if isinstance(o, SendResult)]
     assert len(good) == 5

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, MutableMapping
-from contextlib import AsyncExitStack
+from collections.abc import MutableMapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -25,19 +25,30 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from mqproxy.backends.embedded import embedded_queues
 from mqproxy.backends.embedded.commitlog import segment_name
-from mqproxy.backends.embedded.embedded import open_embedded_store
+from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.backends.embedded.index import Index
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.types import PROPERTY_INNER_MULTI_DISPATCH, Message, PullStatus
 
 
-def _counting(calls: list[int], real: Callable[[int], None]) -> Callable[[int], None]:
+def _count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, every ``os.fdatasync`` still syncs and appends its fd to the returned list."""
+    calls: list[int] = []
+    real = os.fdatasync
+
     def fdatasync(fd: int) -> None:
         calls.append(fd)
         real(fd)
 
-    return fdatasync
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return calls
+
+
+def _async_flush_store(tmp_path: Path) -> AbstractAsyncContextManager[EmbeddedStore]:
+    """A store that fdatasyncs every 200 ms, on the event loop (so a mock clock drives it)."""
+    return open_embedded_store(tmp_path, flush="async", flush_interval_ms=200, fsync_in_thread=False)
 
 
 _SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_text(encoding="utf-8"))
@@ -208,11 +219,9 @@ async def test_sync_flush_acks_only_after_fdatasync(tmp_path: Path, monkeypatch:
 
 
 async def test_concurrent_sync_sends_share_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = os.fdatasync
     async with open_embedded_store(tmp_path, flush="sync") as store:
         await store.create_topic("T", 4)
-        monkeypatch.setattr(os, "fdatasync", _counting(calls, real))
+        calls = _count_fdatasyncs(monkeypatch)
         acked: list[int] = []
 
         async def sender(i: int) -> None:
@@ -228,12 +237,8 @@ async def test_concurrent_sync_sends_share_fsyncs(tmp_path: Path, monkeypatch: p
 async def test_async_flush_syncs_periodically(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
-    calls: list[int] = []
-    real = os.fdatasync
-    async with open_embedded_store(
-        tmp_path, flush="async", flush_interval_ms=200, fsync_in_thread=False
-    ) as store:
-        monkeypatch.setattr(os, "fdatasync", _counting(calls, real))
+    async with _async_flush_store(tmp_path) as store:
+        calls = _count_fdatasyncs(monkeypatch)
         await store.send(Message("T", b"x"))
         assert calls == [], "async flush acknowledges before fsync"
         await trio.sleep(0.25)
@@ -506,12 +511,8 @@ async def test_torn_tail_after_a_rewrite_rebuilds_a_consistent_queue(tmp_path: P
 async def test_rewrite_waits_until_the_kept_records_are_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
-    calls: list[int] = []
-    real = os.fdatasync
-    async with open_embedded_store(
-        tmp_path, flush="async", flush_interval_ms=200, fsync_in_thread=False
-    ) as store:
-        monkeypatch.setattr(os, "fdatasync", _counting(calls, real))
+    async with _async_flush_store(tmp_path) as store:
+        calls = _count_fdatasyncs(monkeypatch)
         await store.create_topic("S", 1)
         for i in range(3):
             await store.send(Message("S", bytes([i]), 0))
@@ -544,9 +545,8 @@ async def test_lmq_offsets_from_an_older_store_are_indexed_on_open(tmp_path: Pat
 async def test_the_sweep_yields_between_chunks_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mqproxy.backends.embedded import embedded
-
-    monkeypatch.setattr(embedded, "SWEEP_CHUNK", 1)  # one deletion per event-loop turn
+    monkeypatch.setattr(embedded_queues, "SWEEP_CHUNK", 1)  # one deletion per event-loop turn
+    monkeypatch.setattr(embedded_queues, "SWEEP_SLICE_S", 60.0)  # slices end by count, not by time
     names = [f"%LMQ%n{i}" for i in range(9)]
     async with open_embedded_store(tmp_path) as store:
         await store.send(Message("T", b"x", 0, dispatch=tuple(names)))
@@ -574,10 +574,9 @@ async def test_the_sweep_yields_between_chunks_and_resumes(
 async def test_a_call_stops_after_its_time_budget_and_the_next_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mqproxy.backends.embedded import embedded
-
-    monkeypatch.setattr(embedded, "SWEEP_CHUNK", 1)
-    monkeypatch.setattr(embedded, "SWEEP_CALL_BUDGET_S", 1e-9)  # one slice per call
+    monkeypatch.setattr(embedded_queues, "SWEEP_CHUNK", 1)
+    monkeypatch.setattr(embedded_queues, "SWEEP_SLICE_S", 60.0)  # slices end by count, not by time
+    monkeypatch.setattr(embedded_queues, "SWEEP_CALL_BUDGET_S", 1e-9)  # one slice per call
     names = [f"%LMQ%n{i}" for i in range(3)]
     async with open_embedded_store(tmp_path) as store:
         await store.send(Message("T", b"x", 0, dispatch=tuple(names)))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ from hypothesis import strategies as st
 
 from mqproxy.backends.embedded.embedded import open_embedded_store
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
-from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.backends.embedded.services import BrokerServices, ServiceSettings, open_services
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.facade.types import AckOutcome, InitMode
@@ -30,21 +27,9 @@ from mqproxy.model.errors import (
 from mqproxy.model.receipts import PopResult, Receipt, pop_retry_topic
 from mqproxy.model.types import Message, TagFilter
 
-MakeBackend = Callable[[], AbstractAsyncContextManager[MessageStore]]
+from .conftest import MakeBackend, MakeServices  # type: ignore[import-not-found]
+
 G, T = "G", "Orders"
-
-
-@pytest.fixture(params=["memory", "embedded"])
-def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> MakeBackend:
-    @asynccontextmanager
-    async def make() -> AsyncIterator[MessageStore]:
-        if request.param == "memory":
-            yield InMemoryBackend()
-            return
-        async with open_embedded_store(tmp_path / "store", segment_bytes=1 << 20) as store:
-            yield store
-
-    return make
 
 
 async def _fill(backend: MessageStore, n: int, queue_id: int = 0, tag: str = "A") -> None:
@@ -98,10 +83,10 @@ def test_receipt_decode_only_raises_malformed(text: str) -> None:
 
 # --- pop / ack / revive ------------------------------------------------------------------------------
 async def test_pop_hides_messages_and_ack_prevents_revive(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     clock = trio_clock_ms()
-    async with make_backend() as backend, open_services(backend, now_ms=clock) as services:
+    async with make_services(now_ms=clock) as (backend, services):
         await _fill(backend, 3)
         popped = await services.pop.pop(G, T, 0, 2, 10_000, broker_name="b")
         assert _bodies(popped) == [b"m0", b"m1"]
@@ -133,9 +118,9 @@ async def test_pop_hides_messages_and_ack_prevents_revive(
 
 
 async def test_bad_pop_and_ack_requests(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 1)
         pop = services.pop
         for count in (0, 33):
@@ -168,9 +153,9 @@ async def test_bad_pop_and_ack_requests(
         assert await pop.ack(G, T, r) is AckOutcome.ACKED
 
 
-async def test_change_invisible(make_backend: MakeBackend, autojump_clock: trio.testing.MockClock) -> None:
+async def test_change_invisible(make_services: MakeServices, autojump_clock: trio.testing.MockClock) -> None:
     clock = trio_clock_ms()
-    async with make_backend() as backend, open_services(backend, now_ms=clock) as services:
+    async with make_services(now_ms=clock) as (backend, services):
         await _fill(backend, 2)
         a, b = (await services.pop.pop(G, T, 0, 2, 10_000)).messages
         await trio.sleep(5)
@@ -196,9 +181,9 @@ async def test_change_invisible(make_backend: MakeBackend, autojump_clock: trio.
 
 
 async def test_change_invisible_in_the_same_millisecond(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 1)
         (a,) = (await services.pop.pop(G, T, 0, 1, 10_000)).messages
         changed = await services.pop.change_invisible(G, T, a.receipt, 20_000)
@@ -214,9 +199,9 @@ async def test_change_invisible_in_the_same_millisecond(
 
 
 async def test_filter_peek_and_has_message(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 2, tag="A")
         await _fill(backend, 2, tag="B")
         assert await services.pop.has_message(G, T, None)
@@ -229,9 +214,9 @@ async def test_filter_peek_and_has_message(
 
 
 async def test_long_polling_wakes_on_arrival(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await backend.create_topic(T, 2)
         start = trio.current_time()
 
@@ -250,9 +235,9 @@ async def test_long_polling_wakes_on_arrival(
 
 
 async def test_long_poll_sees_a_retry_topic_created_while_it_waits(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 1)
         first = await services.pop.pop(G, T, None, 1, 2000)
         assert _bodies(first) == [b"m0"]
@@ -274,13 +259,10 @@ async def test_init_mode_max_starts_at_the_last_message(make_backend: MakeBacken
 
 
 async def test_revive_past_max_reconsume_goes_to_dlq(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = ServiceSettings(max_reconsume_times=1)
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings) as (backend, services):
         await _fill(backend, 1)
         assert len((await services.pop.pop(G, T, 0, 1, 1000)).messages) == 1
         await trio.sleep(1.5)
@@ -294,9 +276,9 @@ async def test_revive_past_max_reconsume_goes_to_dlq(
 
 
 async def test_concurrent_pops_never_share_a_message(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 50, queue_id=0)
         await _fill(backend, 50, queue_id=1)
         got: list[bytes] = []
@@ -318,9 +300,9 @@ async def test_concurrent_pops_never_share_a_message(
 
 
 async def test_ack_many_reports_each_entry(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 3, queue_id=0)
         await _fill(backend, 3, queue_id=1)
         a = await services.pop.pop(G, T, 0, 3, 5000)
@@ -336,8 +318,8 @@ async def test_ack_many_reports_each_entry(
         assert sorted(_bodies(again)) == [b"m1", b"m2", b"m2"]  # only the un-acked ones revived
 
 
-async def test_forward_to_dlq(make_backend: MakeBackend, autojump_clock: trio.testing.MockClock) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+async def test_forward_to_dlq(make_services: MakeServices, autojump_clock: trio.testing.MockClock) -> None:
+    async with make_services() as (backend, services):
         await _fill(backend, 2)
         a, b = (await services.pop.pop(G, T, 0, 2, 5000)).messages
         result = await services.pop.forward_to_dlq(G, T, a.receipt)
@@ -354,9 +336,9 @@ async def test_forward_to_dlq(make_backend: MakeBackend, autojump_clock: trio.te
 
 # --- order pop --------------------------------------------------------------------------------------
 async def test_order_pop_blocks_the_queue_until_acked(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         await _fill(backend, 4)
         pop = services.pop
         first = await pop.pop(G, T, 0, 2, 10_000, order=True)

@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
-
 import pytest
 import trio
 import trio.testing
 
-from mqproxy.backends.embedded.embedded import open_embedded_store
-from mqproxy.backends.embedded.internal_topics import trio_clock_ms
-from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.backends.embedded.retry import dlq_topic, retry_topic
-from mqproxy.backends.embedded.services import BrokerServices, ServiceSettings, open_services
+from mqproxy.backends.embedded.services import BrokerServices, ServiceSettings
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.model.errors import InvalidArgument
 from mqproxy.model.properties import SCHEDULE_TOPIC
 from mqproxy.model.types import Message, StoredMessage
 
-MakeBackend = Callable[[], AbstractAsyncContextManager[MessageStore]]
-
-
-@pytest.fixture(params=["memory", "embedded"])
-def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> MakeBackend:
-    @asynccontextmanager
-    async def make() -> AsyncIterator[MessageStore]:
-        if request.param == "memory":
-            yield InMemoryBackend()
-            return
-        async with open_embedded_store(tmp_path / "store", segment_bytes=1 << 20) as store:
-            yield store
-
-    return make
+from .conftest import MakeBackend, MakeServices  # type: ignore[import-not-found]
 
 
 async def _consumed(backend: MessageStore, reconsume_times: int = 0) -> StoredMessage:
@@ -51,9 +31,9 @@ async def _only(backend: MessageStore, topic: str) -> StoredMessage:
 
 
 async def test_first_send_back_waits_level_3_then_lands_in_retry_topic(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         consumed = await _consumed(backend)
         back = await services.retry.send_back("G", consumed, delay_level=0, origin_msg_id="OFFSETID")
         assert (back.dead, back.delay_level, back.result.topic) == (False, 3, SCHEDULE_TOPIC)
@@ -70,9 +50,9 @@ async def test_first_send_back_waits_level_3_then_lands_in_retry_topic(
 
 
 async def test_second_send_back_keeps_origin_and_grows_delay(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         first = await _consumed(backend)
         await services.retry.send_back("G", first, origin_msg_id="FIRST")
         await trio.sleep(10.5)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -28,25 +26,10 @@ from mqproxy.model.errors import InvalidArgument, InvalidDelay, MessageNotFound
 from mqproxy.model.properties import SCHEDULE_TOPIC
 from mqproxy.model.types import Message, StoredMessage
 
+from .conftest import MakeServices  # type: ignore[import-not-found]
+
 #: The broker name recall handles carry in these tests.
 B = "broker-a"
-
-MakeBackend = Callable[[], AbstractAsyncContextManager[MessageStore]]
-
-
-@pytest.fixture(params=["memory", "embedded"])
-def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> MakeBackend:
-    memory = InMemoryBackend()
-
-    @asynccontextmanager
-    async def make() -> AsyncIterator[MessageStore]:
-        if request.param == "memory":
-            yield memory
-            return
-        async with open_embedded_store(tmp_path / "store", segment_bytes=1 << 20) as store:
-            yield store
-
-    return make
 
 
 async def _all(backend: MessageStore, topic: str) -> list[StoredMessage]:
@@ -81,9 +64,9 @@ def test_clamping() -> None:
 
 
 async def test_delay_level_delivers_after_its_delay(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         sent = await services.send(
             Message("Orders", b"late", queue_id=2, properties={"DELAY": "2", "TAGS": "A"}, flag=3)
         )
@@ -102,13 +85,10 @@ async def test_delay_level_delivers_after_its_delay(
 
 
 async def test_level_zero_is_immediate_and_99_is_clamped(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = ServiceSettings(delay_levels="1s 2s 3s")
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings) as (backend, services):
         now = await services.send(Message("T", b"now", queue_id=0, properties={"DELAY": "0"}))
         assert now.topic == "T"
         clamped = await services.send(Message("T", b"max", queue_id=0, properties={"DELAY": "99"}))
@@ -137,11 +117,11 @@ async def test_timer_too_far_out_is_refused(autojump_clock: trio.testing.MockClo
 
 
 async def test_deliver_at_is_never_early_and_at_most_one_short_hop_late(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     clock = trio_clock_ms()
     settings = ServiceSettings(delay_levels="1s 5s 10s")
-    async with make_backend() as backend, open_services(backend, settings, now_ms=clock) as services:
+    async with make_services(settings, now_ms=clock) as (backend, services):
         at = clock() + 7500
         await services.send(Message("T", b"timer", queue_id=0, properties={"TIMER_DELIVER_MS": str(at)}))
         relative = Message("T", b"relative", queue_id=0, properties={"TIMER_DELAY_MS": "12000"})
@@ -161,13 +141,10 @@ async def test_deliver_at_is_never_early_and_at_most_one_short_hop_late(
 
 
 async def test_many_levels_deliver_everything_in_due_order(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = ServiceSettings(delay_levels="1s 2s 3s 4s")
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings) as (backend, services):
         for i in range(40):
             level = 4 - i % 4
             await services.send(Message("T", str(i).encode(), queue_id=0, properties={"DELAY": str(level)}))
@@ -258,11 +235,11 @@ def test_recall_handle_round_trips_and_rejects_garbage() -> None:
 
 
 async def test_recalled_timer_message_is_dropped_mid_cascade(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     clock = trio_clock_ms()
     settings = ServiceSettings(delay_levels="1s 5s 10s")
-    async with make_backend() as backend, open_services(backend, settings, now_ms=clock) as services:
+    async with make_services(settings, now_ms=clock) as (backend, services):
         at = clock() + 7500
         await services.send(_timer(b"kept", "K1", at))
         await services.send(_timer(b"gone", "K2", at))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,6 @@ import trio.testing
 
 from mqproxy.backends.embedded.embedded import open_embedded_store
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
-from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.backends.embedded.services import ServiceSettings, open_services
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.facade.types import Resolution, TransactionCheck
@@ -28,21 +25,9 @@ from mqproxy.model.errors import (
 from mqproxy.model.properties import CHECK_MAX_TOPIC, HALF_TOPIC
 from mqproxy.model.types import Message, StoredMessage
 
-MakeBackend = Callable[[], AbstractAsyncContextManager[MessageStore]]
+from .conftest import MakeServices  # type: ignore[import-not-found]
+
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
-
-
-@pytest.fixture(params=["memory", "embedded"])
-def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> MakeBackend:
-    @asynccontextmanager
-    async def make() -> AsyncIterator[MessageStore]:
-        if request.param == "memory":
-            yield InMemoryBackend()
-            return
-        async with open_embedded_store(tmp_path / "store", segment_bytes=1 << 20) as store:
-            yield store
-
-    return make
 
 
 def half(uniq: str = "TX1", **props: str) -> Message:
@@ -67,9 +52,9 @@ class Checks:
 
 
 async def test_commit_makes_the_message_visible_once(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         prepared = await services.send(half())
         assert (prepared.topic, prepared.queue_id) == (HALF_TOPIC, 0)
         assert await _all(backend, "Orders") == []
@@ -100,11 +85,11 @@ async def test_commit_makes_the_message_visible_once(
 
 
 async def test_concurrent_commits_store_the_message_once(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     """The producer's own END_TRANSACTION and its answer to a check-back can arrive together: the second
     one is refused while the first stores the committed message (a stock broker stores it twice)."""
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         prepared = await services.send(half())
         outcomes: list[object] = []
 
@@ -130,9 +115,9 @@ async def test_concurrent_commits_store_the_message_once(
 
 
 async def test_rollback_and_unknown(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         prepared = await services.send(half())
         tx = services.transactions
         assert (
@@ -148,8 +133,8 @@ async def test_rollback_and_unknown(
         assert await _all(backend, "Orders") == []
 
 
-async def test_bad_end_requests(make_backend: MakeBackend, autojump_clock: trio.testing.MockClock) -> None:
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+async def test_bad_end_requests(make_services: MakeServices, autojump_clock: trio.testing.MockClock) -> None:
+    async with make_services() as (backend, services):
         tx = services.transactions
         plain = await backend.send(Message("Orders", b"plain", queue_id=1))
         prepared = await services.send(half())
@@ -168,12 +153,12 @@ async def test_bad_end_requests(make_backend: MakeBackend, autojump_clock: trio.
 
 
 async def test_a_consumers_resend_of_a_committed_message_is_not_a_half_message(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     """The committed message keeps TRAN_MSG=true; the Java client's fallback when send-back fails sends
     it again with reconsumeTimes > 0 and a DELAY level, and that is stored (parked), not held as a half
     message (the Java broker makes the same exception)."""
-    async with make_backend() as backend, open_services(backend, now_ms=trio_clock_ms()) as services:
+    async with make_services() as (backend, services):
         resend = Message(
             "%RETRY%G",
             b"tx",
@@ -190,13 +175,10 @@ async def test_a_consumers_resend_of_a_committed_message_is_not_a_half_message(
 
 
 async def test_end_by_transaction_id_and_delayed_commit(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     settings = ServiceSettings(delay_levels="1s 2s")
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings) as (backend, services):
         await services.send(half("TXD", DELAY="2"))
         await services.transactions.end(resolution=COMMIT, producer_group=None, transaction_id="TXD")
         assert await _all(backend, "Orders") == []
@@ -206,16 +188,13 @@ async def test_end_by_transaction_id_and_delayed_commit(
 
 
 async def test_check_back_then_discard(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock, log_sink: Any
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock, log_sink: Any
 ) -> None:
     checks = Checks()
     settings = ServiceSettings(
         transaction_timeout_s=6, transaction_check_interval_s=30, transaction_check_max=3
     )
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, check_back=checks, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings, check_back=checks) as (backend, services):
         start = trio.current_time()
         prepared = await services.send(half())
         await trio.sleep(5.9)
@@ -245,7 +224,7 @@ async def test_check_back_then_discard(
 
 
 async def test_a_failing_check_back_does_not_stop_the_checker(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     calls: list[str] = []
 
@@ -256,21 +235,15 @@ async def test_a_failing_check_back_does_not_stop_the_checker(
     settings = ServiceSettings(
         transaction_timeout_s=1, transaction_check_interval_s=1, transaction_check_max=5
     )
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, check_back=broken, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings, check_back=broken) as (_backend, services):
         await services.send(half())
         await trio.sleep(3.5)
         assert calls == ["TX1", "TX1", "TX1"]
 
 
-async def test_immunity_window(make_backend: MakeBackend, autojump_clock: trio.testing.MockClock) -> None:
+async def test_immunity_window(make_services: MakeServices, autojump_clock: trio.testing.MockClock) -> None:
     checks = Checks()
-    async with (
-        make_backend() as backend,
-        open_services(backend, check_back=checks, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(check_back=checks) as (backend, services):
         start = trio.current_time()
         late = await services.send(half("TXL", CHECK_IMMUNITY_TIME_IN_SECONDS="20"))
         await trio.sleep(21)
@@ -286,16 +259,13 @@ async def test_immunity_window(make_backend: MakeBackend, autojump_clock: trio.t
 
 
 async def test_immunity_shorter_than_the_timeout_comes_first(
-    make_backend: MakeBackend, autojump_clock: trio.testing.MockClock
+    make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
     """The immunity time replaces the timeout (the Java broker checks after it), so a short one is
     checked before the timeout; a malformed one falls back to the timeout."""
     checks = Checks()
     settings = ServiceSettings(transaction_timeout_s=6, transaction_check_interval_s=30)
-    async with (
-        make_backend() as backend,
-        open_services(backend, settings, check_back=checks, now_ms=trio_clock_ms()) as services,
-    ):
+    async with make_services(settings, check_back=checks) as (_backend, services):
         start = trio.current_time()
         await services.send(half("TXS", CHECK_IMMUNITY_TIME_IN_SECONDS="1"))
         await services.send(half("TXM", CHECK_IMMUNITY_TIME_IN_SECONDS="soon"))

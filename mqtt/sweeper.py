@@ -1,7 +1,7 @@
 """The background task that deletes idle light message queues (``[store] lmq_idle_seconds``).
 
 MQTT makes one LMQ per topic and per wildcard filter, so a busy node accumulates them without end;
-:func:`run_lmq_sweeper` calls :meth:`~mqproxy.backends.embedded.store.MessageStore.delete_idle_lmqs` every
+:func:`run_lmq_sweeper` calls :meth:`~mqproxy.facade.api.LightQueues.delete_idle_lmqs` every
 ``interval_s`` and logs ``lmq.swept`` when a sweep deleted something. A store error is logged as
 ``internal.error`` and the next sweep runs on schedule: the loop ends only by cancellation.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Container
 import structlog
 import trio
 
-from mqproxy.backends.embedded.store import MessageStore
+from mqproxy.facade.api import LightQueues
 
 _log = structlog.get_logger("mqproxy.store")
 
@@ -44,7 +44,7 @@ class _FreshInUse(Container[str]):
 
 
 async def sweep_once(
-    backend: MessageStore, *, idle_ms: int, in_use: Callable[[], Container[str]], limit: int
+    backend: LightQueues, *, idle_ms: int, in_use: Callable[[], Container[str]], limit: int
 ) -> list[str]:
     """One sweep: delete idle light queues and log ``lmq.swept`` if any went (store errors propagate)."""
     started = time.perf_counter()
@@ -56,7 +56,7 @@ async def sweep_once(
 
 
 async def run_lmq_sweeper(
-    backend: MessageStore,
+    backend: LightQueues,
     *,
     idle_ms: int,
     interval_s: float,

@@ -1,4 +1,5 @@
-"""run_lmq_sweeper: periodic sweeps, the lmq.swept event, in-use protection, surviving store errors."""
+"""The idle-LMQ sweeper the MQTT service runs: periodic sweeps, the lmq.swept event, in-use protection,
+surviving store errors."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import Any
 import trio
 import trio.testing
 
-from mqproxy.backends.embedded import lmq_sweeper
-from mqproxy.backends.embedded.lmq_sweeper import run_lmq_sweeper
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.types import Message
+from mqproxy.mqtt import sweeper as lmq_sweeper
+from mqproxy.mqtt.sweeper import run_lmq_sweeper
 
-from ...conftest import wait_until  # type: ignore[import-not-found]
+from ..conftest import wait_until  # type: ignore[import-not-found]
 
 
 async def _lmqs(backend: InMemoryBackend, *names: str) -> None:
@@ -104,13 +105,10 @@ async def test_server_protects_the_gateways_queues_and_the_retained_queue() -> N
     from mqproxy.mqtt.gateway import Gateway
     from mqproxy.mqtt.mapping import RETAINED_LMQ, lmq_name
     from mqproxy.mqtt.state import SubscriptionSpec
-    from mqproxy.server import lmqs_in_use
 
-    registries: dict[str, Any] = {}
-    assert lmqs_in_use(registries) == {RETAINED_LMQ}, "before any MQTT client connected"
     backend = InMemoryBackend()
     gateway = Gateway(backend, MqttConfig())
-    registries["mqtt"] = gateway
+    assert gateway.lmqs_in_use() == {RETAINED_LMQ}, "before any MQTT client connected"
     online, _ = await gateway.open_session("online", True, 0, 10)
     offline, _ = await gateway.open_session("offline", True, 3600, 10)
     await gateway.subscribe(online, SubscriptionSpec("a/b"))
@@ -118,10 +116,9 @@ async def test_server_protects_the_gateways_queues_and_the_retained_queue() -> N
     await gateway.subscribe(online, SubscriptionSpec("$share/g/d/#"))
     expected = {RETAINED_LMQ, lmq_name("a/b"), lmq_name("c/+"), lmq_name("d/#")}
     assert gateway.lmqs_in_use() == expected
-    assert lmqs_in_use(registries) == expected
     await _lmqs(backend, *expected, lmq_name("a/unread"), lmq_name("was/read"))
     await gateway.read_cache.pull(lmq_name("was/read"), 0, 0, 8)  # its segment is cached now
-    assert await backend.delete_idle_lmqs(0, lmqs_in_use(registries)) == [lmq_name("a/unread")]
+    assert await backend.delete_idle_lmqs(0, gateway.lmqs_in_use()) == [lmq_name("a/unread")]
 
 
 async def test_the_server_runs_the_sweeper_from_its_settings(log_sink: Any, tmp_path: Path) -> None:

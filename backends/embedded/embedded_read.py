@@ -1,0 +1,205 @@
+"""The embedded store's read side: pulls, message lookup, long-poll waits, offsets and key queries.
+
+A pull walks the queue's index entries (tag hash pre-filter, then the real tag on the decoded record)
+and reads each record from the commit log; an entry a rewrite moved reports its new queue offset when
+read from its own topic. Consumer offsets are index rows; committing one marks the index dirty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mqproxy.backends.embedded.embedded_core import tag_hash
+from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
+from mqproxy.backends.embedded.index import offset_key, queue_key
+from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, out_of_range
+from mqproxy.backends.embedded.records import MessageRecord, decode_message
+from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.topics import TopicTable, is_lmq, validate_topic
+from mqproxy.model.types import (
+    PROPERTY_TAGS,
+    ConsumerOffset,
+    PullResult,
+    PullStatus,
+    StoredMessage,
+    TagFilter,
+    TopicConfig,
+)
+
+
+class EmbeddedReading(EmbeddedWriting):
+    """Pulls, ``get_message``, ``wait_for_message``, queue bounds, consumer offsets, key lookups."""
+
+    async def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        tag_filter: TagFilter | None = None,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> PullResult:
+        qid, min_offset, max_offset = self._bounds(topic, queue_id)
+        early = out_of_range(offset, min_offset, max_offset)
+        if early is not None:
+            return early
+        if qid is None:  # unreachable: a queue without an id is empty, so out of range
+            raise StoreUnavailable("index lost a queue id")
+        max_count = max(max_count, 1)
+        tags = tag_filter.tags if tag_filter is not None else None
+        wanted = None if tags is None else {tag_hash(t) for t in tags}
+        found: list[StoredMessage] = []
+        size = 0
+        position = offset
+        scan_limit = min(max_offset, offset + max_count + MAX_SCAN_ENTRIES)
+        done = False
+        while not done and position < scan_limit:
+            chunk = self._index.entries(qid, position, min(max(max_count, 32), scan_limit - position))
+            if not chunk:
+                break
+            for queue_offset, clo, entry_size, code, _ts in chunk:
+                if wanted is not None and code not in wanted:
+                    position = queue_offset + 1
+                    continue
+                if found and size + entry_size > max_bytes:
+                    done = True
+                    break
+                record = decode_message(self._log.read(clo, entry_size))
+                position = queue_offset + 1
+                if tags is not None and record.properties.get(PROPERTY_TAGS) not in tags:
+                    continue
+                stored = self._stored(record, clo, entry_size)
+                if queue_offset != record.queue_offset and record.topic == topic:  # moved by a rewrite
+                    stored = dataclasses.replace(stored, queue_offset=queue_offset)
+                found.append(stored)
+                size += entry_size
+                if len(found) >= max_count:
+                    done = True
+                    break
+        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, tuple(found), position, min_offset, max_offset)
+
+    def _stored(self, record: MessageRecord, clo: int, size: int) -> StoredMessage:
+        return StoredMessage(
+            topic=record.topic,
+            queue_id=record.queue_id,
+            queue_offset=record.queue_offset,
+            commitlog_offset=clo,
+            store_size=size,
+            body=record.body,
+            flag=record.flag,
+            properties=record.properties,
+            sys_flag=record.sys_flag,
+            born_timestamp_ms=record.born_timestamp_ms,
+            born_host=record.born_host,
+            store_timestamp_ms=record.store_timestamp_ms,
+            store_host=self._store_host,
+            reconsume_times=record.reconsume_times,
+            body_crc=record.body_crc,
+        )
+
+    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+        """The message stored at ``commitlog_offset`` (from a message id), or None if none is there.
+
+        Not (yet) part of the MessageStore protocol; needed for VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK and
+        END_TRANSACTION, which identify messages by commit-log offset.
+        """
+        self._check_open()
+        found = self._log.read_at(commitlog_offset)
+        if found is None:
+            return None
+        size, payload = found
+        return self._stored(decode_message(payload), commitlog_offset, size)
+
+    async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        self._readable(topic, queue_id)
+        key = queue_key(topic, queue_id)
+
+        def ready() -> bool:
+            if self._closed:
+                return True
+            qid = self._lookup_qid(key)
+            return qid is not None and self._next_offset(qid) > offset
+
+        woke = await self._waiters.wait((topic, queue_id), ready, timeout_s)
+        if self._closed:
+            raise StoreUnavailable("store is closed")
+        return woke
+
+    # --- offsets -------------------------------------------------------------------------------
+    def _readable(self, topic: str, queue_id: int) -> TopicConfig:
+        self._check_open()
+        config = self._topics.require(topic)
+        TopicTable.check_read_queue(config, queue_id)
+        return config
+
+    def _bounds(self, topic: str, queue_id: int) -> tuple[int | None, int, int]:
+        """(queue id or None if never written, min offset, max offset)."""
+        self._readable(topic, queue_id)
+        qid = self._lookup_qid(queue_key(topic, queue_id))
+        if qid is None:
+            return None, 0, 0
+        max_offset = self._next_offset(qid)
+        first = self._index.first_offset(qid)
+        return qid, (max_offset if first is None else first), max_offset
+
+    async def min_offset(self, topic: str, queue_id: int) -> int:
+        return self._bounds(topic, queue_id)[1]
+
+    async def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._bounds(topic, queue_id)[2]
+
+    async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        qid, lo, hi = self._bounds(topic, queue_id)
+        if qid is None:
+            return 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = self._index.entry(qid, mid)
+            if entry is not None and entry[3] < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    async def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        qid, lo, hi = self._bounds(topic, queue_id)
+        if qid is None or lo >= hi:
+            return -1
+        entry = self._index.entry(qid, lo)
+        return -1 if entry is None else entry[3]
+
+    async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        self._check_open()
+        return self._index.get_consumer_offset(offset_key(group, topic, queue_id))
+
+    async def consumer_offsets(self) -> list[ConsumerOffset]:
+        self._check_open()
+        return [
+            ConsumerOffset(group, topic, queue_id, offset)
+            for group, topic, queue_id, offset in self._index.consumer_offsets()
+            if not is_lmq(topic)
+        ]
+
+    async def store_bytes(self) -> int:
+        self._check_open()
+        return self._log.end - self._log.segment_bases()[0] if self._log.segment_bases() else self._log.end
+
+    async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._check_open()
+        validate_topic(topic)
+        self._index.put_consumer_offset(offset_key(group, topic, queue_id), offset)
+        self._index_dirty = True
+
+    # --- lookup --------------------------------------------------------------------------------
+    async def query_messages(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int
+    ) -> list[StoredMessage]:
+        self._check_open()
+        found: list[StoredMessage] = []
+        for clo in self._index.find_key(topic, key, begin_ms, end_ms, max(max_count, 0)):
+            message = await self.get_message(clo)
+            if message is not None:
+                found.append(message)
+        return found

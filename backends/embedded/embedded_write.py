@@ -1,0 +1,192 @@
+"""The embedded store's write path: validate, coalesce, append to the commit log, index, wake readers.
+
+Every send queued in the same scheduler turn, from any connection, is written together by
+:meth:`EmbeddedWriting._append`, on the trio thread with no awaits in between (so no lock): assign
+queue offsets (and LMQ offsets), append all records with one ``os.pwrite``, index them and advance the
+dispatch checkpoint in one LMDB transaction, then wake each touched queue's waiters once. A send whose
+records cannot be encoded fails alone; a failed write or index commit fails every send of the batch and
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
+from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
+from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
+from mqproxy.backends.embedded.records import encode_message
+from mqproxy.backends.embedded.sending import check_batch, check_message, index_keys, stored_properties
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import Message, SendResult
+
+#: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash,
+#: the keys it is indexed by.
+_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int, tuple[str, ...]]
+
+
+class EmbeddedWriting(EmbeddedRecovery):
+    """``send_batch`` and the coalesced append behind it."""
+
+    # Re-declared for mypy, which sees the layer below as Any (mqproxy is an editable install).
+    _next_qid: int
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        self._check_writable()
+        check_batch(messages)
+        targets = [check_message(m, self._max_message_bytes) for m in messages]
+        config = self._config_for_send(messages[0].topic)
+        queue_id = self._topics.pick_queue(config, messages[0].queue_id)
+        results, end = await self._writes.submit((config.name, queue_id, messages, targets))
+        if self.flush == "sync":
+            await self._wait_durable(end)
+        return results
+
+    def _append(self, sends: Sequence[PendingSend]) -> list[tuple[list[SendResult], int] | BaseException]:
+        """Store and index validated sends (queued by concurrent callers) with one ``pwrite`` and one
+        index transaction; return each send's results and the log end, or its own error.
+
+        A send whose records cannot be encoded fails alone. A failed write or index commit raises (every
+        send fails) and leaves nothing behind: records cut off, new queue ids forgotten.
+        """
+        self._check_writable()
+        new_queues: dict[bytes, int] = {}
+        next_qid_before = self._next_qid
+        next_offsets: dict[int, int] = {}  # queue id -> next offset, for sends already encoded
+        qids: dict[bytes, int] = {}
+        lmq_qids: dict[str, int] = {}
+        store_ts = self._clock.now_ms()  # one store time per write keeps every queue's times sorted
+        payloads: list[bytes] = []
+        plans: list[list[_Planned] | Exception] = []
+
+        def qid_of(key: bytes) -> int:
+            qid = qids.get(key)
+            if qid is None:
+                qid = qids[key] = self._qid_for_write(key, new_queues)
+            return qid
+
+        def lmq_qid(name: str) -> int:
+            qid = lmq_qids.get(name)
+            if qid is None:
+                qid = lmq_qids[name] = qid_of(queue_key(name, LMQ_QUEUE_ID))
+            return qid
+
+        for topic, queue_id, messages, targets in sends:
+            taken: dict[int, int] = {}  # this send's offsets, merged once it encoded
+
+            def assign(qid: int, taken: dict[int, int] = taken) -> int:
+                offset = taken.get(qid)
+                if offset is None:
+                    offset = next_offsets.get(qid)
+                    if offset is None:
+                        offset = self._next_offset(qid)
+                taken[qid] = offset + 1
+                return offset
+
+            mark = len(payloads)
+            try:
+                encoded = self._encode(
+                    topic, queue_id, messages, targets, qid_of, lmq_qid, assign, store_ts, payloads
+                )
+            except Exception as exc:
+                del payloads[mark:]
+                plans.append(exc)
+                continue
+            next_offsets.update(taken)
+            plans.append(encoded)
+        if not payloads:
+            return [p for p in plans if isinstance(p, Exception)]
+        start = self._log.end
+        try:
+            positions = iter(self._log.append(payloads))
+            entries: list[Entry] = []
+            keys: list[bytes] = []
+            answers: list[tuple[list[SendResult], int] | BaseException] = []
+            end = self._log.end
+            for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
+                if isinstance(plan, Exception):
+                    answers.append(plan)
+                    continue
+                results: list[SendResult] = []
+                for qid, queue_offset, lmq_slots, lmq_map, code, message_keys in plan:
+                    clo, size = next(positions)
+                    entries.append((qid, queue_offset, clo, size, code, store_ts))
+                    keys.extend(key_rows(topic, message_keys, store_ts, clo))
+                    for lqid, loff in lmq_slots:
+                        entries.append((lqid, loff, clo, size, code, store_ts))
+                    results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
+                answers.append((results, end))
+            self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts, keys)
+        except BaseException:
+            # Nothing was acknowledged: forget the records and the queue ids allocated for them.
+            if self._log.end != start:
+                self._log.truncate_to(start)
+            self._next_qid = next_qid_before
+            for key, qid in new_queues.items():
+                self._qids.pop(key, None)
+                self._next_offsets.pop(qid, None)
+            raise
+        self._index_dirty = True
+        store = self._next_offsets.store
+        for qid, offset in next_offsets.items():
+            store(qid, offset)
+        notify = self._waiters.notify
+        for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
+            if not isinstance(plan, Exception):
+                notify((topic, queue_id))
+        for name in lmq_qids:
+            notify((name, LMQ_QUEUE_ID))
+        return answers
+
+    def _encode(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        targets: list[tuple[str, ...]],
+        qid_of: Callable[[bytes], int],
+        lmq_qid: Callable[[str], int],
+        assign: Callable[[int], int],
+        store_ts: int,
+        payloads: list[bytes],
+    ) -> list[_Planned]:
+        """Assign offsets to one send's messages and append their records to ``payloads``."""
+        parent = qid_of(queue_key(topic, queue_id))
+        plan: list[_Planned] = []
+        for message, lmqs in zip(messages, targets, strict=True):
+            queue_offset = assign(parent)
+            lmq_slots: list[tuple[int, int]] = []
+            lmq_offsets: list[int] = []
+            for name in lmqs:
+                lqid = lmq_qid(name)
+                loff = assign(lqid)
+                lmq_slots.append((lqid, loff))
+                lmq_offsets.append(loff)
+            lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
+            payloads.append(
+                encode_message(
+                    topic=topic,
+                    queue_id=queue_id,
+                    queue_offset=queue_offset,
+                    flag=message.flag,
+                    sys_flag=message.sys_flag,
+                    born_timestamp_ms=message.born_timestamp_ms,
+                    store_timestamp_ms=store_ts,
+                    reconsume_times=message.reconsume_times,
+                    born_host=message.born_host,
+                    lmqs=list(lmq_map.items()),
+                    properties=stored_properties(message.properties, lmqs, lmq_offsets),
+                    body=bytes(message.body),
+                )
+            )
+            plan.append(
+                (
+                    parent,
+                    queue_offset,
+                    lmq_slots,
+                    lmq_map,
+                    tag_hash(message.tags),
+                    index_keys(message.properties),
+                )
+            )
+        return plan

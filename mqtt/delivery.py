@@ -1,0 +1,342 @@
+"""
+mqproxy.mqtt.delivery
+~~~~~~~~~~~~~~~~~~~~~
+
+The outbound half of the trio adapter of one MQTT connection (:class:`Deliveries`, a base of
+:class:`~mqproxy.mqtt.connection.MqttConnection`): one reader task per subscription pulls its LMQ at the
+session cursor (a shared subscription claims from its group), long-polls through the push hubs when caught
+up, and pushes PUBLISHes inside the session's in-flight window. What each subscriber gets is decided by the
+sans-IO core (:class:`~mqproxy.mqtt.protocol.MqttProtocol`); offsets of QoS 1/2 deliveries advance on
+PUBACK / PUBCOMP, of QoS 0 on write.
+
+A durable QoS 2 delivery (persistent session) is sent only once the session snapshot that records it is
+written (:meth:`Deliveries._flush_state`, which also sends the QoS 2 acks that wait for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from mqproxy.codecs.mqtt import Packet, Publish, QoS, ReasonCode, topic_matches
+from mqproxy.model.errors import BackendError
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.mqtt.cursor import Cursor
+from mqproxy.mqtt.gateway import Gateway, now_ms, reader_filter
+from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
+from mqproxy.mqtt.protocol import MqttProtocol
+from mqproxy.mqtt.read_cache import Delivery
+from mqproxy.mqtt.session import InFlight, Session
+from mqproxy.mqtt.state import SubscriptionSpec
+
+__all__ = ["Deliveries"]
+
+#: A subscription reader that keeps finding its long-poll ready yields at least every this many rounds.
+_YIELD_EVERY = 8
+
+
+class Deliveries:
+    """Subscription readers and the in-flight window of one connection (see the module docstring).
+
+    The connection provides the attributes declared here and the write primitives."""
+
+    proto: MqttProtocol
+    gateway: Gateway
+    session: Session | None
+    _readers: dict[str, trio.CancelScope]
+    _nursery: trio.Nursery | None
+    #: QoS 2 acks (PUBREL, PUBCOMP) that wait until the session's QoS 2 state is durable.
+    _deferred: list[Packet]
+    #: Durable QoS 2 deliveries whose PUBLISH waits until their record is durable.
+    _held: list[InFlight]
+
+    async def send(self, packet: Packet) -> None:
+        raise NotImplementedError
+
+    async def _send_bytes(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _write_nowait(self, data: bytes) -> bool:
+        raise NotImplementedError
+
+    def kick(self, reason_code: ReasonCode | None, error: str | None, detail: str | None = None) -> None:
+        raise NotImplementedError
+
+    # --- readers ------------------------------------------------------------------------------
+    def _start_reader(self, topic_filter: str) -> None:
+        assert self._nursery is not None
+        assert self.session is not None
+        scope = trio.CancelScope()
+        self._readers[topic_filter] = scope
+        if topic_filter in self.session.shared:
+            self._nursery.start_soon(self._shared_reader, topic_filter, scope)
+        else:
+            self._nursery.start_soon(self._reader, topic_filter, scope)
+
+    async def _shared_reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+        session = self.session
+        assert session is not None
+        backend = self.gateway.backend
+        group = session.shared[topic_filter]
+        inner = group.topic_filter
+        with scope:
+            try:
+                while True:
+                    spec = session.subscriptions.get(topic_filter)
+                    if (
+                        spec is None
+                        or session.shared.get(topic_filter) is not group
+                        or session.connection is not self
+                    ):
+                        return
+                    await session.acquire_slot()  # claim only what this member can take now
+                    message, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
+                    handed = False
+                    try:
+                        await self._deliver(spec, inner, group.cursor, message, offset, (group, message))
+                        handed = True
+                    finally:
+                        if not handed and not any(
+                            e.shared is not None and e.shared[1] is message for e in session.inflight.values()
+                        ):
+                            group.give_back(message, offset)
+                    if self._held:
+                        await self._flush_state()  # a QoS 2 delivery goes out once its record is durable
+                    await group.cursor.commit(backend)
+                    await trio.lowlevel.checkpoint()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            except BackendError as exc:
+                self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+
+    async def _reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+        session = self.session
+        assert session is not None
+        backend = self.gateway.backend
+        config = self.gateway.config
+        inner = reader_filter(topic_filter)
+        hubs = self.gateway.push_hubs
+        rounds = 0
+        with scope:
+            try:
+                while True:
+                    spec = session.subscriptions.get(topic_filter)
+                    cursor = session.cursors.get(topic_filter)
+                    if spec is None or cursor is None or session.connection is not self:
+                        return
+                    start = cursor.next_offset
+                    result = await self.gateway.read_cache.pull(
+                        cursor.lmq, LMQ_QUEUE_ID, start, config.pull_batch
+                    )
+                    if not result.messages:
+                        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:
+                            cursor.next_offset = result.next_offset
+                            if result.next_offset > start:
+                                cursor.complete(result.next_offset - 1)  # the gap is gone from the store
+                            continue
+                        await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
+                        continue
+                    offset = start
+                    for message in result.messages:
+                        await self._deliver(spec, inner, cursor, message, offset)
+                        offset += 1
+                        cursor.next_offset = offset
+                    if self._held:
+                        await self._flush_state()
+                    await session.commit_offsets(backend)
+                    rounds += 1
+                    caught_up = len(result.messages) < config.pull_batch
+                    if not caught_up or rounds % _YIELD_EVERY == 0:
+                        await trio.lowlevel.checkpoint()  # the store may answer without yielding
+                    if caught_up:
+                        # Probably caught up: long-poll before pulling again (returns at once if not; a
+                        # wait that blocks is the yield, so rounds that end in one skip the checkpoint).
+                        await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            except BackendError as exc:
+                self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+
+    # --- one message to one subscriber ----------------------------------------------------------
+    async def _deliver(
+        self,
+        spec: SubscriptionSpec,
+        inner: str,
+        cursor: Cursor,
+        message: StoredMessage,
+        offset: int,
+        shared: Any = None,
+    ) -> None:
+        session = self.session
+        assert session is not None
+        if cursor.restored and cursor.reached(offset):
+            return  # restored after a restart: in flight under its original id, or already done
+        delivery = self.gateway.read_cache.delivery(message)
+        shared_bytes = self._shared_qos0(spec, inner, session, delivery)
+        if shared_bytes is not None:
+            if shared_bytes:
+                await self._send_bytes(shared_bytes)
+            cursor.complete(offset)
+            return
+        attrs = delivery.attributes
+        assert attrs is not None  # _shared_qos0 answered b"" otherwise
+        publish = self._publish_of(attrs, message, attrs.retain and spec.retain_as_published, spec)
+        if publish is None:
+            cursor.complete(offset)
+            return
+        await self._push(publish, cursor, offset, shared)
+
+    def _shared_qos0(
+        self, spec: SubscriptionSpec, inner: str, session: Session, delivery: Delivery
+    ) -> bytes | None:
+        """How ``delivery`` reaches this subscriber if no per-subscriber state is involved: ``b""`` if not
+        at all (another topic, no-local, too big for the client), the QoS 0 PUBLISH bytes every such
+        subscriber shares (encoded once per message), or None when it needs its own PUBLISH."""
+        attrs = delivery.attributes
+        if (
+            attrs is None
+            or not topic_matches(inner, attrs.topic)
+            or (spec.no_local and attrs.client_id == session.client_id)
+        ):
+            return b""
+        proto = self.proto
+        if proto.shares_qos0(spec, attrs.qos, attrs.properties):
+            data = delivery.qos0_publish(proto.level, attrs.retain and spec.retain_as_published)
+            return data if proto.fits(data) else b""
+        return None
+
+    def _deliver_now(
+        self, topic_filter: str, cursor: Cursor, messages: Sequence[StoredMessage], offset: int
+    ) -> int:
+        """The push hub's callback (see :mod:`.push_hub`): handle the leading ``messages`` (the first at
+        ``offset``) that need no waiting, with one write; how many, the cursor moved past them."""
+        session = self.session
+        if (
+            session is None
+            or session.connection is not self
+            or session.cursors.get(topic_filter) is not cursor
+        ):
+            return 0
+        spec = session.subscriptions.get(topic_filter)
+        if spec is None or cursor.restored:
+            return 0
+        inner = reader_filter(topic_filter)
+        delivery = self.gateway.read_cache.delivery
+        parts: list[bytes] = []
+        handled = 0
+        for message in messages:
+            data = self._shared_qos0(spec, inner, session, delivery(message))
+            if data is None:
+                break
+            if data:
+                parts.append(data)
+            handled += 1
+        if parts and not self._write_nowait(parts[0] if len(parts) == 1 else b"".join(parts)):
+            return 0
+        for done in range(offset, offset + handled):
+            cursor.complete(done)
+        cursor.next_offset = offset + handled
+        return handled
+
+    async def _push(
+        self,
+        publish: Publish,
+        cursor: Cursor | None,
+        offset: int,
+        shared: Any = None,
+        retained_for: str | None = None,
+    ) -> None:
+        session = self.session
+        assert session is not None
+        proto = self.proto
+        data = proto.encode(publish)
+        if not proto.fits(data):
+            if cursor is not None:
+                cursor.complete(offset)  # [MQTT-3.1.2-25]: discard what the client cannot take
+            return
+        if publish.qos == QoS.AT_MOST_ONCE:
+            await self._send_bytes(proto.outbound(publish) if proto.alias_maximum else data)
+            if cursor is not None:
+                cursor.complete(offset)
+            return
+        if self._held and len(session.inflight) >= session.send_quota:
+            await self._flush_state()  # the window is full: what we hold must go before we wait
+        await session.acquire_slot()
+        if session.connection is not self:
+            raise trio.ClosedResourceError("session detached")
+
+        def factory(packet_id: int) -> Publish:
+            return dataclasses.replace(publish, packet_id=packet_id)
+
+        entry = session.add_inflight(factory, cursor, offset, shared, retained_for)
+        if entry.durable:
+            self._held.append(entry)  # sent by _flush_state once its record is durable
+            return
+        # The session keeps the full PUBLISH: aliases belong to this connection only.
+        await self._send_bytes(proto.outbound(entry.publish))
+
+    # --- QoS 2 durability ---------------------------------------------------------------------
+    async def _expect_pubrel(self, session: Session, accepted: list[tuple[int, str]]) -> None:
+        """Add the ids of QoS 2 PUBLISHes about to be stored to ``awaiting_rel``; for a persistent session
+        make them durable first, each with the size of its topic's LMQ, so that after a crash a re-sent
+        PUBLISH can be told apart: stored already, or never (``Session.confirm_stored``)."""
+        session.awaiting_rel.update(packet_id for packet_id, _ in accepted)
+        if not session.persistent:
+            return
+        sizes: dict[str, int] = {}
+        for packet_id, topic in accepted:
+            lmq = lmq_name(topic)
+            if lmq not in sizes:
+                sizes[lmq] = await self.gateway.backend.max_offset(lmq, LMQ_QUEUE_ID)
+            session.rel_marks[packet_id] = (lmq, sizes[lmq])
+        await self._flush_state()
+
+    async def _flush_state(self) -> None:
+        """Write the session snapshot (QoS 2 ids and phases), then send what waited for it: the deferred
+        acks and the held PUBLISHes. Any task may call it; what it could not send stays queued."""
+        session = self.session
+        assert session is not None
+        deferred, self._deferred = self._deferred, []
+        held, self._held = self._held, []
+        try:
+            await self.gateway.persist(session)
+            while deferred:
+                await self.send(deferred[0])
+                del deferred[0]
+            while held:
+                entry = held[0]
+                if session.inflight.get(entry.packet_id) is entry and not entry.released:
+                    await self._send_bytes(self.proto.outbound(entry.publish))
+                del held[0]
+        finally:
+            self._deferred[:0] = deferred
+            self._held[:0] = held
+
+    def _restored_publish(
+        self, spec: SubscriptionSpec, message: StoredMessage, retained: bool
+    ) -> Publish | None:
+        """The PUBLISH of a QoS 2 delivery restored after a restart (see ``Session.restore_inflight``);
+        ``retained``: it was a retained message sent at SUBSCRIBE."""
+        attrs = decode_properties(message.properties)
+        if attrs is None:
+            return None
+        return self._publish_of(attrs, message, attrs.retain and (retained or spec.retain_as_published), spec)
+
+    def _publish_of(
+        self, attrs: MqttAttributes, message: StoredMessage, retain: bool, spec: SubscriptionSpec
+    ) -> Publish | None:
+        """The PUBLISH of stored ``message`` (MQTT view ``attrs``) for ``spec`` now; None if expired."""
+        return self.proto.make_publish(
+            attrs.topic,
+            message.body,
+            attrs.qos,
+            retain,
+            attrs.properties,
+            message.store_timestamp_ms,
+            spec,
+            now_ms(),
+        )

@@ -1,0 +1,91 @@
+"""What the MQTT gateway asks of the broker: :class:`LightStore`, and :class:`FacadeStore`, which answers it
+through the :class:`~mqproxy.facade.api.BrokerFacade`.
+
+The gateway reads light queues by position (no consumer group, no filter), writes its session and retained
+state logs, and long-polls caught-up queues; :class:`LightStore` names exactly that, in the positional shape
+the readers use. Any implementation with these methods works (tests hand the gateway an in-memory store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from mqproxy.facade.api import BrokerFacade, PullRequest, SendRequest
+from mqproxy.model.types import Message, PullResult, SendResult, StoredMessage, TopicConfig
+
+__all__ = ["FacadeStore", "LightStore"]
+
+
+class LightStore(Protocol):
+    """The broker operations MQTT uses. Errors are :mod:`mqproxy.model.errors` subclasses."""
+
+    async def send(self, message: Message) -> SendResult:
+        """Store one message (and index it into ``message.dispatch``'s light queues)."""
+        ...
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store messages of one topic atomically: all or none."""
+        ...
+
+    async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
+        """Up to ``max_count`` messages of the queue from ``offset``, without waiting."""
+        ...
+
+    async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        """Block until the queue holds a message at or after ``offset`` (True) or the timeout passes."""
+        ...
+
+    async def get_message(self, commitlog_offset: int) -> StoredMessage | None: ...
+
+    async def min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    async def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
+
+    async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+
+    async def rewrite_queue(self, topic: str, queue_id: int, keep: Sequence[int], below: int) -> int: ...
+
+    async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig: ...
+
+
+class FacadeStore:
+    """:class:`LightStore` over a broker facade (reads without group or filter, sends without auto-create)."""
+
+    def __init__(self, broker: BrokerFacade) -> None:
+        self.broker = broker
+
+    async def send(self, message: Message) -> SendResult:
+        return (await self.broker.send(SendRequest(message))).result
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        return await self.broker.send_batch(messages)
+
+    async def pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
+        return await self.broker.pull(PullRequest("", topic, queue_id, offset, max_count))
+
+    async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        return await self.broker.wait_for_message(topic, queue_id, offset, timeout_s)
+
+    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+        return await self.broker.get_message(commitlog_offset)
+
+    async def min_offset(self, topic: str, queue_id: int) -> int:
+        return await self.broker.min_offset(topic, queue_id)
+
+    async def max_offset(self, topic: str, queue_id: int) -> int:
+        return await self.broker.max_offset(topic, queue_id)
+
+    async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return await self.broker.query_consumer_offset(group, topic, queue_id)
+
+    async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        await self.broker.commit_consumer_offset(group, topic, queue_id, offset)
+
+    async def rewrite_queue(self, topic: str, queue_id: int, keep: Sequence[int], below: int) -> int:
+        return await self.broker.rewrite_queue(topic, queue_id, keep, below)
+
+    async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
+        return await self.broker.create_topic(topic, queue_count)
