@@ -46,7 +46,7 @@ from _figures import percentile, uptime
 from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs import rocketmq_v2 as pb
-from mqproxy.codecs.grpc_wire import encode_message
+from mqproxy.codecs.grpc_framing import encode_message
 from mqproxy.codecs.remoting_codes import ResponseCode
 
 PATH_PREFIX = f"/{pb.SERVICE}/"
