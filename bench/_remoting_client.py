@@ -1,5 +1,6 @@
-"""A small trio remoting client for the benchmarks: pipelined SEND_MESSAGE_V2 and PULL_MESSAGE,
-plus the helpers that run mqproxy in a subprocess and read its CPU time and peak RSS.
+"""The benchmarks' one remoting client (trio): pipelined SEND_MESSAGE_V2 and PULL_MESSAGE, oneway sends,
+the SEND_MESSAGE_V2 request builder, plus the helpers that run mqproxy in a subprocess and read its CPU
+time and peak RSS.
 
 Frames are built with :func:`mqproxy.codecs.remoting.encode_command` and read with
 :class:`~mqproxy.codecs.remoting.FrameDecoder`; responses are matched to requests by opaque, so any
@@ -27,7 +28,7 @@ from pathlib import Path
 import trio
 
 from mqproxy.codecs.message_record import DecodedRecord, decode_records, encode_properties
-from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "cpu_seconds",
     "open_client",
     "peak_rss_kib",
+    "send_message_command",
     "start_proxy",
 ]
 
@@ -46,6 +48,36 @@ __all__ = [
 CLIENT_VERSION = 413
 PULL_FLAG_SUBSCRIPTION = 0x4
 _RECEIVE_BYTES = 256 * 1024
+
+
+def send_message_command(
+    group: str,
+    topic: str,
+    body: bytes,
+    *,
+    queue_id: int,
+    properties: dict[str, str],
+    queue_nums: int = 4,
+    sys_flag: int = 0,
+) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 request as a Java producer builds it (``TBW102`` the auto-create template)."""
+    ext = {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": str(queue_nums),
+        "e": str(queue_id),
+        "f": str(sys_flag),
+        "g": str(time.time_ns() // 1_000_000),
+        "h": "0",
+        "i": encode_properties(properties),
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    return RemotingCommand(
+        code=RequestCode.SEND_MESSAGE_V2, version=CLIENT_VERSION, ext_fields=ext, body=body
+    )
 
 
 class ConnectionLost(Exception):
@@ -121,6 +153,13 @@ class RemotingClient:
             raise ConnectionLost("connection closed before the response")
         return slot.response
 
+    async def oneway(self, command: RemotingCommand) -> None:
+        """Send ``command`` flagged oneway (its opaque is assigned here); nothing answers it."""
+        command.flag |= FLAG_ONEWAY
+        command.opaque = next(self._opaques) & 0x7FFFFFFF
+        async with self._send_lock:
+            await self._stream.send_all(encode_command(command))
+
     def new_uniq_key(self) -> str:
         """A 32-hex-digit ``UNIQ_KEY`` unique within this process (Java layout length, random host part)."""
         return f"{self._uniq_prefix}{next(self._uniq_counter) & 0xFFFFFFFF:08X}"
@@ -134,25 +173,14 @@ class RemotingClient:
         uniq_key: str | None = None,
         tags: str = "bench",
         queue_nums: int = 4,
+        properties: dict[str, str] | None = None,
     ) -> SendAck:
-        """SEND_MESSAGE_V2 as a Java producer sends it (auto-creates ``topic`` with ``queue_nums``)."""
-        properties = {"UNIQ_KEY": uniq_key or self.new_uniq_key(), "WAIT": "true", "TAGS": tags}
-        ext = {
-            "a": self._group,
-            "b": topic,
-            "c": "TBW102",
-            "d": str(queue_nums),
-            "e": str(queue_id),
-            "f": "0",
-            "g": str(time.time_ns() // 1_000_000),
-            "h": "0",
-            "i": encode_properties(properties),
-            "j": "0",
-            "k": "false",
-            "m": "false",
-        }
-        command = RemotingCommand(
-            code=RequestCode.SEND_MESSAGE_V2, version=CLIENT_VERSION, ext_fields=ext, body=body
+        """SEND_MESSAGE_V2 as a Java producer sends it (auto-creates ``topic`` with ``queue_nums``);
+        ``properties`` are added to the message's own (``UNIQ_KEY``, ``WAIT``, ``TAGS``)."""
+        props = {"UNIQ_KEY": uniq_key or self.new_uniq_key(), "WAIT": "true", "TAGS": tags}
+        props.update(properties or {})
+        command = send_message_command(
+            self._group, topic, body, queue_id=queue_id, properties=props, queue_nums=queue_nums
         )
         response = await self.request(command)
         fields = response.ext_fields
@@ -222,11 +250,16 @@ class RemotingClient:
 
 @asynccontextmanager
 async def open_client(
-    port: int, *, host: str = "127.0.0.1", group: str = "bench"
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    group: str = "bench",
+    on_request: Callable[[RemotingCommand], None] | None = None,
 ) -> AsyncIterator[RemotingClient]:
-    """Connect, run the response reader, and close on exit (outstanding requests get ConnectionLost)."""
+    """Connect, run the response reader, and close on exit (outstanding requests get ConnectionLost).
+    Requests the server sends (e.g. CHECK_TRANSACTION_STATE) go to ``on_request``."""
     stream = await trio.open_tcp_stream(host, port)
-    client = RemotingClient(stream, group)
+    client = RemotingClient(stream, group, on_request)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(client._read_loop)

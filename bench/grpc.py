@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,15 +42,17 @@ import h2.events
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _figures import percentile, uptime
 from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_framing import encode_message
 from mqproxy.codecs.remoting_codes import ResponseCode
 
 PATH_PREFIX = f"/{pb.SERVICE}/"
+_MESSAGE_PREFIX = struct.Struct(">BI")  # reading the responses
 REMOTING_QUEUES = 4
 _RECEIVE_BYTES = 256 * 1024
-_MESSAGE_PREFIX = struct.Struct(">BI")
 
 
 class CallFailed(Exception):
@@ -109,7 +109,7 @@ class GrpcClient:
             ("x-mq-protocol", "GRPC_V2"),
         ]
         payload = request.SerializeToString()
-        framed = _MESSAGE_PREFIX.pack(0, len(payload)) + payload
+        framed = encode_message(payload)
         self._h2.send_headers(sid, headers)
         body = bytearray()
         status: str | None = None
@@ -171,14 +171,6 @@ class Case:
     latencies: list[float]
     client_cpu: float = 0.0
     server_cpu: float = 0.0
-
-
-def _pct(values: list[float], q: int) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 async def _run_workers(case: Case, pid: int, workers: list[Callable[[], Awaitable[None]]]) -> Case:
@@ -356,7 +348,8 @@ def _print(case: Case, body: int) -> None:
     failed = f"  FAILED {case.failed}" if case.failed else ""
     print(
         f"{case.kind:4} {case.protocol:8} {body:5d} B {case.clients:2d} cli  {rate:8.0f} msgs/s"
-        f"  p50 {_pct(case.latencies, 50) * 1e3:7.2f} ms  p99 {_pct(case.latencies, 99) * 1e3:7.2f} ms"
+        f"  p50 {percentile(case.latencies, 50) * 1e3:7.2f} ms"
+        f"  p99 {percentile(case.latencies, 99) * 1e3:7.2f} ms"
         f" per {unit:11}  n={case.messages:<6d}"
         f" cpu client {case.client_cpu:4.0%} server {case.server_cpu:4.0%}"
         f"{failed}",
@@ -384,14 +377,6 @@ async def _bench(port: int, pid: int, args: argparse.Namespace) -> list[Case]:
     return cases
 
 
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        load = os.getloadavg()
-        return f"load average: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}"
-
-
 def _int_list(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
@@ -413,7 +398,7 @@ def main() -> int:
         f"store.flush={args.flush}",
         flush=True,
     )
-    print(f"uptime before: {_uptime()}", flush=True)
+    print(f"uptime before: {uptime()}", flush=True)
     failed = False
     with tempfile.TemporaryDirectory(prefix="mqproxy-bench-grpc-") as tmp:
         root = Path(tmp)
@@ -424,7 +409,7 @@ def main() -> int:
             print(f"peak RSS mqproxy {peak_rss_kib(proxy.pid) / 1024:.1f} MiB (VmHWM)", flush=True)
         finally:
             proxy.stop()
-    print(f"uptime after: {_uptime()}", flush=True)
+    print(f"uptime after: {uptime()}", flush=True)
     return 1 if failed else 0
 
 

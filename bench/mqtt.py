@@ -2,7 +2,9 @@
 
 Every broker runs in its own process on 127.0.0.1 and is driven by ``bench/_mqtt_load.py`` (raw trio
 sockets, the project's sans-IO MQTT codec, MQTT 3.1.1, 64-byte payloads) in this process, except the
-fan-out subscribers, which a child process counts (``SubscriberPool``, one epoll loop over plain sockets):
+fan-out subscribers, which a child process counts (``SubscriberPool``, ``bench/_mqtt_pool.py``: one
+epoll loop over plain sockets). Brokers: ``bench/_mqtt_brokers.py``; ladders: ``bench/_mqtt_ladder.py``;
+the LMQ case: ``bench/_mqtt_lmq.py``.
 
 * ``fan-in``: 10 publishers → 1 subscriber on one topic, QoS 0 and QoS 1, rate ladder (below).
 * ``fan-out``: 1 publisher → ``--fan-out`` (100) QoS 0 subscribers of one topic, rate ladder; figure =
@@ -46,415 +48,36 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trio.lowlevel
-from _mqtt_load import (
-    ByteCountingSubscriber,
-    LoadError,
-    MqttClient,
-    ParsingSubscriber,
-    Publisher,
-    SubscriberPool,
-    connect,
-    publish_size,
+from _mqtt_brokers import (
+    Broker,
+    pct,
+    peak_rss_bytes,
+    poll_until,
+    read_cache_counts,
+    rss_bytes,
+    start_amqtt,
+    start_mosquitto,
+    start_mqproxy,
+    wait_quiet,
 )
-from _remoting_client import CLIENT_VERSION, RemotingClient, cpu_seconds, open_client, start_proxy
+from _mqtt_ladder import PAYLOAD, ladder
+from _mqtt_lmq import lmq_case
+from _mqtt_load import LoadError, MqttClient, ParsingSubscriber, Publisher, connect
 
-from mqproxy.codecs.message_record import encode_properties
-from mqproxy.codecs.remoting import RemotingCommand
-from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-
-ROOT = Path(__file__).resolve().parent.parent
-AMQTT = ROOT / ".clients" / "amqtt" / "bin" / "amqtt"
-PAYLOAD = 64
 FAN_IN_PUBLISHERS = 10
 FAN_OUT_SUBSCRIBERS = 100
-LMQS_PER_MESSAGE = 100
 CONNECTS_IN_FLIGHT = 100
 CONNS_PER_SOURCE = 25_000  # below the ~28k ephemeral ports of one source address
 FD_RESERVE = 256  # descriptors kept free for /proc reads, logs and the ladder clients
-
-
-@dataclass(slots=True)
-class Broker:
-    name: str
-    port: int
-    pid: int
-    stop: Callable[[], None]
-
-
-def rss_bytes(pid: int) -> int:
-    """Current resident set size (VmRSS) of ``pid`` in bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return -1
-
-
-class CpuMeter:
-    """CPU share (1.0 = one core) of this process, of an optional generator child ``helper`` and of the
-    broker ``pid`` between :meth:`mark` and :meth:`read`."""
-
-    def __init__(self, pid: int, helper: int | None = None) -> None:
-        self.pid, self.helper = pid, helper
-        self.mark()
-
-    def mark(self) -> None:
-        self._wall, self._client = time.monotonic(), time.process_time()
-        self._server, self._helper = cpu_seconds(self.pid), self._helper_seconds()
-
-    def read(self) -> tuple[float, float, float]:
-        """(this process, helper — 0.0 without one, broker)."""
-        wall = max(time.monotonic() - self._wall, 1e-9)
-        return (
-            (time.process_time() - self._client) / wall,
-            (self._helper_seconds() - self._helper) / wall,
-            (cpu_seconds(self.pid) - self._server) / wall,
-        )
-
-    def _helper_seconds(self) -> float:
-        return cpu_seconds(self.helper) if self.helper is not None else 0.0
-
-
-async def wait_quiet(pid: int, limit_s: float = 5.0) -> None:
-    """Wait until the broker's CPU over 0.25 s is below 5 % (at most ``limit_s``)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        before = cpu_seconds(pid)
-        await trio.sleep(0.25)
-        if cpu_seconds(pid) - before < 0.0125:
-            return
-
-
-async def poll_until(done: Callable[[], bool], timeout_s: float) -> None:
-    """Return once ``done()`` holds or after ``timeout_s`` (counters are bumped per packet by many tasks;
-    polling every 20 ms is cheaper than an event per packet)."""
-    deadline = time.monotonic() + timeout_s
-    while not done() and time.monotonic() < deadline:  # noqa: ASYNC110
-        await trio.sleep(0.02)
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
-
-
-def free_port() -> int:
-    """A loopback port free right now (for peers that cannot report the port they bound)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(proc: subprocess.Popen[bytes], port: int, name: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port}")
-
-
-def _stopper(proc: subprocess.Popen[bytes]) -> Callable[[], None]:
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    return stop
-
-
-def find_mosquitto() -> str | None:
-    return shutil.which("mosquitto") or next(
-        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.access(p, os.X_OK)), None
-    )
-
-
-def start_mosquitto(tmp: Path) -> Broker:
-    binary = find_mosquitto()
-    if binary is None:
-        raise FileNotFoundError("mosquitto not installed (scripts/setup-bench-peers.sh)")
-    port = free_port()
-    conf = tmp / "mosquitto_bench.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n")
-    log = (tmp / "mosquitto.log").open("wb")
-    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
-    wait_listening(proc, port, "mosquitto")
-    return Broker("mosquitto", port, proc.pid, _stopper(proc))
-
-
-def start_amqtt(tmp: Path) -> Broker:
-    if not os.access(AMQTT, os.X_OK):
-        raise FileNotFoundError("amqtt not installed in .clients/amqtt (scripts/setup-bench-peers.sh)")
-    port = free_port()
-    conf = tmp / "amqtt_bench.yaml"
-    conf.write_text(
-        "listeners:\n  default:\n    type: tcp\n"
-        f"    bind: 127.0.0.1:{port}\n"
-        "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n    allow_anonymous: true\n"
-    )
-    log = (tmp / "amqtt.log").open("wb")
-    proc = subprocess.Popen([str(AMQTT), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
-    wait_listening(proc, port, "amqtt")
-    return Broker("amqtt", port, proc.pid, _stopper(proc))
-
-
-def start_mqproxy(tmp: Path, name: str = "mqproxy") -> Broker:
-    proxy = start_proxy(tmp / f"data-{name}", tmp / f"{name}.log", flush="async")
-    return Broker(name, proxy.port, proxy.pid, proxy.stop)
-
-
-# --- rate ladders ----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Step:
-    offered: float  # publishes/s, all publishers together
-    publishers: int
-    fan_out: int  # deliveries per publish
-    seconds: float  # measured window
-    published_n: int  # publishes in the measured window
-    delivered_n: int  # deliveries in the measured window
-    loss: float  # 1 - deliveries / (publishes x fan_out) after the drain: dropped or still queued
-    client_cpu: float
-    pool_cpu: float | None  # the subscriber pool process, None without one
-    server_cpu: float
-    latencies: list[float]
-    note: str = ""
-    setup_s: float = 0.0  # seconds the subscriber pool took to subscribe everyone
-
-    @property
-    def achieved(self) -> float:
-        return self.published_n / self.seconds
-
-    @property
-    def delivered(self) -> float:
-        return self.delivered_n / self.seconds
-
-    @property
-    def server_us_per_delivery(self) -> float:
-        """Broker CPU per delivery: stable across machine load, unlike the rates."""
-        return self.server_cpu * self.seconds / self.delivered_n * 1e6 if self.delivered_n else float("nan")
-
-    @property
-    def sustained(self) -> bool:
-        """The criteria of the module text, with one message per publisher of rounding slack at low rates."""
-        return (
-            not self.note
-            and self.published_n >= 0.95 * self.offered * self.seconds - self.publishers
-            and self.delivered_n >= 0.95 * self.published_n * self.fan_out - self.publishers * self.fan_out
-            and self.loss <= 0.01
-        )
-
-
-async def _ladder_step(
-    broker: Broker,
-    args: argparse.Namespace,
-    *,
-    qos: int,
-    publishers: int,
-    subscribers: int,
-    rate: float,
-    tag: str,
-    pooled: bool = False,
-) -> Step:
-    """One step: fresh clients on a fresh topic, publish ``rate`` msgs/s in total, count deliveries.
-
-    ``pooled`` (QoS 0 only): the subscribers live in a :class:`SubscriberPool` child process."""
-    if pooled and qos:
-        raise ValueError("the subscriber pool counts QoS 0 deliveries only")
-    topic = f"bench/{tag}"
-    await wait_quiet(broker.pid)
-    clients: list[MqttClient] = []
-    pool: SubscriberPool | None = None
-    try:
-        subs: list[ByteCountingSubscriber | ParsingSubscriber] = []
-        if pooled:
-            pool = SubscriberPool(
-                broker.port, topic, subscribers, publish_size(topic, PAYLOAD, 0), f"{tag}-s"
-            )
-            await pool.start()
-            await wait_quiet(broker.pid)  # thousands of fresh sessions: let the broker settle first
-        else:
-            for i in range(subscribers):
-                client = await connect(broker.port, f"{tag}-s{i}")
-                clients.append(client)
-                await client.subscribe(topic, qos)
-                if qos == 0:
-                    subs.append(ByteCountingSubscriber(client, publish_size(topic, PAYLOAD, 0)))
-                else:
-                    subs.append(ParsingSubscriber(client, record=True))
-        pubs = []
-        for i in range(publishers):
-            client = await connect(broker.port, f"{tag}-p{i}")
-            clients.append(client)
-            pubs.append(Publisher(client, topic, qos=qos, rate=rate / publishers, stamp=qos == 1))
-
-        def delivered() -> int:
-            return sum(s.received for s in subs) + (pool.received if pool is not None else 0)
-
-        def published() -> int:
-            return sum(p.sent for p in pubs)
-
-        cpu = CpuMeter(broker.pid, pool.pid if pool is not None else None)
-        window: dict[str, float] = {}
-        notes: list[str] = []
-        async with trio.open_nursery() as nursery:
-            for sub in subs:
-                nursery.start_soon(sub.run)
-            if qos:
-                for pub in pubs:
-                    nursery.start_soon(pub.read_acks)
-            async with trio.open_nursery() as publishing:
-                for pub in pubs:
-                    publishing.start_soon(pub.run, args.warmup + args.seconds)
-                await trio.sleep(args.warmup)
-                window["p0"], window["d0"] = published(), delivered()
-                lat_start = [len(s.latencies) if isinstance(s, ParsingSubscriber) else 0 for s in subs]
-                cpu.mark()
-                await trio.sleep(args.seconds)
-                window["p1"], window["d1"] = published(), delivered()
-                client_cpu, pool_cpu, server_cpu = cpu.read()
-            total = published() * subscribers
-            await poll_until(lambda: delivered() >= total, args.drain)
-            nursery.cancel_scope.cancel()
-        if pool is not None:
-            await pool.aclose()  # makes its counts exact
-            if pool.disconnected:
-                notes.append(f"{pool.disconnected} subscribers disconnected by the broker")
-        counters = [s for s in subs if isinstance(s, ByteCountingSubscriber)]
-        if not all(s.aligned for s in counters) or (pool is not None and not pool.aligned):
-            notes.append("byte count not a multiple of the PUBLISH size")
-        latencies: list[float] = []
-        for sub, start in zip(subs, lat_start, strict=True):
-            if isinstance(sub, ParsingSubscriber):
-                latencies.extend(sub.latencies[start:])
-        loss = 1 - delivered() / total if total else 1.0
-        return Step(
-            rate,
-            publishers,
-            subscribers,
-            args.seconds,
-            int(window["p1"] - window["p0"]),
-            int(window["d1"] - window["d0"]),
-            max(loss, 0.0),
-            client_cpu,
-            pool_cpu if pool is not None else None,
-            server_cpu,
-            latencies,
-            "; ".join(notes),
-            pool.setup_s if pool is not None else 0.0,
-        )
-    except LoadError as exc:
-        return Step(
-            rate, publishers, subscribers, args.seconds, 0, 0, 1.0, 0, None, 0, [], f"load error: {exc}"
-        )
-    finally:
-        for client in clients:
-            await client.aclose()
-        if pool is not None:
-            await pool.aclose()
-
-
-def _gen_cpu(step: Step) -> str:
-    """Generator CPU: this process, plus the subscriber pool process when the step had one."""
-    pool = f" + pool {step.pool_cpu:4.0%}" if step.pool_cpu is not None else ""
-    return f"{step.client_cpu:4.0%}{pool}"
-
-
-def _print_step(broker: str, case: str, step: Step) -> None:
-    lat = (
-        f"  p50 {pct(step.latencies, 50) * 1e3:7.2f} ms p99 {pct(step.latencies, 99) * 1e3:7.2f} ms"
-        if step.latencies
-        else ""
-    )
-    verdict = "ok  " if step.sustained else "FAIL"
-    setup = f"  (subscribed in {step.setup_s:.1f} s)" if step.setup_s else ""
-    print(
-        f"  step {broker:9} {case:21} offered {step.offered:8.0f} pub/s published {step.achieved:8.0f} pub/s"
-        f" delivered {step.delivered:9.0f}/s"
-        f" missing {step.loss:6.2%}{lat}  cpu gen {_gen_cpu(step)} broker {step.server_cpu:4.0%}"
-        f"  {verdict}{setup}{'  ' + step.note if step.note else ''}",
-        flush=True,
-    )
-
-
-async def ladder(
-    broker: Broker,
-    args: argparse.Namespace,
-    case: str,
-    *,
-    qos: int,
-    publishers: int,
-    subscribers: int,
-    rates: list[float],
-    unit: str,
-    pooled: bool = False,
-) -> None:
-    best: Step | None = None
-    failed: Step | None = None
-    for index, rate in enumerate(rates):
-        step = await _ladder_step(
-            broker,
-            args,
-            qos=qos,
-            publishers=publishers,
-            subscribers=subscribers,
-            rate=rate,
-            tag=f"{case.replace(' ', '')}{index}",
-            pooled=pooled,
-        )
-        if args.verbose:
-            _print_step(broker.name, case, step)
-        if not step.sustained:
-            failed = step
-            break
-        best = step
-    if best is None:
-        head = f"{'-':>10} {unit} (lowest step {rates[0]:.0f} pub/s not sustained)"
-    else:
-        lat = (
-            f"  p50 {pct(best.latencies, 50) * 1e3:.2f} ms p99 {pct(best.latencies, 99) * 1e3:.2f} ms"
-            if best.latencies
-            else ""
-        )
-        head = (
-            f"{best.delivered:10.0f} {unit} (step {best.offered:.0f} pub/s{lat}; broker cpu "
-            f"{best.server_cpu:.0%} = {best.server_us_per_delivery:.0f} us/delivery, generator cpu "
-            f"{_gen_cpu(best)})"
-        )
-    tail = (
-        "; ladder top reached"
-        if failed is None
-        else f"; next step {failed.offered:.0f} pub/s offered → published {failed.achieved:.0f} pub/s,"
-        f" delivered {failed.delivered:.0f}/s, missing after drain {failed.loss:.1%}"
-        + (f", {failed.note}" if failed.note else "")
-    )
-    print(f"{case:22} {broker.name:9} max sustained {head}{tail}", flush=True)
 
 
 # --- latency ---------------------------------------------------------------------------------------
@@ -578,138 +201,6 @@ def _mem_available() -> int:
     return 1 << 34
 
 
-# --- light message queues (mqproxy only) ------------------------------------------------------------
-
-
-async def _send(client: RemotingClient, topic: str, body: bytes, lmqs: list[str]) -> None:
-    properties = {"UNIQ_KEY": client.new_uniq_key(), "WAIT": "true", "TAGS": "bench"}
-    if lmqs:
-        properties["INNER_MULTI_DISPATCH"] = ",".join(lmqs)
-    ext = {
-        "a": "bench",
-        "b": topic,
-        "c": "TBW102",
-        "d": "4",
-        "e": "0",
-        "f": "0",
-        "g": str(time.time_ns() // 1_000_000),
-        "h": "0",
-        "i": encode_properties(properties),
-        "j": "0",
-        "k": "false",
-        "m": "false",
-    }
-    command = RemotingCommand(
-        code=RequestCode.SEND_MESSAGE_V2, version=CLIENT_VERSION, ext_fields=ext, body=body
-    )
-    response = await client.request(command)
-    if response.code != ResponseCode.SUCCESS:
-        raise RuntimeError(f"send failed: {response.code} {response.remark}")
-
-
-async def _send_many(port: int, messages: int, lmqs_for: Callable[[int], list[str]], producers: int) -> float:
-    """Send ``messages`` over ``producers`` connections (one send in flight each); return elapsed s."""
-    body = bytes(PAYLOAD)
-    todo = iter(range(messages))
-
-    async def producer() -> None:
-        async with open_client(port) as client:
-            for i in todo:
-                await _send(client, "LmqBench", body, lmqs_for(i))
-
-    started = time.monotonic()
-    async with trio.open_nursery() as nursery:
-        for _ in range(producers):
-            nursery.start_soon(producer)
-    return time.monotonic() - started
-
-
-def _dir_bytes(path: Path) -> int:
-    total = 0
-    for entry in path.rglob("*"):
-        if entry.is_file():
-            total += entry.stat().st_blocks * 512
-    return total
-
-
-async def lmq_case(broker: Broker, data_dir: Path, args: argparse.Namespace) -> None:
-    count = args.lmqs
-    messages = max(1, count // LMQS_PER_MESSAGE)
-
-    def new_lmqs(i: int) -> list[str]:
-        return [f"%LMQ%bench{i * LMQS_PER_MESSAGE + k}" for k in range(LMQS_PER_MESSAGE)]
-
-    def no_lmqs(i: int) -> list[str]:
-        return []
-
-    def old_lmqs(i: int) -> list[str]:
-        return new_lmqs(i % messages)
-
-    baseline_n = min(messages, args.lmq_baseline)
-    await _send_many(broker.port, 50, no_lmqs, 4)  # warm-up: creates the topic
-    cpu = CpuMeter(broker.pid)
-    plain_s = await _send_many(broker.port, baseline_n, no_lmqs, args.lmq_producers)
-    _, _, plain_cpu = cpu.read()
-    print(
-        f"{'lmq baseline':22} {broker.name:9} plain send (no dispatch): {baseline_n / plain_s:7.0f} msgs/s"
-        f"  broker cpu {plain_cpu:.0%} = {plain_cpu * plain_s / baseline_n * 1e6:.0f} us/msg",
-        flush=True,
-    )
-    await wait_quiet(broker.pid)
-    rss0, disk0, index0 = rss_bytes(broker.pid), _dir_bytes(data_dir), _dir_bytes(data_dir / "index")
-    log0 = _dir_bytes(data_dir / "commitlog")
-    cpu.mark()
-    create_s = await _send_many(broker.port, messages, new_lmqs, args.lmq_producers)
-    _, _, create_cpu = cpu.read()
-    await trio.sleep(1.0)  # let async flush land before measuring the store
-    rss1, disk1, index1 = rss_bytes(broker.pid), _dir_bytes(data_dir), _dir_bytes(data_dir / "index")
-    log1 = _dir_bytes(data_dir / "commitlog")
-    created = messages * LMQS_PER_MESSAGE
-    print(
-        f"{'lmq create ' + str(created):22} {broker.name:9} {messages} msgs x {LMQS_PER_MESSAGE} new LMQs:"
-        f" {messages / create_s:7.0f} msgs/s = {created / create_s:8.0f} LMQ dispatches/s"
-        f" (broker cpu {create_cpu:.0%} = {create_cpu * create_s / messages * 1e6:.0f} us/msg)",
-        flush=True,
-    )
-    print(
-        f"{'lmq memory ' + str(created):22} {broker.name:9} RSS {rss0 / 2**20:.1f} → {rss1 / 2**20:.1f} MiB ="
-        f" {(rss1 - rss0) / created:6.1f} B/LMQ; store {disk0 / 2**20:.1f} → {disk1 / 2**20:.1f} MiB ="
-        f" {(disk1 - disk0) / created:6.1f} B/LMQ (LMDB index {(index1 - index0) / created:.1f} B/LMQ;"
-        f" commit log +{(log1 - log0) / 2**20:.1f} MiB for the {messages} messages and their dispatch lists)",
-        flush=True,
-    )
-    again = min(messages, args.lmq_baseline)
-    await wait_quiet(broker.pid)
-    cpu.mark()
-    again_s = await _send_many(broker.port, again, old_lmqs, args.lmq_producers)
-    _, _, again_cpu = cpu.read()
-    print(
-        f"{'lmq dispatch existing':22} {broker.name:9} {again} msgs x {LMQS_PER_MESSAGE} existing LMQs:"
-        f" {again / again_s:7.0f} msgs/s = {again * LMQS_PER_MESSAGE / again_s:8.0f} LMQ dispatches/s"
-        f" (broker cpu {again_cpu:.0%} = {again_cpu * again_s / again * 1e6:.0f} us/msg)",
-        flush=True,
-    )
-
-
-async def read_cache_counts(broker: Broker) -> dict[str, float]:
-    """mqproxy's ``mqproxy_mqtt_read_cache_requests_total`` by result, and ``pushed`` (push-hub
-    deliveries, ``mqproxy_mqtt_pushed_deliveries_total``), scraped from ``/metrics``."""
-    stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
-    async with stream:
-        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-        chunks = []
-        while data := await stream.receive_some(65536):
-            chunks.append(data)
-    counts = dict.fromkeys(("hit", "coalesced", "miss", "bypass", "pushed"), 0.0)
-    for line in b"".join(chunks).decode().splitlines():
-        if line.startswith("mqproxy_mqtt_read_cache_requests_total{"):
-            result = line.split('result="', 1)[1].split('"', 1)[0]
-            counts[result] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("mqproxy_mqtt_pushed_deliveries_total "):
-            counts["pushed"] = float(line.rsplit(" ", 1)[1])
-    return counts
-
-
 # --- driver ----------------------------------------------------------------------------------------
 
 
@@ -732,26 +223,17 @@ def raise_fd_limit(wanted: int) -> int:
 
 async def bench_broker(broker: Broker, args: argparse.Namespace) -> None:
     if "fan-in" in args.cases:
-        await ladder(
-            broker,
-            args,
-            "fan-in QoS 0 (10→1)",
-            qos=0,
-            publishers=FAN_IN_PUBLISHERS,
-            subscribers=1,
-            rates=args.rates_qos0,
-            unit="msgs/s",
-        )
-        await ladder(
-            broker,
-            args,
-            "fan-in QoS 1 (10→1)",
-            qos=1,
-            publishers=FAN_IN_PUBLISHERS,
-            subscribers=1,
-            rates=args.rates_qos1,
-            unit="msgs/s",
-        )
+        for qos, rates in ((0, args.rates_qos0), (1, args.rates_qos1)):
+            await ladder(
+                broker,
+                args,
+                f"fan-in QoS {qos} (10→1)",
+                qos=qos,
+                publishers=FAN_IN_PUBLISHERS,
+                subscribers=1,
+                rates=rates,
+                unit="msgs/s",
+            )
     if "fan-out" in args.cases:
         before = await read_cache_counts(broker) if broker.name == "mqproxy" else None
         await ladder(
@@ -854,7 +336,10 @@ def main() -> int:
                     continue
                 try:
                     trio.run(bench_broker, broker, args)
-                    print(f"{'peak RSS':22} {broker.name:9} {_hwm(broker.pid) / 2**20:8.1f} MiB", flush=True)
+                    print(
+                        f"{'peak RSS':22} {broker.name:9} {peak_rss_bytes(broker.pid) / 2**20:8.1f} MiB",
+                        flush=True,
+                    )
                 finally:
                     broker.stop()
             if name == "mqproxy" and "lmq" in args.cases:
@@ -866,14 +351,6 @@ def main() -> int:
     load = os.getloadavg()
     print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     return 0
-
-
-def _hwm(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return -1
 
 
 if __name__ == "__main__":

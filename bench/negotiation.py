@@ -15,15 +15,22 @@ import argparse
 import json
 import os
 import ssl
-import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import h2.config
+import h2.connection
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _figures import percentile
+
+from mqproxy.codecs.mqtt import Connect, encode
+from mqproxy.codecs.remoting import RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode
 
 ECHO_SERVER = """
 import sys, trio
@@ -43,17 +50,17 @@ trio.run(main)
 
 
 def _remoting_route_request() -> bytes:
-    header = json.dumps(
-        {
-            "code": 105,
-            "language": "JAVA",
-            "version": 401,
-            "opaque": 1,
-            "flag": 0,
-            "extFields": {"topic": "BenchTopic"},
-        }
-    ).encode()
-    return struct.pack(">ii", 4 + len(header), len(header)) + header
+    command = RemotingCommand(
+        code=RequestCode.GET_ROUTEINFO_BY_TOPIC, version=401, opaque=1, ext_fields={"topic": "BenchTopic"}
+    )
+    return encode_command(command)
+
+
+def _grpc_preface() -> bytes:
+    """The client connection preface and first SETTINGS of an h2c gRPC client."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    return conn.data_to_send()
 
 
 def _proxy_v1(inner: bytes) -> bytes:
@@ -63,8 +70,8 @@ def _proxy_v1(inner: bytes) -> bytes:
 HTTP_GET = b"GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
 PAYLOADS: dict[str, bytes] = {
     "remoting": _remoting_route_request(),
-    "mqtt": b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev1",
-    "grpc": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+    "mqtt": encode(Connect("dev1", keep_alive=60), 4),
+    "grpc": _grpc_preface(),
     "http": HTTP_GET,
     "proxy+http": _proxy_v1(HTTP_GET),
 }
@@ -108,12 +115,6 @@ async def _drive(
         for _ in range(concurrency):
             nursery.start_soon(worker)
     return n / (time.perf_counter() - started), latencies
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
 def _start_proxy(workdir: Path, cert: tuple[str, str] | None) -> tuple[subprocess.Popen[bytes], int, Path]:
@@ -177,7 +178,15 @@ def main() -> None:
         try:
             rate, lat = trio.run(_drive, echo_port, HTTP_GET, args.connections, args.concurrency)
             rows.append(
-                ("baseline: trio echo", "-", rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None)
+                (
+                    "baseline: trio echo",
+                    "-",
+                    rate,
+                    percentile(lat, 50) * 1e3,
+                    percentile(lat, 99) * 1e3,
+                    None,
+                    None,
+                )
             )
             cases = [(name, payload, None) for name, payload in PAYLOADS.items()]
             cases.append(("tls+http", HTTP_GET, client_tls))
@@ -185,7 +194,15 @@ def main() -> None:
                 n = args.connections if tls is None else max(200, args.connections // 5)
                 rate, lat = trio.run(_drive, proxy_port, payload, n, args.concurrency, tls)
                 rows.append(
-                    (f"mqproxy: {name}", n, rate, _pct(lat, 50) * 1e3, _pct(lat, 99) * 1e3, None, None)
+                    (
+                        f"mqproxy: {name}",
+                        n,
+                        rate,
+                        percentile(lat, 50) * 1e3,
+                        percentile(lat, 99) * 1e3,
+                        None,
+                        None,
+                    )
                 )
         finally:
             proxy.terminate()
@@ -204,7 +221,7 @@ def main() -> None:
     print(f"{'sniff latency (server side)':28} {'count':>10} {'p50 ms':>20} {'p99 ms':>9}")
     for (proto, tls), values in sorted(sniff.items()):
         label = f"{proto}{' (tls)' if tls else ''}"
-        print(f"{label:28} {len(values):10d} {_pct(values, 50):20.3f} {_pct(values, 99):9.3f}")
+        print(f"{label:28} {len(values):10d} {percentile(values, 50):20.3f} {percentile(values, 99):9.3f}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _figures import percentile
 from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -133,14 +133,6 @@ class DrainCase:
     elapsed: float
     client_cpu: float
     server_cpu: float
-
-
-def _pct(values: list[float], q: int) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 async def _send_case(
@@ -259,7 +251,8 @@ def _print_send(case: SendCase) -> None:
     failed = f"  FAILED {case.failed}" if case.failed else ""
     print(
         f"send  {case.target:15} {case.body:6d} B {case.producers:4d} prod  {rate:9.0f} msgs/s {mb:8.2f} MB/s"
-        f"  p50 {_pct(case.latencies, 50) * 1e3:7.2f} ms  p99 {_pct(case.latencies, 99) * 1e3:7.2f} ms"
+        f"  p50 {percentile(case.latencies, 50) * 1e3:7.2f} ms"
+        f"  p99 {percentile(case.latencies, 99) * 1e3:7.2f} ms"
         f"  n={case.acked:<6d} cpu client {case.client_cpu:4.0%} server {case.server_cpu:4.0%}"
         f"  server {_per_msg(case.server_cpu, case.elapsed, case.acked):6.0f} us/msg{failed}",
         flush=True,

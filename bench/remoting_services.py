@@ -35,211 +35,38 @@ flush, default logging), each part compared in the same run with the plain send/
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _remoting_client import (
-    CLIENT_VERSION,
-    ConnectionLost,
-    ProxyProcess,
-    RemotingClient,
-    cpu_seconds,
-    start_proxy,
+from _figures import uptime
+from _remoting_client import ProxyProcess, RemotingClient, cpu_seconds, open_client, start_proxy
+from _services_load import (
+    BATCH,
+    BODY,
+    QUEUES,
+    SEND_CONNECTIONS,
+    Sent,
+    ack_command,
+    out,
+    pop_command,
+    preload,
+    send_batches,
+    send_many,
 )
+from _services_txn import check_back
 
-from mqproxy.codecs.message_record import (
-    BatchEntry,
-    decode_records,
-    encode_batch_body,
-    encode_properties,
-)
-from mqproxy.codecs.remoting import FLAG_ONEWAY, RemotingCommand, encode_command
-from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.codecs.message_record import decode_records
+from mqproxy.codecs.remoting_codes import ResponseCode
 
-QUEUES = 4
-BATCH = 32
-BODY = b"x" * 128
-#: Outstanding sends while preloading (spread over ``SEND_CONNECTIONS`` connections).
-SEND_WINDOW = 64
-SEND_CONNECTIONS = 4
-POP_INVISIBLE_MS = 60_000
 HIGHEST_DEFAULT_LEVEL = 18
-SYSFLAG_TRANSACTION_PREPARED = 0x4
-COMMIT = 8
-
-
-# --- a client that also takes requests from the server ---------------------------------------------
-
-
-class ServicesClient(RemotingClient):
-    """:class:`RemotingClient` plus oneway sends (server requests such as CHECK_TRANSACTION_STATE go to
-    ``on_request``)."""
-
-    async def oneway(self, command: RemotingCommand) -> None:
-        command.flag |= FLAG_ONEWAY
-        command.opaque = next(self._opaques) & 0x7FFFFFFF
-        async with self._send_lock:
-            await self._stream.send_all(encode_command(command))
-
-
-@asynccontextmanager
-async def connect(
-    port: int, group: str = "bench", on_request: Callable[[RemotingCommand], None] | None = None
-) -> AsyncIterator[ServicesClient]:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    client = ServicesClient(stream, group, on_request)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._read_loop)
-            try:
-                yield client
-            finally:
-                nursery.cancel_scope.cancel()
-    finally:
-        await trio.aclose_forcefully(stream)
-
-
-# --- requests ----------------------------------------------------------------------------------------
-
-
-def send_command(
-    group: str, topic: str, queue_id: int, properties: dict[str, str], sys_flag: int = 0
-) -> RemotingCommand:
-    ext = {
-        "a": group,
-        "b": topic,
-        "c": "TBW102",
-        "d": str(QUEUES),
-        "e": str(queue_id),
-        "f": str(sys_flag),
-        "g": str(time.time_ns() // 1_000_000),
-        "h": "0",
-        "i": encode_properties(properties),
-        "j": "0",
-        "k": "false",
-        "m": "false",
-    }
-    return RemotingCommand(
-        code=RequestCode.SEND_MESSAGE_V2, version=CLIENT_VERSION, ext_fields=ext, body=BODY
-    )
-
-
-def pop_command(group: str, topic: str) -> RemotingCommand:
-    ext = {
-        "consumerGroup": group,
-        "topic": topic,
-        "queueId": "-1",
-        "maxMsgNums": str(BATCH),
-        "invisibleTime": str(POP_INVISIBLE_MS),
-        "pollTime": "0",
-        "bornTime": str(time.time_ns() // 1_000_000),
-        "initMode": "0",
-        "expType": "TAG",
-        "exp": "*",
-        "order": "false",
-    }
-    return RemotingCommand(code=RequestCode.POP_MESSAGE, version=CLIENT_VERSION, ext_fields=ext)
-
-
-def ack_command(group: str, topic: str, queue_id: int, offset: int, receipt: str) -> RemotingCommand:
-    ext = {
-        "consumerGroup": group,
-        "topic": topic,
-        "queueId": str(queue_id),
-        "offset": str(offset),
-        "extraInfo": receipt,
-    }
-    return RemotingCommand(code=RequestCode.ACK_MESSAGE, version=CLIENT_VERSION, ext_fields=ext)
-
-
-@dataclass
-class Sent:
-    """Preload outcome: per-queue message counts, per-UNIQ_KEY ack time, elapsed seconds."""
-
-    per_queue: list[int]
-    acked_at: dict[str, float]
-    elapsed: float
-    failed: int = 0
-
-
-async def send_many(
-    clients: list[ServicesClient],
-    topic: str,
-    count: int,
-    *,
-    extra: dict[str, str] | Callable[[], dict[str, str]] | None = None,
-    sys_flag: int = 0,
-    key_prefix: str = "",
-) -> Sent:
-    """``count`` sends, ``SEND_WINDOW`` outstanding, round-robin over queues and connections; ``extra``
-    properties are added to each (a callable is called per message)."""
-    per_queue = [0] * QUEUES
-    acked_at: dict[str, float] = {}
-    failed = 0
-    indexes = iter(range(count))
-    prefix = key_prefix or os.urandom(8).hex().upper()
-
-    async def worker() -> None:
-        nonlocal failed
-        for i in indexes:
-            client = clients[i % len(clients)]
-            uniq = f"{prefix}{i:016X}"
-            more = extra() if callable(extra) else extra or {}
-            props = {"UNIQ_KEY": uniq, "WAIT": "true", "TAGS": "bench", **more}
-            response = await client.request(send_command("PGBench", topic, i % QUEUES, props, sys_flag))
-            if response.code != ResponseCode.SUCCESS:
-                failed += 1
-                continue
-            acked_at[uniq] = time.perf_counter()
-            per_queue[int(response.ext_fields.get("queueId", i % QUEUES))] += 1
-
-    start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for _ in range(SEND_WINDOW):
-            nursery.start_soon(worker)
-    return Sent(per_queue, acked_at, time.perf_counter() - start, failed)
-
-
-async def send_batches(clients: list[ServicesClient], topic: str, count: int) -> float:
-    """``count`` plain messages in SEND_BATCH_MESSAGE requests of ``BATCH``; returns seconds taken."""
-    starts = iter(range(0, count, BATCH))
-    prefix = os.urandom(8).hex().upper()
-
-    async def worker(client: ServicesClient) -> None:
-        for first in starts:
-            entries = [
-                BatchEntry(BODY, 0, {"UNIQ_KEY": f"{prefix}{i:016X}", "WAIT": "true", "TAGS": "bench"})
-                for i in range(first, min(first + BATCH, count))
-            ]
-            command = send_command("PGBench", topic, (first // BATCH) % QUEUES, {"WAIT": "true"})
-            command.code, command.body = RequestCode.SEND_BATCH_MESSAGE, encode_batch_body(entries)
-            response = await client.request(command)
-            if response.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"batch send refused: {response.code} {response.remark}")
-
-    start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for i in range(SEND_WINDOW // 4):
-            nursery.start_soon(worker, clients[i % len(clients)])
-    return time.perf_counter() - start
-
-
-async def preload(port: int, topic: str, count: int) -> Sent:
-    async with AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(connect(port)) for _ in range(SEND_CONNECTIONS)]
-        return await send_many(clients, topic, count)
 
 
 # --- figures -------------------------------------------------------------------------------------------
@@ -264,14 +91,6 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-
-
-def out(line: str) -> None:
-    print(line, flush=True)
-
-
 # --- pop vs pull ----------------------------------------------------------------------------------------
 
 
@@ -289,7 +108,7 @@ async def pull_case(port: int, topic: str, sent: Sent, consumers: int) -> tuple[
     drain = Drain()
 
     async def consumer(mine: list[tuple[int, int]]) -> None:
-        async with connect(port, group=f"GPull{consumers}") as client:
+        async with open_client(port, group=f"GPull{consumers}") as client:
             for queue_id, offset in mine:
                 t0 = time.perf_counter()
                 reply = await client.pull(topic, queue_id, offset, max_nums=BATCH, decode=False)
@@ -310,7 +129,7 @@ async def pop_case(port: int, topic: str, consumers: int) -> tuple[Drain, float]
     group = f"GPop{consumers}_{topic}"
     drain = Drain()
 
-    async def ack(client: ServicesClient, queue_id: int, offset: int, receipt: str) -> None:
+    async def ack(client: RemotingClient, queue_id: int, offset: int, receipt: str) -> None:
         t0 = time.perf_counter()
         response = await client.request(ack_command(group, topic, queue_id, offset, receipt))
         drain.acks.append(time.perf_counter() - t0)
@@ -320,7 +139,7 @@ async def pop_case(port: int, topic: str, consumers: int) -> tuple[Drain, float]
             drain.failed_acks += 1
 
     async def consumer() -> None:
-        async with connect(port, group=group) as client:
+        async with open_client(port, group=group) as client:
             while True:
                 t0 = time.perf_counter()
                 response = await client.request(pop_command(group, topic))
@@ -404,7 +223,7 @@ async def scheduled_case(args: argparse.Namespace, tmp: Path, kind: str) -> None
         if count:
             async with AsyncExitStack() as stack:
                 clients = [
-                    await stack.enter_async_context(connect(proxy.port)) for _ in range(SEND_CONNECTIONS)
+                    await stack.enter_async_context(open_client(proxy.port)) for _ in range(SEND_CONNECTIONS)
                 ]
                 if kind == "delayed":
                     elapsed = (await send_many(clients, topic, count, extra=extra)).elapsed
@@ -421,7 +240,7 @@ async def scheduled_case(args: argparse.Namespace, tmp: Path, kind: str) -> None
         restarted = rss_mib(proxy.pid)
         visible = 0
         if kind == "delayed" and count:
-            async with connect(proxy.port) as client:
+            async with open_client(proxy.port) as client:
                 for q in range(QUEUES):
                     reply = await client.pull(topic, q, 0, max_nums=BATCH, decode=False)
                     if reply.code == ResponseCode.SUCCESS:
@@ -436,119 +255,6 @@ async def scheduled_case(args: argparse.Namespace, tmp: Path, kind: str) -> None
             raise SystemExit(f"{visible} delayed messages were delivered before their time")
     finally:
         proxy.stop()
-
-
-# --- transaction check-back -------------------------------------------------------------------------
-
-
-def end_command(group: str, check: RemotingCommand) -> RemotingCommand:
-    ext = check.ext_fields
-    fields = {
-        "producerGroup": group,
-        "tranStateTableOffset": ext.get("tranStateTableOffset", "0"),
-        "commitLogOffset": ext.get("commitLogOffset", "0"),
-        "commitOrRollback": str(COMMIT),
-        "fromTransactionCheck": "true",
-        "msgId": ext.get("msgId", ""),
-        "transactionId": ext.get("transactionId", ""),
-    }
-    return RemotingCommand(code=RequestCode.END_TRANSACTION, version=CLIENT_VERSION, ext_fields=fields)
-
-
-async def check_back(args: argparse.Namespace, tmp: Path) -> None:
-    env = {
-        "MQPROXY_BROKER_TRANSACTION_TIMEOUT_S": "0",
-        "MQPROXY_BROKER_TRANSACTION_CHECK_INTERVAL_S": "60",
-    }
-    proxy = start_proxy(tmp / "txn-data", tmp / "txn.log", flush="async", extra_env=env)
-    group, topic = "PGTxnBench", "BTxn"
-    checks: dict[str, float] = {}
-    all_checked = trio.Event()
-    repeated = 0
-    send_end, receive_end = trio.open_memory_channel[RemotingCommand](math.inf)
-
-    def on_request(command: RemotingCommand) -> None:
-        nonlocal repeated
-        if command.code != RequestCode.CHECK_TRANSACTION_STATE:
-            return
-        uniq = command.ext_fields.get("msgId", "")
-        if uniq in checks:
-            repeated += 1
-        checks.setdefault(uniq, time.perf_counter())
-        if len(checks) >= args.checks:
-            all_checked.set()
-        send_end.send_nowait(command)
-
-    try:
-        async with connect(proxy.port, group=group, on_request=on_request) as producer:
-            body = json.dumps(
-                {
-                    "clientID": "127.0.0.1@bench",
-                    "producerDataSet": [{"groupName": group}],
-                    "consumerDataSet": [],
-                }
-            ).encode()
-            beat = await producer.request(
-                RemotingCommand(code=RequestCode.HEART_BEAT, version=CLIENT_VERSION, body=body)
-            )
-            if beat.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"heartbeat refused: {beat.code} {beat.remark}")
-
-            async def answer() -> None:
-                async for command in receive_end:
-                    await producer.oneway(end_command(group, command))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(answer)
-                plain = await send_many([producer], "BTxnBaseline", args.checks)
-                # every half message becomes due in the same second, after the sends (estimated from the
-                # plain sends, x3): per-message CHECK_IMMUNITY_TIME_IN_SECONDS, transaction timeout 0
-                due = time.perf_counter() + 3 * plain.elapsed + args.check_delay
-
-                def half_props() -> dict[str, str]:
-                    immunity = math.ceil(due - time.perf_counter())
-                    return {
-                        "TRAN_MSG": "true",
-                        "PGROUP": group,
-                        "CHECK_IMMUNITY_TIME_IN_SECONDS": str(immunity),
-                    }
-
-                halves = await send_many(
-                    [producer], topic, args.checks, extra=half_props, sys_flag=SYSFLAG_TRANSACTION_PREPARED
-                )
-                sent_done = time.perf_counter()
-                with trio.move_on_at(trio.current_time() + (due - sent_done) + 120):
-                    await all_checked.wait()
-                deadline = time.perf_counter() + 60
-                visible = 0
-                while visible < len(halves.acked_at) and time.perf_counter() < deadline:
-                    visible = 0
-                    for q in range(QUEUES):
-                        reply = await producer.pull(topic, q, 0, max_nums=1, decode=False)
-                        if reply.code == ResponseCode.SUCCESS:
-                            visible += reply.max_offset
-                    if visible < len(halves.acked_at):
-                        await trio.sleep(0.02)
-                all_visible = time.perf_counter()
-                nursery.cancel_scope.cancel()
-    except ConnectionLost as exc:
-        raise SystemExit(f"producer connection lost: {exc}") from None
-    finally:
-        proxy.stop()
-    times = sorted(checks.values())
-    span = times[-1] - times[0] if len(times) > 1 else float("nan")
-    out(
-        f"txn   send plain {args.checks} msgs {args.checks / plain.elapsed:.0f} msgs/s;"
-        f" send half {args.checks} msgs {args.checks / halves.elapsed:.0f} msgs/s"
-    )
-    out(
-        f"txn   check-back {len(checks)} checks in {span:.2f} s {len(checks) / span:.0f} checks/s"
-        f"  first {times[0] - due:+.2f} s last {times[-1] - due:+.2f} s from the due time"
-        f"  repeated {repeated}  all {visible} committed visible {all_visible - due:+.2f} s"
-        f"  (sends ended {sent_done - due:+.2f} s)"
-    )
-    if len(checks) != args.checks or visible != args.checks:
-        raise SystemExit(f"txn: {len(checks)} checked, {visible} committed of {args.checks}")
 
 
 # --- main -------------------------------------------------------------------------------------------------

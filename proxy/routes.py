@@ -17,7 +17,7 @@ from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
 from mqproxy.http import serve_http
 from mqproxy.mqtt.service import MqttService
 from mqproxy.negotiation import Detected, Protocol
-from mqproxy.remoting_route import remoting_service
+from mqproxy.remoting.service import RemotingService
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.handlers import ProtocolService
 
@@ -66,7 +66,7 @@ _ROUTES: dict[Protocol, Callable[[Protocols], ProtocolService]] = {
 def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
-        remoting=remoting_service(state),
+        remoting=RemotingService.from_settings(state.broker, state.settings, state.advertised),
         mqtt=state.registries.setdefault(  # TRANSITIONAL: remoting_route reaches MQTT dispatch there
             "mqtt", MqttService.from_settings(state.broker, state.settings, state.draining)
         ),

@@ -12,6 +12,7 @@ connections every remoting connection of the server shares.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import trio
 
@@ -43,6 +44,25 @@ class RemotingService:
         self.registry = ConnectionRegistry()
         self.ctx = dataclasses.replace(ctx, groups=self.registry)
         self.limits = ConnectionLimits() if limits is None else limits
+
+    @classmethod
+    def from_settings(
+        cls, broker: BrokerFacade, settings: Any, advertised: tuple[str, int]
+    ) -> RemotingService:
+        """The service for a server's ``settings`` (its ``remoting``, ``store`` and ``server`` sections),
+        advertising ``advertised`` in routes and message ids."""
+        ctx = ServerContext(
+            advertised_host=advertised[0],
+            advertised_port=advertised[1],
+            auto_create_topics=settings.store.auto_create_topics,
+            default_queue_count=settings.store.default_queue_count,
+            max_pull_batch=settings.remoting.max_pull_batch,
+            long_poll_max_s=settings.remoting.long_poll_max_s,
+        )
+        limits = ConnectionLimits(
+            max_frame_bytes=settings.remoting.max_frame_bytes, idle_timeout_s=settings.server.idle_timeout_s
+        )
+        return cls(broker, ctx, limits)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register the check-back sender; nothing else runs in the background."""

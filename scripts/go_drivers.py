@@ -3,7 +3,7 @@
 
 The Go module ``tests/e2e/go`` (``go.mod`` + ``go.sum`` committed) holds one ``main`` package per
 driver (``remoting``: rocketmq-client-go/v2, ``grpc5``: the RocketMQ 5 gRPC client). Binaries land in
-the cache folder outside git (``stock_rocketmq.CACHE / "go"``, i.e. ``$MQTEST_CACHE/go``), in a
+the cache folder outside git (``java_toolchain.CACHE / "go"``, i.e. ``$MQTEST_CACHE/go``), in a
 folder named by the hash of every source file and the Go version, so an edit or a new toolchain rebuilds
 and an unchanged tree builds nothing. Modules come from the Go module proxy into the usual module cache;
 ``-mod=readonly`` means a build never edits ``go.mod``/``go.sum``.
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stock_rocketmq import CACHE, _locked  # scripts/ is not a package
+from java_toolchain import CACHE, cache_lock  # scripts/ is not a package
 
 REPO = Path(__file__).resolve().parents[1]
 GO_SOURCES = REPO / "tests" / "e2e" / "go"
@@ -73,8 +73,14 @@ def _first_line(text: str) -> str:
     return lines[0][:300] if lines else "no output"
 
 
-_NETWORK_ERRORS = ("dial tcp", "no such host", "i/o timeout", "connection refused", "tls handshake timeout",
-                   "network is unreachable")
+_NETWORK_ERRORS = (
+    "dial tcp",
+    "no such host",
+    "i/o timeout",
+    "connection refused",
+    "tls handshake timeout",
+    "network is unreachable",
+)
 
 
 def _failure(output: str) -> str:
@@ -99,14 +105,21 @@ def build(name: str) -> Path:
     binary = out_dir / name
     if binary.exists():
         return binary
-    with _locked(out_dir / ".lock"):
+    with cache_lock(out_dir / ".lock"):
         if binary.exists():
             return binary
         env = dict(os.environ, GOFLAGS="-mod=readonly", CGO_ENABLED="0")
         partial = out_dir / f".{name}.partial"
         try:
-            done = subprocess.run([go, "build", "-trimpath", "-o", str(partial), f"./{name}"], cwd=GO_SOURCES,
-                                  env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False)
+            done = subprocess.run(
+                [go, "build", "-trimpath", "-o", str(partial), f"./{name}"],
+                cwd=GO_SOURCES,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise GoBuildError(f"go build ./{name} took over {BUILD_TIMEOUT:.0f} s") from exc
         if done.returncode != 0:

@@ -1,34 +1,25 @@
 """HTML report with PNG charts from the batch (or streaming) Parquet tables.
 
-:func:`load_report_data` collects the small aggregate tables to the driver; the ``plot_*``
-functions turn them into matplotlib figures (the notebook calls the same functions). Figures are
-built with ``matplotlib.figure.Figure`` and saved through the Agg canvas: no pyplot, no global
-backend switch, so importing this module leaves a notebook's inline backend alone.
-:func:`write_report` renders ``report.html`` plus its charts in ``<name>_files/*.png`` beside it.
-Only ``rollup_minute`` is required; sections whose table is missing (streaming output has no
-``top_clients``, for instance) are left out.
+:func:`load_report_data` (from :mod:`~mqproxy.spark_etl.report_data`) collects the small aggregate tables
+to the driver; the ``plot_*`` functions (from :mod:`~mqproxy.spark_etl.charts`, re-exported here for the
+notebook) turn them into matplotlib figures, saved through the Agg canvas. :func:`notable_changes` finds
+the minutes worth a look; :func:`write_report` renders ``report.html`` plus its charts in
+``<name>_files/*.png`` beside it. Only ``rollup_minute`` is required; sections whose table is missing
+(streaming output has no ``top_clients``, for instance) are left out.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import statistics
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-import matplotlib.dates as mdates
-from matplotlib.figure import Figure
-from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampType
-
-from mqproxy.spark_etl.batch import SUMMARY_FILE
+from mqproxy.spark_etl.charts import plot_errors, plot_latency, plot_protocol_mix, plot_throughput
+from mqproxy.spark_etl.report_data import ReportData, Row, load_report_data
 
 __all__ = [
     "Change",
@@ -42,231 +33,6 @@ __all__ = [
     "render_html",
     "write_report",
 ]
-
-Row = dict[str, Any]
-
-_EPOCH: Final = datetime(1970, 1, 1)
-_COLORS: Final = {"remoting": "#1f77b4", "mqtt": "#2ca02c", "grpc": "#ff7f0e", "http": "#9467bd"}
-_FALLBACK_COLORS: Final = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-
-
-@dataclass(slots=True)
-class ReportData:
-    """Driver-side rows of the tables the report shows (each a list of plain dicts)."""
-
-    rollup: list[Row]
-    top_clients: list[Row] = field(default_factory=list)
-    negotiation_failures: list[Row] = field(default_factory=list)
-    ops: list[Row] = field(default_factory=list)
-    tenants: list[Row] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-
-    @property
-    def protocols(self) -> list[str]:
-        """Protocols by descending request count."""
-        totals: dict[str, int] = defaultdict(int)
-        for row in self.rollup:
-            totals[row["protocol"]] += row["requests"] + row["connections_opened"]
-        return sorted(totals, key=lambda p: (-totals[p], p))
-
-
-def _rows(spark: SparkSession, path: str, order: Sequence[Any], limit: int | None = None) -> list[Row]:
-    try:
-        df = spark.read.parquet(path)
-    except AnalysisException:
-        return []
-    df = df.orderBy(*order)
-    if limit is not None:
-        df = df.limit(limit)
-    # Collect timestamps as epoch microseconds: PySpark would convert them to the Python process's
-    # local zone, and the report is in UTC.
-    stamps = {f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)}
-    df = df.select(*[F.unix_micros(c).alias(c) if c in stamps else F.col(c) for c in df.columns])
-    rows = []
-    for row in df.collect():
-        values = row.asDict()
-        for name in stamps:
-            if values[name] is not None:
-                values[name] = _EPOCH + timedelta(microseconds=values[name])
-        rows.append(values)
-    return rows
-
-
-def _read_summary(tables_dir: str) -> dict[str, Any] | None:
-    path = Path(tables_dir.removeprefix("file:")) / SUMMARY_FILE
-    if "://" in tables_dir and not tables_dir.startswith("file:"):
-        return None
-    try:
-        summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary
-
-
-def load_report_data(spark: SparkSession, tables_dir: str, *, top: int = 10) -> ReportData:
-    """Collect what the report needs from the Parquet tables under ``tables_dir``.
-
-    Raises ``FileNotFoundError`` when ``rollup_minute`` is missing or empty.
-    """
-    rollup = _rows(spark, f"{tables_dir}/rollup_minute", ["minute", "protocol"])
-    if not rollup:
-        raise FileNotFoundError(f"no rollup_minute table with rows under {tables_dir}")
-    return ReportData(
-        rollup=rollup,
-        top_clients=_rows(spark, f"{tables_dir}/top_clients", ["date", "rank"]),
-        negotiation_failures=_rows(
-            spark, f"{tables_dir}/negotiation_failures", [F.col("failures").desc(), "reason"]
-        ),
-        ops=_rows(spark, f"{tables_dir}/ops", [F.col("latency_p99").desc_nulls_last(), "op"]),
-        tenants=_rows(spark, f"{tables_dir}/tenants", [F.col("bytes").desc(), "tenant"], top * 5),
-        summary=_read_summary(tables_dir),
-    )
-
-
-# --- Charts --------------------------------------------------------------------------------------
-
-
-def _color(protocol: str, protocols: list[str]) -> str:
-    if protocol in _COLORS:
-        return _COLORS[protocol]
-    return _FALLBACK_COLORS[protocols.index(protocol) % len(_FALLBACK_COLORS)]
-
-
-def _series(data: ReportData, metric: str) -> tuple[list[datetime], dict[str, list[float]]]:
-    """Minutes (sorted) and, per protocol, ``metric`` per minute (0 where the protocol was silent)."""
-    minutes = sorted({row["minute"] for row in data.rollup})
-    index = {m: i for i, m in enumerate(minutes)}
-    series = {p: [0.0] * len(minutes) for p in data.protocols}
-    for row in data.rollup:
-        value = row[metric]
-        series[row["protocol"]][index[row["minute"]]] = float(value) if value is not None else float("nan")
-    return minutes, series
-
-
-def _format_time_axis(ax: Any, minutes: list[datetime]) -> None:
-    multi_day = bool(minutes) and minutes[0].date() != minutes[-1].date()
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M" if multi_day else "%H:%M"))
-    ax.grid(True, alpha=0.3)
-    ax.set_xlabel("time (UTC)")
-
-
-def plot_throughput(data: ReportData) -> Figure:
-    """Requests per minute (stacked by protocol) and payload MB per minute."""
-    minutes, reqs = _series(data, "requests")
-    _, req_bytes = _series(data, "req_bytes")
-    _, resp_bytes = _series(data, "resp_bytes")
-    protocols = data.protocols
-    fig = Figure(figsize=(11, 6.5), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    top.stackplot(
-        minutes,
-        *[reqs[p] for p in protocols],
-        labels=protocols,
-        colors=[_color(p, protocols) for p in protocols],
-    )
-    top.set_ylabel("requests / minute")
-    top.set_title("Throughput")
-    top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=len(protocols), frameon=False)
-    top.grid(True, alpha=0.3)
-    for p in protocols:
-        mb = [(a + b) / 1e6 for a, b in zip(req_bytes[p], resp_bytes[p], strict=True)]
-        bottom.plot(minutes, mb, label=p, color=_color(p, protocols), linewidth=1.5)
-    bottom.set_ylabel("payload MB / minute")
-    _format_time_axis(bottom, minutes)
-    return fig
-
-
-def plot_latency(data: ReportData) -> Figure:
-    """p50/p95/p99 request latency per minute, one panel per protocol (log scale)."""
-    protocols = [p for p in data.protocols if any(r["requests"] for r in data.rollup if r["protocol"] == p)]
-    panels = max(1, len(protocols))
-    fig = Figure(figsize=(11, 2.6 * panels + 0.6), layout="constrained")
-    axes_list = list(fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0])
-    minutes: list[datetime] = []
-    for ax, protocol in zip(axes_list, protocols, strict=False):
-        rows = [r for r in data.rollup if r["protocol"] == protocol and r["requests"]]
-        minutes = [r["minute"] for r in rows]
-        color = _color(protocol, data.protocols)
-        for pct, style, width in (("p50", ":", 1.2), ("p95", "--", 1.2), ("p99", "-", 1.8)):
-            ax.plot(
-                minutes, [r[f"latency_{pct}"] for r in rows], style, color=color, linewidth=width, label=pct
-            )
-        ax.set_yscale("log")
-        ax.set_ylabel(f"{protocol}\nlatency ms")
-        ax.legend(loc="upper left", ncols=3, frameon=False)
-        ax.grid(True, alpha=0.3, which="both")
-    axes_list[0].set_title("Request latency percentiles")
-    _format_time_axis(axes_list[-1], sorted({r["minute"] for r in data.rollup}) or minutes)
-    return fig
-
-
-def plot_errors(data: ReportData) -> Figure:
-    """Request error rate (%) per protocol, and failed connections, per minute."""
-    minutes, _ = _series(data, "requests")
-    protocols = data.protocols
-    fig = Figure(figsize=(11, 6), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    for p in protocols:
-        rows = [r for r in data.rollup if r["protocol"] == p and r["requests"]]
-        top.plot(
-            [r["minute"] for r in rows],
-            [100.0 * r["error_rate"] for r in rows],
-            color=_color(p, protocols),
-            label=p,
-            linewidth=1.5,
-        )
-    top.set_ylabel("request errors %")
-    top.set_title("Errors over time")
-    top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=len(protocols), frameon=False)
-    top.grid(True, alpha=0.3)
-    _, conn_errors = _series(data, "connection_errors")
-    bottoms = [0.0] * len(minutes)
-    width = 0.8 / (24 * 60)
-    for p in protocols:
-        bottom.bar(minutes, conn_errors[p], width=width, bottom=bottoms, color=_color(p, protocols), label=p)
-        bottoms = [a + b for a, b in zip(bottoms, conn_errors[p], strict=True)]
-    bottom.set_ylabel("connections closed\nwith an error")
-    _format_time_axis(bottom, minutes)
-    return fig
-
-
-def plot_protocol_mix(data: ReportData) -> Figure:
-    """Share of requests, connections and payload bytes per protocol (horizontal 100% bars)."""
-    protocols = data.protocols
-    totals: dict[str, dict[str, float]] = {p: defaultdict(float) for p in protocols}
-    for row in data.rollup:
-        t = totals[row["protocol"]]
-        t["requests"] += row["requests"]
-        t["connections"] += row["connections_opened"]
-        t["bytes"] += row["req_bytes"] + row["resp_bytes"]
-    measures = ("requests", "connections", "bytes")
-    fig = Figure(figsize=(11, 3.2), layout="constrained")
-    ax = fig.subplots()
-    left = [0.0] * len(measures)
-    for p in protocols:
-        shares = []
-        for m in measures:
-            whole = sum(totals[q][m] for q in protocols)
-            shares.append(100.0 * totals[p][m] / whole if whole else 0.0)
-        bars = ax.barh(measures, shares, left=left, color=_color(p, protocols), label=p)
-        for bar, share in zip(bars, shares, strict=True):
-            if share >= 6:
-                ax.text(
-                    bar.get_x() + bar.get_width() / 2,
-                    bar.get_y() + bar.get_height() / 2,
-                    f"{p} {share:.0f}%",
-                    ha="center",
-                    va="center",
-                    color="white",
-                    fontsize=9,
-                )
-        left = [a + b for a, b in zip(left, shares, strict=True)]
-    ax.set_xlim(0, 100)
-    ax.invert_yaxis()
-    ax.set_xlabel("% of total")
-    ax.set_title("Protocol mix")
-    ax.legend(loc="lower right", ncols=len(protocols), frameon=False, bbox_to_anchor=(1.0, 1.0))
-    return fig
 
 
 # --- Change detection ----------------------------------------------------------------------------
@@ -412,82 +178,9 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
     for name, caption in captions.items():
         if name in charts:
             parts.append(f"<h2>{caption}</h2><img src='{html.escape(charts[name])}' alt='{caption}'>")
-    if data.ops:
-        parts.append("<h2>Slowest request kinds (by p99)</h2>")
-        parts.append(
-            _table(
-                data.ops[:10],
-                [
-                    ("protocol", "protocol"),
-                    ("op", "op"),
-                    ("code", "code"),
-                    ("requests", "requests"),
-                    ("latency_p50", "p50 ms"),
-                    ("latency_p99", "p99 ms"),
-                    ("error_rate", "error rate"),
-                ],
-            )
-        )
-        failing = sorted((r for r in data.ops if r["errors"]), key=lambda r: (-r["error_rate"], r["op"]))
-        parts.append("<h2>Failing request kinds</h2>")
-        parts.append(
-            _table(
-                failing[:10],
-                [
-                    ("protocol", "protocol"),
-                    ("op", "op"),
-                    ("errors", "errors"),
-                    ("requests", "requests"),
-                    ("error_rate", "error rate"),
-                ],
-            )
-        )
-    if data.top_clients:
-        parts.append("<h2>Top clients</h2>")
-        parts.append(
-            _table(
-                [r for r in data.top_clients if r["rank"] <= 10],
-                [
-                    ("date", "date"),
-                    ("client_id", "client"),
-                    ("client_version", "version"),
-                    ("tenant", "tenant"),
-                    ("requests", "requests"),
-                    ("connections", "connections"),
-                    ("error_rate", "error rate"),
-                    ("latency_p99", "p99 ms"),
-                ],
-            )
-        )
-    if data.tenants:
-        parts.append("<h2>Bytes per tenant</h2>")
-        parts.append(
-            _table(
-                data.tenants[:10],
-                [
-                    ("date", "date"),
-                    ("tenant", "tenant"),
-                    ("clients", "clients"),
-                    ("requests", "requests"),
-                    ("req_bytes", "bytes in"),
-                    ("resp_bytes", "bytes out"),
-                ],
-            )
-        )
-    if data.negotiation_failures:
-        parts.append("<h2 class='warn'>Negotiation failures</h2>")
-        parts.append(
-            _table(
-                data.negotiation_failures,
-                [
-                    ("date", "date"),
-                    ("reason", "reason"),
-                    ("failures", "failures"),
-                    ("peer_hosts", "peer hosts"),
-                    ("sniff_ms_p50", "sniff p50 ms"),
-                ],
-            )
-        )
+    for heading, rows, columns in _table_sections(data):
+        parts.append(heading)
+        parts.append(_table(rows, _columns(columns)))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -513,3 +206,54 @@ def write_report(data: ReportData, output: Path) -> list[Path]:
         urls[name] = f"{chart_dir.name}/{png.name}"
     output.write_text(render_html(data, urls), encoding="utf-8")
     return pngs
+
+
+def _columns(spec: str) -> list[tuple[str, str]]:
+    """``"op, latency_p99=p99 ms"`` -> ``[("op", "op"), ("latency_p99", "p99 ms")]`` (field, header)."""
+    pairs = [item.strip().partition("=") for item in spec.split(",")]
+    return [(name, label or name) for name, _, label in pairs]
+
+
+def _table_sections(data: ReportData) -> list[tuple[str, list[Row], str]]:
+    """(heading, rows, column spec) of each table section the data has rows for, in page order."""
+    sections: list[tuple[str, list[Row], str]] = []
+    if data.ops:
+        failing = sorted((r for r in data.ops if r["errors"]), key=lambda r: (-r["error_rate"], r["op"]))
+        sections += [
+            (
+                "<h2>Slowest request kinds (by p99)</h2>",
+                data.ops[:10],
+                "protocol, op, code, requests, latency_p50=p50 ms, latency_p99=p99 ms, error_rate=error rate",
+            ),
+            (
+                "<h2>Failing request kinds</h2>",
+                failing[:10],
+                "protocol, op, errors, requests, error_rate=error rate",
+            ),
+        ]
+    if data.top_clients:
+        sections.append(
+            (
+                "<h2>Top clients</h2>",
+                [r for r in data.top_clients if r["rank"] <= 10],
+                "date, client_id=client, client_version=version, tenant, requests, connections,"
+                " error_rate=error rate, latency_p99=p99 ms",
+            )
+        )
+    if data.tenants:
+        sections.append(
+            (
+                "<h2>Bytes per tenant</h2>",
+                data.tenants[:10],
+                "date, tenant, clients, requests, req_bytes=bytes in, resp_bytes=bytes out",
+            )
+        )
+    if data.negotiation_failures:
+        sections.append(
+            (
+                "<h2 class='warn'>Negotiation failures</h2>",
+                data.negotiation_failures,
+                "date, reason, failures, peer_hosts=peer hosts, sniff_ms_p50=sniff p50 ms",
+            )
+        )
+    return sections

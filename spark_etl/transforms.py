@@ -31,6 +31,7 @@ from mqproxy.spark_etl.schema import CORRUPT_COLUMN, EVENT_SCHEMA
 __all__ = [
     "PERCENTILES",
     "PERCENTILE_ACCURACY",
+    "ROLLUP_METRICS",
     "UNKNOWN",
     "connections",
     "is_valid",
@@ -49,6 +50,21 @@ __all__ = [
 PERCENTILES: Final = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY: Final = 10_000
 UNKNOWN: Final = "(unknown)"
+#: The metric columns of :func:`protocol_minute_rollup`, in table order (after date, minute, protocol).
+ROLLUP_METRICS: Final = (
+    "requests",
+    "errors",
+    "oneway",
+    "error_rate",
+    "req_bytes",
+    "resp_bytes",
+    *(f"latency_p{round(q * 100)}" for q in PERCENTILES),
+    "connections_opened",
+    "connections_closed",
+    "connection_errors",
+    "conn_bytes_in",
+    "conn_bytes_out",
+)
 
 _REQUEST: Final = "request"
 _NEGOTIATED: Final = "conn.negotiated"
@@ -151,29 +167,30 @@ def connections(events: DataFrame) -> DataFrame:
     """
     conn = events.where(F.col("conn_id").isNotNull())
     is_request = F.col("event") == _REQUEST
+    firsts = {
+        "accepted_at": (_ACCEPTED, "ts"),
+        "negotiated_at": (_NEGOTIATED, "ts"),
+        "rejected_at": (_REJECTED, "ts"),
+    }
+    lasts = {
+        "peer": (_ACCEPTED, "peer"),
+        "local": (_ACCEPTED, "local"),
+        "negotiated_protocol": (_NEGOTIATED, "protocol"),
+        "closed_protocol": (_CLOSED, "protocol"),
+        **{name: (_NEGOTIATED, name) for name in ("tls", "alpn", "proxied")},
+        "closed_at": (_CLOSED, "ts"),
+        **{name: (_CLOSED, name) for name in ("duration_ms", "bytes_in", "bytes_out", "requests", "error")},
+        "rejected_reason": (_REJECTED, "reason"),
+        "rejected_bytes_in": (_REJECTED, "bytes_in"),
+    }
     grouped = conn.groupBy("conn_id").agg(
-        F.min(_on(_ACCEPTED, "ts")).alias("accepted_at"),
-        F.max(_on(_ACCEPTED, "peer")).alias("peer"),
-        F.max(_on(_ACCEPTED, "local")).alias("local"),
-        F.min(_on(_NEGOTIATED, "ts")).alias("negotiated_at"),
-        F.max(_on(_NEGOTIATED, "protocol")).alias("negotiated_protocol"),
-        F.max(_on(_CLOSED, "protocol")).alias("closed_protocol"),
-        F.max(_on(_NEGOTIATED, "tls")).alias("tls"),
-        F.max(_on(_NEGOTIATED, "alpn")).alias("alpn"),
-        F.max(_on(_NEGOTIATED, "proxied")).alias("proxied"),
+        *(F.min(_on(event, column)).alias(name) for name, (event, column) in firsts.items()),
+        *(F.max(_on(event, column)).alias(name) for name, (event, column) in lasts.items()),
         F.max(F.when(F.col("event").isin(_NEGOTIATED, _REJECTED), F.col("sniff_ms"))).alias("sniff_ms"),
-        F.max(_on(_CLOSED, "ts")).alias("closed_at"),
-        F.max(_on(_CLOSED, "duration_ms")).alias("duration_ms"),
-        F.max(_on(_CLOSED, "bytes_in")).alias("bytes_in"),
-        F.max(_on(_CLOSED, "bytes_out")).alias("bytes_out"),
-        F.max(_on(_CLOSED, "requests")).alias("requests"),
-        F.max(_on(_CLOSED, "error")).alias("error"),
-        F.min(_on(_REJECTED, "ts")).alias("rejected_at"),
-        F.max(_on(_REJECTED, "reason")).alias("rejected_reason"),
-        F.max(_on(_REJECTED, "bytes_in")).alias("rejected_bytes_in"),
-        F.max(F.when(is_request, F.col("client_id"))).alias("client_id"),
-        F.max(F.when(is_request, F.col("client_version"))).alias("client_version"),
-        F.max(F.when(is_request, F.col("group"))).alias("group"),
+        *(
+            F.max(F.when(is_request, F.col(name))).alias(name)
+            for name in ("client_id", "client_version", "group")
+        ),
         F.count(F.when(is_request, F.lit(1))).alias("logged_requests"),
     )
     state = (
@@ -237,24 +254,11 @@ def protocol_minute_rollup(events: DataFrame) -> DataFrame:
         F.coalesce(F.sum(_on(_CLOSED, "bytes_in")), F.lit(0)).alias("conn_bytes_in"),
         F.coalesce(F.sum(_on(_CLOSED, "bytes_out")), F.lit(0)).alias("conn_bytes_out"),
     )
-    return rolled.select(
+    return rolled.withColumn("error_rate", _ratio("errors", "requests")).select(
         _date(F.col("window.start")).alias("date"),
         F.col("window.start").alias("minute"),
         "protocol",
-        "requests",
-        "errors",
-        "oneway",
-        _ratio("errors", "requests").alias("error_rate"),
-        "req_bytes",
-        "resp_bytes",
-        "latency_p50",
-        "latency_p95",
-        "latency_p99",
-        "connections_opened",
-        "connections_closed",
-        "connection_errors",
-        "conn_bytes_in",
-        "conn_bytes_out",
+        *ROLLUP_METRICS,
     )
 
 

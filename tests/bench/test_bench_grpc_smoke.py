@@ -4,39 +4,18 @@ protocols and both client counts, with nothing failed."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from .conftest import run_bench
+
 FLOAT = r"[0-9]+(?:\.[0-9]+)?"
 
 
 @pytest.mark.slow
 def test_grpc_bench_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "grpc.py"),
-            "--messages",
-            "160",
-            "--seconds",
-            "240",  # only a bound: every case sends its 160 messages (n=160 below), however slow the box
-            "--clients",
-            "1,4",
-            "--warmup",
-            "10",
-            "--batch",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, f"grpc.py exited {proc.returncode}\n{out}\n{proc.stderr}"
+    # --seconds is only a bound: every case sends its 160 messages (n=160 below), however slow the box
+    out = run_bench("grpc.py", *"--messages 160 --seconds 240 --clients 1,4 --warmup 10 --batch 8".split())
     for kind, unit in (("send", "send"), ("recv", None)):
         for protocol in ("grpc", "remoting"):
             for clients in (1, 4):

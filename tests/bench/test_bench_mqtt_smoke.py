@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .conftest import run_bench
+
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
 FLOAT = r"[0-9]+(?:\.[0-9]+)?"
 IDLE = 40
 
@@ -31,16 +30,14 @@ def _brokers() -> list[str]:
 def test_mqtt_bench_prints_every_figure() -> None:
     brokers = _brokers()
     argv = [
-        sys.executable, str(BENCH / "mqtt.py"), "--only", ",".join(brokers),
+        "--only", ",".join(brokers),
         "--seconds", "0.5", "--warmup", "0.2", "--drain", "2",
         "--rates-qos0", "20,40", "--rates-qos1", "20", "--rates-fan-out", "1", "--fan-out", "5",
         "--latency-rate", "100", "--latency-seconds", "0.5",
         "--idle", str(IDLE), "--idle-hold", "0.2",
         "--lmqs", "500", "--lmq-baseline", "20", "--lmq-producers", "2",
     ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    out = proc.stdout
-    assert proc.returncode == 0, f"mqtt.py exited {proc.returncode}\n{out}\n{proc.stderr}"
+    out = run_bench("mqtt.py", *argv)
     assert re.search(r"^mqtt benchmark: .*load average", out, re.M), out
     assert re.search(r"^load average at end: ", out, re.M), out
     for broker in brokers:

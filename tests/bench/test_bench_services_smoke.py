@@ -5,39 +5,18 @@ falls short, or a delayed message is delivered early)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from .conftest import run_bench
+
 NUM = r"[0-9]+(?:\.[0-9]+)?"
 
 
 @pytest.mark.slow
 def test_services_bench_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "remoting_services.py"),
-            "--messages",
-            "200",
-            "--consumers",
-            "1,3",
-            "--scheduled",
-            "300",
-            "--checks",
-            "60",
-            "--check-delay",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr}"
+    args = "--messages 200 --consumers 1,3 --scheduled 300 --checks 60 --check-delay 1"
+    out = run_bench("remoting_services.py", *args.split())
     assert re.search(r"^# load before: .*load average", out, re.M), out
     assert re.search(r"^# load after: .*load average", out, re.M), out
     for consumers in (1, 3):

@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from .conftest import run_bench
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 FLOAT = r"[0-9]+(?:\.[0-9]+)?"
-
-
-def _run(script: str, *args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def _load_durability() -> ModuleType:
@@ -36,21 +29,8 @@ def _load_durability() -> ModuleType:
 
 @pytest.mark.slow
 def test_remoting_bench_prints_every_figure() -> None:
-    out = _run(
-        "remoting.py",
-        "--messages",
-        "200",
-        "--seconds",
-        "2",
-        "--producers",
-        "1,4",
-        "--bodies",
-        "128",
-        "--backlog",
-        "200",
-        "--warmup",
-        "20",
-    )
+    args = "--messages 200 --seconds 2 --producers 1,4 --bodies 128 --backlog 200 --warmup 20"
+    out = run_bench("remoting.py", *args.split())
     for target in ("baseline", "mqproxy async", "mqproxy sync"):
         for producers in (1, 4):
             line = (
@@ -69,7 +49,7 @@ def test_remoting_bench_prints_every_figure() -> None:
 
 @pytest.mark.slow
 def test_durability_loses_nothing_acknowledged_after_kill9() -> None:
-    out = _run(
+    out = run_bench(
         "durability.py", "--rounds", "1", "--connections", "4", "--kill-min-s", "0.2", "--kill-max-s", "0.6"
     )
     assert re.search(r"^round 1: killed after .* lost 0; misplaced 0;", out, re.M), out

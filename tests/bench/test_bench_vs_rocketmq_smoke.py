@@ -10,13 +10,11 @@ Producer's first report (it prints none before its 10th second).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from .conftest import run_bench
+
 NUM = r"[0-9]+(?:\.[0-9]+)?"
 TAIL = "  failed 0 "  # then CPU and load
 TARGETS = ("mqproxy/async", "rocketmq/async")
@@ -26,14 +24,7 @@ TARGETS = ("mqproxy/async", "rocketmq/async")
 @pytest.mark.e2e
 @pytest.mark.timeout(600)  # ~90 s on a quiet machine; JVM start-ups stretch it on a shared one
 def test_vs_rocketmq_bench_prints_figures_for_both_targets() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "vs_rocketmq.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=560,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, f"vs_rocketmq.py exited {proc.returncode}\n{out}\n{proc.stderr}"
+    out = run_bench("vs_rocketmq.py", "--quick", timeout=560)
     for target in TARGETS:
         t = re.escape(target)
         assert re.search(

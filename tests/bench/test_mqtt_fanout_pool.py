@@ -1,4 +1,4 @@
-"""The MQTT bench's QoS 0 subscriber pool (bench/_mqtt_load.py ``SubscriberPool``) against a scripted
+"""The MQTT bench's QoS 0 subscriber pool (bench/_mqtt_pool.py ``SubscriberPool``) against a scripted
 in-test broker: it subscribes everyone with the project codec, counts whole deliveries per subscriber in
 its own process, flags byte counts that are not whole packets and broker disconnects, turns refusals
 into LoadError, and leaves no process or socket behind."""
@@ -34,7 +34,8 @@ from ..conftest import wait_until  # type: ignore[import-not-found]
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # bench scripts import their helpers as top-level modules; so does the child
-from _mqtt_load import LoadError, SubscriberPool, publish_size  # noqa: E402
+from _mqtt_load import LoadError, publish_size  # noqa: E402
+from _mqtt_pool import SubscriberPool  # noqa: E402
 from _remoting_client import cpu_seconds  # noqa: E402
 
 TOPIC = "bench/pool"

@@ -48,21 +48,51 @@ def config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return ClientConfiguration(args.endpoint, Credentials(), namespace="", request_timeout=5)
 
 
-def produce(args: argparse.Namespace) -> int:
-    from rocketmq import Message, Producer
+def simple_consumer(args: argparse.Namespace, await_duration: int):  # type: ignore[no-untyped-def]
+    """A started SimpleConsumer of ``args.group`` subscribed to ``args.topic`` (every tag)."""
+    from rocketmq import FilterExpression, SimpleConsumer
 
-    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
+    consumer = SimpleConsumer(
+        config(args),
+        args.group,
+        {args.topic: FilterExpression("*")},
+        await_duration=await_duration,
+        tls_enable=args.tls,
+    )
+    consumer.startup()
+    return consumer
+
+
+def started_producer(args: argparse.Namespace, **options: object):  # type: ignore[no-untyped-def]
+    """A started Producer of ``args.topic`` (TLS as ``args.tls``; ``options`` such as ``checker``)."""
+    from rocketmq import Producer
+
+    producer = Producer(config(args), (args.topic,), tls_enable=args.tls, **options)
     producer.startup()
+    return producer
+
+
+def message(args: argparse.Namespace, body: bytes, **attributes: object):  # type: ignore[no-untyped-def]
+    """A Message of ``args.topic`` with ``args.tag``, ``body`` and ``attributes`` set."""
+    from rocketmq import Message
+
+    msg = Message()
+    msg.topic = args.topic
+    msg.body = body
+    msg.tag = args.tag
+    for name, value in attributes.items():
+        setattr(msg, name, value)
+    return msg
+
+
+def produce(args: argparse.Namespace) -> int:
+    producer = started_producer(args)
     try:
         for i in range(args.count):
-            msg = Message()
-            msg.topic = args.topic
             body = f"body-{i}".encode()
             if args.body_bytes:
                 body = (body + b"x" * args.body_bytes)[: args.body_bytes]
-            msg.body = body
-            msg.tag = args.tag
-            msg.keys = f"{args.key}{i}"
+            msg = message(args, body, keys=f"{args.key}{i}")
             for kv in args.prop:
                 k, _, v = kv.partition("=")
                 msg.add_property(k, v)
@@ -83,12 +113,7 @@ def produce(args: argparse.Namespace) -> int:
 
 
 def consume(args: argparse.Namespace) -> int:
-    from rocketmq import FilterExpression, SimpleConsumer
-
-    consumer = SimpleConsumer(
-        config(args), args.group, {args.topic: FilterExpression("*")}, await_duration=3, tls_enable=args.tls
-    )
-    consumer.startup()
+    consumer = simple_consumer(args, 3)
     got = 0
     deadline = time.monotonic() + args.timeout
     try:
@@ -114,25 +139,22 @@ def consume(args: argparse.Namespace) -> int:
     return 0 if got >= args.expect else 1
 
 
-def transact(args: argparse.Namespace) -> int:
-    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
+def _transactions(args: argparse.Namespace, outcomes: tuple[str, ...], checked: str) -> int:
+    """Message i in a transaction ended by ``outcomes[i % len(outcomes)]`` (``open``: left unresolved);
+    the checker answers ``checked`` (COMMIT or ROLLBACK); --linger seconds before shutdown."""
+    from rocketmq import Message, TransactionChecker, TransactionResolution
 
     class Checker(TransactionChecker):
         def check(self, message: Message) -> TransactionResolution:
             emit("checked", message_id=message.message_id)
-            return TransactionResolution.COMMIT
+            return getattr(TransactionResolution, checked)  # a protobuf enum: members by name
 
-    producer = Producer(config(args), (args.topic,), checker=Checker())
-    producer.startup()
+    producer = started_producer(args, checker=Checker())
     try:
         for i in range(args.count):
-            msg = Message()
-            msg.topic = args.topic
-            msg.body = f"tx-{i}".encode()
-            msg.tag = args.tag
             transaction = producer.begin_transaction()
-            receipt = producer.send(msg, transaction)
-            outcome = ("commit", "rollback", "open")[i % 3]
+            receipt = producer.send(message(args, f"tx-{i}".encode()), transaction)
+            outcome = outcomes[i % len(outcomes)]
             if outcome == "commit":
                 transaction.commit()
             elif outcome == "rollback":
@@ -145,8 +167,17 @@ def transact(args: argparse.Namespace) -> int:
     return 0
 
 
+def transact(args: argparse.Namespace) -> int:
+    return _transactions(args, ("commit", "rollback", "open"), "COMMIT")
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def due_epoch_s(delay_ms: int) -> int:
+    """The whole epoch second at least ``delay_ms`` from now (the client takes whole seconds)."""
+    return -(-(now_ms() + delay_ms) // 1000)
 
 
 def push(args: argparse.Namespace) -> int:
@@ -192,25 +223,13 @@ def push(args: argparse.Namespace) -> int:
 
 
 def delay(args: argparse.Namespace) -> int:
-    from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
-
-    consumer = SimpleConsumer(
-        config(args), args.group, {args.topic: FilterExpression("*")}, await_duration=1, tls_enable=args.tls
-    )
-    consumer.startup()
-    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
-    producer.startup()
+    consumer = simple_consumer(args, 1)
+    producer = started_producer(args)
     got = 0
     try:
-        msg = Message()
-        msg.topic = args.topic
-        msg.body = b"delayed"
-        msg.tag = args.tag
-        due_s = -(-(now_ms() + args.delay_ms) // 1000)  # the client takes whole epoch seconds
-        due = due_s * 1000
-        msg.delivery_timestamp = due_s
-        receipt = producer.send(msg)
-        emit("sent", message_id=receipt.message_id, due_ms=due, at_ms=now_ms())
+        due_s = due_epoch_s(args.delay_ms)
+        receipt = producer.send(message(args, b"delayed", delivery_timestamp=due_s))
+        emit("sent", message_id=receipt.message_id, due_ms=due_s * 1000, at_ms=now_ms())
         deadline = time.monotonic() + args.timeout
         while not got and time.monotonic() < deadline:
             messages = consumer.receive(16, 15) or []
@@ -233,12 +252,7 @@ def delay(args: argparse.Namespace) -> int:
 
 
 def invisible(args: argparse.Namespace) -> int:
-    from rocketmq import FilterExpression, SimpleConsumer
-
-    consumer = SimpleConsumer(
-        config(args), args.group, {args.topic: FilterExpression("*")}, await_duration=1, tls_enable=args.tls
-    )
-    consumer.startup()
+    consumer = simple_consumer(args, 1)
     again = 0
     ok = False
     try:
@@ -277,25 +291,14 @@ def invisible(args: argparse.Namespace) -> int:
 
 
 def recall(args: argparse.Namespace) -> int:
-    from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
-
-    consumer = SimpleConsumer(
-        config(args), args.group, {args.topic: FilterExpression("*")}, await_duration=1, tls_enable=args.tls
-    )
-    consumer.startup()
-    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
-    producer.startup()
+    consumer = simple_consumer(args, 1)
+    producer = started_producer(args)
     got = 0
     try:
-        due_s = -(-(now_ms() + args.delay_ms) // 1000)
+        due_s = due_epoch_s(args.delay_ms)
         receipts = []
         for name in ("recalled", "kept"):
-            msg = Message()
-            msg.topic = args.topic
-            msg.body = name.encode()
-            msg.tag = args.tag
-            msg.delivery_timestamp = due_s
-            receipt = producer.send(msg)
+            receipt = producer.send(message(args, name.encode(), delivery_timestamp=due_s))
             receipts.append(receipt)
             emit("sent", message_id=receipt.message_id, body=name, recall_handle=receipt.recall_handle)
         recalled_id = producer.recall_message(args.topic, receipts[0].recall_handle)
@@ -319,33 +322,7 @@ def recall(args: argparse.Namespace) -> int:
 
 
 def transact_tls(args: argparse.Namespace) -> int:
-    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
-
-    class Checker(TransactionChecker):
-        def check(self, message: Message) -> TransactionResolution:
-            emit("checked", message_id=message.message_id)
-            return TransactionResolution.ROLLBACK
-
-    producer = Producer(config(args), (args.topic,), checker=Checker(), tls_enable=args.tls)
-    producer.startup()
-    try:
-        for i in range(args.count):
-            msg = Message()
-            msg.topic = args.topic
-            msg.body = f"tx-{i}".encode()
-            msg.tag = args.tag
-            transaction = producer.begin_transaction()
-            receipt = producer.send(msg, transaction)
-            outcome = ("commit", "rollback")[i % 2]
-            if outcome == "commit":
-                transaction.commit()
-            else:
-                transaction.rollback()
-            emit("sent", index=i, message_id=receipt.message_id, outcome=outcome)
-    finally:
-        producer.shutdown()
-    emit("done", sent=args.count)
-    return 0
+    return _transactions(args, ("commit", "rollback"), "ROLLBACK")
 
 
 def main() -> int:

@@ -16,52 +16,41 @@ Drivers: ``tests/e2e/grpc_py5_client.py`` and ``tests/e2e/grpc_node/client.js``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import shutil
-import signal
-import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-import trustme
 
 from mqproxy.server import ServerHandle, serve
 from mqproxy.settings import Settings
 
-from ..conftest import wait_until_sync  # type: ignore[import-not-found]
+from .grpc_drivers import (
+    NODE_DIR,
+    PY5,
+    Run,
+    SubprocessProxy,
+    Tls,
+    arun_py5,
+    client_env,
+    make_tls,
+    produce,
+    run_node,
+    run_py5,
+)
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-PY5 = REPO / ".clients" / "py5" / "bin" / "python"
-DRIVER = Path(__file__).resolve().parent / "grpc_py5_client.py"
 MIB = 1024 * 1024
-
-
-@dataclass
-class Tls:
-    ca_file: Path
-    cert_file: Path
-    key_file: Path
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
-    base = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    files = Tls(base / "ca.pem", base / "cert.pem", base / "key.pem")
-    ca.cert_pem.write_to_path(str(files.ca_file))
-    cert.cert_chain_pems[0].write_to_path(str(files.cert_file))
-    cert.private_key_pem.write_to_path(str(files.key_file))
-    return files
+    return make_tls(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
@@ -69,105 +58,6 @@ def py5() -> Path:
     if not PY5.exists():
         pytest.skip("rocketmq-python-client is not installed; run scripts/setup-grpc-clients.sh")
     return PY5
-
-
-def client_env(home: Path, tls: Tls) -> dict[str, str]:
-    return dict(
-        os.environ, HOME=str(home), PYTHONUNBUFFERED="1", GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(tls.ca_file)
-    )
-
-
-def parse_events(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
-@dataclass
-class Run:
-    returncode: int
-    events: list[dict[str, Any]]
-    stderr: str
-
-    def of(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("event") == name]
-
-
-def run_py5(env: dict[str, str], *args: str, limit_s: float = 90) -> Run:
-    done = subprocess.run(
-        [str(PY5), str(DRIVER), *args],
-        capture_output=True,
-        env=env,
-        timeout=limit_s,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return Run(
-        done.returncode,
-        parse_events(done.stdout.decode("utf-8", "replace")),
-        done.stderr.decode("utf-8", "replace")[-3000:],
-    )
-
-
-async def arun_py5(env: dict[str, str], *args: str, limit_s: float = 90) -> Run:
-    return await trio.to_thread.run_sync(lambda: run_py5(env, *args, limit_s=limit_s))
-
-
-# ------------------------------------------------------------------------------ subprocess proxy
-
-
-class SubprocessProxy:
-    """``mqproxy serve`` with TLS on the shared port; stdout goes to a file (never a pipe)."""
-
-    def __init__(self, executable: str, base: Path, tls: Tls) -> None:
-        self.log_path = base / "proxy.jsonl"
-        env = dict(
-            os.environ, MQPROXY_TLS_CERT_FILE=str(tls.cert_file), MQPROXY_TLS_KEY_FILE=str(tls.key_file)
-        )
-        (base / "data").mkdir()
-        with open(self.log_path, "wb") as out, open(base / "proxy.stderr", "wb") as err:
-            self.proc = subprocess.Popen(
-                [
-                    executable,
-                    "serve",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--data-dir",
-                    str(base / "data"),
-                    "--log-format",
-                    "json",
-                ],
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-
-        def started() -> list[dict[str, Any]]:
-            return [e for e in self.events() if e.get("event") == "proxy.started"]
-
-        with contextlib.suppress(AssertionError):
-            wait_until_sync(lambda: started() or self.proc.poll() is not None)
-        if not started():
-            self.proc.kill()
-            pytest.fail(f"proxy did not start:\n{(base / 'proxy.stderr').read_text()[-3000:]}")
-        self.address = str(started()[0]["listen"])
-
-    def events(self) -> list[dict[str, Any]]:
-        return parse_events(self.log_path.read_text(errors="replace"))
-
-    def requests(self, op: str) -> list[dict[str, Any]]:
-        return [e for e in self.events() if e.get("event") == "request" and e.get("op") == op]
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(20)
 
 
 @pytest.fixture(scope="module")
@@ -185,11 +75,9 @@ def env(tmp_path: Path, tls: Tls) -> dict[str, str]:
 
 
 def test_producer_sends_over_h2c_and_tls(py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]) -> None:
-    plain = run_py5(env, "produce", "--endpoint", grpc_proxy.address, "--topic", "GrpcPlain", "--count", "5")
+    plain = run_py5(env, "produce", grpc_proxy.address, "GrpcPlain", count=5)
     assert plain.returncode == 0, plain.stderr
-    secure = run_py5(
-        env, "produce", "--endpoint", grpc_proxy.address, "--topic", "GrpcTls", "--count", "5", "--tls"
-    )
+    secure = run_py5(env, "produce", grpc_proxy.address, "GrpcTls", count=5, tls=True)
     assert secure.returncode == 0, secure.stderr
     ids = [e["message_id"] for e in plain.of("sent") + secure.of("sent")]
     assert len(ids) == len(set(ids)) == 10
@@ -203,19 +91,7 @@ def test_producer_sends_over_h2c_and_tls(py5: Path, grpc_proxy: SubprocessProxy,
 
 
 def test_three_mib_body_over_tls(py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]) -> None:
-    run = run_py5(
-        env,
-        "produce",
-        "--endpoint",
-        grpc_proxy.address,
-        "--topic",
-        "GrpcBig",
-        "--count",
-        "1",
-        "--body-bytes",
-        str(3 * MIB),
-        "--tls",
-    )
+    run = run_py5(env, "produce", grpc_proxy.address, "GrpcBig", count=1, body_bytes=str(3 * MIB), tls=True)
     assert run.returncode == 0, run.stderr
     (sent,) = run.of("sent")
     assert sent["size"] == 3 * MIB
@@ -236,20 +112,13 @@ def test_grpc_fifo_messages_reach_a_remoting_consumer_intact(
     produced = run_py5(
         env,
         "produce",
-        "--endpoint",
         grpc_proxy.address,
-        "--topic",
         "GrpcToRemoting",
-        "--count",
-        "6",
-        "--tag",
-        "TagX",
-        "--key",
-        "kx",
-        "--prop",
-        "p1=v1",
-        "--group",
         "order-1",
+        count=6,
+        tag="TagX",
+        key="kx",
+        prop="p1=v1",
     )
     assert produced.returncode == 0, produced.stderr
     consumer.wait(60)
@@ -297,35 +166,9 @@ def test_simple_consumer_receives_and_acks(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(
-        env,
-        "produce",
-        "--endpoint",
-        ep,
-        "--topic",
-        "RecvTopic",
-        "--count",
-        "4",
-        "--prop",
-        "color=red",
-        "--key",
-        "rk",
-    )
+    produced = run_py5(env, "produce", ep, "RecvTopic", count=4, prop="color=red", key="rk")
     assert produced.returncode == 0, produced.stderr
-    consumed = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "RecvTopic",
-        "--group",
-        "RecvGroup",
-        "--expect",
-        "4",
-        "--timeout",
-        "30",
-    )
+    consumed = run_py5(env, "consume", ep, "RecvTopic", "RecvGroup", expect=4, timeout=30)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
@@ -336,20 +179,7 @@ def test_simple_consumer_receives_and_acks(
         assert event["keys"][0].startswith("rk")
         assert not event["corrupted"]
     # everything was acked: a second consumer of the group finds nothing
-    again = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "RecvTopic",
-        "--group",
-        "RecvGroup",
-        "--expect",
-        "1",
-        "--timeout",
-        "4",
-    )
+    again = run_py5(env, "consume", ep, "RecvTopic", "RecvGroup", expect=1, timeout=4)
     assert again.of("received") == []
 
 
@@ -357,37 +187,9 @@ def test_fifo_and_three_mib_round_trip_over_tls(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(
-        env,
-        "produce",
-        "--endpoint",
-        ep,
-        "--topic",
-        "BigTopic",
-        "--count",
-        "2",
-        "--body-bytes",
-        str(3 * MIB),
-        "--group",
-        "g1",
-        "--tls",
-    )
+    produced = run_py5(env, "produce", ep, "BigTopic", "g1", count=2, body_bytes=str(3 * MIB), tls=True)
     assert produced.returncode == 0, produced.stderr
-    consumed = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "BigTopic",
-        "--group",
-        "BigGroup",
-        "--expect",
-        "2",
-        "--timeout",
-        "30",
-        "--tls",
-    )
+    consumed = run_py5(env, "consume", ep, "BigTopic", "BigGroup", expect=2, timeout=30, tls=True)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert [e["size"] for e in received] == [3 * MIB, 3 * MIB]
@@ -405,20 +207,7 @@ def test_remoting_messages_reach_a_grpc_consumer_intact(
         ep, "RemotingToGrpc", 3, tag="TagR", key="rkey", body="hello", props={"origin": "remoting"}
     )
     assert produced.returncode == 0, produced.describe()
-    consumed = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "RemotingToGrpc",
-        "--group",
-        "RemotingToGrpcGroup",
-        "--expect",
-        "3",
-        "--timeout",
-        "30",
-    )
+    consumed = run_py5(env, "consume", ep, "RemotingToGrpc", "RemotingToGrpcGroup", expect=3, timeout=30)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert sorted(e["message_id"] for e in received) == sorted(e["msg_id"] for e in produced.of("sent"))
@@ -437,33 +226,16 @@ async def test_transactions_commit_rollback_and_check_back(
     """Half messages are invisible; commit publishes, rollback drops, and an open one is resolved by the
     server's check-back (RecoverOrphanedTransactionCommand on Telemetry) answered by the client's checker."""
     ep = endpoint(grpc_server)
-    produced = await arun_py5(
-        env, "transact", "--endpoint", ep, "--topic", "TxTopic", "--count", "3", "--linger", "4"
-    )
+    produced = await arun_py5(env, "transact", ep, "TxTopic", count=3, linger=4)
     assert produced.returncode == 0, produced.stderr
     sent = {e["outcome"]: e["message_id"] for e in produced.of("sent")}
     assert [e["message_id"] for e in produced.of("checked")][:1] == [sent["open"]]
-    consumed = await arun_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "TxTopic",
-        "--group",
-        "TxGroup",
-        "--expect",
-        "2",
-        "--timeout",
-        "20",
-    )
+    consumed = await arun_py5(env, "consume", ep, "TxTopic", "TxGroup", expect=2, timeout=20)
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(e["message_id"] for e in consumed.of("received")) == sorted([sent["commit"], sent["open"]])
 
 
 # ------------------------------------------------------------------------------ Node.js client
-
-NODE_DIR = Path(__file__).resolve().parent / "grpc_node"
 
 
 @pytest.fixture(scope="module")
@@ -472,23 +244,6 @@ def node() -> str:
     if exe is None or not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").exists():
         pytest.skip("rocketmq-client-nodejs is not installed; run scripts/setup-grpc-clients.sh")
     return exe
-
-
-def run_node(node: str, env: dict[str, str], *args: str, limit_s: float = 90) -> Run:
-    done = subprocess.run(
-        [node, "client.js", *args],
-        cwd=NODE_DIR,
-        capture_output=True,
-        env=env,
-        timeout=limit_s,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return Run(
-        done.returncode,
-        parse_events(done.stdout.decode("utf-8", "replace")),
-        done.stderr.decode("utf-8", "replace")[-3000:],
-    )
 
 
 def test_node_client_h2c_produce_tls_consume_three_mib(
@@ -516,20 +271,7 @@ def test_node_producer_python_consumer(
     ep = grpc_proxy.address
     produced = run_node(node, env, "produce", ep, "CrossClient", "3")
     assert produced.returncode == 0, produced.stderr
-    consumed = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "CrossClient",
-        "--group",
-        "CrossGroup",
-        "--expect",
-        "3",
-        "--timeout",
-        "30",
-    )
+    consumed = run_py5(env, "consume", ep, "CrossClient", "CrossGroup", expect=3, timeout=30)
     assert consumed.returncode == 0, consumed.stderr
     received = consumed.of("received")
     assert sorted(e["message_id"] for e in received) == sorted(e["message_id"] for e in produced.of("sent"))
@@ -537,12 +279,6 @@ def test_node_producer_python_consumer(
 
 
 # ------------------------------------------------------------------ PushConsumer, delay, invisibility, recall
-
-
-def produce(env: dict[str, str], ep: str, topic: str, count: int) -> list[str]:
-    run = run_py5(env, "produce", "--endpoint", ep, "--topic", topic, "--count", str(count))
-    assert run.returncode == 0, run.stderr
-    return [e["message_id"] for e in run.of("sent")]
 
 
 def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures(
@@ -553,20 +289,7 @@ def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures
     ep = grpc_proxy.address
     sent = produce(env, ep, "PushTopic", 4)
     pushed = run_py5(
-        env,
-        "push",
-        "--endpoint",
-        ep,
-        "--topic",
-        "PushTopic",
-        "--group",
-        "PushGroup",
-        "--expect",
-        "4",
-        "--timeout",
-        "60",
-        "--fail-first",
-        limit_s=120,
+        env, "push", ep, "PushTopic", "PushGroup", expect=4, timeout=60, fail_first=True, limit_s=120
     )
     assert pushed.returncode == 0, pushed.stderr + json.dumps(pushed.events)
     received = pushed.of("received")
@@ -579,40 +302,14 @@ def test_push_consumer_consumes_through_query_assignment_and_redelivers_failures
     assert assignments
     assert all(e["status"] == "OK" for e in assignments)
     # acked for good: a second push consumer of the group gets nothing new
-    again = run_py5(
-        env,
-        "push",
-        "--endpoint",
-        ep,
-        "--topic",
-        "PushTopic",
-        "--group",
-        "PushGroup",
-        "--expect",
-        "1",
-        "--timeout",
-        "6",
-    )
+    again = run_py5(env, "push", ep, "PushTopic", "PushGroup", expect=1, timeout=6)
     assert again.of("received") == []
 
 
 def test_delayed_message_arrives_at_its_delivery_time_not_before(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
-    run = run_py5(
-        env,
-        "delay",
-        "--endpoint",
-        grpc_proxy.address,
-        "--topic",
-        "DelayTopic",
-        "--group",
-        "DelayGroup",
-        "--delay-ms",
-        "3000",
-        "--timeout",
-        "20",
-    )
+    run = run_py5(env, "delay", grpc_proxy.address, "DelayTopic", "DelayGroup", delay_ms=3000, timeout=20)
     assert run.returncode == 0, run.stderr
     (sent,) = run.of("sent")
     (received,) = run.of("received")
@@ -624,28 +321,21 @@ def test_delayed_message_arrives_at_its_delivery_time_not_before(
     assert [e for e in run.of("empty") if e["at_ms"] < sent["due_ms"]]
 
 
+def invisible_after_one_send(
+    env: dict[str, str], ep: str, name: str, mode: str, extend: int
+) -> tuple[str, Run]:
+    """One message sent to ``<name>Topic``, then the py5 ``invisible`` command (``mode``, ``extend`` s) as
+    ``<name>Group``; the message id and the run."""
+    (message_id,) = produce(env, ep, f"{name}Topic", 1)
+    run = run_py5(env, "invisible", ep, f"{name}Topic", f"{name}Group", mode=mode, extend=extend, timeout=25)
+    assert run.returncode == 0, run.stderr
+    return message_id, run
+
+
 def test_change_invisible_duration_makes_the_message_reappear_after_the_new_duration(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
-    ep = grpc_proxy.address
-    (message_id,) = produce(env, ep, "InvisTopic", 1)
-    run = run_py5(
-        env,
-        "invisible",
-        "--endpoint",
-        ep,
-        "--topic",
-        "InvisTopic",
-        "--group",
-        "InvisGroup",
-        "--mode",
-        "reappear",
-        "--extend",
-        "2",
-        "--timeout",
-        "25",
-    )
-    assert run.returncode == 0, run.stderr
+    message_id, run = invisible_after_one_send(env, grpc_proxy.address, "Invis", "reappear", 2)
     first, second = run.of("received")
     (changed,) = run.of("changed")
     assert first["message_id"] == second["message_id"] == message_id
@@ -659,25 +349,7 @@ def test_change_invisible_duration_makes_the_message_reappear_after_the_new_dura
 def test_ack_with_the_changed_receipt_handle(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
-    ep = grpc_proxy.address
-    (message_id,) = produce(env, ep, "InvisAckTopic", 1)
-    run = run_py5(
-        env,
-        "invisible",
-        "--endpoint",
-        ep,
-        "--topic",
-        "InvisAckTopic",
-        "--group",
-        "InvisAckGroup",
-        "--mode",
-        "ack",
-        "--extend",
-        "1",
-        "--timeout",
-        "25",
-    )
-    assert run.returncode == 0, run.stderr
+    message_id, run = invisible_after_one_send(env, grpc_proxy.address, "InvisAck", "ack", 1)
     (acked,) = run.of("acked")
     assert acked["message_id"] == message_id
     assert run.of("changed")[0]["handle_changed"]
@@ -692,9 +364,7 @@ def test_transactional_producer_commit_and_rollback_over_tls(
     py5: Path, grpc_proxy: SubprocessProxy, env: dict[str, str]
 ) -> None:
     ep = grpc_proxy.address
-    produced = run_py5(
-        env, "transact-tls", "--endpoint", ep, "--topic", "TxTlsTopic", "--count", "4", "--tls"
-    )
+    produced = run_py5(env, "transact-tls", ep, "TxTlsTopic", count=4, tls=True)
     assert produced.returncode == 0, produced.stderr
     sent = produced.of("sent")
     committed = sorted(e["message_id"] for e in sent if e["outcome"] == "commit")
@@ -705,39 +375,11 @@ def test_transactional_producer_commit_and_rollback_over_tls(
         e for e in grpc_proxy.events() if e.get("event") == "conn.negotiated" and e["protocol"] == "grpc"
     ]
     assert any(e["tls"] for e in negotiated)
-    consumed = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "TxTlsTopic",
-        "--group",
-        "TxTlsGroup",
-        "--expect",
-        "2",
-        "--timeout",
-        "20",
-        "--tls",
-    )
+    consumed = run_py5(env, "consume", ep, "TxTlsTopic", "TxTlsGroup", expect=2, timeout=20, tls=True)
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(e["message_id"] for e in consumed.of("received")) == committed
     # the rolled-back ones never show up
-    again = run_py5(
-        env,
-        "consume",
-        "--endpoint",
-        ep,
-        "--topic",
-        "TxTlsTopic",
-        "--group",
-        "TxTlsGroup",
-        "--expect",
-        "1",
-        "--timeout",
-        "4",
-        "--tls",
-    )
+    again = run_py5(env, "consume", ep, "TxTlsTopic", "TxTlsGroup", expect=1, timeout=4, tls=True)
     assert again.of("received") == []
 
 
@@ -746,20 +388,7 @@ def test_recall_of_a_delayed_message_with_the_python_client(
 ) -> None:
     """Producer.recall_message with the handle from the SendReceipt cancels a delayed message; the other
     one is delivered; recalling after the delivery time is answered MESSAGE_NOT_FOUND."""
-    run = run_py5(
-        env,
-        "recall",
-        "--endpoint",
-        grpc_proxy.address,
-        "--topic",
-        "RecallTopic",
-        "--group",
-        "RecallGroup",
-        "--delay-ms",
-        "2000",
-        "--timeout",
-        "6",
-    )
+    run = run_py5(env, "recall", grpc_proxy.address, "RecallTopic", "RecallGroup", delay_ms=2000, timeout=6)
     assert run.returncode == 0, run.stderr
     recalled_sent, kept_sent = run.of("sent")
     assert recalled_sent["recall_handle"]

@@ -13,9 +13,11 @@ import go_drivers  # noqa: E402
 
 
 def test_an_unreachable_module_proxy_is_named_with_the_failing_line() -> None:
-    out = ("go: downloading github.com/apache/rocketmq-client-go/v2 v2.1.3\n"
-           'remoting/main.go:29:2: ...: Get "https://proxy.golang.org/...": '
-           "dial tcp 1.2.3.4:443: i/o timeout\n")
+    out = (
+        "go: downloading github.com/apache/rocketmq-client-go/v2 v2.1.3\n"
+        'remoting/main.go:29:2: ...: Get "https://proxy.golang.org/...": '
+        "dial tcp 1.2.3.4:443: i/o timeout\n"
+    )
     reason = go_drivers._failure(out)
     assert reason.startswith("Go module proxy unreachable (remoting/main.go:29:2")
     assert "\n" not in reason
@@ -23,7 +25,8 @@ def test_an_unreachable_module_proxy_is_named_with_the_failing_line() -> None:
 
 def test_other_failures_are_one_line() -> None:
     assert go_drivers._failure("go: go.mod requires go >= 1.25 (running go 1.24.2; GOTOOLCHAIN=local)\n") == (
-        "Go too old: go: go.mod requires go >= 1.25 (running go 1.24.2; GOTOOLCHAIN=local)")
+        "Go too old: go: go.mod requires go >= 1.25 (running go 1.24.2; GOTOOLCHAIN=local)"
+    )
     stale = "go: updates to go.mod needed; to update it:\n\tgo mod tidy\n"
     assert go_drivers._failure(stale).startswith("go.mod/go.sum out of date")
     compile_error = "# mqtest/grpc5\ngrpc5/main.go:12:2: undefined: nope\ngrpc5/main.go:13:2: more\n"

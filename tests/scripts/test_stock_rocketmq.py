@@ -1,4 +1,5 @@
-"""The stock-RocketMQ launcher (scripts/stock_rocketmq.py): one-line failures and nothing left behind."""
+"""The stock-RocketMQ launcher (scripts/stock_rocketmq.py and its JVM processes): one-line failures and
+nothing left behind."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+import jvm_processes  # noqa: E402
 import stock_rocketmq  # noqa: E402
 
 
@@ -21,32 +23,6 @@ def _alive(pid: int) -> bool:
     # a zombie is dead for our purpose
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
-
-
-def test_maven_failure_names_an_unreachable_central() -> None:
-    out = "[ERROR] Could not transfer artifact org.apache.rocketmq:x:pom:1 from/to central: Unknown host"
-    assert stock_rocketmq._maven_failure(out) == "Maven Central unreachable"
-    assert stock_rocketmq._maven_failure("[ERROR]\n[ERROR] Could not find artifact a:b:jar:1") == (
-        "Could not find artifact a:b:jar:1"
-    )
-
-
-def test_fetch_without_maven_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(stock_rocketmq, "CACHE", tmp_path)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(stock_rocketmq.LauncherError, match=r"^Maven \(mvn\) not found"):
-        stock_rocketmq.fetch("client4")
-
-
-def test_free_port_keeps_neighbours_free() -> None:
-    port = stock_rocketmq.free_port(neighbours=(-2, 1))
-    assert all(stock_rocketmq._port_free(port + d) for d in (-2, 0, 1))
-
-
-def test_pom_lists_every_coordinate() -> None:
-    pom = stock_rocketmq._pom(["g:a:1", "h:b:2"])
-    assert "<artifactId>a</artifactId><version>1</version>" in pom
-    assert "<groupId>h</groupId>" in pom
 
 
 @pytest.mark.e2e
@@ -82,21 +58,7 @@ def test_a_port_taken_is_named(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         home = tmp_path / "ns"
         home.mkdir()
-        (home / "namesrv.conf").write_text(f"listenPort={port}\nbindAddress=127.0.0.1\n")
-        proc = stock_rocketmq.JavaProcess(
-            "name server",
-            stock_rocketmq.jvm_argv(
-                stock_rocketmq.classpath("server"),
-                "org.apache.rocketmq.namesrv.NamesrvStartup",
-                ["-c", str(home / "namesrv.conf")],
-                heap_mb=128,
-                home=home,
-            ),
-            home / "namesrv.log",
-            "boot success",
-            port,
-            home,
-        )
+        proc = stock_rocketmq.namesrv_jvm(stock_rocketmq.classpath("server"), home, port)
         proc.start()
         with pytest.raises(stock_rocketmq.LauncherError, match=r"port|Address already in use|exited"):
             proc.wait_ready(timeout=60)
@@ -133,7 +95,7 @@ def test_cluster_starts_serves_admin_and_stops_every_process(tmp_path: Path) -> 
 
 @pytest.mark.e2e
 def test_a_failed_start_leaves_nothing_behind(tmp_path: Path) -> None:
-    others = set(stock_rocketmq._LIVE)  # JVMs of session fixtures that are still up
+    others = set(jvm_processes._LIVE)  # JVMs of session fixtures that are still up
     cluster = stock_rocketmq.StockCluster(tmp_path, brokers=1, broker_heap_mb=1)  # the broker's JVM refuses
     with pytest.raises(stock_rocketmq.LauncherError) as info:
         cluster.start()
@@ -141,4 +103,4 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "heap" in str(info.value)
     assert cluster.namesrv_process is not None
     assert not cluster.namesrv_process.running
-    assert set(stock_rocketmq._LIVE) <= others  # nothing this cluster started is left
+    assert set(jvm_processes._LIVE) <= others  # nothing this cluster started is left

@@ -11,25 +11,9 @@ import pytest
 
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import SUMMARY_FILE, TABLES
+from mqproxy.spark_etl.transforms import ROLLUP_METRICS
 
 pytestmark = pytest.mark.spark
-
-ROLLUP_METRICS = (
-    "requests",
-    "errors",
-    "oneway",
-    "error_rate",
-    "req_bytes",
-    "resp_bytes",
-    "latency_p50",
-    "latency_p95",
-    "latency_p99",
-    "connections_opened",
-    "connections_closed",
-    "connection_errors",
-    "conn_bytes_in",
-    "conn_bytes_out",
-)
 
 
 def _table(spark: Any, run: Any, name: str) -> list[Any]:

@@ -72,67 +72,41 @@ def set_log_dir(client: Producer | PushConsumer) -> None:
         setter(os.path.join(os.path.expanduser("~"), "logs"))
 
 
-def produce(args: argparse.Namespace) -> int:
-    props = parse_props(args.prop)
+def started_producer(args: argparse.Namespace) -> Producer:
     producer = Producer(args.group)
     producer.set_namesrv_addr(args.namesrv)
     set_log_dir(producer)
     producer.start()
+    return producer
+
+
+def numbered_message(args: argparse.Namespace, index: int, props: dict[str, str]) -> Message:
+    """Message ``index`` of ``args.topic``: keys KEY-i, tag, ``props`` plus ``seq``, body BODY-i."""
+    msg = Message(args.topic)
+    msg.set_keys(f"{args.key}-{index}")
+    msg.set_tags(args.tag)
+    for key, value in props.items():
+        msg.set_property(key, value)
+    msg.set_property("seq", str(index))
+    msg.set_body(f"{args.body}-{index}")
+    return msg
+
+
+def sent_event(index: int, result: Any) -> dict[str, Any]:
+    return {"event": "sent", "index": index, "msg_id": result.msg_id, "status": result.status.name,
+            "offset": result.offset}
+
+
+def produce(args: argparse.Namespace) -> int:
+    props = parse_props(args.prop)
+    producer = started_producer(args)
     sent = 0
     for index in range(args.start, args.start + args.count):
-        msg = Message(args.topic)
-        msg.set_keys(f"{args.key}-{index}")
-        msg.set_tags(args.tag)
-        for key, value in props.items():
-            msg.set_property(key, value)
-        msg.set_property("seq", str(index))
-        msg.set_body(f"{args.body}-{index}")
-        result = producer.send_sync(msg)
-        emit({"event": "sent", "index": index, "msg_id": result.msg_id, "status": result.status.name,
-              "offset": result.offset})
+        emit(sent_event(index, producer.send_sync(numbered_message(args, index, props))))
         sent += 1
     emit({"event": "done", "sent": sent})
     producer.shutdown()
     return 0
-
-
-def consume(args: argparse.Namespace) -> int:
-    prop_keys = [*args.prop_key, "seq"]
-    received = 0
-    count_lock = threading.Lock()
-    enough = threading.Event()
-
-    def on_message(msg: RecvMessage) -> None:
-        nonlocal received
-        emit({
-            "event": "received",
-            "topic": msg.topic,
-            "tags": text(msg.tags),
-            "keys": text(msg.keys),
-            "body": text(msg.body),
-            "properties": {k: v for k in prop_keys if (v := text(msg.get_property(k)))},
-            "msg_id": msg.id,
-            "queue_id": msg.queue_id,
-            "queue_offset": msg.queue_offset,
-            "reconsume_times": msg.reconsume_times,
-        })
-        with count_lock:
-            received += 1
-            if received >= args.expect:
-                enough.set()
-
-    consumer = PushConsumer(args.group)
-    consumer.set_namesrv_addr(args.namesrv)
-    set_log_dir(consumer)
-    consumer.subscribe(args.topic, on_message, args.expression)
-    consumer.start()
-    emit({"event": "started"})
-    ok = enough.wait(args.timeout)
-    time.sleep(args.linger)
-    with count_lock:
-        emit({"event": "done", "received": received, "expected": args.expect, "timed_out": not ok})
-    sys.stdout.flush()
-    os._exit(0 if ok else 1)
 
 
 def received_event(msg: RecvMessage, prop_keys: list[str]) -> dict[str, Any]:
@@ -152,26 +126,19 @@ def received_event(msg: RecvMessage, prop_keys: list[str]) -> dict[str, Any]:
     }
 
 
-def consume_fail(args: argparse.Namespace) -> int:
-    prop_keys = [*args.prop_key, "seq"]
-
-    def on_message(msg: RecvMessage) -> None:
-        emit(received_event(msg, prop_keys))
-        raise RuntimeError("failing on purpose")  # the binding answers RECONSUME_LATER
-
-    consumer = PushConsumer(args.group)
+def start_consumer(args: argparse.Namespace, on_message: Any, *, orderly: bool = False) -> PushConsumer:
+    """Subscribe ``on_message`` to ``args.topic`` / ``args.expression`` as ``args.group`` and start."""
+    consumer = PushConsumer(args.group, orderly=orderly) if orderly else PushConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
     set_log_dir(consumer)
     consumer.subscribe(args.topic, on_message, args.expression)
     consumer.start()
     emit({"event": "started"})
-    time.sleep(args.duration)
-    emit({"event": "done"})
-    sys.stdout.flush()
-    os._exit(0)
+    return consumer
 
 
-def consume_orderly(args: argparse.Namespace) -> int:
+def consume_expected(args: argparse.Namespace, *, orderly: bool) -> int:
+    """Consume until ``--expect`` messages arrived or ``--timeout``; never shuts the consumer down."""
     prop_keys = [*args.prop_key, "seq"]
     received = 0
     count_lock = threading.Lock()
@@ -185,12 +152,7 @@ def consume_orderly(args: argparse.Namespace) -> int:
             if received >= args.expect:
                 enough.set()
 
-    consumer = PushConsumer(args.group, orderly=True)
-    consumer.set_namesrv_addr(args.namesrv)
-    set_log_dir(consumer)
-    consumer.subscribe(args.topic, on_message, args.expression)
-    consumer.start()
-    emit({"event": "started"})
+    _consumer = start_consumer(args, on_message, orderly=orderly)  # held until os._exit: never freed
     ok = enough.wait(args.timeout)
     time.sleep(args.linger)
     with count_lock:
@@ -199,20 +161,32 @@ def consume_orderly(args: argparse.Namespace) -> int:
     os._exit(0 if ok else 1)
 
 
+def consume(args: argparse.Namespace) -> int:
+    return consume_expected(args, orderly=False)
+
+
+def consume_orderly(args: argparse.Namespace) -> int:
+    return consume_expected(args, orderly=True)
+
+
+def consume_fail(args: argparse.Namespace) -> int:
+    prop_keys = [*args.prop_key, "seq"]
+
+    def on_message(msg: RecvMessage) -> None:
+        emit(received_event(msg, prop_keys))
+        raise RuntimeError("failing on purpose")  # the binding answers RECONSUME_LATER
+
+    _consumer = start_consumer(args, on_message)  # held until os._exit: never freed
+    time.sleep(args.duration)
+    emit({"event": "done"})
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def produce_orderly(args: argparse.Namespace) -> int:
-    producer = Producer(args.group)
-    producer.set_namesrv_addr(args.namesrv)
-    set_log_dir(producer)
-    producer.start()
+    producer = started_producer(args)
     for index in range(args.start, args.start + args.count):
-        msg = Message(args.topic)
-        msg.set_keys(f"{args.key}-{index}")
-        msg.set_tags(args.tag)
-        msg.set_property("seq", str(index))
-        msg.set_body(f"{args.body}-{index}")
-        result = producer.send_orderly(msg, args.shard)
-        emit({"event": "sent", "index": index, "msg_id": result.msg_id, "status": result.status.name,
-              "offset": result.offset})
+        emit(sent_event(index, producer.send_orderly(numbered_message(args, index, {}), args.shard)))
     emit({"event": "done", "sent": args.count})
     producer.shutdown()
     return 0
@@ -254,10 +228,7 @@ def produce_txn(args: argparse.Namespace) -> int:
         emit({"event": "error", "reason": "StartProducer failed"})
         return 2
     for index, state in enumerate(args.local):
-        msg = Message(args.topic)
-        msg.set_keys(f"{args.key}-{index}")
-        msg.set_tags(args.tag)
-        msg.set_property("seq", str(index))
+        msg = numbered_message(args, index, {})
         msg.set_body(f"{args.body}-{index}-{state}")
         result = _CSendResult()
         local = TRANSACTION_STATES[state]

@@ -1,0 +1,129 @@
+"""The client JVMs of ``bench/vs_rocketmq.py``: class paths, compiled drivers, and one run of a client to
+its end (own process group, output lines timed as they arrive, killed after a timeout)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import stock_rocketmq as rmq
+
+REPO = Path(__file__).resolve().parents[1]
+JAVA = REPO / "bench" / "java"
+EVENTS_JAVA = REPO / "tests" / "e2e" / "java" / "common"
+CLIENT_HEAP_MB = 512
+
+
+@dataclass
+class JavaRun:
+    """A client JVM's output lines, each with its arrival time (monotonic seconds)."""
+
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    returncode: int | None = None
+    started: float = 0.0
+    elapsed: float = 0.0
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = []
+        for _, line in self.lines:
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    obj = json.loads(line)
+                    if isinstance(obj, dict) and obj.get("event") == name:
+                        out.append(obj)
+        return out
+
+    def tail(self, n: int = 15) -> str:
+        return "\n".join(line for _, line in self.lines[-n:])
+
+
+class Clients:
+    """Class paths, compiled drivers and the JVM command lines of the client side."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        self.bench_cp = rmq.classpath("bench")
+        self.grpc_cp = rmq.classpath("grpc-java")
+        remoting = rmq.compile_java(
+            [JAVA / "remoting", JAVA / "common", EVENTS_JAVA], self.bench_cp, name="vs-rocketmq-remoting"
+        )
+        grpc = rmq.compile_java(
+            [JAVA / "grpc", JAVA / "common", EVENTS_JAVA], self.grpc_cp, name="vs-rocketmq-grpc"
+        )
+        self.remoting_cp = f"{remoting}{os.pathsep}{self.bench_cp}"
+        self.grpc_driver_cp = f"{grpc}{os.pathsep}{self.grpc_cp}"
+
+    def argv(self, cp: str, main: str, args: Sequence[str]) -> list[str]:
+        # the same JVM for every target; client logs under home (user.home)
+        return rmq.jvm_argv(
+            cp,
+            main,
+            args,
+            heap_mb=CLIENT_HEAP_MB,
+            home=self.home,
+            extra=(f"-Xms{CLIENT_HEAP_MB}m", f"-Drocketmq.client.logRoot={self.home / 'logs'}"),
+        )
+
+    def run(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        timeout: float,
+        stop_after: Callable[[JavaRun], float | None] | None = None,
+    ) -> JavaRun:
+        """Run one client JVM (own process group) to its end, or until ``stop_after(run)`` returns a
+        monotonic deadline that has passed (then SIGTERM); killed after ``timeout`` seconds."""
+        run = JavaRun(started=time.monotonic())
+        # own process group, and killed with this process if it dies (the launcher's way for its JVMs)
+        proc = rmq.popen_in_group(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.home
+        )
+        assert proc.stdout is not None
+
+        def read() -> None:
+            for raw in proc.stdout:  # type: ignore[union-attr]
+                run.lines.append((time.monotonic(), raw.decode("utf-8", "replace").rstrip("\n")))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        hard = run.started + timeout
+        try:
+            while proc.poll() is None:
+                deadline = stop_after(run) if stop_after else None
+                now = time.monotonic()
+                if now > hard or (deadline is not None and now >= deadline):
+                    _stop_group(proc)
+                    break
+                time.sleep(0.05)
+        finally:
+            if proc.poll() is None:
+                _stop_group(proc, kill=True)
+            run.returncode = proc.wait()
+            reader.join(5)
+        run.elapsed = time.monotonic() - run.started
+        # its output stays in the work directory (kept with --keep or when something failed)
+        log = self.home / f"{name.replace('/', '-')}.out"
+        log.write_text("".join(f"{at - run.started:9.3f} {line}\n" for at, line in run.lines))
+        return run
+
+
+def _stop_group(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    """SIGTERM (or SIGKILL) the process group we started for one client, SIGKILL after 10 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

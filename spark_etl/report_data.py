@@ -1,0 +1,102 @@
+"""The driver-side data of the traffic report: the small aggregate tables of a batch (or streaming) run,
+collected from Parquet with timestamps in UTC.
+
+:func:`load_report_data` raises ``FileNotFoundError`` when ``rollup_minute`` is missing or empty; any
+other table that is missing becomes an empty list (its report section is left out).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
+
+from mqproxy.spark_etl.batch import SUMMARY_FILE
+
+__all__ = ["ReportData", "Row", "load_report_data"]
+
+Row = dict[str, Any]
+
+_EPOCH: Final = datetime(1970, 1, 1)
+
+
+@dataclass(slots=True)
+class ReportData:
+    """Driver-side rows of the tables the report shows (each a list of plain dicts)."""
+
+    rollup: list[Row]
+    top_clients: list[Row] = field(default_factory=list)
+    negotiation_failures: list[Row] = field(default_factory=list)
+    ops: list[Row] = field(default_factory=list)
+    tenants: list[Row] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+
+    @property
+    def protocols(self) -> list[str]:
+        """Protocols by descending request count."""
+        totals: dict[str, int] = defaultdict(int)
+        for row in self.rollup:
+            totals[row["protocol"]] += row["requests"] + row["connections_opened"]
+        return sorted(totals, key=lambda p: (-totals[p], p))
+
+
+def _rows(spark: SparkSession, path: str, order: Sequence[Any], limit: int | None = None) -> list[Row]:
+    try:
+        df = spark.read.parquet(path)
+    except AnalysisException:
+        return []
+    df = df.orderBy(*order)
+    if limit is not None:
+        df = df.limit(limit)
+    # Collect timestamps as epoch microseconds: PySpark would convert them to the Python process's
+    # local zone, and the report is in UTC.
+    stamps = {f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)}
+    df = df.select(*[F.unix_micros(c).alias(c) if c in stamps else F.col(c) for c in df.columns])
+    rows = []
+    for row in df.collect():
+        values = row.asDict()
+        for name in stamps:
+            if values[name] is not None:
+                values[name] = _EPOCH + timedelta(microseconds=values[name])
+        rows.append(values)
+    return rows
+
+
+def _read_summary(tables_dir: str) -> dict[str, Any] | None:
+    path = Path(tables_dir.removeprefix("file:")) / SUMMARY_FILE
+    if "://" in tables_dir and not tables_dir.startswith("file:"):
+        return None
+    try:
+        summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary
+
+
+def load_report_data(spark: SparkSession, tables_dir: str, *, top: int = 10) -> ReportData:
+    """Collect what the report needs from the Parquet tables under ``tables_dir``.
+
+    Raises ``FileNotFoundError`` when ``rollup_minute`` is missing or empty.
+    """
+    rollup = _rows(spark, f"{tables_dir}/rollup_minute", ["minute", "protocol"])
+    if not rollup:
+        raise FileNotFoundError(f"no rollup_minute table with rows under {tables_dir}")
+    return ReportData(
+        rollup=rollup,
+        top_clients=_rows(spark, f"{tables_dir}/top_clients", ["date", "rank"]),
+        negotiation_failures=_rows(
+            spark, f"{tables_dir}/negotiation_failures", [F.col("failures").desc(), "reason"]
+        ),
+        ops=_rows(spark, f"{tables_dir}/ops", [F.col("latency_p99").desc_nulls_last(), "op"]),
+        tenants=_rows(spark, f"{tables_dir}/tenants", [F.col("bytes").desc(), "tenant"], top * 5),
+        summary=_read_summary(tables_dir),
+    )
