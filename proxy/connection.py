@@ -109,7 +109,6 @@ async def handle_connection(
         draining=server.draining,
         recorder=server.recorder,
         log=_log,
-        server=server,
     )
     server.connection_opened()
     _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))

@@ -13,7 +13,6 @@ import trio
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
-    from mqproxy.backends.embedded.store import MessageStore
     from mqproxy.facade.api import BrokerFacade
     from mqproxy.routes import Protocols
     from mqproxy.settings import Settings
@@ -21,10 +20,9 @@ if TYPE_CHECKING:
 
 @dataclass(eq=False)
 class ServerState:
-    """Process-wide state: settings, backend, readiness, drain signal and connection accounting."""
+    """Process-wide state: settings, the broker facade, readiness, drain signal and connection accounting."""
 
     settings: Settings
-    backend: MessageStore
     backend_name: str
     advertised: tuple[str, int] = ("127.0.0.1", 0)
     ready: bool = False
@@ -38,8 +36,6 @@ class ServerState:
     broker: BrokerFacade | None = None
     #: The protocol services connections are routed to (set once the broker is open).
     protocols: Protocols | None = None
-    #: Protocol-specific shared registries (e.g. the remoting group registry), keyed by protocol name.
-    registries: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)

@@ -18,7 +18,7 @@ import orjson
 import structlog
 import trio
 
-from mqproxy.context import receive_unless_draining
+from mqproxy.context import ServerState, receive_unless_draining
 from mqproxy.metrics import refresh_backend_metrics, render_metrics
 from mqproxy.negotiation import Detected, Protocol
 from mqproxy.runtime.context import ConnectionContext
@@ -32,21 +32,20 @@ MQTT_PATHS = ("/mqtt", "/")
 Response = tuple[int, str, bytes]
 
 
-async def _healthz(ctx: ConnectionContext) -> Response:
-    server = ctx.server
+async def _healthz(server: ServerState) -> Response:
     if server.ready and not server.draining.is_set():
         return 200, "application/json", orjson.dumps({"status": "ok"})
     state = "draining" if server.draining.is_set() else "starting"
     return 503, "application/json", orjson.dumps({"status": state})
 
 
-async def _metrics(ctx: ConnectionContext) -> Response:
-    await refresh_backend_metrics(ctx.server)
-    body, content_type = render_metrics(ctx.server)
+async def _metrics(server: ServerState) -> Response:
+    await refresh_backend_metrics(server)
+    body, content_type = render_metrics(server)
     return 200, content_type, body
 
 
-PATHS: dict[str, Callable[[ConnectionContext], Awaitable[Response]]] = {
+PATHS: dict[str, Callable[[ServerState], Awaitable[Response]]] = {
     "/healthz": _healthz,
     "/metrics": _metrics,
 }
@@ -80,14 +79,14 @@ def _path(target: bytes) -> str:
     return target.split(b"?", 1)[0].decode("ascii", "replace")
 
 
-async def _route(ctx: ConnectionContext, method: bytes, target: bytes) -> Response:
+async def _route(server: ServerState, method: bytes, target: bytes) -> Response:
     path = _path(target)
     handler = PATHS.get(path)
     if handler is None:
         return 404, "text/plain; charset=utf-8", b"not found\n"
     if method not in (b"GET", b"HEAD"):
         return 405, "text/plain; charset=utf-8", b"method not allowed\n"
-    return await handler(ctx)
+    return await handler(server)
 
 
 def _wants_mqtt(event: h11.Request) -> bool:
@@ -98,7 +97,11 @@ def _wants_mqtt(event: h11.Request) -> bool:
 
 
 async def _upgrade_to_mqtt(
-    stream: trio.abc.Stream, conn: h11.Connection, ctx: ConnectionContext, event: h11.Request
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    ctx: ConnectionContext,
+    server: ServerState,
+    event: h11.Request,
 ) -> None:
     """Answer a WebSocket upgrade request, then serve MQTT over it until it ends."""
     started = trio.current_time()
@@ -125,8 +128,8 @@ async def _upgrade_to_mqtt(
             ctx.error, ctx.detail = "bad_http_request", str(exc)
             return
         if next_event is h11.NEED_DATA:
-            idle_s = ctx.server.settings.server.idle_timeout_s
-            data = await receive_unless_draining(stream, READ_CHUNK, ctx.server, idle_s)
+            idle_s = server.settings.server.idle_timeout_s
+            data = await receive_unless_draining(stream, READ_CHUNK, server, idle_s)
             if data is None:
                 return
             conn.receive_data(data)
@@ -137,13 +140,14 @@ async def _upgrade_to_mqtt(
             return
     await _send(stream, conn, h11.InformationalResponse(status_code=101, headers=headers))
     trailing, _closed = conn.trailing_data
-    metrics = ctx.server.metrics
+    metrics = server.metrics
     metrics.connections_open.labels(ctx.protocol).dec()
     ctx.protocol = "mqtt"
     structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
     metrics.connections_total.labels(ctx.protocol).inc()
     metrics.connections_open.labels(ctx.protocol).inc()
-    mqtt = ctx.server.protocols.mqtt
+    assert server.protocols is not None  # set before the first connection is accepted
+    mqtt = server.protocols.mqtt
     websocket = WebSocketStream(stream, bytes(trailing), mqtt.max_packet_size)
     try:
         await mqtt.serve(websocket, ctx, Detected(Protocol.MQTT))
@@ -154,9 +158,24 @@ async def _upgrade_to_mqtt(
         await websocket.finish()
 
 
-async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+class HttpService:
+    """HTTP/1.1 as a :class:`~mqproxy.runtime.handlers.ProtocolService` of the server core: health and metrics
+    read the server's state; a WebSocket upgrade hands the connection to the server's MQTT service."""
+
+    def __init__(self, server: ServerState) -> None:
+        self._server = server
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+
+    async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
+        await serve_http(stream, ctx, self._server)
+
+
+async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: ServerState) -> None:
+    """Serve HTTP/1.1 requests on ``stream`` until the peer closes, the server drains or an upgrade ends."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-    idle_s = ctx.server.settings.server.idle_timeout_s
+    idle_s = server.settings.server.idle_timeout_s
     while True:
         try:
             event = conn.next_event()
@@ -168,18 +187,18 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, detected: 
                 await _respond(stream, conn, status, "text/plain; charset=utf-8", b"bad request\n", True)
             return
         if event is h11.NEED_DATA:
-            data = await receive_unless_draining(stream, READ_CHUNK, ctx.server, idle_s)
+            data = await receive_unless_draining(stream, READ_CHUNK, server, idle_s)
             if data is None:
                 return
             conn.receive_data(data)
             continue
         if isinstance(event, h11.Request):
             if _wants_mqtt(event):
-                await _upgrade_to_mqtt(stream, conn, ctx, event)
+                await _upgrade_to_mqtt(stream, conn, ctx, server, event)
                 return
             started = trio.current_time()
             path = _path(event.target)
-            status, content_type, body = await _route(ctx, event.method, event.target)
+            status, content_type, body = await _route(server, event.method, event.target)
             closing = ctx.draining.is_set()
             if event.method == b"HEAD":
                 body = b""

@@ -136,8 +136,10 @@ class _GatewayCollector:
 
 
 async def refresh_backend_metrics(server: ServerState) -> None:
-    """Update the store-size and consumer-lag gauges from the backend (called per scrape)."""
-    metrics, backend = server.metrics, server.backend
+    """Update the store-size and consumer-lag gauges from the broker facade (called per scrape)."""
+    metrics, backend = server.metrics, server.broker
+    if backend is None:
+        return  # not open yet
     metrics.store_bytes.set(await backend.store_bytes())
     lag: dict[tuple[str, str], int] = {}
     for row in await backend.consumer_offsets():

@@ -1,4 +1,5 @@
-"""The one registry of protocol handlers: sniffed protocol → :class:`~mqproxy.runtime.handlers.ProtocolService`.
+"""The one registry of protocol handlers: sniffed protocol →
+:class:`~mqproxy.runtime.handlers.ProtocolService`.
 
 :func:`build_protocols` makes one service per protocol when the server starts; adding a protocol is one
 entry here plus one detector in :mod:`mqproxy.negotiation`. A service owns the (prefix-replaying) stream
@@ -7,36 +8,18 @@ until ``serve`` returns; the caller closes it and logs ``conn.closed`` from the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-
-import trio
 
 from mqproxy.context import ServerState
 from mqproxy.grpc_service.protocol import GrpcService, GrpcSettings
-from mqproxy.http import serve_http
+from mqproxy.http import HttpService
 from mqproxy.mqtt.service import MqttService
-from mqproxy.negotiation import Detected, Protocol
+from mqproxy.negotiation import Protocol
 from mqproxy.remoting.service import RemotingService
-from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.handlers import ProtocolService
 
 __all__ = ["Protocols", "build_protocols"]
-
-_Serve = Callable[[trio.abc.Stream, ConnectionContext, Detected], Awaitable[None]]
-
-
-class _Function:
-    """A protocol served by one function that reads what it needs from the connection context."""
-
-    def __init__(self, serve: _Serve) -> None:
-        self._serve = serve
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-
-    async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
-        await self._serve(stream, ctx, detected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +50,7 @@ def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
         remoting=RemotingService.from_settings(state.broker, state.settings, state.advertised),
-        mqtt=state.registries.setdefault(  # TRANSITIONAL: remoting_route reaches MQTT dispatch there
-            "mqtt", MqttService.from_settings(state.broker, state.settings, state.draining)
-        ),
+        mqtt=MqttService.from_settings(state.broker, state.settings, state.draining),
         grpc=GrpcService(state.broker, GrpcSettings.from_config(state.settings, state.advertised)),
-        http=_Function(serve_http),
+        http=HttpService(state),
     )

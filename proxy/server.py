@@ -21,6 +21,7 @@ import trio
 from mqproxy import __version__
 from mqproxy.backend_setup import open_backend
 from mqproxy.backends.embedded.broker import open_embedded_broker
+from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
@@ -37,10 +38,14 @@ ACCEPT_RETRY_S = 0.1
 
 @dataclass(eq=False)
 class ServerHandle:
-    """Returned through ``task_status`` once the server accepts: its address and a stop trigger."""
+    """Returned through ``task_status`` once the server accepts: its address and a stop trigger.
+
+    ``store`` is the message store under the broker facade, for inspection by tests and tools only; nothing
+    that serves clients reaches it except through the facade."""
 
     address: tuple[str, int]
     state: ServerState
+    store: MessageStore
     _stop: trio.Event = field(default_factory=trio.Event)
 
     def stop(self, reason: str = "requested") -> None:
@@ -99,7 +104,7 @@ async def serve(
     )
     async with open_backend(settings, advertised) as backend:
         state = ServerState(
-            settings=settings, backend=backend, backend_name=settings.store.backend, advertised=advertised
+            settings=settings, backend_name=settings.store.backend, advertised=advertised
         )
 
         async with open_embedded_broker(
@@ -111,7 +116,12 @@ async def serve(
             state.broker = broker
             state.protocols = build_protocols(state)
             await _serve_state(
-                settings, state, bound, listener, ssl_context, install_signal_handlers, task_status
+                settings,
+                ServerHandle(address=bound, state=state, store=backend),
+                listener,
+                ssl_context,
+                install_signal_handlers,
+                task_status,
             )
 
 
@@ -129,14 +139,13 @@ def service_settings(broker: BrokerSettings) -> ServiceSettings:
 
 async def _serve_state(
     settings: Settings,
-    state: ServerState,
-    bound: tuple[str, int],
+    handle: ServerHandle,
     listener: trio.SocketListener,
     ssl_context: ssl.SSLContext | None,
     install_signal_handlers: bool,
     task_status: trio.TaskStatus[ServerHandle],
 ) -> None:
-    handle = ServerHandle(address=bound, state=state)
+    state, bound = handle.state, handle.address
     _log.info(
         "proxy.started",
         listen=format_addr(bound),

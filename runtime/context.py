@@ -49,8 +49,6 @@ class ConnectionContext:
     requests: int = 0
     error: str | None = None
     detail: str | None = None
-    #: The server core's state, for handlers not yet given what they need at construction.
-    server: Any = None
 
     def request_event(self, **fields: Any) -> None:
         """Count one request and report it (the ``request`` log event's fields)."""

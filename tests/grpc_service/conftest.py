@@ -269,7 +269,7 @@ async def grpc_env(nursery: trio.Nursery) -> AsyncIterator[GrpcEnv]:
     backend = InMemoryBackend(default_queue_count=4, store_host=("127.0.0.1", 9876))
     settings = Settings.for_tests()
     server = ServerState(
-        settings=settings, backend=backend, backend_name="memory", advertised=("127.0.0.1", 9876)
+        settings=settings, backend_name="memory", advertised=("127.0.0.1", 9876)
     )
     now_ms = trio_clock_ms()
     async with open_embedded_broker(backend, now_ms=now_ms) as broker:

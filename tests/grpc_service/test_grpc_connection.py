@@ -291,7 +291,7 @@ async def test_garbage_preface_gets_goaway(grpc_env: GrpcEnv) -> None:
     from mqproxy.runtime.context import ConnectionContext
 
     ctx = ConnectionContext(
-        conn_id="bad", peer=("127.0.0.1", 1), local=("127.0.0.1", 2), server=grpc_env.server,
+        conn_id="bad", peer=("127.0.0.1", 1), local=("127.0.0.1", 2),
         draining=grpc_env.server.draining,
     )
     driver = GrpcConnectionDriver(server_stream, ctx, grpc_env.service)

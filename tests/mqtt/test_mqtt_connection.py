@@ -15,6 +15,7 @@ from mqproxy.mqtt import delivery
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import lmq_name
+from mqproxy.mqtt.store import FacadeStore
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
@@ -397,7 +398,7 @@ async def test_will_delay_cancelled_by_reconnect(server: Any, steered_clock: tri
 
 
 async def test_rocketmq_interop_both_directions(server: Any) -> None:
-    backend = server.state.backend
+    backend = server.store
     sub, _ = await connect(server.address, "iot")
     await subscribe(sub, ("plant/+/temp", Q1), ("plant/7/temp", Q0))
     # RocketMQ producer → MQTT: send to the first-level topic, name the MQTT topic and its LMQs.
@@ -525,7 +526,9 @@ async def test_server_maximum_qos_and_refused_filters(server: Any) -> None:
     state = server.state
     set_gateway(
         server,
-        Gateway(state.backend, MqttConfig(maximum_qos=1, deny_subscribe=("secret/#",)), state.draining),
+        Gateway(
+            FacadeStore(state.broker), MqttConfig(maximum_qos=1, deny_subscribe=("secret/#",)), state.draining
+        ),
     )
     client, connack = await connect(server.address, "mq", 5)
     assert connack.properties.maximum_qos == 1

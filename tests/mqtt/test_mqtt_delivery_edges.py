@@ -376,7 +376,7 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
         return bytes(got)
 
     gateway = Gateway(InMemoryBackend(), MqttConfig(write_timeout_s=0.2))
-    ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0), server=None)  # type: ignore[arg-type]
+    ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0))
     conn = MqttConnection(trio.SocketStream(near), ctx, gateway)
     assert conn._direct is not None  # plain socket: the direct path is on
     cut = mq.encode(mq.Publish("a/b", bytes(1 << 20), Q0), 4)
@@ -469,7 +469,7 @@ async def _queue_race_once() -> tuple[bytes, bool]:
 
     near, far = trio.socket.socketpair()
     gateway = Gateway(InMemoryBackend(), MqttConfig(send_buffer_packets=1))
-    ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0), server=None)  # type: ignore[arg-type]
+    ctx = ConnectionContext("c1", ("memory", 0), ("memory", 0))
     conn = MqttConnection(trio.SocketStream(near), ctx, gateway)
     big = bytes(1 << 20)
     got = bytearray()

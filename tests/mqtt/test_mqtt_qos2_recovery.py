@@ -72,7 +72,7 @@ class Proxy:
     def __init__(self, handle: ServerHandle) -> None:
         self.handle = handle
         self.address = handle.address
-        self.backend: MessageStore = handle.state.backend
+        self.backend: MessageStore = handle.store
         self.store: CrashableBackend | None = None
         self.restart()
 

@@ -306,7 +306,7 @@ def test_answers_agree_with_the_store(
 
 
 async def test_broadcast_to_200_subscribers_reads_the_lmq_about_once(server: Any) -> None:
-    backend = server.state.backend
+    backend = server.store
     lmq = lmq_name("bcast/one")
     counts = {"lmq": 0}
     original = backend.pull

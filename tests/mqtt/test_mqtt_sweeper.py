@@ -131,7 +131,7 @@ async def test_the_server_runs_the_sweeper_from_its_settings(log_sink: Any, tmp_
         handle: ServerHandle = await nursery.start(
             lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
         )
-        backend = handle.state.backend
+        backend = handle.store
         await backend.send(Message("Parent", b"x", 0, dispatch=("%LMQ%gone", RETAINED_LMQ)))
 
         async def gone() -> bool:  # deleted after about one idle time (1 s) plus one interval

@@ -366,12 +366,14 @@ async def test_graceful_stop_lets_an_in_flight_long_poll_finish(start_server: An
 
 
 async def test_metrics_report_store_size_and_consumer_lag(server: Any) -> None:
+    from mqproxy.facade.api import SendRequest
     from mqproxy.model.types import Message
 
-    backend = server.state.backend
+    broker = server.state.broker
     for _ in range(3):
-        await backend.send(Message(topic="LagTopic", body=b"0123456789", queue_id=0))
-    await backend.commit_consumer_offset("GroupA", "LagTopic", 0, 1)
+        message = Message(topic="LagTopic", body=b"0123456789", queue_id=0)
+        await broker.send(SendRequest(message, create_queues=1))
+    await broker.commit_consumer_offset("GroupA", "LagTopic", 0, 1)
     s = await _connect(server)
     text = (await _http_get(s, "/metrics")).decode()
     assert 'mqproxy_consumer_lag_messages{group="GroupA",topic="LagTopic"} 2.0' in text
