@@ -17,55 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mqproxy.codecs.mqtt import packets, reason_codes
 from mqproxy.codecs.mqtt.encoding import Reader
 from mqproxy.codecs.mqtt.errors import MqttCodecError, malformed, protocol_error
-from mqproxy.codecs.mqtt.packets import (
-    MQTT_5,
-    PROTOCOL_LEVELS,
-    Auth,
-    Connack,
-    Connect,
-    Disconnect,
-    Packet,
-    PacketType,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PublishAck,
-    PubRec,
-    PubRel,
-    QoS,
-    RetainHandling,
-    SubAck,
-    Subscribe,
-    SubscribeTopic,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-)
 from mqproxy.codecs.mqtt.properties import NO_PROPERTIES, Properties, PropertyContext, decode_properties
-from mqproxy.codecs.mqtt.reason_codes import (
-    AUTH_REASON_CODES,
-    CONNACK_REASON_CODES,
-    DISCONNECT_REASON_CODES,
-    PUBACK_REASON_CODES,
-    PUBREL_REASON_CODES,
-    SUBACK_REASON_CODES,
-    UNSUBACK_REASON_CODES,
-    ConnackReturnCode,
-    ReasonCode,
-    reason_from_connack_return_code,
-)
+from mqproxy.codecs.mqtt.reason_codes import ConnackReturnCode, ReasonCode, reason_from_connack_return_code
 from mqproxy.codecs.mqtt.topics import parse_topic_filter, validate_topic_name
 
 MAX_PACKET_SIZE = 1 + 4 + 268_435_455
 """The largest packet MQTT can express: fixed header byte, 4-byte remaining length, 256 MiB of body."""
 
-_QOS = (QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE, QoS.EXACTLY_ONCE)
+_QOS = (packets.QoS.AT_MOST_ONCE, packets.QoS.AT_LEAST_ONCE, packets.QoS.EXACTLY_ONCE)
 _PROTOCOL_NAMES = {3: "MQIsdp", 4: "MQTT", 5: "MQTT"}
-_FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+_FLAGS_0010 = frozenset(
+    {packets.PacketType.PUBREL, packets.PacketType.SUBSCRIBE, packets.PacketType.UNSUBSCRIBE}
+)
 _V311_SUBACK = {
     0x00: ReasonCode.GRANTED_QOS_0,
     0x01: ReasonCode.GRANTED_QOS_1,
@@ -80,8 +46,8 @@ class MqttDecoder:
     def __init__(self, max_packet_size: int, protocol_level: int | None = None) -> None:
         if not 2 <= max_packet_size <= MAX_PACKET_SIZE:
             raise ValueError(f"max_packet_size must be in 2..{MAX_PACKET_SIZE}, not {max_packet_size}")
-        if protocol_level is not None and protocol_level not in PROTOCOL_LEVELS:
-            raise ValueError(f"protocol_level must be one of {sorted(PROTOCOL_LEVELS)}")
+        if protocol_level is not None and protocol_level not in packets.PROTOCOL_LEVELS:
+            raise ValueError(f"protocol_level must be one of {sorted(packets.PROTOCOL_LEVELS)}")
         self._max_packet_size = max_packet_size
         self._level = protocol_level
         self._server_side = protocol_level is None
@@ -95,13 +61,13 @@ class MqttDecoder:
         """The level in use: given, or read from the CONNECT (set as soon as a valid level byte is read)."""
         return self._level
 
-    def receive_data(self, data: bytes) -> list[Packet]:
+    def receive_data(self, data: bytes) -> list[packets.Packet]:
         """Buffer `data` and return every packet it completes, in order. Raises MqttCodecError."""
         if self._error is not None:
             raise self._error
         buffer = self._buffer
         buffer += data
-        packets: list[Packet] = []
+        decoded: list[packets.Packet] = []
         pos = 0
         end = len(buffer)
         try:
@@ -114,7 +80,7 @@ class MqttDecoder:
                 index = pos + 1
                 for shift in (0, 7, 14, 21):
                     if index >= end:
-                        return packets
+                        return decoded
                     byte = buffer[index]
                     index += 1
                     length |= (byte & 0x7F) << shift
@@ -131,13 +97,13 @@ class MqttDecoder:
                         f"packet of {total} bytes exceeds the maximum packet size {self._max_packet_size}",
                     )
                 if pos + total > end:
-                    return packets
+                    return decoded
                 pos += total
                 if first & 0xF0 == 0x30:
-                    packets.append(_decode_publish(first, buffer, index, pos, self._level == MQTT_5))
+                    decoded.append(_decode_publish(first, buffer, index, pos, self._level == packets.MQTT_5))
                 else:
-                    packets.append(self._decode(first, bytes(buffer[index:pos])))
-            return packets
+                    decoded.append(self._decode(first, bytes(buffer[index:pos])))
+            return decoded
         except MqttCodecError as exc:
             self._error = exc
             raise
@@ -150,38 +116,40 @@ class MqttDecoder:
     def _check_first_byte(self, first: int) -> None:
         kind = first >> 4
         flags = first & 0x0F
-        if kind == PacketType.PUBLISH:
+        if kind == packets.PacketType.PUBLISH:
             if flags & 0x06 == 0x06:
                 raise malformed("PUBLISH with QoS 3")
             if flags & 0x08 and not flags & 0x06:
                 raise malformed("PUBLISH with DUP set at QoS 0")
-        elif kind == 0 or (kind == PacketType.AUTH and self._level is not None and self._level != MQTT_5):
+        elif kind == 0 or (
+            kind == packets.PacketType.AUTH and self._level is not None and self._level != packets.MQTT_5
+        ):
             raise malformed(f"reserved packet type {kind}")
         elif flags != (0x02 if kind in _FLAGS_0010 else 0x00):
-            raise malformed(f"reserved flag bits 0x{flags:X} wrong for {PacketType(kind).name}")
+            raise malformed(f"reserved flag bits 0x{flags:X} wrong for {packets.PacketType(kind).name}")
         if self._server_side:
-            if not self._connected and kind != PacketType.CONNECT:
-                raise protocol_error(f"{PacketType(kind).name} before CONNECT")
-            if self._connected and kind == PacketType.CONNECT:
+            if not self._connected and kind != packets.PacketType.CONNECT:
+                raise protocol_error(f"{packets.PacketType(kind).name} before CONNECT")
+            if self._connected and kind == packets.PacketType.CONNECT:
                 raise protocol_error("second CONNECT")
 
-    def _decode(self, first: int, body: bytes) -> Packet:
+    def _decode(self, first: int, body: bytes) -> packets.Packet:
         kind = first >> 4
-        if kind == PacketType.CONNECT:
-            packet: Packet = self._decode_connect(Reader(body))
+        if kind == packets.PacketType.CONNECT:
+            packet: packets.Packet = self._decode_connect(Reader(body))
             self._connected = True
             self._ready = True
             return packet
         level = self._level
         if level is None:
-            raise protocol_error(f"{PacketType(kind).name} before the protocol level is known")
+            raise protocol_error(f"{packets.PacketType(kind).name} before the protocol level is known")
         reader = Reader(body)
-        packet = _DECODERS[kind](first & 0x0F, reader, level == MQTT_5)
+        packet = _DECODERS[kind](first & 0x0F, reader, level == packets.MQTT_5)
         if reader.remaining:
-            raise malformed(f"{reader.remaining} bytes after the end of {PacketType(kind).name}")
+            raise malformed(f"{reader.remaining} bytes after the end of {packets.PacketType(kind).name}")
         return packet
 
-    def _decode_connect(self, reader: Reader) -> Connect:
+    def _decode_connect(self, reader: Reader) -> packets.Connect:
         name = reader.utf8()
         level = reader.u8()
         if name not in ("MQTT", "MQIsdp"):
@@ -192,7 +160,7 @@ class MqttDecoder:
             )
         if self._server_side:
             self._level = level
-        v5 = level == MQTT_5
+        v5 = level == packets.MQTT_5
         flags = reader.u8()
         if flags & 0x01:
             raise malformed("CONNECT reserved flag bit set")
@@ -213,12 +181,16 @@ class MqttDecoder:
             will_properties = decode_properties(reader, PropertyContext.WILL) if v5 else NO_PROPERTIES
             will_topic = reader.utf8()
             validate_topic_name(will_topic)
-            will = Will(will_topic, reader.binary(), QoS(will_qos), will_retain, will_properties)
+            will = packets.Will(
+                will_topic, reader.binary(), packets.QoS(will_qos), will_retain, will_properties
+            )
         username = reader.utf8() if flags & 0x80 else None
         password = reader.binary() if flags & 0x40 else None
         if reader.remaining:
             raise malformed(f"{reader.remaining} bytes after the end of CONNECT")
-        return Connect(client_id, level, bool(flags & 0x02), keep_alive, username, password, will, properties)
+        return packets.Connect(
+            client_id, level, bool(flags & 0x02), keep_alive, username, password, will, properties
+        )
 
 
 def _packet_id(reader: Reader) -> int:
@@ -234,13 +206,13 @@ def _reason(code: int, allowed: frozenset[ReasonCode], kind: str) -> ReasonCode:
     raise protocol_error(f"reason code 0x{code:02X} is not valid in {kind}")
 
 
-def _decode_connack(flags: int, reader: Reader, v5: bool) -> Connack:
+def _decode_connack(flags: int, reader: Reader, v5: bool) -> packets.Connack:
     ack_flags = reader.u8()
     if ack_flags & 0xFE:
         raise malformed("CONNACK reserved flag bits set")
     code = reader.u8()
     if v5:
-        reason = _reason(code, CONNACK_REASON_CODES, "CONNACK")
+        reason = _reason(code, reason_codes.CONNACK_REASON_CODES, "CONNACK")
         properties = decode_properties(reader, PropertyContext.CONNACK)
     else:
         try:
@@ -250,10 +222,10 @@ def _decode_connack(flags: int, reader: Reader, v5: bool) -> Connack:
         properties = NO_PROPERTIES
     if ack_flags and reason.is_error:
         raise protocol_error("CONNACK refusal with session present")
-    return Connack(bool(ack_flags), reason, properties)
+    return packets.Connack(bool(ack_flags), reason, properties)
 
 
-def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: bool) -> Publish:
+def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: bool) -> packets.Publish:
     """PUBLISH straight from the receive buffer (the hot path: no body copy, no Reader unless v5)."""
     if end - start < 2:
         raise malformed("PUBLISH shorter than its topic length")
@@ -286,7 +258,7 @@ def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: boo
         if "\x00" in topic:
             raise malformed("topic name contains U+0000")
         validate_topic_name(topic)
-    return Publish(
+    return packets.Publish(
         topic,
         bytes(buffer[pos:end]),
         _QOS[qos],
@@ -298,11 +270,11 @@ def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: boo
 
 
 def _ack_decoder(
-    cls: type[PublishAck],
+    cls: type[packets.PublishAck],
     allowed: frozenset[ReasonCode],
     context: PropertyContext,
-) -> Callable[[int, Reader, bool], Packet]:
-    def decode(flags: int, reader: Reader, v5: bool) -> Packet:
+) -> Callable[[int, Reader, bool], packets.Packet]:
+    def decode(flags: int, reader: Reader, v5: bool) -> packets.Packet:
         packet_id = _packet_id(reader)
         reason = ReasonCode.SUCCESS
         properties: Properties = NO_PROPERTIES
@@ -315,10 +287,10 @@ def _ack_decoder(
     return decode
 
 
-def _decode_subscribe(flags: int, reader: Reader, v5: bool) -> Subscribe:
+def _decode_subscribe(flags: int, reader: Reader, v5: bool) -> packets.Subscribe:
     packet_id = _packet_id(reader)
     properties = decode_properties(reader, PropertyContext.SUBSCRIBE) if v5 else NO_PROPERTIES
-    topics: list[SubscribeTopic] = []
+    topics: list[packets.SubscribeTopic] = []
     while reader.remaining:
         topic_filter = reader.utf8()
         options = reader.u8()
@@ -335,32 +307,36 @@ def _decode_subscribe(flags: int, reader: Reader, v5: bool) -> Subscribe:
         if no_local and parsed.share_group is not None:
             raise protocol_error("no local on a shared subscription")
         topics.append(
-            SubscribeTopic(
-                topic_filter, QoS(qos), no_local, bool(options & 0x08), RetainHandling(retain_handling)
+            packets.SubscribeTopic(
+                topic_filter,
+                packets.QoS(qos),
+                no_local,
+                bool(options & 0x08),
+                packets.RetainHandling(retain_handling),
             )
         )
     if not topics:
         raise protocol_error("SUBSCRIBE with no topic filter")
-    return Subscribe(packet_id, tuple(topics), properties)
+    return packets.Subscribe(packet_id, tuple(topics), properties)
 
 
-def _decode_suback(flags: int, reader: Reader, v5: bool) -> SubAck:
+def _decode_suback(flags: int, reader: Reader, v5: bool) -> packets.SubAck:
     packet_id = _packet_id(reader)
     properties = decode_properties(reader, PropertyContext.SUBACK) if v5 else NO_PROPERTIES
     codes: list[ReasonCode] = []
     for code in reader.rest():
         if v5:
-            codes.append(_reason(code, SUBACK_REASON_CODES, "SUBACK"))
+            codes.append(_reason(code, reason_codes.SUBACK_REASON_CODES, "SUBACK"))
         elif code in _V311_SUBACK:
             codes.append(_V311_SUBACK[code])
         else:
             raise protocol_error(f"SUBACK return code 0x{code:02X}")
     if not codes:
         raise protocol_error("SUBACK with no return code")
-    return SubAck(packet_id, tuple(codes), properties)
+    return packets.SubAck(packet_id, tuple(codes), properties)
 
 
-def _decode_unsubscribe(flags: int, reader: Reader, v5: bool) -> Unsubscribe:
+def _decode_unsubscribe(flags: int, reader: Reader, v5: bool) -> packets.Unsubscribe:
     packet_id = _packet_id(reader)
     properties = decode_properties(reader, PropertyContext.UNSUBSCRIBE) if v5 else NO_PROPERTIES
     filters: list[str] = []
@@ -370,56 +346,64 @@ def _decode_unsubscribe(flags: int, reader: Reader, v5: bool) -> Unsubscribe:
         filters.append(topic_filter)
     if not filters:
         raise protocol_error("UNSUBSCRIBE with no topic filter")
-    return Unsubscribe(packet_id, tuple(filters), properties)
+    return packets.Unsubscribe(packet_id, tuple(filters), properties)
 
 
-def _decode_unsuback(flags: int, reader: Reader, v5: bool) -> UnsubAck:
+def _decode_unsuback(flags: int, reader: Reader, v5: bool) -> packets.UnsubAck:
     packet_id = _packet_id(reader)
     if not v5:
-        return UnsubAck(packet_id)
+        return packets.UnsubAck(packet_id)
     properties = decode_properties(reader, PropertyContext.UNSUBACK)
-    codes = tuple(_reason(code, UNSUBACK_REASON_CODES, "UNSUBACK") for code in reader.rest())
+    codes = tuple(_reason(code, reason_codes.UNSUBACK_REASON_CODES, "UNSUBACK") for code in reader.rest())
     if not codes:
         raise protocol_error("UNSUBACK with no reason code")
-    return UnsubAck(packet_id, codes, properties)
+    return packets.UnsubAck(packet_id, codes, properties)
 
 
-def _decode_pingreq(flags: int, reader: Reader, v5: bool) -> PingReq:
-    return PingReq()
+def _decode_pingreq(flags: int, reader: Reader, v5: bool) -> packets.PingReq:
+    return packets.PingReq()
 
 
-def _decode_pingresp(flags: int, reader: Reader, v5: bool) -> PingResp:
-    return PingResp()
+def _decode_pingresp(flags: int, reader: Reader, v5: bool) -> packets.PingResp:
+    return packets.PingResp()
 
 
-def _decode_disconnect(flags: int, reader: Reader, v5: bool) -> Disconnect:
+def _decode_disconnect(flags: int, reader: Reader, v5: bool) -> packets.Disconnect:
     if not v5 or not reader.remaining:
-        return Disconnect()
-    reason = _reason(reader.u8(), DISCONNECT_REASON_CODES, "DISCONNECT")
+        return packets.Disconnect()
+    reason = _reason(reader.u8(), reason_codes.DISCONNECT_REASON_CODES, "DISCONNECT")
     properties = decode_properties(reader, PropertyContext.DISCONNECT) if reader.remaining else NO_PROPERTIES
-    return Disconnect(reason, properties)
+    return packets.Disconnect(reason, properties)
 
 
-def _decode_auth(flags: int, reader: Reader, v5: bool) -> Auth:
+def _decode_auth(flags: int, reader: Reader, v5: bool) -> packets.Auth:
     if not reader.remaining:
-        return Auth()
-    reason = _reason(reader.u8(), AUTH_REASON_CODES, "AUTH")
+        return packets.Auth()
+    reason = _reason(reader.u8(), reason_codes.AUTH_REASON_CODES, "AUTH")
     properties = decode_properties(reader, PropertyContext.AUTH) if reader.remaining else NO_PROPERTIES
-    return Auth(reason, properties)
+    return packets.Auth(reason, properties)
 
 
-_DECODERS: dict[int, Callable[[int, Reader, bool], Packet]] = {  # all but CONNECT and PUBLISH
-    PacketType.CONNACK: _decode_connack,
-    PacketType.PUBACK: _ack_decoder(PubAck, PUBACK_REASON_CODES, PropertyContext.PUBACK),
-    PacketType.PUBREC: _ack_decoder(PubRec, PUBACK_REASON_CODES, PropertyContext.PUBREC),
-    PacketType.PUBREL: _ack_decoder(PubRel, PUBREL_REASON_CODES, PropertyContext.PUBREL),
-    PacketType.PUBCOMP: _ack_decoder(PubComp, PUBREL_REASON_CODES, PropertyContext.PUBCOMP),
-    PacketType.SUBSCRIBE: _decode_subscribe,
-    PacketType.SUBACK: _decode_suback,
-    PacketType.UNSUBSCRIBE: _decode_unsubscribe,
-    PacketType.UNSUBACK: _decode_unsuback,
-    PacketType.PINGREQ: _decode_pingreq,
-    PacketType.PINGRESP: _decode_pingresp,
-    PacketType.DISCONNECT: _decode_disconnect,
-    PacketType.AUTH: _decode_auth,
+_DECODERS: dict[int, Callable[[int, Reader, bool], packets.Packet]] = {  # all but CONNECT and PUBLISH
+    packets.PacketType.CONNACK: _decode_connack,
+    packets.PacketType.PUBACK: _ack_decoder(
+        packets.PubAck, reason_codes.PUBACK_REASON_CODES, PropertyContext.PUBACK
+    ),
+    packets.PacketType.PUBREC: _ack_decoder(
+        packets.PubRec, reason_codes.PUBACK_REASON_CODES, PropertyContext.PUBREC
+    ),
+    packets.PacketType.PUBREL: _ack_decoder(
+        packets.PubRel, reason_codes.PUBREL_REASON_CODES, PropertyContext.PUBREL
+    ),
+    packets.PacketType.PUBCOMP: _ack_decoder(
+        packets.PubComp, reason_codes.PUBREL_REASON_CODES, PropertyContext.PUBCOMP
+    ),
+    packets.PacketType.SUBSCRIBE: _decode_subscribe,
+    packets.PacketType.SUBACK: _decode_suback,
+    packets.PacketType.UNSUBSCRIBE: _decode_unsubscribe,
+    packets.PacketType.UNSUBACK: _decode_unsuback,
+    packets.PacketType.PINGREQ: _decode_pingreq,
+    packets.PacketType.PINGRESP: _decode_pingresp,
+    packets.PacketType.DISCONNECT: _decode_disconnect,
+    packets.PacketType.AUTH: _decode_auth,
 }

@@ -12,54 +12,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mqproxy.codecs.mqtt import packets, reason_codes
 from mqproxy.codecs.mqtt.encoding import encode_binary, encode_u16, encode_utf8, encode_varint
 from mqproxy.codecs.mqtt.errors import MqttCodecError, malformed, protocol_error
-from mqproxy.codecs.mqtt.packets import (
-    MQTT_5,
-    PROTOCOL_LEVELS,
-    Auth,
-    Connack,
-    Connect,
-    Disconnect,
-    Packet,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PublishAck,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    UnsubAck,
-    Unsubscribe,
-)
 from mqproxy.codecs.mqtt.properties import NO_PROPERTIES, PropertyContext, encode_properties
-from mqproxy.codecs.mqtt.reason_codes import (
-    AUTH_REASON_CODES,
-    CONNACK_REASON_CODES,
-    DISCONNECT_REASON_CODES,
-    PUBACK_REASON_CODES,
-    PUBREL_REASON_CODES,
-    SUBACK_REASON_CODES,
-    UNSUBACK_REASON_CODES,
-    ReasonCode,
-    connack_return_code,
-)
+from mqproxy.codecs.mqtt.reason_codes import ReasonCode, connack_return_code
 from mqproxy.codecs.mqtt.topics import parse_topic_filter, validate_topic_name
 
 _PROTOCOL_NAME = {3: b"\x00\x06MQIsdp", 4: b"\x00\x04MQTT", 5: b"\x00\x04MQTT"}
 
 
-def encode(packet: Packet, protocol_level: int) -> bytes:
+def encode(packet: packets.Packet, protocol_level: int) -> bytes:
     """The wire bytes of `packet` at `protocol_level` (3, 4 or 5; a CONNECT uses its own level)."""
-    if protocol_level not in PROTOCOL_LEVELS:
+    if protocol_level not in packets.PROTOCOL_LEVELS:
         raise MqttCodecError(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol level {protocol_level}")
     encoder = _ENCODERS.get(type(packet))
     if encoder is None:
         raise TypeError(f"not an MQTT packet: {packet!r}")
-    first, body = encoder(packet, protocol_level == MQTT_5)
+    first, body = encoder(packet, protocol_level == packets.MQTT_5)
     return bytes((first,)) + encode_varint(len(body)) + body
 
 
@@ -74,11 +44,11 @@ def _check_reason(reason: ReasonCode, allowed: frozenset[ReasonCode], kind: str)
         raise protocol_error(f"reason code 0x{int(reason):02X} is not valid in {kind}")
 
 
-def _encode_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
+def _encode_connect(packet: packets.Connect, v5: bool) -> tuple[int, bytes]:
     level = packet.protocol_level
-    if level not in PROTOCOL_LEVELS:
+    if level not in packets.PROTOCOL_LEVELS:
         raise MqttCodecError(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol level {level}")
-    v5 = level == MQTT_5
+    v5 = level == packets.MQTT_5
     will = packet.will
     flags = 0x02 if packet.clean_start else 0
     if will is not None:
@@ -109,18 +79,18 @@ def _encode_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
     return 0x10, bytes(body)
 
 
-def _encode_connack(packet: Connack, v5: bool) -> tuple[int, bytes]:
+def _encode_connack(packet: packets.Connack, v5: bool) -> tuple[int, bytes]:
     reason = packet.reason_code
     if packet.session_present and reason.is_error:
         raise protocol_error("CONNACK refusal with session present")
     flags = b"\x01" if packet.session_present else b"\x00"
     if v5:
-        _check_reason(reason, CONNACK_REASON_CODES, "CONNACK")
+        _check_reason(reason, reason_codes.CONNACK_REASON_CODES, "CONNACK")
         return 0x20, flags + bytes((reason,)) + encode_properties(packet.properties, PropertyContext.CONNACK)
     return 0x20, flags + bytes((connack_return_code(reason),))
 
 
-def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
+def _encode_publish(packet: packets.Publish, v5: bool) -> tuple[int, bytes]:
     qos = packet.qos
     if not 0 <= qos <= 2:
         raise malformed(f"PUBLISH with QoS {qos}")
@@ -147,7 +117,7 @@ def _encode_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
 def _ack_encoder(
     first: int, allowed: frozenset[ReasonCode], context: PropertyContext
 ) -> Callable[[Any, bool], tuple[int, bytes]]:
-    def encode_ack(packet: PublishAck, v5: bool) -> tuple[int, bytes]:
+    def encode_ack(packet: packets.PublishAck, v5: bool) -> tuple[int, bytes]:
         body = _packet_id(packet.packet_id)
         if not v5:
             return first, body
@@ -161,7 +131,7 @@ def _ack_encoder(
     return encode_ack
 
 
-def _encode_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
+def _encode_subscribe(packet: packets.Subscribe, v5: bool) -> tuple[int, bytes]:
     if not packet.topics:
         raise protocol_error("SUBSCRIBE with no topic filter")
     body = bytearray(_packet_id(packet.packet_id))
@@ -185,19 +155,19 @@ def _encode_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
     return 0x82, bytes(body)
 
 
-def _encode_suback(packet: SubAck, v5: bool) -> tuple[int, bytes]:
+def _encode_suback(packet: packets.SubAck, v5: bool) -> tuple[int, bytes]:
     if not packet.reason_codes:
         raise protocol_error("SUBACK with no return code")
     body = bytearray(_packet_id(packet.packet_id))
     if v5:
         body += encode_properties(packet.properties, PropertyContext.SUBACK)
     for reason in packet.reason_codes:
-        _check_reason(reason, SUBACK_REASON_CODES, "SUBACK")
+        _check_reason(reason, reason_codes.SUBACK_REASON_CODES, "SUBACK")
         body.append(reason if v5 or not reason.is_error else 0x80)
     return 0x90, bytes(body)
 
 
-def _encode_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
+def _encode_unsubscribe(packet: packets.Unsubscribe, v5: bool) -> tuple[int, bytes]:
     if not packet.topic_filters:
         raise protocol_error("UNSUBSCRIBE with no topic filter")
     body = bytearray(_packet_id(packet.packet_id))
@@ -209,7 +179,7 @@ def _encode_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
     return 0xA2, bytes(body)
 
 
-def _encode_unsuback(packet: UnsubAck, v5: bool) -> tuple[int, bytes]:
+def _encode_unsuback(packet: packets.UnsubAck, v5: bool) -> tuple[int, bytes]:
     body = bytearray(_packet_id(packet.packet_id))
     if not v5:
         return 0xB0, bytes(body)
@@ -217,16 +187,16 @@ def _encode_unsuback(packet: UnsubAck, v5: bool) -> tuple[int, bytes]:
         raise protocol_error("UNSUBACK with no reason code")
     body += encode_properties(packet.properties, PropertyContext.UNSUBACK)
     for reason in packet.reason_codes:
-        _check_reason(reason, UNSUBACK_REASON_CODES, "UNSUBACK")
+        _check_reason(reason, reason_codes.UNSUBACK_REASON_CODES, "UNSUBACK")
         body.append(reason)
     return 0xB0, bytes(body)
 
 
-def _encode_pingreq(packet: PingReq, v5: bool) -> tuple[int, bytes]:
+def _encode_pingreq(packet: packets.PingReq, v5: bool) -> tuple[int, bytes]:
     return 0xC0, b""
 
 
-def _encode_pingresp(packet: PingResp, v5: bool) -> tuple[int, bytes]:
+def _encode_pingresp(packet: packets.PingResp, v5: bool) -> tuple[int, bytes]:
     return 0xD0, b""
 
 
@@ -241,36 +211,39 @@ def _encode_reason_and_properties(
     return b""
 
 
-def _encode_disconnect(packet: Disconnect, v5: bool) -> tuple[int, bytes]:
+def _encode_disconnect(packet: packets.Disconnect, v5: bool) -> tuple[int, bytes]:
     if not v5:
         return 0xE0, b""
     return 0xE0, _encode_reason_and_properties(
-        packet.reason_code, packet.properties, DISCONNECT_REASON_CODES, PropertyContext.DISCONNECT
+        packet.reason_code,
+        packet.properties,
+        reason_codes.DISCONNECT_REASON_CODES,
+        PropertyContext.DISCONNECT,
     )
 
 
-def _encode_auth(packet: Auth, v5: bool) -> tuple[int, bytes]:
+def _encode_auth(packet: packets.Auth, v5: bool) -> tuple[int, bytes]:
     if not v5:
         raise malformed("AUTH does not exist before MQTT 5")
     return 0xF0, _encode_reason_and_properties(
-        packet.reason_code, packet.properties, AUTH_REASON_CODES, PropertyContext.AUTH
+        packet.reason_code, packet.properties, reason_codes.AUTH_REASON_CODES, PropertyContext.AUTH
     )
 
 
 _ENCODERS: dict[type, Callable[[Any, bool], tuple[int, bytes]]] = {
-    Connect: _encode_connect,
-    Connack: _encode_connack,
-    Publish: _encode_publish,
-    PubAck: _ack_encoder(0x40, PUBACK_REASON_CODES, PropertyContext.PUBACK),
-    PubRec: _ack_encoder(0x50, PUBACK_REASON_CODES, PropertyContext.PUBREC),
-    PubRel: _ack_encoder(0x62, PUBREL_REASON_CODES, PropertyContext.PUBREL),
-    PubComp: _ack_encoder(0x70, PUBREL_REASON_CODES, PropertyContext.PUBCOMP),
-    Subscribe: _encode_subscribe,
-    SubAck: _encode_suback,
-    Unsubscribe: _encode_unsubscribe,
-    UnsubAck: _encode_unsuback,
-    PingReq: _encode_pingreq,
-    PingResp: _encode_pingresp,
-    Disconnect: _encode_disconnect,
-    Auth: _encode_auth,
+    packets.Connect: _encode_connect,
+    packets.Connack: _encode_connack,
+    packets.Publish: _encode_publish,
+    packets.PubAck: _ack_encoder(0x40, reason_codes.PUBACK_REASON_CODES, PropertyContext.PUBACK),
+    packets.PubRec: _ack_encoder(0x50, reason_codes.PUBACK_REASON_CODES, PropertyContext.PUBREC),
+    packets.PubRel: _ack_encoder(0x62, reason_codes.PUBREL_REASON_CODES, PropertyContext.PUBREL),
+    packets.PubComp: _ack_encoder(0x70, reason_codes.PUBREL_REASON_CODES, PropertyContext.PUBCOMP),
+    packets.Subscribe: _encode_subscribe,
+    packets.SubAck: _encode_suback,
+    packets.Unsubscribe: _encode_unsubscribe,
+    packets.UnsubAck: _encode_unsuback,
+    packets.PingReq: _encode_pingreq,
+    packets.PingResp: _encode_pingresp,
+    packets.Disconnect: _encode_disconnect,
+    packets.Auth: _encode_auth,
 }
