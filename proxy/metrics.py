@@ -81,6 +81,32 @@ class _HasStats(Protocol):
     def stats(self) -> dict[str, int]: ...
 
 
+_GATEWAY_VALUES: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, str], ...] = (
+    (GaugeMetricFamily, "mqproxy_mqtt_subscriptions", "MQTT subscriptions of all sessions", "subscriptions"),
+    (
+        GaugeMetricFamily,
+        "mqproxy_mqtt_wildcard_filters",
+        "Distinct wildcard filters in the index",
+        "wildcard_filters",
+    ),
+    (GaugeMetricFamily, "mqproxy_mqtt_retained_messages", "Topics holding a retained message", "retained"),
+    (
+        CounterMetricFamily,
+        "mqproxy_mqtt_pushed_deliveries",
+        "Deliveries a push hub made to a caught-up subscriber without waking its reader",
+        "pushed",
+    ),
+    (GaugeMetricFamily, "mqproxy_mqtt_push_hubs", "LMQs with a push hub serving parked readers", "push_hubs"),
+    (
+        GaugeMetricFamily,
+        "mqproxy_mqtt_read_cache_bytes",
+        "Message bytes held by the read cache",
+        "read_cache_bytes",
+    ),
+)
+"""Single-value gateway metrics: family, name, help, and the :meth:`_HasStats.stats` key they report."""
+
+
 class _GatewayCollector:
     """Reads :meth:`~mqproxy.mqtt.gateway.Gateway.stats` at scrape time; nothing before the first MQTT
     connection creates the gateway."""
@@ -100,17 +126,6 @@ class _GatewayCollector:
         sessions.add_metric(["online"], stats["sessions_online"])
         sessions.add_metric(["offline"], stats["sessions_offline"])
         yield sessions
-        yield GaugeMetricFamily(
-            "mqproxy_mqtt_subscriptions", "MQTT subscriptions of all sessions", value=stats["subscriptions"]
-        )
-        yield GaugeMetricFamily(
-            "mqproxy_mqtt_wildcard_filters",
-            "Distinct wildcard filters in the index",
-            value=stats["wildcard_filters"],
-        )
-        yield GaugeMetricFamily(
-            "mqproxy_mqtt_retained_messages", "Topics holding a retained message", value=stats["retained"]
-        )
         cache = CounterMetricFamily(
             "mqproxy_mqtt_read_cache_requests",
             "Subscriber reads by how the shared read cache served them "
@@ -120,19 +135,8 @@ class _GatewayCollector:
         for result in ("hit", "coalesced", "miss", "bypass"):
             cache.add_metric([result], stats[f"read_cache_{result}"])
         yield cache
-        yield CounterMetricFamily(
-            "mqproxy_mqtt_pushed_deliveries",
-            "Deliveries a push hub made to a caught-up subscriber without waking its reader",
-            value=stats["pushed"],
-        )
-        yield GaugeMetricFamily(
-            "mqproxy_mqtt_push_hubs", "LMQs with a push hub serving parked readers", value=stats["push_hubs"]
-        )
-        yield GaugeMetricFamily(
-            "mqproxy_mqtt_read_cache_bytes",
-            "Message bytes held by the read cache",
-            value=stats["read_cache_bytes"],
-        )
+        for family, name, documentation, key in _GATEWAY_VALUES:
+            yield family(name, documentation, value=stats[key])
 
 
 async def refresh_backend_metrics(server: ServerState) -> None:
