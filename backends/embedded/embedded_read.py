@@ -8,19 +8,19 @@ read from its own topic. Consumer offsets are index rows; committing one marks t
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
 from mqproxy.backends.embedded.index import offset_key, queue_key
-from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, out_of_range
+from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES
 from mqproxy.backends.embedded.records import MessageRecord, decode_message
+from mqproxy.backends.embedded.store_base import PullScan
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (
     PROPERTY_TAGS,
     ConsumerOffset,
-    PullResult,
-    PullStatus,
     StoredMessage,
     TagFilter,
     TopicConfig,
@@ -30,23 +30,22 @@ from mqproxy.model.types import (
 class EmbeddedReading(EmbeddedWriting):
     """Pulls, ``get_message``, ``wait_for_message``, queue bounds, consumer offsets, key lookups."""
 
-    async def pull(
+    def _pull_source(self, topic: str, queue_id: int) -> tuple[int, int, PullScan]:
+        qid, min_offset, max_offset = self._bounds(topic, queue_id)
+        return min_offset, max_offset, functools.partial(self._scan, topic, qid, max_offset)
+
+    def _scan(
         self,
         topic: str,
-        queue_id: int,
+        qid: int | None,
+        max_offset: int,
         offset: int,
         max_count: int,
-        *,
-        tag_filter: TagFilter | None = None,
-        max_bytes: int = 4 * 1024 * 1024,
-    ) -> PullResult:
-        qid, min_offset, max_offset = self._bounds(topic, queue_id)
-        early = out_of_range(offset, min_offset, max_offset)
-        if early is not None:
-            return early
+        tag_filter: TagFilter | None,
+        max_bytes: int,
+    ) -> tuple[list[StoredMessage], int]:
         if qid is None:  # unreachable: a queue without an id is empty, so out of range
             raise StoreUnavailable("index lost a queue id")
-        max_count = max(max_count, 1)
         tags = tag_filter.tags if tag_filter is not None else None
         wanted = None if tags is None else {tag_hash(t) for t in tags}
         found: list[StoredMessage] = []
@@ -77,8 +76,7 @@ class EmbeddedReading(EmbeddedWriting):
                 if len(found) >= max_count:
                     done = True
                     break
-        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, tuple(found), position, min_offset, max_offset)
+        return found, position
 
     def _stored(self, record: MessageRecord, clo: int, size: int) -> StoredMessage:
         return StoredMessage(

@@ -16,7 +16,7 @@ import trio
 import trio.lowlevel
 
 from mqproxy.backends.embedded.groups import ConsumerRegistry
-from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, out_of_range
+from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES
 from mqproxy.backends.embedded.records import body_crc
 from mqproxy.backends.embedded.sending import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -28,14 +28,12 @@ from mqproxy.backends.embedded.sending import (
     stored_properties,
 )
 from mqproxy.backends.embedded.store import check_rewrite
-from mqproxy.backends.embedded.store_base import StoreBase
+from mqproxy.backends.embedded.store_base import PullScan, StoreBase
 from mqproxy.backends.embedded.waiters import QueueWaiters
 from mqproxy.model.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (
     ConsumerOffset,
     Message,
-    PullResult,
-    PullStatus,
     SendResult,
     StoredMessage,
     TagFilter,
@@ -58,6 +56,26 @@ class _Queue:
     @property
     def end(self) -> int:
         return self.base + len(self.messages)
+
+    def scan(
+        self, offset: int, max_count: int, tag_filter: TagFilter | None, max_bytes: int
+    ) -> tuple[list[StoredMessage], int]:
+        """A :data:`~mqproxy.backends.embedded.store_base.PullScan` over this queue."""
+        found: list[StoredMessage] = []
+        size = 0
+        position = offset
+        scan_end = min(self.end, offset + max_count + MAX_SCAN_ENTRIES)
+        while position < scan_end and len(found) < max_count:
+            message = self.messages[position - self.base]
+            if tag_filter is not None and not tag_filter.matches(message.tags):
+                position += 1
+                continue
+            if found and size + message.store_size > max_bytes:
+                break
+            found.append(message)
+            size += message.store_size
+            position += 1
+        return found, position
 
 
 #: Light queues examined between two yields to trio in :meth:`InMemoryBackend.delete_idle_lmqs`.
@@ -141,37 +159,9 @@ class InMemoryBackend(StoreBase):
         return results
 
     # --- consume -------------------------------------------------------------------------------
-    async def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        tag_filter: TagFilter | None = None,
-        max_bytes: int = 4 * 1024 * 1024,
-    ) -> PullResult:
+    def _pull_source(self, topic: str, queue_id: int) -> tuple[int, int, PullScan]:
         queue = self._readable(topic, queue_id)
-        min_offset, max_offset = queue.base, queue.end
-        early = out_of_range(offset, min_offset, max_offset)
-        if early is not None:
-            return early
-        found: list[StoredMessage] = []
-        size = 0
-        position = offset
-        scan_end = min(max_offset, offset + max(max_count, 1) + MAX_SCAN_ENTRIES)
-        while position < scan_end and len(found) < max(max_count, 1):
-            message = queue.messages[position - queue.base]
-            if tag_filter is not None and not tag_filter.matches(message.tags):
-                position += 1
-                continue
-            if found and size + message.store_size > max_bytes:
-                break
-            found.append(message)
-            size += message.store_size
-            position += 1
-        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, tuple(found), position, min_offset, max_offset)
+        return queue.base, queue.end, queue.scan
 
     async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
         """The message stored at ``commitlog_offset``, or None (see EmbeddedStore.get_message)."""

@@ -1,19 +1,36 @@
 """What every :class:`~mqproxy.backends.embedded.store.MessageStore` of this package shares: the topic
-table, consumer-group membership, and ``send`` as a one-message ``send_batch``.
+table, consumer-group membership, ``send`` as a one-message ``send_batch``, and ``pull`` (range checks
+and the result) over the store's own scan of a queue.
 
 A store subclasses :class:`StoreBase`, fills ``_topics`` / ``_consumers`` in its ``__init__`` and
-overrides the two hooks: :meth:`StoreBase._check_open` (raise once the store is closed) and
-:meth:`StoreBase._persist_topic` (make a created or updated topic config durable before it is used).
+overrides the hooks: :meth:`StoreBase._check_open` (raise once the store is closed),
+:meth:`StoreBase._persist_topic` (make a created or updated topic config durable before it is used) and
+:meth:`StoreBase._pull_source` (a readable queue's bounds and how to scan it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mqproxy.backends.embedded.groups import ConsumerRegistry
+from mqproxy.backends.embedded.pulls import out_of_range
 from mqproxy.model.errors import TopicNotFound
 from mqproxy.model.topics import TopicTable
-from mqproxy.model.types import ConsumerInfo, Message, SendResult, TopicConfig
+from mqproxy.model.types import (
+    ConsumerInfo,
+    Message,
+    PullResult,
+    PullStatus,
+    SendResult,
+    StoredMessage,
+    TagFilter,
+    TopicConfig,
+)
+
+#: ``scan(offset, max_count, tag_filter, max_bytes) -> (messages, next offset)``: reads a queue from a
+#: readable ``offset``, at most ``max_count`` (>= 1) messages matching ``tag_filter`` and, past the first,
+#: within ``max_bytes``; the next offset is one past the last entry examined.
+PullScan = Callable[[int, int, TagFilter | None, int], tuple[list[StoredMessage], int]]
 
 
 class StoreBase:
@@ -29,12 +46,35 @@ class StoreBase:
     def _persist_topic(self, config: TopicConfig) -> None:
         """Make ``config`` durable; called before the topic table holds it (default: memory only)."""
 
+    def _pull_source(self, topic: str, queue_id: int) -> tuple[int, int, PullScan]:
+        """(min offset, max offset, scan) of a readable queue; raises as :meth:`pull` does."""
+        raise NotImplementedError
+
     # --- produce -------------------------------------------------------------------------------
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         raise NotImplementedError
 
     async def send(self, message: Message) -> SendResult:
         return (await self.send_batch([message]))[0]
+
+    # --- consume -------------------------------------------------------------------------------
+    async def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        tag_filter: TagFilter | None = None,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> PullResult:
+        min_offset, max_offset, scan = self._pull_source(topic, queue_id)
+        early = out_of_range(offset, min_offset, max_offset)
+        if early is not None:
+            return early
+        found, next_offset = scan(offset, max(max_count, 1), tag_filter, max_bytes)
+        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, tuple(found), next_offset, min_offset, max_offset)
 
     # --- metadata ------------------------------------------------------------------------------
     async def get_topic(self, topic: str) -> TopicConfig | None:
