@@ -13,9 +13,8 @@ import functools
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
 from mqproxy.backends.embedded.index import offset_key, queue_key
-from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES
+from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, PullScan
 from mqproxy.backends.embedded.records import MessageRecord, decode_message
-from mqproxy.backends.embedded.store_base import PullScan
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (

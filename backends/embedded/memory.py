@@ -16,7 +16,7 @@ import trio
 import trio.lowlevel
 
 from mqproxy.backends.embedded.groups import ConsumerRegistry
-from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES
+from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, PullScan
 from mqproxy.backends.embedded.records import body_crc
 from mqproxy.backends.embedded.sending import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -28,7 +28,7 @@ from mqproxy.backends.embedded.sending import (
     stored_properties,
 )
 from mqproxy.backends.embedded.store import check_rewrite
-from mqproxy.backends.embedded.store_base import PullScan, StoreBase
+from mqproxy.backends.embedded.store_base import StoreBase
 from mqproxy.backends.embedded.waiters import QueueWaiters
 from mqproxy.model.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (

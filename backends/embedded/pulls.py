@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from mqproxy.model.types import PullResult, PullStatus
+from collections.abc import Callable
+
+from mqproxy.model.types import PullResult, PullStatus, StoredMessage, TagFilter
 
 #: Entries a filtered pull examines at most before answering NO_MATCHED_MSG / a short FOUND.
 MAX_SCAN_ENTRIES = 2048
+
+#: ``scan(offset, max_count, tag_filter, max_bytes) -> (messages, next offset)``: reads a queue from a
+#: readable ``offset``, at most ``max_count`` (>= 1) messages matching ``tag_filter`` and, past the first,
+#: within ``max_bytes``; the next offset is one past the last entry examined.
+PullScan = Callable[[int, int, TagFilter | None, int], tuple[list[StoredMessage], int]]
 
 
 def out_of_range(offset: int, min_offset: int, max_offset: int) -> PullResult | None:
@@ -25,3 +32,22 @@ def out_of_range(offset: int, min_offset: int, max_offset: int) -> PullResult | 
     if offset > max_offset:
         return result(PullStatus.OFFSET_ILLEGAL, max_offset)
     return None
+
+
+def read_pull(
+    scan: PullScan,
+    min_offset: int,
+    max_offset: int,
+    offset: int,
+    max_count: int,
+    tag_filter: TagFilter | None,
+    max_bytes: int,
+) -> PullResult:
+    """A pull of a queue holding ``[min_offset, max_offset)``: the out-of-range answer, else what ``scan``
+    reads (FOUND, or NO_MATCHED_MSG when the filter rejected everything it examined)."""
+    early = out_of_range(offset, min_offset, max_offset)
+    if early is not None:
+        return early
+    found, next_offset = scan(offset, max(max_count, 1), tag_filter, max_bytes)
+    status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+    return PullResult(status, tuple(found), next_offset, min_offset, max_offset)

@@ -10,27 +10,13 @@ overrides the hooks: :meth:`StoreBase._check_open` (raise once the store is clos
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from mqproxy.backends.embedded.groups import ConsumerRegistry
-from mqproxy.backends.embedded.pulls import out_of_range
+from mqproxy.backends.embedded.pulls import PullScan, read_pull
 from mqproxy.model.errors import TopicNotFound
 from mqproxy.model.topics import TopicTable
-from mqproxy.model.types import (
-    ConsumerInfo,
-    Message,
-    PullResult,
-    PullStatus,
-    SendResult,
-    StoredMessage,
-    TagFilter,
-    TopicConfig,
-)
-
-#: ``scan(offset, max_count, tag_filter, max_bytes) -> (messages, next offset)``: reads a queue from a
-#: readable ``offset``, at most ``max_count`` (>= 1) messages matching ``tag_filter`` and, past the first,
-#: within ``max_bytes``; the next offset is one past the last entry examined.
-PullScan = Callable[[int, int, TagFilter | None, int], tuple[list[StoredMessage], int]]
+from mqproxy.model.types import ConsumerInfo, Message, PullResult, SendResult, TagFilter, TopicConfig
 
 
 class StoreBase:
@@ -69,12 +55,7 @@ class StoreBase:
         max_bytes: int = 4 * 1024 * 1024,
     ) -> PullResult:
         min_offset, max_offset, scan = self._pull_source(topic, queue_id)
-        early = out_of_range(offset, min_offset, max_offset)
-        if early is not None:
-            return early
-        found, next_offset = scan(offset, max(max_count, 1), tag_filter, max_bytes)
-        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, tuple(found), next_offset, min_offset, max_offset)
+        return read_pull(scan, min_offset, max_offset, offset, max_count, tag_filter, max_bytes)
 
     # --- metadata ------------------------------------------------------------------------------
     async def get_topic(self, topic: str) -> TopicConfig | None:
