@@ -35,14 +35,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from mqproxy.backends.embedded.internal_topics import (
-    MAX_TIMER_SLEEP_S,
-    Clock,
-    copy_message,
-    ensure_topic,
-    read_to_end,
-    wall_clock_ms,
-)
+from mqproxy.backends.embedded import internal_topics
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.model.errors import (
     BackendError,
@@ -165,7 +158,7 @@ class Scheduler:
         *,
         delay_levels: str | Sequence[int] = DEFAULT_DELAY_LEVELS,
         max_timer_delay_ms: int = DEFAULT_MAX_TIMER_DELAY_MS,
-        now_ms: Clock = wall_clock_ms,
+        now_ms: internal_topics.Clock = internal_topics.wall_clock_ms,
     ) -> None:
         self._backend = backend
         self.levels_ms: tuple[int, ...] = (
@@ -192,8 +185,8 @@ class Scheduler:
 
     async def start(self) -> None:
         """Create the schedule topic (one queue per level) and the recall topic; replay the recalls."""
-        await ensure_topic(self._backend, SCHEDULE_TOPIC, self.max_level)
-        await ensure_topic(self._backend, RECALL_TOPIC, 1)
+        await internal_topics.ensure_topic(self._backend, SCHEDULE_TOPIC, self.max_level)
+        await internal_topics.ensure_topic(self._backend, RECALL_TOPIC, 1)
         offset = await self._backend.min_offset(RECALL_TOPIC, 0)
 
         def remember(records: Sequence[StoredMessage], _end: int) -> None:
@@ -203,7 +196,7 @@ class Scheduler:
                 if topic and key:
                     self._recalled.add((topic, key))
 
-        await read_to_end(self._backend, RECALL_TOPIC, 0, offset, _BATCH, remember)
+        await internal_topics.read_to_end(self._backend, RECALL_TOPIC, 0, offset, _BATCH, remember)
 
     # --- recall --------------------------------------------------------------------------------
     async def recall(self, topic: str, handle: str) -> str:
@@ -347,7 +340,7 @@ class Scheduler:
                 due = _due(parked)
                 # Re-read the service clock after each sleep: it is wall time, trio's is monotonic.
                 while (wait := due - self._now_ms()) > 0:  # noqa: ASYNC110
-                    await trio.sleep(min(wait / 1000, MAX_TIMER_SLEEP_S))
+                    await trio.sleep(min(wait / 1000, internal_topics.MAX_TIMER_SLEEP_S))
                 await self._fire(parked)
                 offset = parked.queue_offset + 1
                 await backend.commit_consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, qid, offset)
@@ -365,7 +358,9 @@ class Scheduler:
         if deliver_at is not None and deliver_at.isdigit() and int(deliver_at) > now:
             level, due = self._hop(int(deliver_at), now)
             props[PROPERTY_SCHEDULE_DUE_MS] = str(due)
-            message = copy_message(parked, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props)
+            message = internal_topics.copy_message(
+                parked, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props
+            )
         else:
             topic = props.get(PROPERTY_REAL_TOPIC, "")
             try:
@@ -374,7 +369,7 @@ class Scheduler:
                 queue_id = -1
             for key in (PROPERTY_DELAY_LEVEL, PROPERTY_SCHEDULE_DUE_MS):
                 props.pop(key, None)
-            message = copy_message(parked, topic=topic, queue_id=queue_id, properties=props)
+            message = internal_topics.copy_message(parked, topic=topic, queue_id=queue_id, properties=props)
         while True:
             try:
                 await self._backend.send(message)

@@ -29,14 +29,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from mqproxy.backends.embedded.internal_topics import (
-    MAX_TIMER_SLEEP_S,
-    Clock,
-    copy_message,
-    ensure_topic,
-    read_to_end,
-    wall_clock_ms,
-)
+from mqproxy.backends.embedded import internal_topics
 from mqproxy.backends.embedded.schedule import Scheduler
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.facade.types import CheckBack, Resolution, TransactionCheck
@@ -116,7 +109,7 @@ class TransactionService:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         check_interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         check_max: int = DEFAULT_CHECK_MAX,
-        now_ms: Clock = wall_clock_ms,
+        now_ms: internal_topics.Clock = internal_topics.wall_clock_ms,
     ) -> None:
         if check_max < 0 or not timeout_s >= 0 or not check_interval_s > 0:
             raise ValueError("check_max >= 0, timeout_s >= 0 and check_interval_s > 0 are required")
@@ -142,8 +135,8 @@ class TransactionService:
         """Create the topics and replay unresolved half messages and op records (idempotent)."""
         if self._started:
             return
-        await ensure_topic(self._backend, HALF_TOPIC, 1)
-        await ensure_topic(self._backend, OP_HALF_TOPIC, 1)
+        await internal_topics.ensure_topic(self._backend, HALF_TOPIC, 1)
+        await internal_topics.ensure_topic(self._backend, OP_HALF_TOPIC, 1)
         self._half_end = await self._committed(HALF_TOPIC)
         self._op_end = await self._committed(OP_HALF_TOPIC)
         await self._replay_halves()
@@ -158,7 +151,9 @@ class TransactionService:
 
     async def _replay(self, topic: str, start: int) -> list[StoredMessage]:
         out: list[StoredMessage] = []
-        await read_to_end(self._backend, topic, 0, start, _PULL_BATCH, lambda batch, _: out.extend(batch))
+        await internal_topics.read_to_end(
+            self._backend, topic, 0, start, _PULL_BATCH, lambda batch, _: out.extend(batch)
+        )
         return out
 
     async def _replay_halves(self) -> None:
@@ -309,7 +304,9 @@ class TransactionService:
             props.pop(key, None)
         props[PROPERTY_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
         sys_flag = (half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT
-        return copy_message(half, topic=topic, queue_id=queue_id, properties=props, sys_flag=sys_flag)
+        return internal_topics.copy_message(
+            half, topic=topic, queue_id=queue_id, properties=props, sys_flag=sys_flag
+        )
 
     async def _op(self, half_offset: int, tag: str, body: str) -> None:
         result = await self._backend.send(
@@ -334,7 +331,7 @@ class TransactionService:
             next_at = self._heap[0][0] if self._heap else None
             self._wake = trio.Event()
             delay = math.inf if next_at is None else max(0, next_at - self._now_ms()) / 1000
-            delay = min(delay, MAX_TIMER_SLEEP_S)
+            delay = min(delay, internal_topics.MAX_TIMER_SLEEP_S)
             with trio.move_on_after(delay):
                 await self._wake.wait()
 
@@ -381,8 +378,8 @@ class TransactionService:
             _log.error("internal.error", exception=f"transaction check-back failed: {exc!r}")
 
     async def _discard(self, half: StoredMessage, state: _Half) -> None:
-        await ensure_topic(self._backend, CHECK_MAX_TOPIC, 1)
-        await self._backend.send(copy_message(half, topic=CHECK_MAX_TOPIC, queue_id=0))
+        await internal_topics.ensure_topic(self._backend, CHECK_MAX_TOPIC, 1)
+        await self._backend.send(internal_topics.copy_message(half, topic=CHECK_MAX_TOPIC, queue_id=0))
         await self._op(half.queue_offset, OP_DONE, str(half.queue_offset))
         self._forget(half.queue_offset)
         _log.warning(
