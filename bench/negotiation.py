@@ -27,6 +27,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _figures import percentile
+from _peer import start_peer
 
 from mqproxy.codecs.mqtt import Connect, encode
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
@@ -41,11 +42,6 @@ async def handler(stream):
             await stream.send_all(data)
     except trio.BrokenResourceError:
         pass
-async def main():
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    print(listeners[0].socket.getsockname()[1], flush=True)
-    await trio.serve_listeners(handler, listeners)
-trio.run(main)
 """
 
 
@@ -139,12 +135,6 @@ def _start_proxy(workdir: Path, cert: tuple[str, str] | None) -> tuple[subproces
     raise SystemExit(f"mqproxy did not start:\n{log.read_text()}")
 
 
-def _start_echo() -> tuple[subprocess.Popen[bytes], int]:
-    proc = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    return proc, int(proc.stdout.readline())
-
-
 def _sniff_ms_by_protocol(log: Path) -> dict[tuple[str, bool], list[float]]:
     out: dict[tuple[str, bool], list[float]] = {}
     for line in log.read_text().splitlines():
@@ -173,7 +163,7 @@ def main() -> None:
         ca.configure_trust(client_tls)
 
         proxy, proxy_port, log = _start_proxy(workdir, (str(cert), str(key)))
-        echo, echo_port = _start_echo()
+        echo, echo_port = start_peer(ECHO_SERVER)
         rows = []
         try:
             rate, lat = trio.run(_drive, echo_port, HTTP_GET, args.connections, args.concurrency)

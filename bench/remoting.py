@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _figures import percentile
+from _peer import start_peer
 from _remoting_client import CpuMeter, RemotingClient, open_client, peak_rss_kib, start_proxy
 
 from mqproxy.codecs.remoting_codes import ResponseCode
@@ -94,13 +94,6 @@ async def handler(stream):
                 await stream.send_all(b"".join(frames))
     except trio.BrokenResourceError:
         pass
-
-async def main():
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    print(listeners[0].socket.getsockname()[1], flush=True)
-    await trio.serve_listeners(handler, listeners)
-
-trio.run(main)
 """
 
 
@@ -270,15 +263,6 @@ def _print_drain(case: DrainCase, body: int) -> None:
     )
 
 
-def _start_baseline() -> tuple[subprocess.Popen[bytes], int]:
-    proc = subprocess.Popen([sys.executable, "-c", BASELINE_SERVER], stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        raise SystemExit("baseline server did not start")
-    return proc, int(line)
-
-
 def _int_list(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
@@ -315,7 +299,7 @@ def main() -> int:
             root = Path(tmp)
             for name in only:
                 if name == "baseline":
-                    proc, port = _start_baseline()
+                    proc, port = start_peer(BASELINE_SERVER)
                     target = Target("baseline", port, proc.pid, proc.kill)
                 elif name in ("async", "sync", "async-nolog"):
                     # async-nolog: the same proxy with per-request events off, i.e. the cost of
