@@ -175,17 +175,13 @@ def server() -> Iterator[InProcessServer]:
     running.stop()
 
 
-@pytest.fixture
-def driver(client: Callable[[str], Any], tmp_path: Path) -> Callable[[str], Any]:
-    """``driver(name)``: the installed client ``name`` running :data:`DRIVER` instead of its usual one."""
+@pytest.fixture(params=CPP_CLIENTS)
+def cpp(request: pytest.FixtureRequest, client: Callable[[str], Any], tmp_path: Path) -> Any:
+    """Each installed C++ client (:data:`CPP_CLIENTS`) running :data:`DRIVER` instead of its usual one."""
     script = tmp_path / "retry_driver.py"
     script.write_text(DRIVER)
-
-    def get(name: str) -> Any:
-        installed = client(name)
-        return dataclasses.replace(installed, argv=[installed.argv[0], str(script)])
-
-    return get
+    installed = client(request.param)
+    return dataclasses.replace(installed, argv=[installed.argv[0], str(script)])
 
 
 def wait_ok(run: Any, client: Any, timeout: float) -> list[dict[str, Any]]:
@@ -198,11 +194,7 @@ def wait_ok(run: Any, client: Any, timeout: float) -> list[dict[str, Any]]:
     return run.of("received")
 
 
-@pytest.mark.parametrize("name", CPP_CLIENTS)
-def test_failed_message_comes_back_with_growing_reconsume_count(
-    server: InProcessServer, driver: Callable[[str], Any], name: str
-) -> None:
-    cpp = driver(name)
+def test_failed_message_comes_back_with_growing_reconsume_count(server: InProcessServer, cpp: Any) -> None:
     topic, group = unique("Retry"), unique("GRetry")
     sent = cpp.spawn("produce", server.address, topic, "PRetry", "try me", "0")
     wait_ok(sent, cpp, 30)
@@ -219,11 +211,7 @@ def test_failed_message_comes_back_with_growing_reconsume_count(
     assert [(e.status, e.group) for e in send_backs] == [("SUCCESS", group)] * 2  # not a client-side retry
 
 
-@pytest.mark.parametrize("name", CPP_CLIENTS)
-def test_delayed_message_arrives_no_earlier_than_its_level(
-    server: InProcessServer, driver: Callable[[str], Any], name: str
-) -> None:
-    cpp = driver(name)
+def test_delayed_message_arrives_no_earlier_than_its_level(server: InProcessServer, cpp: Any) -> None:
     topic, group = unique("Delay"), unique("GDelay")
     wait_ok(cpp.spawn("produce", server.address, topic, "PDelay", "warm-up", "0"), cpp, 30)  # creates T
     run = cpp.spawn("consume", server.address, topic, group, "0", "2", "40")
