@@ -71,6 +71,7 @@ from mqproxy.model.types import (
     TagFilter,
     TopicConfig,
 )
+from mqproxy.runtime.tasks import running
 
 __all__ = ["EmbeddedBroker", "compile_filter", "open_embedded_broker"]
 
@@ -488,9 +489,5 @@ async def open_embedded_broker(
     broker = EmbeddedBroker(
         store, services, auto_create_topics=auto_create_topics, default_queue_count=default_queue_count
     )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(broker.run)
-        try:
-            yield broker
-        finally:
-            nursery.cancel_scope.cancel()
+    async with running(broker.run):
+        yield broker

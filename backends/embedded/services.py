@@ -38,6 +38,7 @@ from mqproxy.model.properties import (
     SYSFLAG_TRANSACTION_PREPARED,
 )
 from mqproxy.model.types import PROPERTY_DELAY_LEVEL, Message, SendResult
+from mqproxy.runtime.tasks import running
 
 #: Pause before restarting a background task that crashed.
 RESTART_PAUSE_S = 1.0
@@ -185,9 +186,5 @@ async def open_services(
 ) -> AsyncIterator[BrokerServices]:
     """Start :class:`BrokerServices` with background tasks; they stop when the block exits."""
     services = BrokerServices(backend, settings, check_back=check_back, now_ms=now_ms)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(services.run)
-        try:
-            yield services
-        finally:
-            nursery.cancel_scope.cancel()
+    async with running(services.run):
+        yield services
