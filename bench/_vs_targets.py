@@ -88,8 +88,8 @@ def mqproxy_target(flush: str, root: Path, queues: int) -> tuple[Target, ProxyPr
     addr = f"127.0.0.1:{proxy.port}"
 
     def create(topic: str, grpc: bool) -> None:
-        # mqproxy answers no UPDATE_AND_CREATE_TOPIC; a route look-up creates the topic with
-        # store.default_queue_count queues (auto_create_topics, on by default)
+        # the first route look-up creates the topic with store.default_queue_count queues
+        # (auto_create_topics, on by default)
         counts = route_queue_counts(addr, topic)
         if counts != [queues]:
             raise RuntimeError(f"mqproxy created {topic} with queues {counts}, not [{queues}]")
