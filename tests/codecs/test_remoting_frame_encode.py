@@ -20,9 +20,7 @@ from mqproxy.codecs.remoting import (
 )
 from mqproxy.codecs.remoting_codes import LanguageCode, RequestCode, ResponseCode
 
-from .remoting_frames import (  # type: ignore[import-not-found]
-    BINARY_PULL_FRAME,
-)
+from .remoting_frames import BINARY_PULL_FRAME  # type: ignore[import-not-found]
 
 # --- encoding ----------------------------------------------------------------------------------------
 
