@@ -12,15 +12,12 @@ from hypothesis import strategies as st
 
 from mqproxy.codecs.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
-    SERIALIZE_JSON,
     SERIALIZE_ROCKETMQ,
     FrameDecoder,
     RemotingCodecError,
     RemotingCommand,
     decode_frame,
-    encode_command,
 )
-from mqproxy.codecs.remoting_codes import LanguageCode
 
 from .remoting_frames import (  # type: ignore[import-not-found]
     ALI_SEND_FRAME,
@@ -209,34 +206,3 @@ def test_random_json_objects_raise_only_codec_error(obj: dict[str, object]) -> N
         assert all(type(v) is str for v in cmd.ext_fields.values())
     else:
         assert reason == "bad_json_header"
-
-
-_text = st.text(max_size=20)
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    code=st.integers(-(2**15), 2**15 - 1),
-    opaque=st.integers(-(2**31), 2**31 - 1),
-    flag=st.integers(0, 3),
-    language=st.sampled_from([m.name for m in LanguageCode]),
-    version=st.integers(0, 2**15 - 1),
-    remark=st.none() | st.text(min_size=1, max_size=20),
-    ext=st.dictionaries(_text, _text.filter(bool), max_size=6),
-    body=st.binary(max_size=64),
-    serialize_type=st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]),
-)
-def test_round_trip_property(
-    code: int,
-    opaque: int,
-    flag: int,
-    language: str,
-    version: int,
-    remark: str | None,
-    ext: dict[str, str],
-    body: bytes,
-    serialize_type: int,
-) -> None:
-    cmd = RemotingCommand(code, opaque, flag, language, version, remark, ext, body, serialize_type)
-    (decoded,) = FrameDecoder().receive_data(encode_command(cmd))
-    assert decoded == cmd
