@@ -1,5 +1,7 @@
-"""Shared fixtures and helpers: captured structured events validated against the log-event schema, and the
-one way tests wait for something (:func:`wait_until`, :func:`wait_until_sync`, ``steered_clock``).
+"""Shared fixtures and helpers: captured structured events validated against the log-event schema, one
+builder of stored messages (:func:`stored_message`), the proxy as a child process (:func:`serve_proxy`,
+:func:`wait_proxy_started`), and the one way tests wait for something (:func:`wait_until`,
+:func:`wait_until_sync`, ``steered_clock``).
 
 Tests never sleep for a fixed time to let something happen: they wait for the condition itself, with a
 generous limit that only turns a hang into a failure (never a check of how fast something was).
@@ -9,9 +11,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -21,6 +27,7 @@ import trio
 import trio.testing
 
 from mqproxy.log import configure_logging
+from mqproxy.model.types import StoredMessage
 from mqproxy.settings import LogSettings
 
 SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_text(encoding="utf-8"))
@@ -111,3 +118,69 @@ def steered_clock() -> trio.testing.MockClock:
     timeouts while the kernel still moves data), which the test can ``jump(seconds)`` forward to fire
     trio timers (keep-alive, will delay, session expiry) at once instead of sleeping through them."""
     return trio.testing.MockClock(rate=1.0)
+
+
+def stored_message(**fields: Any) -> StoredMessage:
+    """A :class:`StoredMessage` with plain defaults (topic ``T``, queue 0 at offset 0, empty body and
+    properties, zero times, flags and CRC, both hosts ``127.0.0.1:0``); keyword arguments replace fields."""
+    defaults: dict[str, Any] = dict(
+        topic="T",
+        queue_id=0,
+        queue_offset=0,
+        commitlog_offset=0,
+        store_size=0,
+        body=b"",
+        flag=0,
+        properties={},
+        sys_flag=0,
+        born_timestamp_ms=0,
+        born_host=("127.0.0.1", 0),
+        store_timestamp_ms=0,
+        store_host=("127.0.0.1", 0),
+        reconsume_times=0,
+        body_crc=0,
+    )
+    return StoredMessage(**(defaults | fields))
+
+
+def serve_proxy(
+    data_dir: Path, *extra: str, stdout: Any, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m mqproxy serve`` on an ephemeral loopback port over ``data_dir``; ``extra`` are
+    further arguments, ``env`` entries are added to this process's environment; stderr is a pipe."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mqproxy",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def log_events(log: Path) -> list[dict[str, Any]]:
+    """The events a proxy has written to its JSON-lines ``log`` so far (none before the file exists)."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def wait_proxy_started(proc: subprocess.Popen[bytes], log: Path) -> tuple[str, int]:
+    """Wait for ``proxy.started`` in ``log``, failing with the proxy's stderr if it exits first; returns the
+    address it listens on."""
+
+    def started() -> list[dict[str, Any]]:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        return [event for event in log_events(log) if event["event"] == "proxy.started"]
+
+    wait_until_sync(started)
+    host, port = started()[0]["listen"].rsplit(":", 1)
+    return host, int(port)

@@ -27,27 +27,23 @@ from mqproxy.codecs.message_record import (
 from mqproxy.codecs.remoting import RemotingCodecError
 from mqproxy.model.types import StoredMessage
 
+from ..conftest import stored_message  # type: ignore[import-not-found]
+
 
 def _msg(**overrides: object) -> StoredMessage:
-    base = dict(
+    fields: dict[str, object] = dict(
         topic="TopicTest",
         queue_id=3,
         queue_offset=17,
         commitlog_offset=4096,
-        store_size=0,
         body=b"hello",
-        flag=0,
         properties={"TAGS": "TagA", "UNIQ_KEY": "AB"},
-        sys_flag=0,
         born_timestamp_ms=1_700_000_000_000,
         born_host=("192.0.2.2", 54321),
         store_timestamp_ms=1_700_000_001_000,
         store_host=("127.0.0.1", 10911),
-        reconsume_times=0,
-        body_crc=0,
     )
-    base.update(overrides)
-    return StoredMessage(**base)  # type: ignore[arg-type]
+    return stored_message(**(fields | overrides))
 
 
 #: Hand-assembled V1 / IPv4 record for _msg() (remoting.md §4.1).

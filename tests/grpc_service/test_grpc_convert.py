@@ -22,6 +22,8 @@ from mqproxy.grpc_service.convert import (
 from mqproxy.grpc_service.telemetry import ClientRegistry, ServerSettings, SettingsError, settings_reply
 from mqproxy.model.types import StoredMessage
 
+from ..conftest import stored_message  # type: ignore[import-not-found]
+
 HOST = ("10.1.2.3", 5555)
 LIMIT = 1024
 
@@ -36,24 +38,18 @@ def v2(body: bytes = b"body", **sp: Any) -> Any:
 
 def stored(properties: dict[str, str], body: bytes = b"x", **kw: Any) -> StoredMessage:
     fields: dict[str, Any] = dict(
-        topic="T",
         queue_id=2,
         queue_offset=7,
         commitlog_offset=4096,
         store_size=100,
         body=body,
-        flag=0,
         properties=properties,
-        sys_flag=0,
         born_timestamp_ms=1_000,
         born_host=("10.0.0.9", 1234),
         store_timestamp_ms=2_000,
         store_host=("10.0.0.1", 10911),
-        reconsume_times=0,
-        body_crc=0,
     )
-    fields.update(kw)
-    return StoredMessage(**fields)
+    return stored_message(**(fields | kw))
 
 
 def test_send_mapping_golden() -> None:

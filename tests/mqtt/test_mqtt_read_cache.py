@@ -20,28 +20,19 @@ from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
 
+from ..conftest import stored_message  # type: ignore[import-not-found]
 from .conftest import RawClient, all_parked, gateway_of  # type: ignore[import-not-found]
 
 Q = "%LMQ%t%"
 
 
 def stored(topic: str, offset: int, size: int = 100) -> StoredMessage:
-    return StoredMessage(
+    return stored_message(
         topic="parent",
-        queue_id=0,
         queue_offset=offset,
         commitlog_offset=offset * 1000 + len(topic),
         store_size=size,
         body=f"{topic}#{offset}".encode(),
-        flag=0,
-        properties={},
-        sys_flag=0,
-        born_timestamp_ms=0,
-        born_host=("127.0.0.1", 0),
-        store_timestamp_ms=0,
-        store_host=("127.0.0.1", 0),
-        reconsume_times=0,
-        body_crc=0,
     )
 
 

@@ -2,55 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ..conftest import wait_until_sync  # type: ignore[import-not-found]
+from ..conftest import log_events, serve_proxy, wait_proxy_started  # type: ignore[import-not-found]
 
 
 def _start(
     tmp_path: Path, *extra: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / "stdout.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mqproxy",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "data"),
-            *extra,
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    return proc, log
-
-
-def _events(log: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-
-
-def _wait_started(proc: subprocess.Popen[bytes], log: Path) -> tuple[str, int]:
-    def started() -> list[dict[str, Any]]:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        return [event for event in _events(log) if event["event"] == "proxy.started"]
-
-    wait_until_sync(started)
-    host, port = started()[0]["listen"].rsplit(":", 1)
-    return host, int(port)
+    return serve_proxy(tmp_path / "data", *extra, stdout=log.open("wb"), env=env), log
 
 
 def _get(addr: tuple[str, int], path: str) -> bytes:
@@ -66,17 +34,17 @@ def _get(addr: tuple[str, int], path: str) -> bytes:
 def test_serve_answers_healthz_and_stops_gracefully_on_signal(tmp_path: Path, sig: signal.Signals) -> None:
     proc, log = _start(tmp_path)
     try:
-        addr = _wait_started(proc, log)
+        addr = wait_proxy_started(proc, log)
         assert addr[0] == "127.0.0.1" and addr[1] > 0
         assert _get(addr, "/healthz").startswith(b"HTTP/1.1 200 OK")
         proc.send_signal(sig)
         assert proc.wait(timeout=20) == 0
     finally:
         proc.kill()
-    names = [e["event"] for e in _events(log)]
+    names = [e["event"] for e in log_events(log)]
     assert names.index("store.recovered") < names.index("proxy.started") < names.index("proxy.stopping")
     assert names[-1] == "proxy.stopped"
-    assert next(e for e in _events(log) if e["event"] == "proxy.stopping")["reason"] == sig.name
+    assert next(e for e in log_events(log) if e["event"] == "proxy.stopping")["reason"] == sig.name
     assert (tmp_path / "data").is_dir()
 
 

@@ -170,12 +170,19 @@ async def test_long_poll_returns_when_a_message_arrives(wire, session, autojump_
     assert 4 <= result["waited"] < 4.1
 
 
-async def test_long_poll_times_out_with_pull_not_found(wire, session, autojump_clock) -> None:
+async def _held_pull(wire, session, **pull: object):
+    """A pull (``cpp_pull(**pull)``) of a new, empty topic: the answer and how long (trio time) the session
+    held it."""
     await create_topic_by_route(wire, session)
     started = trio.current_time()
-    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="15000")))
-    assert trio.current_time() - started == pytest.approx(15.0)
+    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(**pull)))
     assert response is not None
+    return response, trio.current_time() - started
+
+
+async def test_long_poll_times_out_with_pull_not_found(wire, session, autojump_clock) -> None:
+    response, held = await _held_pull(wire, session, suspendTimeoutMillis="15000")
+    assert held == pytest.approx(15.0)
     assert response.code == ResponseCode.PULL_NOT_FOUND
     assert response.ext_fields["nextBeginOffset"] == "0"
     assert response.ext_fields["minOffset"] == "0"
@@ -185,20 +192,14 @@ async def test_long_poll_times_out_with_pull_not_found(wire, session, autojump_c
 
 async def test_long_poll_is_capped_by_the_server(wire, backend, autojump_clock, broker) -> None:
     session = RemotingSession(broker, ServerContext("10.0.0.8", 8080, long_poll_max_s=2.0))
-    await create_topic_by_route(wire, session)
-    started = trio.current_time()
-    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(suspendTimeoutMillis="3600000")))
-    assert trio.current_time() - started == pytest.approx(2.0)
-    assert response is not None
+    response, held = await _held_pull(wire, session, suspendTimeoutMillis="3600000")
+    assert held == pytest.approx(2.0)
     assert response.code == ResponseCode.PULL_NOT_FOUND
 
 
 async def test_without_suspend_bit_there_is_no_hold(wire, session, autojump_clock) -> None:
-    await create_topic_by_route(wire, session)
-    started = trio.current_time()
-    response = await session.handle(wire(RequestCode.PULL_MESSAGE, cpp_pull(sysFlag=4)))
-    assert trio.current_time() == started
-    assert response is not None
+    response, held = await _held_pull(wire, session, sysFlag=4)
+    assert held == 0
     assert response.code == ResponseCode.PULL_NOT_FOUND
 
 

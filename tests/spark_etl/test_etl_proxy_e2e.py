@@ -4,17 +4,17 @@ check the tables count exactly what was sent."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..conftest import serve_proxy, wait_proxy_started  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
@@ -37,38 +37,6 @@ def _read_frame(sock: socket.socket) -> dict[str, Any]:
         buf += chunk
     header_len = struct.unpack_from(">i", buf, 4)[0] & 0xFFFFFF
     return json.loads(buf[8 : 8 + header_len])
-
-
-def _start_proxy(tmp: Path) -> tuple[subprocess.Popen[bytes], tuple[str, int], Path]:
-    log = tmp / "logs" / "mqproxy.log"
-    env = {**os.environ, "MQPROXY_LOG_FILE": str(log)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mqproxy",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp / "data"),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if log.exists():
-            for line in log.read_text().splitlines():
-                event = json.loads(line)
-                if event["event"] == "proxy.started":
-                    host, port = event["listen"].rsplit(":", 1)
-                    return proc, (host, int(port)), log
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("proxy did not start")
 
 
 def _drive_mqtt(addr: tuple[str, int]) -> None:
@@ -163,9 +131,10 @@ def _drive(addr: tuple[str, int]) -> None:
 def test_batch_job_counts_what_the_proxy_served(spark: Any, tmp_path: Path) -> None:
     from mqproxy.spark_etl.batch import run_batch
 
-    proc, addr, log = _start_proxy(tmp_path)
+    log = tmp_path / "logs" / "mqproxy.log"
+    proc = serve_proxy(tmp_path / "data", stdout=subprocess.DEVNULL, env={"MQPROXY_LOG_FILE": str(log)})
     try:
-        _drive(addr)
+        _drive(wait_proxy_started(proc, log))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -31,6 +31,10 @@ from .conftest import MakeServices  # type: ignore[import-not-found]
 #: The broker name recall handles carry in these tests.
 B = "broker-a"
 
+#: The cascade the timer tests follow: hops of 1, 5 and 10 s, on a clock that follows trio's.
+_CASCADE = ServiceSettings(delay_levels="1s 5s 10s")
+_CLOCK = trio_clock_ms()
+
 
 async def _all(backend: MessageStore, topic: str) -> list[StoredMessage]:
     config = await backend.get_topic(topic)
@@ -119,14 +123,12 @@ async def test_timer_too_far_out_is_refused(autojump_clock: trio.testing.MockClo
 async def test_deliver_at_is_never_early_and_at_most_one_short_hop_late(
     make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    clock = trio_clock_ms()
-    settings = ServiceSettings(delay_levels="1s 5s 10s")
-    async with make_services(settings, now_ms=clock) as (backend, services):
-        at = clock() + 7500
+    async with make_services(_CASCADE, now_ms=_CLOCK) as (backend, services):
+        at = _CLOCK() + 7500
         await services.send(Message("T", b"timer", queue_id=0, properties={"TIMER_DELIVER_MS": str(at)}))
         relative = Message("T", b"relative", queue_id=0, properties={"TIMER_DELAY_MS": "12000"})
         await services.send(relative)
-        past = Message("T", b"past", queue_id=0, properties={"TIMER_DELIVER_MS": str(clock() - 1)})
+        past = Message("T", b"past", queue_id=0, properties={"TIMER_DELIVER_MS": str(_CLOCK() - 1)})
         assert (await services.send(past)).topic == "T"
         await trio.sleep(7.4)
         assert [m.body for m in await _all(backend, "T")] == [b"past"]
@@ -160,10 +162,8 @@ async def test_many_levels_deliver_everything_in_due_order(
 async def test_restart_delivers_each_parked_message_once(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    clock = trio_clock_ms()
-    settings = ServiceSettings(delay_levels="1s 5s 10s")
     path = tmp_path / "store"
-    async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock) as services:
+    async with open_embedded_store(path) as store, open_services(store, _CASCADE, now_ms=_CLOCK) as services:
         await services.send(Message("T", b"a", queue_id=0, properties={"DELAY": "1"}))
         await services.send(Message("T", b"b", queue_id=0, properties={"DELAY": "3"}))
         await services.send(Message("T", b"c", queue_id=0, properties={"TIMER_DELAY_SEC": "17"}))
@@ -171,15 +171,15 @@ async def test_restart_delivers_each_parked_message_once(
         assert [m.body for m in await _all(store, "T")] == [b"a"]
     # Down for 3 s: "b" becomes due while nothing runs.
     await trio.sleep(3)
-    async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock) as services:
+    async with open_embedded_store(path) as store, open_services(store, _CASCADE, now_ms=_CLOCK) as services:
         assert await services.scheduler.pending() == 2
         await trio.sleep(6)
         assert [m.body for m in await _all(store, "T")] == [b"a", b"b"]
-    async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock) as services:
+    async with open_embedded_store(path) as store, open_services(store, _CASCADE, now_ms=_CLOCK) as services:
         await trio.sleep(10)
         assert [m.body for m in await _all(store, "T")] == [b"a", b"b", b"c"]
         assert await services.scheduler.pending() == 0
-    async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock):
+    async with open_embedded_store(path) as store, open_services(store, _CASCADE, now_ms=_CLOCK):
         await trio.sleep(30)
         assert [m.body for m in await _all(store, "T")] == [b"a", b"b", b"c"]
 
@@ -237,10 +237,8 @@ def test_recall_handle_round_trips_and_rejects_garbage() -> None:
 async def test_recalled_timer_message_is_dropped_mid_cascade(
     make_services: MakeServices, autojump_clock: trio.testing.MockClock
 ) -> None:
-    clock = trio_clock_ms()
-    settings = ServiceSettings(delay_levels="1s 5s 10s")
-    async with make_services(settings, now_ms=clock) as (backend, services):
-        at = clock() + 7500
+    async with make_services(_CASCADE, now_ms=_CLOCK) as (backend, services):
+        at = _CLOCK() + 7500
         await services.send(_timer(b"kept", "K1", at))
         await services.send(_timer(b"gone", "K2", at))
         await trio.sleep(5.5)  # both took their first (5 s) hop
@@ -255,23 +253,21 @@ async def test_recalled_timer_message_is_dropped_mid_cascade(
         with pytest.raises(MessageNotFound):
             await scheduler.recall("T", recall_handle("T", "K1", at, broker_name=B))
         with pytest.raises(InvalidArgument, match="topic"):
-            await scheduler.recall("Other", recall_handle("T", "K9", clock() + 60_000, broker_name=B))
+            await scheduler.recall("Other", recall_handle("T", "K9", _CLOCK() + 60_000, broker_name=B))
         assert len(await _all(backend, RECALL_TOPIC)) == 1
 
 
 async def test_recall_survives_a_restart(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    clock = trio_clock_ms()
-    settings = ServiceSettings(delay_levels="1s 5s 10s")
     path = tmp_path / "store"
-    at = clock() + 4000
-    async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock) as services:
+    at = _CLOCK() + 4000
+    async with open_embedded_store(path) as store, open_services(store, _CASCADE, now_ms=_CLOCK) as services:
         await services.send(_timer(b"a", "A", at))
         await services.send(_timer(b"b", "B", at))
         await services.scheduler.recall("T", recall_handle("T", "A", at, broker_name=B))
         await trio.sleep(0.5)  # stopped before the first (1 s) hop: the recall exists only as a record
         assert services.scheduler.dropped_recalled == 0
     await trio.sleep(5)  # down while both become due
-    async with open_embedded_store(path) as store, open_services(store, settings, now_ms=clock) as services:
+    async with open_embedded_store(path) as store, open_services(store, _CASCADE, now_ms=_CLOCK) as services:
         assert services.scheduler.is_recalled("T", "A")
         await trio.sleep(3)
         assert [m.body for m in await _all(store, "T")] == [b"b"]
