@@ -197,30 +197,28 @@ def _not(node: _Node) -> _Node:
     return _Node(evaluate, boolean=True)
 
 
-def _and(left: _Node, right: _Node) -> _Node:
+def _connective(left: _Node, right: _Node, decisive: bool) -> _Node:
+    """SQL's three-valued AND (``decisive`` False) or OR (``decisive`` True): an operand equal to ``decisive``
+    decides without the other; otherwise an unknown (None) operand makes the result unknown."""
+
     def evaluate(p: Props) -> Value:
         lv = _as_bool(left.evaluate(p))
-        if lv is False:
-            return False
+        if lv is decisive:
+            return decisive
         rv = _as_bool(right.evaluate(p))
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
+        if rv is decisive:
+            return decisive
+        return None if lv is None or rv is None else not decisive
 
     return _Node(evaluate, boolean=True)
+
+
+def _and(left: _Node, right: _Node) -> _Node:
+    return _connective(left, right, decisive=False)
 
 
 def _or(left: _Node, right: _Node) -> _Node:
-    def evaluate(p: Props) -> Value:
-        lv = _as_bool(left.evaluate(p))
-        if lv is True:
-            return True
-        rv = _as_bool(right.evaluate(p))
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-
-    return _Node(evaluate, boolean=True)
+    return _connective(left, right, decisive=True)
 
 
 def _string_test(node: _Node, search: str, test: Callable[[str, str], bool], negate: bool) -> _Node:

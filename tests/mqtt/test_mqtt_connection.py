@@ -14,24 +14,17 @@ from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.store import FacadeStore
 
-from .conftest import (  # type: ignore[import-not-found]
-    arrivals,
-    connect,
-    raw_client,
-    receive_publish,
-    set_gateway,
-    subscribe,
-)
+from . import conftest as h  # type: ignore[import-not-found]
 
 Q0, Q1, Q2 = mq.QoS.AT_MOST_ONCE, mq.QoS.AT_LEAST_ONCE, mq.QoS.EXACTLY_ONCE
 
 
 async def test_connect_publish_subscribe_all_qos(server: Any) -> None:
-    sub, connack = await connect(server.address, "sub")
+    sub, connack = await h.connect(server.address, "sub")
     assert connack == mq.Connack(False, mq.ReasonCode.SUCCESS)
-    ack = await subscribe(sub, ("a/b", Q2), ("a/#", Q1))
+    ack = await h.subscribe(sub, ("a/b", Q2), ("a/#", Q1))
     assert ack.reason_codes == (mq.ReasonCode.GRANTED_QOS_2, mq.ReasonCode.GRANTED_QOS_1)
-    pub, _ = await connect(server.address, "pub")
+    pub, _ = await h.connect(server.address, "pub")
     await pub.send(mq.Publish("a/b", b"q0"))
     await pub.send(mq.Publish("a/b", b"q1", Q1, packet_id=7))
     assert await pub.receive() == mq.PubAck(7)
@@ -43,7 +36,7 @@ async def test_connect_publish_subscribe_all_qos(server: Any) -> None:
     assert await pub.receive() == mq.PubRec(8)
     await pub.send(mq.PubRel(8))
     assert await pub.receive() == mq.PubComp(8)
-    got = [await receive_publish(sub) for _ in range(6)]  # one copy per matching subscription
+    got = [await h.receive_publish(sub) for _ in range(6)]  # one copy per matching subscription
     by_payload = sorted((p.payload, p.qos) for p in got)
     assert by_payload == [(b"q0", Q0), (b"q0", Q0), (b"q1", Q1), (b"q1", Q1), (b"q2", Q1), (b"q2", Q2)]
     assert all(p.topic == "a/b" and not p.retain and not p.dup for p in got)
@@ -53,22 +46,22 @@ async def test_connect_publish_subscribe_all_qos(server: Any) -> None:
     assert await sub.receive() == mq.UnsubAck(2)
     await pub.send(mq.Publish("a/b", b"after", Q1, packet_id=9))
     assert await pub.receive() == mq.PubAck(9)
-    only = await receive_publish(sub)
+    only = await h.receive_publish(sub)
     assert only.payload == b"after"
     assert only.qos == Q1
-    assert await arrivals(sub) == []
+    assert await h.arrivals(sub) == []
     await pub.send(mq.Disconnect())
     assert await pub.expect_eof() == []
     await sub.aclose()
 
 
 async def test_mqtt5_unsubscribe_reason_codes_and_connack_properties(server: Any) -> None:
-    client, connack = await connect(server.address, "v5", 5)
+    client, connack = await h.connect(server.address, "v5", 5)
     assert connack.reason_code == mq.ReasonCode.SUCCESS
     assert connack.properties.receive_maximum == 64
     assert connack.properties.topic_alias_maximum == 16
     assert connack.properties.maximum_packet_size == 1024 * 1024
-    await subscribe(client, ("x/+", Q1))
+    await h.subscribe(client, ("x/+", Q1))
     await client.send(mq.Unsubscribe(2, ("x/+", "y")))
     assert await client.receive() == mq.UnsubAck(
         2, (mq.ReasonCode.SUCCESS, mq.ReasonCode.NO_SUBSCRIPTION_EXISTED)
@@ -77,19 +70,19 @@ async def test_mqtt5_unsubscribe_reason_codes_and_connack_properties(server: Any
 
 
 async def test_wildcards_and_dollar_topics(server: Any) -> None:
-    sub, _ = await connect(server.address, "wild")
-    await subscribe(sub, ("+/+", Q0), ("$SYS/#", Q0))
-    pub, _ = await connect(server.address, "p")
+    sub, _ = await h.connect(server.address, "wild")
+    await h.subscribe(sub, ("+/+", Q0), ("$SYS/#", Q0))
+    pub, _ = await h.connect(server.address, "p")
     await pub.send(mq.Publish("$SYS/x", b"sys"))
     await pub.send(mq.Publish("a/b", b"ab"))
     await pub.send(mq.Publish("a/b/c", b"abc"))  # matches neither
-    got = [await receive_publish(sub) for _ in range(2)]
+    got = [await h.receive_publish(sub) for _ in range(2)]
     assert sorted((p.topic, p.payload) for p in got) == [("$SYS/x", b"sys"), ("a/b", b"ab")]
-    assert await arrivals(sub) == []
+    assert await h.arrivals(sub) == []
 
 
 async def test_retained_store_replace_clear(server: Any) -> None:
-    pub, _ = await connect(server.address, "p")
+    pub, _ = await h.connect(server.address, "p")
     await pub.send(mq.Publish("r/1", b"first", Q1, retain=True, packet_id=1))
     await pub.receive()
     await pub.send(mq.Publish("r/1", b"second", Q1, retain=True, packet_id=2))
@@ -99,16 +92,16 @@ async def test_retained_store_replace_clear(server: Any) -> None:
     await pub.send(mq.Publish("r/3", b"", Q0, retain=True))  # clears
     await pub.send(mq.PingReq())
     await pub.receive()
-    sub, _ = await connect(server.address, "s")
-    await subscribe(sub, ("r/+", Q1))
+    sub, _ = await h.connect(server.address, "s")
+    await h.subscribe(sub, ("r/+", Q1))
     got = sorted(
-        [(p.topic, p.payload, p.retain, p.qos) for p in [await receive_publish(sub) for _ in range(2)]]
+        [(p.topic, p.payload, p.retain, p.qos) for p in [await h.receive_publish(sub) for _ in range(2)]]
     )
     assert got == [("r/1", b"second", True, Q1), ("r/2", b"two", True, Q0)]
-    assert await arrivals(sub) == []
+    assert await h.arrivals(sub) == []
     # A live publish with RETAIN reaches existing subscribers with RETAIN cleared (3.1.1).
     await pub.send(mq.Publish("r/2", b"live", Q0, retain=True))
-    live = await receive_publish(sub)
+    live = await h.receive_publish(sub)
     assert (live.payload, live.retain) == (b"live", False)
 
 
@@ -125,7 +118,7 @@ async def test_bad_input_closes_mqtt311(server: Any) -> None:
         bytes.fromhex("100d00044d51545404020000000163") + bytes.fromhex("82020001"),  # SUBSCRIBE, no filter
     ]
     for data in cases:
-        async with raw_client(server.address) as client:
+        async with h.raw_client(server.address) as client:
             await client.send_raw(data)
             got = await client.expect_eof()
             assert all(isinstance(p, mq.Connack) and p.reason_code == mq.ReasonCode.SUCCESS for p in got), (
@@ -144,7 +137,7 @@ async def test_bad_input_mqtt5_gets_disconnect_reason(server: Any) -> None:
         "3080808001": mq.ReasonCode.PACKET_TOO_LARGE,
     }
     for tail, code in cases.items():
-        async with raw_client(server.address) as client:
+        async with h.raw_client(server.address) as client:
             client.level = 5
             client.decoder = type(client.decoder)(1 << 24, protocol_level=5)
             await client.send_raw(connect5)
@@ -156,13 +149,13 @@ async def test_bad_input_mqtt5_gets_disconnect_reason(server: Any) -> None:
 
 
 async def test_connect_refusals_get_connack(server: Any) -> None:
-    client, connack = await connect(server.address, "", 4, clean_start=False)
+    client, connack = await h.connect(server.address, "", 4, clean_start=False)
     assert connack.reason_code == mq.ReasonCode.CLIENT_IDENTIFIER_NOT_VALID  # 3.1.1 return code 2 on the wire
     assert await client.expect_eof() == []
-    client, connack = await connect(server.address, "", 5)
+    client, connack = await h.connect(server.address, "", 5)
     assert connack.reason_code == mq.ReasonCode.SUCCESS
     assert connack.properties.assigned_client_identifier
-    client, connack = await connect(
+    client, connack = await h.connect(
         server.address, "q", 5, will=mq.Will("w", b"", mq.QoS.EXACTLY_ONCE), keep_alive=0
     )
     assert connack.reason_code == mq.ReasonCode.SUCCESS
@@ -170,22 +163,22 @@ async def test_connect_refusals_get_connack(server: Any) -> None:
 
 async def test_server_maximum_qos_and_refused_filters(server: Any) -> None:
     state = server.state
-    set_gateway(
+    h.set_gateway(
         server,
         Gateway(
             FacadeStore(state.broker), MqttConfig(maximum_qos=1, deny_subscribe=("secret/#",)), state.draining
         ),
     )
-    client, connack = await connect(server.address, "mq", 5)
+    client, connack = await h.connect(server.address, "mq", 5)
     assert connack.properties.maximum_qos == 1
-    ack = await subscribe(client, ("ok/+", Q2), ("secret/#", Q0))
+    ack = await h.subscribe(client, ("ok/+", Q2), ("secret/#", Q0))
     assert ack.reason_codes == (mq.ReasonCode.GRANTED_QOS_1, mq.ReasonCode.NOT_AUTHORIZED)
     await client.send(mq.Publish("ok/x", b"too high", Q2, packet_id=1))
     (disconnect,) = await client.expect_eof()
     assert isinstance(disconnect, mq.Disconnect)
     assert disconnect.reason_code == mq.ReasonCode.QOS_NOT_SUPPORTED
-    old, _ = await connect(server.address, "mq3", 4)
-    ack = await subscribe(old, ("secret/#", Q0))
+    old, _ = await h.connect(server.address, "mq3", 4)
+    ack = await h.subscribe(old, ("secret/#", Q0))
     assert ack.reason_codes == (mq.ReasonCode.UNSPECIFIED_ERROR,)  # 0x80 on the 3.1.1 wire
 
 
@@ -196,7 +189,7 @@ async def test_garbage_after_connect_never_crashes(server: Any, log_sink: Any) -
         for _ in range(20):
             body = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40)))
             data = bytes([rng.choice(heads), len(body)]) + body
-            client, _ = await connect(server.address, "fuzz", level)
+            client, _ = await h.connect(server.address, "fuzz", level)
             await client.send_raw(data)
             await client.send(mq.PingReq())
             try:

@@ -11,32 +11,23 @@ import trio.testing
 from mqproxy.codecs.mqtt import PubAck, Publish, QoS
 from mqproxy.settings import Settings
 
-from .conftest import (  # type: ignore[import-not-found]
-    RawClient,
-    all_parked,
-    arrivals,
-    connect,
-    gateway_of,
-    receive_publish,
-    running_server,
-    subscribe,
-)
+from . import conftest as h  # type: ignore[import-not-found]
 
 Q0, Q1 = QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE
 
 
 async def test_mixed_subscribers_each_get_every_message_once_in_order(server: Any) -> None:
-    subscribers: list[RawClient] = []
+    subscribers: list[h.RawClient] = []
     for i in range(12):
-        client, _ = await connect(server.address, f"fan{i}")
-        await subscribe(client, ("hub/t", Q0))
+        client, _ = await h.connect(server.address, f"fan{i}")
+        await h.subscribe(client, ("hub/t", Q0))
         subscribers.append(client)
-    qos1, _ = await connect(server.address, "fan-q1")
-    await subscribe(qos1, ("hub/t", Q1))
-    publisher, _ = await connect(server.address, "fan-pub", 5)
-    await subscribe(publisher, ("hub/#", Q0), no_local=True)  # sees none of its own messages
-    await all_parked(server, 12 + 1 + 1)
-    gateway = gateway_of(server)
+    qos1, _ = await h.connect(server.address, "fan-q1")
+    await h.subscribe(qos1, ("hub/t", Q1))
+    publisher, _ = await h.connect(server.address, "fan-pub", 5)
+    await h.subscribe(publisher, ("hub/#", Q0), no_local=True)  # sees none of its own messages
+    await h.all_parked(server, 12 + 1 + 1)
+    gateway = h.gateway_of(server)
     for n in range(6):
         qos = Q1 if n % 2 else Q0
         await publisher.send(Publish("hub/t", f"m{n}".encode(), qos, packet_id=n + 1 if qos else None))
@@ -44,13 +35,13 @@ async def test_mixed_subscribers_each_get_every_message_once_in_order(server: An
             assert await publisher.receive() == PubAck(n + 1)
     expected = [f"m{n}".encode() for n in range(6)]
     for client in subscribers:
-        assert [(await receive_publish(client)).payload for _ in range(6)] == expected
-    got = [await receive_publish(qos1) for _ in range(6)]
+        assert [(await h.receive_publish(client)).payload for _ in range(6)] == expected
+    got = [await h.receive_publish(qos1) for _ in range(6)]
     assert [p.payload for p in got] == expected
     assert [p.qos for p in got] == [Q0, Q1, Q0, Q1, Q0, Q1]
-    assert await arrivals(publisher) == [], "the no-local subscriber got its own messages"
+    assert await h.arrivals(publisher) == [], "the no-local subscriber got its own messages"
     for client in [*subscribers, qos1]:
-        assert await arrivals(client) == [], "a second copy arrived"
+        assert await h.arrivals(client) == [], "a second copy arrived"
     assert gateway.push_hubs.pushed >= 12 * 3  # the QoS 0 publishes went out through the hub
     for client in [*subscribers, qos1, publisher]:
         await client.aclose()
@@ -61,21 +52,21 @@ async def test_a_full_send_queue_hands_delivery_back_to_the_reader(log_sink: Any
     # (some only in part, the rest queued) and then the 2-packet send queue fills up as well.
     settings = Settings.for_tests(mqtt={"send_buffer_packets": 2})
     count, blob = 60, bytes(128 * 1024)
-    async with running_server(settings) as server:
-        slow, _ = await connect(server.address, "slow")
-        await subscribe(slow, ("hub/slow", Q0))
-        fast, _ = await connect(server.address, "fast")
-        await subscribe(fast, ("hub/slow", Q0))
-        publisher, _ = await connect(server.address, "pub")
-        await all_parked(server, 2)
-        hubs = gateway_of(server).push_hubs
+    async with h.running_server(settings) as server:
+        slow, _ = await h.connect(server.address, "slow")
+        await h.subscribe(slow, ("hub/slow", Q0))
+        fast, _ = await h.connect(server.address, "fast")
+        await h.subscribe(fast, ("hub/slow", Q0))
+        publisher, _ = await h.connect(server.address, "pub")
+        await h.all_parked(server, 2)
+        hubs = h.gateway_of(server).push_hubs
         for n in range(count):  # in one burst, while ``slow`` reads nothing
             await publisher.send(Publish("hub/slow", b"%d:" % n + blob, Q0))
         expected = [b"%d:" % n + blob for n in range(count)]
-        assert [(await receive_publish(fast)).payload for _ in range(count)] == expected
+        assert [(await h.receive_publish(fast)).payload for _ in range(count)] == expected
         await trio.testing.wait_all_tasks_blocked()  # the server is backed up as far as it gets
-        assert [(await receive_publish(slow)).payload for _ in range(count)] == expected
-        assert await arrivals(slow) == [], "a second copy arrived"
+        assert [(await h.receive_publish(slow)).payload for _ in range(count)] == expected
+        assert await h.arrivals(slow) == [], "a second copy arrived"
         assert hubs.pushed > 0
         assert hubs.woken > 0  # some messages found the queue full and went back to the readers
         for client in (slow, fast, publisher):
