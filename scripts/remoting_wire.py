@@ -16,6 +16,14 @@ def remoting_call(
     addr: str, code: int, ext: dict[str, str] | None = None, *, timeout: float = 5.0, body: bytes = b""
 ) -> tuple[int, str, bytes]:
     """One RocketMQ remoting request (JSON header, optional body) to ``addr``: (code, remark, body)."""
+    reply, answer = remoting_exchange(addr, code, ext, timeout=timeout, body=body)
+    return int(reply["code"]), str(reply.get("remark") or ""), answer
+
+
+def remoting_exchange(
+    addr: str, code: int, ext: dict[str, str] | None = None, *, timeout: float = 5.0, body: bytes = b""
+) -> tuple[dict[str, object], bytes]:
+    """:func:`remoting_call` returning the whole response header (``code``, ``remark``, ``extFields``)."""
     host, port = addr.rsplit(":", 1)
     header = json.dumps(
         {"code": code, "language": "JAVA", "version": 0, "opaque": 1, "flag": 0, "extFields": ext or {}}
@@ -33,4 +41,4 @@ def remoting_call(
     length = int.from_bytes(buf[:4], "big")
     header_len = int.from_bytes(buf[4:8], "big") & 0xFFFFFF
     reply = json.loads(buf[8 : 8 + header_len])
-    return int(reply["code"]), str(reply.get("remark") or ""), buf[8 + header_len : 4 + length]
+    return reply, buf[8 + header_len : 4 + length]

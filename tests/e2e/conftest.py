@@ -18,6 +18,8 @@
 * ``stock`` (session scope): a stock Apache RocketMQ (name server, one broker, RocketMQ's proxy in cluster
   mode) from ``scripts/stock_rocketmq.py``; ``stock_rocketmq`` is that module (class paths, mqadmin,
   ``compile_java``, ``StockCluster`` for tests that need a cluster of their own).
+* Cluster mode (mqproxy nodes in front of a stock cluster) has its harness in ``cluster_harness.py`` and
+  its cluster fixture in ``test_cluster_mode.py``.
 
 ``E2E_MQPROXY_BIN`` overrides the proxy executable (default: ``mqproxy`` next to the running interpreter;
 the name avoids the ``MQPROXY_`` prefix, which the proxy reads as configuration).
