@@ -40,9 +40,17 @@ GET_ROUTEINFO_BY_TOPIC = 105
 SERVICE_NOT_AVAILABLE = 14
 
 
+#: How often a node refreshes the routes it caches (default 30 s): a broker added or gone is seen at once.
+NODE_REFRESH_S = "1"
+
+
 def node_env(namesrv: str) -> dict[str, str]:
     """The settings of an mqproxy node in front of the cluster whose name servers are ``namesrv``."""
-    return {"MQPROXY_BACKEND_KIND": "rocketmq", "MQPROXY_BACKEND_NAMESRV": namesrv}
+    return {
+        "MQPROXY_BACKEND_KIND": "rocketmq",
+        "MQPROXY_BACKEND_NAMESRV": namesrv,
+        "MQPROXY_BACKEND_REFRESH_S": NODE_REFRESH_S,
+    }
 
 
 @dataclass

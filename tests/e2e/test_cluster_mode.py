@@ -437,6 +437,7 @@ def test_a_node_started_while_the_cluster_is_unreachable(
         request.node._e2e_proxies.append(node)
         status, body = healthz(str(node.address))
         assert status == 503, body
+        assert body["status"] == "unavailable", body
         assert body.get("reason"), body
         reply_code, remark = stock_rocketmq.remoting_call(str(node.address), 105, {"topic": topic})[:2]
         assert reply_code == SERVICE_NOT_AVAILABLE, remark
