@@ -138,7 +138,7 @@ def test_produce_through_node_a_and_consume_through_node_b(
     )
     finish(consumer)
     got = received(consumer)
-    assert Counter(m["body"] for m in got) == Counter(acked)  # each once
+    assert Counter(m["body"] for m in got) == Counter(list(acked))  # each once
     assert {m["msgId"] for m in got} == {e["result"]["msgId"] for e in acked.values()}
     for m in got:
         assert (m["topic"], m["tags"], m["keys"]) == (topic, "TagL", m["body"])
