@@ -144,6 +144,16 @@ def max_offsets(broker: str, topic: str, queues: int) -> list[int]:
     return ends
 
 
+def served(node: ProxyProcess, client_id: str, *ops: str) -> int:
+    """How many requests of ``ops`` (e.g. ``SEND_MESSAGE_V2``) from ``client_id`` the node's log shows."""
+    assert node.reader is not None
+    return sum(
+        1
+        for e in list(node.reader.events)
+        if e.get("event") == "request" and e.get("client_id") == client_id and e.get("op") in ops
+    )
+
+
 def healthz(addr: str) -> tuple[int, dict[str, Any]]:
     """``GET /healthz`` on a node: (status, JSON body)."""
     host, port = addr.rsplit(":", 1)

@@ -34,6 +34,7 @@ from .cluster_harness import (
     received_bodies,
     route,
     sent,
+    served,
     started,
     wait_for,
     write_queues,
@@ -46,6 +47,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 #: Failure deadline of one wait (they end on conditions, usually within seconds).
 LIMIT_S = 60.0
 QUEUES = 4  # per broker
+SENDS = ("SEND_MESSAGE", "SEND_MESSAGE_V2", "SEND_BATCH_MESSAGE")
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +146,9 @@ def test_produce_through_node_a_and_consume_through_node_b(
         assert (m["topic"], m["tags"], m["keys"]) == (topic, "TagL", m["body"])
         assert m["queueId"] == acked[m["body"]]["result"]["queueId"]
         assert m["queueOffset"] == acked[m["body"]]["result"]["queueOffset"]
+    # A served the sends, B the pulls
+    assert served(rmq.nodes["A"], started(producer)["clientId"], *SENDS) >= 40
+    assert served(rmq.nodes["B"], started(consumer)["clientId"], "PULL_MESSAGE") > 0
     # the messages are on both real brokers, 20 each (round robin over the virtual queues)
     stored = [sum(max_offsets(b.addr, topic, QUEUES)) for b in rmq.stock.broker_list[:2]]
     assert stored == [20, 20]
@@ -422,6 +427,11 @@ def test_a_node_killed_mid_load(rmq: ClusterMode, loads: Loads, request: pytest.
     finally:
         relay.close()
     assert node_c.returncodes == [-9]
+    # the clients were on C, and then on B
+    for run, ops in ((producer, SENDS), (consumer, ("PULL_MESSAGE",))):
+        client_id = started(run)["clientId"]
+        assert served(node_c, client_id, *ops) > 0
+        assert served(rmq.nodes["B"], client_id, *ops) > 0
 
 
 def test_a_node_started_while_the_cluster_is_unreachable(
