@@ -80,8 +80,13 @@ class ClusterMode:
         return [b.addr for b in self.stock.broker_list if b.process.proc is not None]
 
     def stop(self) -> dict[str, int]:
-        """SIGTERM every running node; their exit codes by name."""
-        return {name: node.stop() for name, node in self.nodes.items() if node.proc is not None}
+        """SIGTERM every running node; their exit codes by name. Each node's whole log is kept beside its
+        stderr (``node-NAME/proxy.stdout`` under the work directory) for a look after a failure."""
+        codes = {name: node.stop() for name, node in self.nodes.items() if node.proc is not None}
+        for name, node in self.nodes.items():
+            if node.reader is not None:
+                (node.log_dir / "proxy.stdout").write_text("\n".join(node.reader.lines) + "\n")
+        return codes
 
 
 # ----------------------------------------------------------------------------------------------- wire
