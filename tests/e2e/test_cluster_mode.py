@@ -109,10 +109,6 @@ def covers(consumers: tuple[ClientRun, ...], producers: tuple[ClientRun, ...]) -
     return lambda: set().union(*(sent(p) for p in producers)) <= received_bodies(*consumers)
 
 
-def missing(consumers: tuple[ClientRun, ...], producers: tuple[ClientRun, ...]) -> list[str]:
-    return sorted(set().union(*(sent(p) for p in producers)) - received_bodies(*consumers))
-
-
 # --- produce through one node, consume through the other --------------------------------------------------
 
 
