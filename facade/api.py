@@ -156,7 +156,8 @@ class EndTransaction:
     """The end of a transaction a producer (or its check-back answer) sends. The half message is named by
     ``commitlog_offset`` (with ``offset_msg_id``, which names the broker; remoting) or by
     ``transaction_id`` (gRPC). ``producer_group`` None skips the group check (gRPC has no producer group);
-    ``from_check`` marks an answer to a check-back."""
+    ``from_check`` marks an answer to a check-back; ``tran_state_table_offset`` is the half message's queue
+    offset when the client sent it (-1: unknown; a cluster broker checks it)."""
 
     resolution: Resolution
     producer_group: str | None = None
@@ -164,6 +165,7 @@ class EndTransaction:
     offset_msg_id: str = ""
     transaction_id: str = ""
     from_check: bool = False
+    tran_state_table_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,20 @@ class StoreUnavailable(BackendError):
     """The store cannot accept writes right now (closed, disk full, shutting down)."""
 
 
+class ClusterUnavailable(StoreUnavailable):
+    """The cluster behind the proxy cannot be reached (no name server or no broker answers)."""
+
+
+class BrokerRefused(BackendError):
+    """A cluster broker or name server answered a forwarded request with an error: its remoting response
+    ``code`` and ``remark`` are passed through to the client unchanged where the protocol allows."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(f"code {code}: {remark}")
+        self.code = code
+        self.remark = remark
+
+
 class ServiceError(BackendError):
     """Base of every error a broker service raises on purpose."""
 

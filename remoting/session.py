@@ -36,6 +36,7 @@ from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.api import BrokerFacade
 from mqproxy.model.errors import (
     BackendError,
+    BrokerRefused,
     IllegalTopic,
     InvalidArgument,
     InvalidDelay,
@@ -170,7 +171,10 @@ def status_name(code: int) -> str:
 
 
 def backend_error_reply(exc: BackendError) -> Reply:
-    """The error response for a backend exception (most specific class wins)."""
+    """The error response for a backend exception (most specific class wins); a broker's own refusal
+    (cluster backend) is passed through with its code and remark."""
+    if isinstance(exc, BrokerRefused):
+        return Reply(exc.code, remark=exc.remark)
     for cls in type(exc).__mro__:
         code = _BACKEND_CODES.get(cls)  # type: ignore[arg-type]
         if code is not None:

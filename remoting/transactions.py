@@ -60,6 +60,7 @@ async def end_transaction(session: RemotingSession, request: RemotingCommand, no
             producer_group=header.producer_group,
             commitlog_offset=header.commit_log_offset,
             from_check=header.from_transaction_check,
+            tran_state_table_offset=header.tran_state_table_offset,
         )
     )
     if result is not None:
