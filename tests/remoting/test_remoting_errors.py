@@ -16,7 +16,8 @@ def test_a_brokers_refusal_passes_through_unchanged() -> None:
 def test_an_unreachable_cluster_is_service_not_available_with_the_reason() -> None:
     reply = backend_error_reply(ClusterUnavailable("name server 127.0.0.1:1 unreachable: connect failed"))
     assert reply.code == ResponseCode.SERVICE_NOT_AVAILABLE
-    assert reply.remark is not None and "127.0.0.1:1 unreachable" in reply.remark
+    assert reply.remark is not None
+    assert "127.0.0.1:1 unreachable" in reply.remark
 
 
 def test_other_errors_map_by_class() -> None:

@@ -13,13 +13,15 @@ from mqproxy.facade.api import PullRequest, SendRequest
 from mqproxy.model.errors import BrokerRefused
 from mqproxy.model.types import Message, PullStatus
 
-from .conftest import open_node, stock_rocketmq
+from .conftest import open_node, running_cluster, stock_rocketmq
 
 pytestmark = pytest.mark.e2e
 
 _AUTH = {
     "authenticationEnabled": "true",
-    "authenticationProvider": "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
+    "authenticationProvider": (
+        "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider"
+    ),
     "authenticationMetadataProvider": (
         "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider"
     ),
@@ -30,15 +32,9 @@ _AUTH = {
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stock_rocketmq.StockCluster]:
-    cluster = stock_rocketmq.StockCluster(
+    yield from running_cluster(
         tmp_path_factory.mktemp("secured"), brokers=1, cluster_name="Secured", broker_conf=_AUTH
     )
-    try:
-        cluster.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    yield cluster
-    cluster.stop()
 
 
 async def test_signed_requests_are_served(secured) -> None:
@@ -48,7 +44,8 @@ async def test_signed_requests_are_served(secured) -> None:
         pulled = await node.pull(
             PullRequest("g-signed", "Signed", sent.queue_id, sent.result.queue_offset, 4)
         )
-        assert pulled.status is PullStatus.FOUND and pulled.messages[0].body == b"signed body"
+        assert pulled.status is PullStatus.FOUND
+        assert pulled.messages[0].body == b"signed body"
 
 
 @pytest.mark.parametrize(
