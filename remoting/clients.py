@@ -137,6 +137,7 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
         groups.leave_producer(group, session.conn)
     for group in announced_producers:  # re-joining keeps the newest connection preferred
         groups.join_producer(group, session.conn)
+        broker.announce_producer(group)
     session.producer_groups = announced_producers
     for info in consumers:
         retry_topic = RETRY_PREFIX + info.group
