@@ -353,7 +353,7 @@ def test_a_broker_stopped_mid_load(rmq: ClusterMode, loads: Loads) -> None:
     topic, group = names("bstop")
     create_topic(rmq, topic, QUEUES)
     consumer = loads.consume(rmq.addr("B"), topic, group)
-    producer = loads.produce(rmq.addr("A"), topic, f"{group}_pg", interval_ms=20, send_timeout_ms=3000)
+    producer = loads.produce(rmq.addr("A"), topic, f"{group}_pg", interval_ms=20, send_timeout_ms=5000)
     wait_for(
         "30 messages consumed", lambda: len(received_bodies(consumer)) >= 30, LIMIT_S, consumer, producer
     )
@@ -398,7 +398,7 @@ def test_a_node_killed_mid_load(rmq: ClusterMode, loads: Loads, request: pytest.
     try:
         namesrv = f"{node_c.address};{relay.address}"
         consumer = loads.consume(namesrv, topic, group)
-        producer = loads.produce(namesrv, topic, f"{group}_pg", interval_ms=20, send_timeout_ms=3000)
+        producer = loads.produce(namesrv, topic, f"{group}_pg", interval_ms=20, send_timeout_ms=5000)
         wait_for(
             "30 messages consumed", lambda: len(received_bodies(consumer)) >= 30, LIMIT_S, consumer, producer
         )
