@@ -229,9 +229,10 @@ class Producing(Protocol):
         own; a check goes to the first sender that finds a producer of the group)."""
         ...
 
-    def announce_producer(self, group: str) -> None:
+    def announce_producer(self, group: str, present: bool = True) -> None:
         """A producer of ``group`` is connected to this process (called on each of its heartbeats), so a
-        cluster's transaction check-backs for the group may be sent here; idempotent."""
+        cluster's transaction check-backs for the group may be sent here; ``present`` False: the last one
+        left. Idempotent."""
         ...
 
     def clamp_delay_level(self, level: int) -> int:

@@ -153,7 +153,7 @@ class EmbeddedBroker:
                 return True
         return False
 
-    def announce_producer(self, group: str) -> None:
+    def announce_producer(self, group: str, present: bool = True) -> None:
         """Check-backs find producers through :meth:`add_check_back`; nothing to register here."""
 
     def watch_groups(self, listener: Callable[[str], None]) -> None:

@@ -78,11 +78,26 @@ class Members:
             self._producer_groups.add(group)
             await self._producer_heartbeat()
 
-    def announce_producer(self, group: str) -> None:
-        """Register ``group`` with the brokers soon (in the background) unless it already is."""
-        if group not in self._producer_groups:
+    def announce_producer(self, group: str, present: bool = True) -> None:
+        """Register ``group`` with the brokers soon (in the background) unless it already is; with
+        ``present`` False, withdraw it (this node's last producer of the group left), so the brokers
+        send its check-backs to nodes that still have one."""
+        if present and group not in self._producer_groups:
             self._producer_groups.add(group)
             self._nursery.start_soon(self._producer_heartbeat)
+        elif not present and group in self._producer_groups:
+            self._producer_groups.discard(group)
+            self._nursery.start_soon(self._withdraw_producer, group)
+
+    async def _withdraw_producer(self, group: str) -> None:
+        request = wire.command(
+            RequestCode.UNREGISTER_CLIENT, {"clientID": self.node_id, "producerGroup": group}
+        )
+        for broker in self.cluster.masters():
+            try:
+                await self.cluster.broker_call(broker, request)
+            except BackendError as exc:
+                _log.warning("cluster.heartbeat_failed", broker=broker, reason=str(exc))
 
     async def _producer_heartbeat(self) -> None:
         body = wire.heartbeat_body(self.node_id, (), sorted(self._producer_groups))
