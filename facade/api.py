@@ -25,7 +25,7 @@ Synchronous methods never ask a broker; each is one of:
   brokers or the name server, and a write through the facade updates it at once): :meth:`Admin.topic_type`,
   :meth:`Admin.group_config`, :meth:`Producing.clamp_delay_level`, :attr:`BrokerFacade.max_reconsume_times`;
 * a registration of something this proxy process owns: :meth:`Producing.add_check_back`,
-  :meth:`Producing.set_lmq_dispatch`;
+  :meth:`Producing.set_lmq_dispatch`, :meth:`Membership.watch_groups`;
 * a gauge of this process's view for metrics, not a cluster-wide total:
   :meth:`BrokerFacade.unresolved_transactions`, :meth:`BrokerFacade.pops_in_flight`.
 
@@ -108,7 +108,9 @@ class SendOutcome:
     message awaiting its end), ``"delay"`` (a delay level or timer) or ``""`` (visible now); ``queue_id`` is
     the queue it is (or will be) delivered to; ``topic`` the topic it went to (the dead-letter topic for
     a spent retry); ``delay_level`` the level applied after clamping (0: none); ``recall_handle`` is set
-    for a message parked until a delivery time (it can be recalled until then)."""
+    for a message parked until a delivery time (it can be recalled until then); ``transaction_ref`` is
+    what names a half message to :meth:`Producing.end_transaction` as ``transaction_id`` when the
+    implementation needs more than the message id ("": the message id does)."""
 
     result: SendResult
     topic: str
@@ -116,6 +118,7 @@ class SendOutcome:
     parked: str = ""
     delay_level: int = 0
     recall_handle: str = ""
+    transaction_ref: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +359,12 @@ class Membership(Protocol):
     async def consumer_groups(self) -> list[str]: ...
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None: ...
+
+    def watch_groups(self, listener: Callable[[str], None]) -> None:
+        """Register ``listener``, called with a group's name when the cluster behind the proxy reports that
+        the group's members changed elsewhere (a client of another node joined or left). The embedded store
+        never calls it: every member is on this process, and protocols notify those themselves."""
+        ...
 
     async def query_assignment(
         self, topic: str, group: str, client_id: str, *, strategy: str = "", broadcasting: bool = False

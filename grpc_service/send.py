@@ -58,7 +58,7 @@ class SendRpcs:
         return pb.SendResultEntry(
             status=ok(),
             message_id=message_id,
-            transaction_id=message_id,
+            transaction_id=outcome.transaction_ref or message_id,
             offset=outcome.result.queue_offset,
             recall_handle=outcome.recall_handle,
         )

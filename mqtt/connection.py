@@ -16,8 +16,9 @@ before PUBREL. After a restart the first CONNECT re-sends them under their origi
 
 Closing: MQTT 5 peers get a DISCONNECT (or, while connecting, a CONNACK) with the reason code first; 3.1.1
 peers are closed silently, except that a refused CONNECT gets its CONNACK return code (0x01 for an
-unsupported level, 0x02 for a rejected client id). The session is then detached (ended or persisted) and
-the will is published unless the client sent a normal DISCONNECT.
+unsupported level, 0x02 for a rejected client id, 0x03 when the server refuses MQTT altogether, see
+``refusal``). The session is then detached (ended or persisted) and the will is published unless the client
+sent a normal DISCONNECT.
 """
 
 from __future__ import annotations
@@ -45,12 +46,19 @@ _CLEANUP_S = 5.0
 
 
 class MqttConnection(PacketWriter, Deliveries):
-    """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s."""
+    """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s.
 
-    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway) -> None:
+    With a ``refusal`` (why this server cannot serve MQTT now), a well-formed CONNECT is answered with
+    Server unavailable (0x88; 3.1.1 return code 3; the reason string in MQTT 5) and the connection closes
+    with error ``mqtt_unavailable``; no session is opened and the gateway is not asked anything."""
+
+    def __init__(
+        self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway, *, refusal: str | None = None
+    ) -> None:
         self.stream = stream
         self.ctx = ctx
         self.gateway = gateway
+        self.refusal = refusal
         self.config = gateway.config
         self.proto = MqttProtocol(gateway.config)
         self.session: Session | None = None
@@ -277,6 +285,8 @@ class MqttConnection(PacketWriter, Deliveries):
         proto = self.proto
         gateway = self.gateway
         terms = proto.accept_connect(packet)
+        if self.refusal is not None:
+            raise Close(mq.ReasonCode.SERVER_UNAVAILABLE, "mqtt_unavailable", self.refusal)
         verdict = await gateway.auth.authenticate(packet.username, packet.password)
         proto.admit(packet, terms, verdict, gateway.auth.can_publish)
         client_id = terms.client_id

@@ -88,14 +88,20 @@ class MqttProtocol:
                 or self.level == mq.MQTT_5
                 or close.reason_code == mq.ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
             ):
-                packet = mq.Connack(False, close.reason_code)
+                packet = mq.Connack(False, close.reason_code, self._reason_string(close))
         elif self.level == mq.MQTT_5:
             # A Reason String (unless the client asked for none) also makes paho read the reason code,
             # which it ignores in a DISCONNECT of remaining length 1.
-            why = (close.detail or close.error or "")[:200]
-            props = mq.Properties(reason_string=why) if why and self.problem_information else mq.NO_PROPERTIES
-            packet = mq.Disconnect(close.reason_code, props)
+            packet = mq.Disconnect(close.reason_code, self._reason_string(close))
         return None if packet is None else mq.encode(packet, self.level)
+
+    def _reason_string(self, close: Close) -> mq.Properties:
+        """MQTT 5: ``close``'s detail as the Reason String of the closing CONNACK or DISCONNECT, unless the
+        client asked for no problem information (3.1.1 has no properties)."""
+        why = (close.detail or close.error or "")[:200]
+        if self.level != mq.MQTT_5 or not why or not self.problem_information:
+            return mq.NO_PROPERTIES
+        return mq.Properties(reason_string=why)
 
     def encode(self, packet: mq.Packet) -> bytes:
         return mq.encode(packet, self.level)

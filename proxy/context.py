@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +19,15 @@ if TYPE_CHECKING:
     from mqproxy.settings import Settings
 
 
+def always_healthy() -> str | None:
+    """The health of a backend that lives in this process: it can always serve (None)."""
+    return None
+
+
 @dataclass(eq=False)
 class ServerState:
-    """Process-wide state: settings, the broker facade, readiness, drain signal and connection accounting."""
+    """Process-wide state: settings, the broker facade and its health, readiness, drain signal and
+    connection accounting."""
 
     settings: Settings
     backend_name: str
@@ -36,6 +43,9 @@ class ServerState:
     broker: BrokerFacade | None = None
     #: The protocol services connections are routed to (set once the broker is open).
     protocols: Protocols | None = None
+    #: None while the backend can serve, else a one-line reason (a cluster it cannot reach); ``/healthz``
+    #: answers 503 with it. Called per health check, so it must be cheap and must not block.
+    backend_health: Callable[[], str | None] = always_healthy
 
     def __post_init__(self) -> None:
         self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)

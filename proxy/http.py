@@ -1,6 +1,7 @@
 """HTTP/1.1 on the shared port, driven by the sans-IO ``h11`` state machine.
 
-Paths: ``GET /healthz`` (200 when ready, 503 while starting or draining) and ``GET /metrics``
+Paths: ``GET /healthz`` (200 when ready; 503 while starting or draining, and with the reason while the
+backend reports itself unavailable, e.g. a RocketMQ cluster it cannot reach) and ``GET /metrics``
 (Prometheus text format). ``GET /mqtt`` (and ``GET /`` with ``Upgrade: websocket``) upgrades to MQTT
 over WebSocket (see :mod:`mqproxy.websocket`); a refused upgrade gets its 400/426 and the connection
 closes. Anything else is a 404 (405 for a wrong method on a known path). A malformed request, or headers
@@ -34,6 +35,9 @@ Response = tuple[int, str, bytes]
 
 async def _healthz(server: ServerState) -> Response:
     if server.ready and not server.draining.is_set():
+        reason = server.backend_health()
+        if reason is not None:
+            return 503, "application/json", orjson.dumps({"status": "unavailable", "reason": reason})
         return 200, "application/json", orjson.dumps({"status": "ok"})
     state = "draining" if server.draining.is_set() else "starting"
     return 503, "application/json", orjson.dumps({"status": state})

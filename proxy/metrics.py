@@ -140,13 +140,19 @@ class _GatewayCollector:
 
 
 async def refresh_backend_metrics(server: ServerState) -> None:
-    """Update the store-size and consumer-lag gauges from the broker facade (called per scrape)."""
+    """Update the store-size and consumer-lag gauges from the broker facade (called per scrape). While the
+    backend cannot answer (a cluster out of reach) they keep their last values."""
     metrics, backend = server.metrics, server.broker
     if backend is None:
         return  # not open yet
-    metrics.store_bytes.set(await backend.store_bytes())
+    try:
+        store_bytes = await backend.store_bytes()
+        offsets = await backend.consumer_offsets()
+    except BackendError:
+        return
+    metrics.store_bytes.set(store_bytes)
     lag: dict[tuple[str, str], int] = {}
-    for row in await backend.consumer_offsets():
+    for row in offsets:
         if row.group in INTERNAL_GROUPS:
             continue
         try:

@@ -19,14 +19,12 @@ import structlog
 import trio
 
 from mqproxy import __version__
-from mqproxy.backend_setup import open_backend
-from mqproxy.backends.embedded.broker import open_embedded_broker
+from mqproxy.backend_setup import open_broker
 from mqproxy.backends.embedded.store import MessageStore
-from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
 from mqproxy.routes import build_protocols
-from mqproxy.settings import BrokerSettings, Settings, parse_hostport
+from mqproxy.settings import Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
 
 _log = structlog.get_logger("mqproxy.server")
@@ -40,12 +38,13 @@ ACCEPT_RETRY_S = 0.1
 class ServerHandle:
     """Returned through ``task_status`` once the server accepts: its address and a stop trigger.
 
-    ``store`` is the message store under the broker facade, for inspection by tests and tools only; nothing
-    that serves clients reaches it except through the facade."""
+    ``store`` is the embedded message store under the broker facade, for inspection by tests and tools only
+    (nothing that serves clients reaches it except through the facade); None when ``backend.kind =
+    "rocketmq"``, where messages live in the cluster."""
 
     address: tuple[str, int]
     state: ServerState
-    store: MessageStore
+    store: MessageStore | None
     _stop: trio.Event = field(default_factory=trio.Event)
 
     def stop(self, reason: str = "requested") -> None:
@@ -102,39 +101,23 @@ async def serve(
         if settings.server.advertised_address
         else bound
     )
-    async with open_backend(settings, advertised) as backend:
+    async with open_broker(settings, advertised) as backend:
         state = ServerState(
-            settings=settings, backend_name=settings.store.backend, advertised=advertised
+            settings=settings,
+            backend_name=backend.name,
+            advertised=advertised,
+            broker=backend.broker,
+            backend_health=backend.health,
         )
-
-        async with open_embedded_broker(
-            backend,
-            service_settings(settings.broker),
-            auto_create_topics=settings.store.auto_create_topics,
-            default_queue_count=settings.store.default_queue_count,
-        ) as broker:
-            state.broker = broker
-            state.protocols = build_protocols(state)
-            await _serve_state(
-                settings,
-                ServerHandle(address=bound, state=state, store=backend),
-                listener,
-                ssl_context,
-                install_signal_handlers,
-                task_status,
-            )
-
-
-def service_settings(broker: BrokerSettings) -> ServiceSettings:
-    """The broker services' tunables from the ``[broker]`` settings section."""
-    return ServiceSettings(
-        delay_levels=broker.delay_levels,
-        max_reconsume_times=broker.max_reconsume_times,
-        transaction_timeout_s=broker.transaction_timeout_s,
-        transaction_check_interval_s=broker.transaction_check_interval_s,
-        transaction_check_max=broker.transaction_check_max,
-        lock_ttl_s=broker.lock_ttl_s,
-    )
+        state.protocols = build_protocols(state)
+        await _serve_state(
+            settings,
+            ServerHandle(address=bound, state=state, store=backend.store),
+            listener,
+            ssl_context,
+            install_signal_handlers,
+            task_status,
+        )
 
 
 async def _serve_state(
@@ -152,7 +135,8 @@ async def _serve_state(
         pid=os.getpid(),
         version=__version__,
         backend=state.backend_name,
-        data_dir=settings.store.data_dir if settings.store.backend == "embedded" else None,
+        data_dir=settings.store.data_dir if state.backend_name == "embedded" else None,
+        namesrv=settings.backend.namesrv if settings.backend.cluster else None,
         tls=ssl_context is not None,
     )
     _log.info("proxy.config", config=settings.as_dict())

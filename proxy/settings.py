@@ -75,6 +75,40 @@ class StoreSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BackendSettings:
+    """The ``[backend]`` section: where messages live.
+
+    ``kind = "embedded"`` (default): mqproxy's own store, configured by ``[store]``. ``kind = "rocketmq"``:
+    a stock Apache RocketMQ cluster found through the name servers in ``namesrv`` (``host:port;host:port``,
+    required then); mqproxy keeps no messages of its own. ``access_key`` / ``secret_key`` (both or neither)
+    sign every request for brokers that enforce ACL.
+    """
+
+    kind: str = field(default="embedded", metadata=_choice("embedded", "rocketmq"))
+    namesrv: str = ""
+    access_key: str = ""
+    secret_key: str = ""
+    refresh_s: float = field(default=30.0, metadata=_range(0.1, 3600))
+    request_timeout_s: float = field(default=3.0, metadata=_range(0.05, 600))
+
+    def __post_init__(self) -> None:
+        if self.kind == "rocketmq":
+            parse_namesrv(self.namesrv)
+        if bool(self.access_key) != bool(self.secret_key):
+            raise SettingsError("backend.access_key and backend.secret_key must be set together")
+
+    @property
+    def cluster(self) -> bool:
+        """True when messages live in a RocketMQ cluster (``kind = "rocketmq"``), not in this process."""
+        return self.kind == "rocketmq"
+
+    @property
+    def namesrv_addresses(self) -> tuple[str, ...]:
+        """The ``host:port`` entries of ``namesrv`` (empty when none is set)."""
+        return parse_namesrv(self.namesrv) if self.namesrv.strip() else ()
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSettings:
     delay_levels: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     max_reconsume_times: int = field(default=16, metadata=_range(0, 1000))
@@ -140,6 +174,7 @@ class Settings:
     server: ServerSettings = ServerSettings()
     tls: TlsSettings = TlsSettings()
     log: LogSettings = LogSettings()
+    backend: BackendSettings = BackendSettings()
     store: StoreSettings = StoreSettings()
     broker: BrokerSettings = BrokerSettings()
     remoting: RemotingSettings = RemotingSettings()
@@ -159,9 +194,12 @@ class Settings:
         return build_settings(base)
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        """All sections as plain dicts (for the ``proxy.config`` event); password hashes are redacted."""
+        """All sections as plain dicts (for the ``proxy.config`` event); password hashes and the secret key
+        are redacted."""
         out = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
         out["mqtt"]["users"] = {user: "<redacted>" for user in self.mqtt.users}
+        if self.backend.secret_key:
+            out["backend"]["secret_key"] = "<redacted>"
         return out
 
 
@@ -178,6 +216,20 @@ def parse_hostport(value: str, key: str = "server.listen") -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise SettingsError(f"{key}: port {port} out of range 0..65535")
     return host, port
+
+
+def parse_namesrv(value: str, key: str = "backend.namesrv") -> tuple[str, ...]:
+    """Split ``host:port;host:port`` (blanks around entries and a trailing ``;`` allowed) into its entries;
+    raise :class:`SettingsError` naming ``key`` if there is none or one is not ``HOST:PORT`` with a port
+    in 1..65535."""
+    entries = tuple(entry.strip() for entry in value.split(";") if entry.strip())
+    if not entries:
+        raise SettingsError(f"{key}: required when backend.kind = \"rocketmq\" (HOST:PORT;HOST:PORT)")
+    for entry in entries:
+        _, port = parse_hostport(entry, key)
+        if port == 0:
+            raise SettingsError(f"{key}: port 0 in {entry!r} (a name server has a fixed port)")
+    return entries
 
 
 def _sections() -> dict[str, type]:

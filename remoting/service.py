@@ -67,6 +67,7 @@ class RemotingService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register the check-back sender; nothing else runs in the background."""
         self.broker.add_check_back(self.registry.check_transaction)
+        self.broker.watch_groups(lambda group: self.registry.notify_changed(group, None))
         task_status.started()
 
     async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:

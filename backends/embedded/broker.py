@@ -15,7 +15,7 @@ transaction check-back) run until the block exits.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Container, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 import trio
@@ -152,6 +152,9 @@ class EmbeddedBroker:
             if await sender(check):
                 return True
         return False
+
+    def watch_groups(self, listener: Callable[[str], None]) -> None:
+        """Every member is on this process: there is nothing to watch (see the facade contract)."""
 
     def set_lmq_dispatch(self, dispatch: LmqDispatch) -> None:
         self._lmq_dispatch = dispatch

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator, Container, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, Protocol
 
@@ -49,6 +49,7 @@ from mqproxy.facade.types import (
     TopicMessageType,
 )
 from mqproxy.model.errors import ClusterUnavailable, ServiceError
+from mqproxy.model.topics import default_queue_count
 from mqproxy.model.types import PERM_READ, PERM_WRITE, ConsumerInfo, TopicConfig
 from mqproxy.remoting_client import ClientConfig, RemotingPool
 
@@ -188,10 +189,13 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
         view = await self.cluster.view(topic)
         if view is not None:
             return self._config(view)
-        count = queue_count or self.cluster.config.default_queue_count
+        count = queue_count or default_queue_count(topic, self.cluster.config.default_queue_count)
         await self._create_on_brokers(topic, count, PERM_READ | PERM_WRITE)
         _log.info(
-            "cluster.topic_created", topic=topic, queues_per_broker=count, brokers=len(self.cluster.masters())
+            "cluster.topic_created",
+            topic=topic,
+            queues_per_broker=count,
+            broker_count=len(self.cluster.masters()),
         )
         return self._config(await self._await_route(topic, count))
 
@@ -289,6 +293,9 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self.members.consumer_info(group, client_id)
+
+    def watch_groups(self, listener: Callable[[str], None]) -> None:
+        self.members.watch(listener)
 
     async def query_assignment(
         self, topic: str, group: str, client_id: str, *, strategy: str = "", broadcasting: bool = False

@@ -210,7 +210,9 @@ class Cluster:
             raise BrokerRefused(ResponseCode.SYSTEM_ERROR, f"unreadable cluster info: {exc}") from None
         if self.health is not None:
             _log.info(
-                "cluster.available", brokers=sorted(info.masters), namesrv=";".join(self.config.namesrv)
+                "cluster.available",
+                brokers=",".join(sorted(info.masters)),
+                namesrv=";".join(self.config.namesrv),
             )
         self.info, self.health = info, None
         if set(info.masters) - set(self.index.names):

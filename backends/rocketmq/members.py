@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -47,6 +47,8 @@ __all__ = ["Members"]
 _log = structlog.get_logger("mqproxy.backends.rocketmq")
 #: How often the node re-registers its producer groups (the broker expires them after 120 s).
 PRODUCER_HEARTBEAT_S: Final = 20.0
+#: Within this long, repeated change notices of one group are one notice.
+NOTIFY_DEBOUNCE_S: Final = 0.2
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Members:
         self._clients: dict[str, _Client] = {}
         self._producer_groups: set[str] = set()
         self._locks: dict[tuple[str, str], set[QueueRef]] = defaultdict(set)
+        self._listeners: list[Callable[[str], None]] = []
+        self._notified: dict[str, float] = {}
 
     # --- producers ------------------------------------------------------------------------------
 
@@ -101,17 +105,27 @@ class Members:
     def _on_client_request(self, client_id: str):  # type: ignore[no-untyped-def]
         async def handle(request: RemotingCommand) -> RemotingCommand | None:
             if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-                _log.debug(
-                    "cluster.group_changed",
-                    group=request.ext_fields.get("consumerGroup"),
-                    client_id=client_id,
-                )
+                self._group_changed(request.ext_fields.get("consumerGroup", ""))
                 return None
             return RemotingCommand.response_to(
                 request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported by an mqproxy node"
             )
 
         return handle
+
+    def watch(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    def _group_changed(self, group: str) -> None:
+        """A broker says ``group`` changed; tell the listeners once per group per
+        :data:`NOTIFY_DEBOUNCE_S` (each client link of the group hears the same news)."""
+        now = trio.current_time()
+        if not group or now - self._notified.get(group, -1e9) < NOTIFY_DEBOUNCE_S:
+            return
+        self._notified[group] = now
+        _log.debug("cluster.group_changed", group=group)
+        for listener in self._listeners:
+            listener(group)
 
     async def _heartbeat(self, client_id: str, client: _Client) -> None:
         body = wire.heartbeat_body(client_id, client.groups.values(), ())

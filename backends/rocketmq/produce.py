@@ -43,6 +43,7 @@ from mqproxy.model.errors import (
     MessageNotFound,
     TopicNotFound,
     TransactionGroupMismatch,
+    TransactionNotFound,
 )
 from mqproxy.model.ids import MessageIdError, parse_offset_msg_id
 from mqproxy.model.properties import (
@@ -82,6 +83,20 @@ def _parked(message: Message) -> tuple[str, int]:
     if any(props.get(p) for p in _TIMER_PROPERTIES):
         return "delay", 0
     return "", 0
+
+
+def transaction_ref(packed_offset: int, table_offset: int, uniq: str) -> str:
+    """What names a half message to any node: its packed commit-log offset, its half-queue offset
+    (``tranStateTableOffset``) and its message id."""
+    return f"{packed_offset}:{table_offset}:{uniq}"
+
+
+def parse_transaction_ref(text: str) -> tuple[int, int] | None:
+    """``(packed offset, half-queue offset)`` of a :func:`transaction_ref`, or None."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 class ProducingRole:
@@ -129,9 +144,12 @@ class ProducingRole:
         message = request.message
         view = await self._send_view(message.topic, request.create_queues)
         parked, level = _parked(message)
-        if parked == "half" and request.producer_group:
-            message.properties.setdefault(PROPERTY_PRODUCER_GROUP, request.producer_group)
-            await self.members.add_producer_group(request.producer_group)
+        if parked == "half":
+            if request.producer_group:
+                message.properties.setdefault(PROPERTY_PRODUCER_GROUP, request.producer_group)
+            group = message.properties.get(PROPERTY_PRODUCER_GROUP, "")
+            if group:
+                await self.members.add_producer_group(group)
         if 0 <= message.queue_id and view.real(message.queue_id) is None:
             raise BrokerRefused(
                 ResponseCode.SYSTEM_ERROR, f"queue {message.queue_id} of {message.topic} does not exist"
@@ -164,14 +182,20 @@ class ProducingRole:
                     topic=message.topic,
                     broker=entry.broker,
                     code=response.code,
-                    remark=response.remark,
+                    reason=response.remark or "",
                 )
                 continue
             if response.code not in _STORED:
                 wire.check(response)
             if attempt:
-                _log.info("cluster.send_redirected", topic=message.topic, wanted=order[0], queue=virtual)
+                _log.info(
+                    "cluster.send_redirected", topic=message.topic, wanted_queue=order[0], queue_id=virtual
+                )
             result = await self._sent(message, view, virtual, entry.broker, response)
+            ref = ""
+            if parked == "half":
+                uniq = message.properties.get(PROPERTY_UNIQ_KEY, "")
+                ref = transaction_ref(result.commitlog_offset, result.queue_offset, uniq)
             return SendOutcome(
                 result,
                 message.topic,
@@ -179,6 +203,7 @@ class ProducingRole:
                 parked=parked,
                 delay_level=min(level, self.delay_level_count),
                 recall_handle=response.ext_fields.get("recallHandle", "") if parked == "delay" else "",
+                transaction_ref=ref,
             )
         assert last is not None
         raise last
@@ -250,13 +275,17 @@ class ProducingRole:
     async def end_transaction(self, end: EndTransaction) -> SendResult | None:
         if end.resolution is Resolution.UNKNOWN:
             return None  # the broker checks back later
-        if end.commitlog_offset is None:
-            raise MessageNotFound(
-                "this backend ends transactions by commit-log offset (transaction id alone is not enough)"
-            )
-        index, real = unpack_offset(end.commitlog_offset)
+        packed, table_offset = end.commitlog_offset, end.tran_state_table_offset
+        if packed is None:
+            parsed = parse_transaction_ref(end.transaction_id)
+            if parsed is None:
+                raise TransactionNotFound(
+                    f"transaction id {end.transaction_id[:64]!r} was not issued by a cluster node"
+                )
+            packed, table_offset = parsed
+        index, real = unpack_offset(packed)
         broker = self.cluster.broker_named_by(index)
-        group, table_offset = end.producer_group, end.tran_state_table_offset
+        group = end.producer_group
         if group is None or table_offset < 0:
             half = await self._half(broker, real)
             table_offset = half.queue_offset if table_offset < 0 else table_offset
@@ -332,7 +361,9 @@ class ProducingRole:
         props = message.properties
         check = TransactionCheck(
             producer_group=props.get(PROPERTY_PRODUCER_GROUP, ""),
-            transaction_id=ext.get("transactionId") or props.get(PROPERTY_UNIQ_KEY, ""),
+            transaction_id=transaction_ref(
+                half.commitlog_offset, half.queue_offset, props.get(PROPERTY_UNIQ_KEY, "")
+            ),
             check_times=int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0),
             half=half,
             message=client_message,

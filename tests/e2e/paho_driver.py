@@ -1,7 +1,8 @@
 """A blocking paho-mqtt 2.x client for the MQTT end-to-end tests: TCP or WebSocket (ws, wss), MQTT 3.1.1/5.0.
 
 :class:`PahoClient` connects in its constructor and runs paho's network loop on a thread. It never asserts
-that the connection was accepted: the CONNACK lands in ``flags``/``rc`` for the test to check. Received
+that the connection was accepted: the CONNACK lands in ``flags``/``rc`` (and its MQTT 5 properties in
+``connack_properties``) for the test to check. Received
 messages queue up in ``messages`` and DISCONNECT reasons in ``disconnected``. Every wait is bounded
 (:data:`WAIT_S` unless given); a missing CONNACK or SUBACK fails the test with an ``AssertionError``.
 The calls block, so tests against an in-process (trio) proxy run them in a worker thread.
@@ -71,10 +72,10 @@ class PahoClient:
         if will is not None:
             self.paho.will_set(*will)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        self.connected: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self.connected: queue.Queue[tuple[Any, Any, Any]] = queue.Queue()
         self.disconnected: queue.Queue[Any] = queue.Queue()
         self.paho.on_message = lambda c, u, m: self.messages.put(m)
-        self.paho.on_connect = lambda c, u, flags, rc, props: self.connected.put((flags, rc))
+        self.paho.on_connect = lambda c, u, flags, rc, props: self.connected.put((flags, rc, props))
         self.paho.on_disconnect = lambda c, u, flags, rc, props: self.disconnected.put(rc)
         props = connect_props
         if protocol == V5 and expiry is not None:
@@ -88,7 +89,7 @@ class PahoClient:
             properties=props,
         )
         self.paho.loop_start()
-        self.flags, self.rc = self._next(self.connected, "CONNACK")
+        self.flags, self.rc, self.connack_properties = self._next(self.connected, "CONNACK")
 
     @property
     def session_present(self) -> bool:

@@ -62,6 +62,7 @@ _SYNC_BY_DESIGN = {
     "max_reconsume_times",
     "add_check_back",
     "set_lmq_dispatch",
+    "watch_groups",
     "unresolved_transactions",
     "pops_in_flight",
 }

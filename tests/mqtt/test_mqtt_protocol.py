@@ -98,6 +98,25 @@ def test_refused_connects_get_their_connack() -> None:
     assert (refused.value.reason_code, refused.value.error) == (mq.ReasonCode.NOT_AUTHORIZED, "auth_failed")
 
 
+def test_a_refused_connect_carries_the_reason_string_in_mqtt5_and_the_return_code_in_311() -> None:
+    why = "needs the embedded backend"
+    unavailable = Close(mq.ReasonCode.SERVER_UNAVAILABLE, "mqtt_unavailable", why)
+    proto = MqttProtocol(MqttConfig())
+    proto.accept_connect(mq.Connect("c", mq.MQTT_5))
+    assert decoded(proto.final_packet(unavailable), mq.MQTT_5) == [
+        mq.Connack(False, mq.ReasonCode.SERVER_UNAVAILABLE, mq.Properties(reason_string=why))
+    ]
+    quiet = MqttProtocol(MqttConfig())
+    no_problems = mq.Properties(request_problem_information=0)
+    quiet.accept_connect(mq.Connect("c", mq.MQTT_5, properties=no_problems))
+    assert decoded(quiet.final_packet(unavailable), mq.MQTT_5) == [
+        mq.Connack(False, mq.ReasonCode.SERVER_UNAVAILABLE)
+    ]
+    v311 = MqttProtocol(MqttConfig())
+    v311.accept_connect(mq.Connect("c", 4))
+    assert v311.final_packet(unavailable) == bytes([0x20, 2, 0, 3]), "3.1.1: return code 3 (unavailable)"
+
+
 def test_a_connect_the_codec_refuses_is_answered_at_its_level() -> None:
     proto = MqttProtocol(MqttConfig())
     bad_level = bytes([0x10, 10, 0, 4]) + b"MQTT" + bytes([9, 2, 0, 60])

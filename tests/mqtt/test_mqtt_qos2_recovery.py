@@ -72,6 +72,7 @@ class Proxy:
     def __init__(self, handle: ServerHandle) -> None:
         self.handle = handle
         self.address = handle.address
+        assert handle.store is not None, "an embedded-store server"
         self.backend: MessageStore = handle.store
         self.store: CrashableBackend | None = None
         self.restart()

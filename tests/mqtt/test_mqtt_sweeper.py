@@ -132,6 +132,7 @@ async def test_the_server_runs_the_sweeper_from_its_settings(log_sink: Any, tmp_
             lambda task_status: serve(settings, install_signal_handlers=False, task_status=task_status)
         )
         backend = handle.store
+        assert backend is not None, "an embedded-store server"
         await backend.send(Message("Parent", b"x", 0, dispatch=("%LMQ%gone", RETAINED_LMQ)))
 
         async def gone() -> bool:  # deleted after about one idle time (1 s) plus one interval

@@ -69,6 +69,17 @@ def test_env_override_out_of_range_names_the_key(tmp_path: Path) -> None:
     assert b"server.sniff_timeout_s" in proc.stderr
 
 
+def test_rocketmq_backend_without_a_name_server_names_the_key(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "MQPROXY_BACKEND_KIND": "rocketmq", "MQPROXY_BACKEND_NAMESRV": "ns1:9876;ns2"},
+    )
+    assert proc.returncode == 2
+    assert b"backend.namesrv" in proc.stderr
+
+
 def test_busy_port_fails_with_a_message(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

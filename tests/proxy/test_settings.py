@@ -103,3 +103,77 @@ def test_bad_toml_is_a_settings_error(tmp_path: Path) -> None:
 
 def test_parse_hostport_ipv6() -> None:
     assert parse_hostport("[::1]:9876") == ("::1", 9876)
+
+
+def test_backend_defaults_to_the_embedded_store() -> None:
+    s = Settings()
+    assert (s.backend.kind, s.backend.cluster, s.backend.namesrv_addresses) == ("embedded", False, ())
+
+
+def test_backend_rocketmq_from_toml(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[backend]\nkind = "rocketmq"\nnamesrv = "10.0.0.1:9876; [::1]:9877;"\n'
+        'access_key = "ak"\nsecret_key = "sk"\nrefresh_s = 5\nrequest_timeout_s = 1.5\n'
+    )
+    backend = load_settings(cfg).backend
+    assert backend.cluster
+    assert backend.namesrv_addresses == ("10.0.0.1:9876", "[::1]:9877")
+    assert (backend.access_key, backend.secret_key) == ("ak", "sk")
+    assert (backend.refresh_s, backend.request_timeout_s) == (5.0, 1.5)
+
+
+def test_backend_from_the_environment() -> None:
+    env = {
+        "MQPROXY_BACKEND_KIND": "rocketmq",
+        "MQPROXY_BACKEND_NAMESRV": "127.0.0.1:9876;127.0.0.1:9877",
+        "MQPROXY_BACKEND_ACCESS_KEY": "ak",
+        "MQPROXY_BACKEND_SECRET_KEY": "sk",
+        "MQPROXY_BACKEND_REFRESH_S": "2.5",
+        "MQPROXY_BACKEND_REQUEST_TIMEOUT_S": "1",
+    }
+    backend = load_settings(None, env).backend
+    assert backend.kind == "rocketmq"
+    assert backend.namesrv_addresses == ("127.0.0.1:9876", "127.0.0.1:9877")
+    assert (backend.access_key, backend.secret_key, backend.refresh_s, backend.request_timeout_s) == (
+        "ak",
+        "sk",
+        2.5,
+        1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"kind": "cluster"}, r"backend\.kind.*not one of embedded, rocketmq"),
+        ({"kind": "rocketmq"}, r"backend\.namesrv: required"),
+        ({"kind": "rocketmq", "namesrv": " ; "}, r"backend\.namesrv: required"),
+        ({"kind": "rocketmq", "namesrv": "127.0.0.1"}, r"backend\.namesrv: expected HOST:PORT"),
+        ({"kind": "rocketmq", "namesrv": "127.0.0.1:9876;ns2"}, r"backend\.namesrv: expected HOST:PORT"),
+        ({"kind": "rocketmq", "namesrv": "127.0.0.1:port"}, r"backend\.namesrv: port must be an integer"),
+        ({"kind": "rocketmq", "namesrv": "127.0.0.1:70000"}, r"backend\.namesrv: port 70000 out of range"),
+        ({"kind": "rocketmq", "namesrv": "127.0.0.1:0"}, r"backend\.namesrv: port 0"),
+        ({"access_key": "ak"}, r"backend\.access_key and backend\.secret_key"),
+        ({"secret_key": "sk"}, r"backend\.access_key and backend\.secret_key"),
+        ({"refresh_s": 0.0}, r"backend\.refresh_s.*out of range"),
+        ({"request_timeout_s": 0.0}, r"backend\.request_timeout_s.*out of range"),
+        ({"namesrv": 9876}, r"backend\.namesrv: expected str"),
+    ],
+)
+def test_bad_backend_values_are_named(values: dict[str, object], match: str) -> None:
+    with pytest.raises(SettingsError, match=match):
+        build_settings({"backend": values})
+
+
+def test_namesrv_is_checked_only_for_the_rocketmq_backend() -> None:
+    assert build_settings({"backend": {"namesrv": "not an address"}}).backend.kind == "embedded"
+    with pytest.raises(SettingsError, match=r"backend\.namesrv"):
+        load_settings(None, {"MQPROXY_BACKEND_KIND": "rocketmq", "MQPROXY_BACKEND_NAMESRV": "nohost"})
+
+
+def test_the_secret_key_is_redacted_in_the_logged_config() -> None:
+    s = build_settings({"backend": {"access_key": "ak", "secret_key": "sk"}})
+    assert s.as_dict()["backend"]["access_key"] == "ak"
+    assert s.as_dict()["backend"]["secret_key"] == "<redacted>"
+    assert Settings().as_dict()["backend"]["secret_key"] == ""
