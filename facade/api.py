@@ -25,7 +25,8 @@ Synchronous methods never ask a broker; each is one of:
   brokers or the name server, and a write through the facade updates it at once): :meth:`Admin.topic_type`,
   :meth:`Admin.group_config`, :meth:`Producing.clamp_delay_level`, :attr:`BrokerFacade.max_reconsume_times`;
 * a registration of something this proxy process owns: :meth:`Producing.add_check_back`,
-  :meth:`Producing.set_lmq_dispatch`, :meth:`Membership.watch_groups`;
+  :meth:`Producing.set_lmq_dispatch`, :meth:`Producing.announce_producer`,
+  :meth:`Membership.watch_groups`;
 * a gauge of this process's view for metrics, not a cluster-wide total:
   :meth:`BrokerFacade.unresolved_transactions`, :meth:`BrokerFacade.pops_in_flight`.
 
@@ -226,6 +227,12 @@ class Producing(Protocol):
     def add_check_back(self, sender: CheckBack) -> None:
         """Register a way to reach live producers for transaction check-backs (each protocol adds its
         own; a check goes to the first sender that finds a producer of the group)."""
+        ...
+
+    def announce_producer(self, group: str, present: bool = True) -> None:
+        """A producer of ``group`` is connected to this process (called on each of its heartbeats), so a
+        cluster's transaction check-backs for the group may be sent here; ``present`` False: the last one
+        left. Idempotent."""
         ...
 
     def clamp_delay_level(self, level: int) -> int:

@@ -134,9 +134,11 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
         await _leave(session, group, client_id)
     announced_producers = {p for p in producers if p != _INNER_PRODUCER}
     for group in session.producer_groups - announced_producers:
-        groups.leave_producer(group, session.conn)
+        if groups.leave_producer(group, session.conn):
+            broker.announce_producer(group, present=False)
     for group in announced_producers:  # re-joining keeps the newest connection preferred
         groups.join_producer(group, session.conn)
+        broker.announce_producer(group)
     session.producer_groups = announced_producers
     for info in consumers:
         retry_topic = RETRY_PREFIX + info.group
@@ -159,7 +161,8 @@ async def unregister_client(session: RemotingSession, request: RemotingCommand, 
         await _leave(session, header.consumer_group, header.client_id)
     if header.producer_group is not None and header.producer_group in session.producer_groups:
         session.producer_groups.discard(header.producer_group)
-        session.ctx.groups.leave_producer(header.producer_group, session.conn)
+        if session.ctx.groups.leave_producer(header.producer_group, session.conn):
+            session.broker.announce_producer(header.producer_group, present=False)
     return Reply(ResponseCode.SUCCESS)
 
 

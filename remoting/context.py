@@ -48,8 +48,9 @@ class GroupMembership(Protocol):
         """Record that a producer of ``group`` lives on ``conn`` (transaction check-backs go there)."""
         ...
 
-    def leave_producer(self, group: str, conn: object) -> None:
-        """Forget ``conn`` as a producer of ``group`` (idempotent)."""
+    def leave_producer(self, group: str, conn: object) -> bool:
+        """Forget ``conn`` as a producer of ``group`` (idempotent); True when that was the group's last
+        producer connection."""
         ...
 
 
@@ -71,8 +72,8 @@ class NullGroups:
     def join_producer(self, group: str, conn: object) -> None:
         return None
 
-    def leave_producer(self, group: str, conn: object) -> None:
-        return None
+    def leave_producer(self, group: str, conn: object) -> bool:
+        return False
 
 
 class HeldPolls:

@@ -50,13 +50,15 @@ class ConnectionRegistry:
         peers.pop(conn, None)  # type: ignore[call-overload]
         peers[conn] = None  # type: ignore[index]
 
-    def leave_producer(self, group: str, conn: object) -> None:
+    def leave_producer(self, group: str, conn: object) -> bool:
         peers = self._producers.get(group)
-        if peers is None:
-            return
+        if peers is None or conn not in peers:
+            return False
         peers.pop(conn, None)  # type: ignore[call-overload]
         if not peers:
             del self._producers[group]
+            return True
+        return False
 
     def producers(self, group: str) -> list[GroupPeer]:
         return list(self._producers.get(group, ()))

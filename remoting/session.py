@@ -353,7 +353,8 @@ class RemotingSession:
             await self.broker.release_client(group, client_id)
         self.lock_holders.clear()
         for group in self.producer_groups:
-            self.ctx.groups.leave_producer(group, self.conn)
+            if self.ctx.groups.leave_producer(group, self.conn):
+                self.broker.announce_producer(group, present=False)
         self.producer_groups.clear()
         for group, client_id in sorted(self.memberships):
             if not self.ctx.groups.leave(group, client_id, self.conn):

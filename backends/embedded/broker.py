@@ -153,6 +153,9 @@ class EmbeddedBroker:
                 return True
         return False
 
+    def announce_producer(self, group: str, present: bool = True) -> None:
+        """Check-backs find producers through :meth:`add_check_back`; nothing to register here."""
+
     def watch_groups(self, listener: Callable[[str], None]) -> None:
         """Every member is on this process: there is nothing to watch (see the facade contract)."""
 

@@ -296,6 +296,9 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         return self.members.consumer_info(group, client_id)
 
+    def announce_producer(self, group: str, present: bool = True) -> None:
+        self.members.announce_producer(group, present)
+
     def watch_groups(self, listener: Callable[[str], None]) -> None:
         self.members.watch(listener)
 

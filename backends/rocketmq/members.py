@@ -38,7 +38,7 @@ from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.api import QueueAssignment
 from mqproxy.facade.types import QueueRef, RequestMode
-from mqproxy.model.errors import ClusterUnavailable
+from mqproxy.model.errors import BackendError, ClusterUnavailable
 from mqproxy.model.types import ConsumerInfo
 from mqproxy.remoting_client import ClientConfig, RemotingClientError, RemotingPool
 
@@ -78,12 +78,33 @@ class Members:
             self._producer_groups.add(group)
             await self._producer_heartbeat()
 
+    def announce_producer(self, group: str, present: bool = True) -> None:
+        """Register ``group`` with the brokers soon (in the background) unless it already is; with
+        ``present`` False, withdraw it (this node's last producer of the group left), so the brokers
+        send its check-backs to nodes that still have one."""
+        if present and group not in self._producer_groups:
+            self._producer_groups.add(group)
+            self._nursery.start_soon(self._producer_heartbeat)
+        elif not present and group in self._producer_groups:
+            self._producer_groups.discard(group)
+            self._nursery.start_soon(self._withdraw_producer, group)
+
+    async def _withdraw_producer(self, group: str) -> None:
+        request = wire.command(
+            RequestCode.UNREGISTER_CLIENT, {"clientID": self.node_id, "producerGroup": group}
+        )
+        for broker in self.cluster.masters():
+            try:
+                await self.cluster.broker_call(broker, request)
+            except BackendError as exc:
+                _log.warning("cluster.heartbeat_failed", broker=broker, reason=str(exc))
+
     async def _producer_heartbeat(self) -> None:
         body = wire.heartbeat_body(self.node_id, (), sorted(self._producer_groups))
         for broker in self.cluster.masters():
             try:
                 await self.cluster.broker_call(broker, wire.command(RequestCode.HEART_BEAT, body=body))
-            except ClusterUnavailable as exc:
+            except BackendError as exc:
                 _log.warning("cluster.heartbeat_failed", broker=broker, reason=str(exc))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

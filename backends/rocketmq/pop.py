@@ -26,7 +26,7 @@ from typing import Final
 import trio
 
 from mqproxy.backends.rocketmq import wire
-from mqproxy.backends.rocketmq.cluster import Cluster
+from mqproxy.backends.rocketmq.cluster import Cluster, TopicView
 from mqproxy.backends.rocketmq.messages import to_client
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
@@ -72,6 +72,14 @@ def _offset_table(text: str) -> dict[tuple[int, int], list[int]]:
 
 class PoppingRole:
     """Mixed into :class:`~.broker.RocketMQBroker`."""
+
+    def _targets(self, view: TopicView, queue_id: int | None) -> list[tuple[str, int]]:
+        """(broker, real queue id) pairs a request for ``queue_id`` (None: any queue) goes to; -1 is "every
+        queue of that broker"."""
+        if queue_id is not None:
+            entry = view.real(queue_id)
+            return [(entry.broker, entry.queue_id)] if entry else []
+        return [(b, -1) for b in sorted(view.route.brokers) if self.cluster.master(b)]
 
     cluster: Cluster
     advertised: tuple[str, int]
@@ -146,17 +154,13 @@ class PoppingRole:
         view = await self.cluster.view(request.topic)
         if view is None:
             raise TopicNotFound(f"topic {request.topic} has no route in the cluster")
-        if request.queue_id is not None:
-            entry = view.real(request.queue_id)
-            if entry is None:
-                raise QueueNotFound(f"queue {request.queue_id} of {request.topic} does not exist")
-            targets = [(entry.broker, entry.queue_id)]
-        else:
-            brokers = sorted(b for b in view.route.brokers if self.cluster.master(b))
-            if not brokers:
-                raise ClusterUnavailable(f"no broker of {request.topic} is reachable")
-            start = next(self._round_robin) % len(brokers)
-            targets = [(b, -1) for b in brokers[start:] + brokers[:start]]
+        targets = self._targets(view, request.queue_id)
+        if not targets and request.queue_id is not None:
+            raise QueueNotFound(f"queue {request.queue_id} of {request.topic} does not exist")
+        if not targets:
+            raise ClusterUnavailable(f"no broker of {request.topic} is reachable")
+        start = next(self._round_robin) % len(targets)
+        targets = targets[start:] + targets[:start]
         deadline = trio.current_time() + request.hold_s
         first = True
         while True:
@@ -183,23 +187,31 @@ class PoppingRole:
         broker_form = dataclasses.replace(parsed, queue_id=entry.queue_id).encode()
         return parsed, real_topic, entry.queue_id, broker_form
 
-    async def ack(self, group: str, topic: str, receipt: str) -> AckOutcome:
-        parsed, real_topic, real_qid, extra = await self._broker_receipt(group, topic, receipt)
+    async def _on_receipt(
+        self, code: int, group: str, topic: str, receipt: str, **extra: object
+    ) -> tuple[Receipt, dict[str, str]]:
+        """``code`` (ACK or CHANGE_INVISIBLE) for the message ``receipt`` names, at its broker; returns the
+        parsed receipt and the answer's header. A receipt the broker no longer holds is ReceiptExpired."""
+        parsed, real_topic, real_qid, extra_info = await self._broker_receipt(group, topic, receipt)
         command = wire.command(
-            RequestCode.ACK_MESSAGE,
+            code,
             {
                 "consumerGroup": group,
                 "topic": real_topic,
                 "queueId": real_qid,
-                "extraInfo": extra,
+                "extraInfo": extra_info,
                 "offset": parsed.offset,
                 "bname": parsed.broker_name,
+                **extra,
             },
         )
         response = await self.cluster.broker_call(parsed.broker_name, command)
         if response.code == ResponseCode.NO_MESSAGE:
             raise ReceiptExpired(response.remark or "the broker no longer holds this receipt")
-        wire.check(response)
+        return parsed, wire.check(response).ext_fields
+
+    async def ack(self, group: str, topic: str, receipt: str) -> AckOutcome:
+        await self._on_receipt(RequestCode.ACK_MESSAGE, group, topic, receipt)
         return AckOutcome.ACKED
 
     async def ack_many(
@@ -214,23 +226,9 @@ class PoppingRole:
         return outcomes
 
     async def change_invisible(self, group: str, topic: str, receipt: str, invisible_ms: int) -> str:
-        parsed, real_topic, real_qid, extra = await self._broker_receipt(group, topic, receipt)
-        command = wire.command(
-            RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-            {
-                "consumerGroup": group,
-                "topic": real_topic,
-                "queueId": real_qid,
-                "extraInfo": extra,
-                "offset": parsed.offset,
-                "invisibleTime": invisible_ms,
-                "bname": parsed.broker_name,
-            },
+        parsed, ext = await self._on_receipt(
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME, group, topic, receipt, invisibleTime=invisible_ms
         )
-        response = await self.cluster.broker_call(parsed.broker_name, command)
-        if response.code == ResponseCode.NO_MESSAGE:
-            raise ReceiptExpired(response.remark or "the broker no longer holds this receipt")
-        ext = wire.check(response).ext_fields
         return Receipt(
             parsed.offset,
             int(ext.get("popTime", 0)),
@@ -282,11 +280,7 @@ class PoppingRole:
         view = await self.cluster.view(topic)
         if view is None:
             raise TopicNotFound(f"topic {topic} has no route in the cluster")
-        if queue_id is not None:
-            entry = view.real(queue_id)
-            targets = [(entry.broker, entry.queue_id)] if entry else []
-        else:
-            targets = [(b, -1) for b in sorted(view.route.brokers) if self.cluster.master(b)]
+        targets = self._targets(view, queue_id)
         tags = (
             TagFilter.parse(message_filter.expression)
             if message_filter and message_filter.kind == "TAG"
@@ -322,11 +316,7 @@ class PoppingRole:
         view = await self.cluster.view(topic)
         if view is None:
             return False
-        if queue_id is not None:
-            entry = view.real(queue_id)
-            targets = [(entry.broker, entry.queue_id)] if entry else []
-        else:
-            targets = [(b, -1) for b in sorted(view.route.brokers) if self.cluster.master(b)]
+        targets = self._targets(view, queue_id)
         for broker, qid in targets:
             command = wire.command(
                 RequestCode.NOTIFICATION,

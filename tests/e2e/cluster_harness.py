@@ -81,8 +81,13 @@ class ClusterMode:
         return [b.addr for b in self.stock.broker_list if b.process.proc is not None]
 
     def stop(self) -> dict[str, int]:
-        """SIGTERM every running node; their exit codes by name."""
-        return {name: node.stop() for name, node in self.nodes.items() if node.proc is not None}
+        """SIGTERM every running node; their exit codes by name. Each node's whole log is kept beside its
+        stderr (``node-NAME/proxy.stdout`` under the work directory) for a look after a failure."""
+        codes = {name: node.stop() for name, node in self.nodes.items() if node.proc is not None}
+        for name, node in self.nodes.items():
+            if node.reader is not None:
+                (node.log_dir / "proxy.stdout").write_text("\n".join(node.reader.lines) + "\n")
+        return codes
 
 
 # ----------------------------------------------------------------------------------------------- wire
@@ -175,13 +180,13 @@ def max_offsets(broker: str, topic: str, queues: int) -> list[int]:
 
 
 def served(node: ProxyProcess, client_id: str, *ops: str) -> int:
-    """How many requests of ``ops`` (e.g. ``SEND_MESSAGE_V2``) from ``client_id`` the node's log shows."""
+    """How many requests of ``ops`` (e.g. ``SEND_MESSAGE_V2``) the node's log shows on the connections of
+    client ``client_id`` (known from any request on them that names it: requests before a client's first
+    heartbeat name no client)."""
     assert node.reader is not None
-    return sum(
-        1
-        for e in list(node.reader.events)
-        if e.get("event") == "request" and e.get("client_id") == client_id and e.get("op") in ops
-    )
+    requests = [e for e in list(node.reader.events) if e.get("event") == "request"]
+    conns = {e.get("conn_id") for e in requests if e.get("client_id") == client_id}
+    return sum(1 for e in requests if e.get("conn_id") in conns and e.get("op") in ops)
 
 
 def healthz(addr: str) -> tuple[int, dict[str, Any]]:

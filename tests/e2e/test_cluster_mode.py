@@ -109,10 +109,6 @@ def covers(consumers: tuple[ClientRun, ...], producers: tuple[ClientRun, ...]) -
     return lambda: set().union(*(sent(p) for p in producers)) <= received_bodies(*consumers)
 
 
-def missing(consumers: tuple[ClientRun, ...], producers: tuple[ClientRun, ...]) -> list[str]:
-    return sorted(set().union(*(sent(p) for p in producers)) - received_bodies(*consumers))
-
-
 # --- produce through one node, consume through the other --------------------------------------------------
 
 
@@ -357,7 +353,7 @@ def test_a_broker_stopped_mid_load(rmq: ClusterMode, loads: Loads) -> None:
     topic, group = names("bstop")
     create_topic(rmq, topic, QUEUES)
     consumer = loads.consume(rmq.addr("B"), topic, group)
-    producer = loads.produce(rmq.addr("A"), topic, f"{group}_pg", interval_ms=20, send_timeout_ms=3000)
+    producer = loads.produce(rmq.addr("A"), topic, f"{group}_pg", interval_ms=20, send_timeout_ms=5000)
     wait_for(
         "30 messages consumed", lambda: len(received_bodies(consumer)) >= 30, LIMIT_S, consumer, producer
     )
@@ -402,7 +398,7 @@ def test_a_node_killed_mid_load(rmq: ClusterMode, loads: Loads, request: pytest.
     try:
         namesrv = f"{node_c.address};{relay.address}"
         consumer = loads.consume(namesrv, topic, group)
-        producer = loads.produce(namesrv, topic, f"{group}_pg", interval_ms=20, send_timeout_ms=3000)
+        producer = loads.produce(namesrv, topic, f"{group}_pg", interval_ms=20, send_timeout_ms=5000)
         wait_for(
             "30 messages consumed", lambda: len(received_bodies(consumer)) >= 30, LIMIT_S, consumer, producer
         )
@@ -448,10 +444,10 @@ def test_a_node_started_while_the_cluster_is_unreachable(
         status, body = healthz(str(node.address))
         assert status == 503, body
         assert body["status"] == "unavailable", body
-        assert body.get("reason"), body
+        assert relay.address in str(body.get("reason")), body  # the reason names what is unreachable
         reply_code, remark = stock_rocketmq.remoting_call(str(node.address), 105, {"topic": topic})[:2]
         assert reply_code == SERVICE_NOT_AVAILABLE, remark
-        assert relay.address in remark or "name server" in remark.lower(), remark
+        assert relay.address in remark, remark
 
         relay.open(rmq.stock.namesrv_addr)
         wait_for("the node is ready", lambda: healthz(str(node.address))[0] == 200, LIMIT_S)

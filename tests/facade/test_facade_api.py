@@ -63,6 +63,7 @@ _SYNC_BY_DESIGN = {
     "add_check_back",
     "set_lmq_dispatch",
     "watch_groups",
+    "announce_producer",
     "unresolved_transactions",
     "pops_in_flight",
 }

@@ -272,12 +272,13 @@ async def test_registry_prefers_the_newest_live_producer(backend, session, autoj
     check = TransactionCheck("PG", UNIQ, 1, half, half)
     assert await registry.check_transaction(check) is True  # dead is newest but gone: new gets it
     assert (len(old.checks), len(new.checks), len(elsewhere.checks)) == (0, 1, 0)
-    registry.leave_producer("PG", new)
-    registry.leave_producer("PG", new)  # idempotent
+    assert registry.leave_producer("PG", new) is False  # others remain
+    assert registry.leave_producer("PG", new) is False  # idempotent
     assert await registry.check_transaction(check) is True
     assert len(old.checks) == 1
-    registry.leave_producer("PG", old)
-    registry.leave_producer("PG", dead)
+    assert registry.leave_producer("PG", old) is False
+    assert registry.leave_producer("PG", dead) is True  # the group's last producer left
+    assert registry.leave_producer("PG", dead) is False
     assert registry.producers("PG") == []
     assert await registry.check_transaction(check) is False
 

@@ -31,17 +31,22 @@ class Tunables:
     max_reconsume_times: int = 16
 
 
-@pytest.fixture(scope="module")
-def stock2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stock_rocketmq.StockCluster]:
-    cluster = stock_rocketmq.StockCluster(
-        tmp_path_factory.mktemp("stock2"), brokers=2, cluster_name="FacadeTest", broker_conf=BROKER_CONF
-    )
+def running_cluster(workdir: Path, **options: object) -> Iterator[stock_rocketmq.StockCluster]:
+    """A started stock cluster (the test fails, not skips, with the launcher's reason), stopped after."""
+    cluster = stock_rocketmq.StockCluster(workdir, **options)  # type: ignore[arg-type]
     try:
         cluster.start()
     except stock_rocketmq.LauncherError as exc:
         pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def stock2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stock_rocketmq.StockCluster]:
+    yield from running_cluster(
+        tmp_path_factory.mktemp("stock2"), brokers=2, cluster_name="FacadeTest", broker_conf=BROKER_CONF
+    )
 
 
 @asynccontextmanager

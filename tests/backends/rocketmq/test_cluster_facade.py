@@ -33,7 +33,8 @@ async def test_two_nodes_number_queues_alike_and_read_each_others_messages(stock
         assert config.read_queues == 4  # two queues on each of two brokers
         view_a = await a.cluster.view(topic)
         view_b = await b.cluster.view(topic)
-        assert view_a is not None and view_b is not None
+        assert view_a is not None
+        assert view_b is not None
         assert view_a.queues.entries == view_b.queues.entries
         assert {e.broker for e in view_a.queues.entries} == {"broker-a", "broker-b"}
 
@@ -51,7 +52,8 @@ async def test_two_nodes_number_queues_alike_and_read_each_others_messages(stock
             assert pulled.messages[0].queue_id == vq
             assert pulled.messages[0].commitlog_offset == result.commitlog_offset
             found = await b.get_message(result.commitlog_offset)
-            assert found is not None and found.body == f"m{vq}".encode()
+            assert found is not None
+            assert found.body == f"m{vq}".encode()
 
 
 async def test_offsets_committed_through_one_node_are_read_through_the_other(stock2) -> None:
@@ -134,7 +136,8 @@ async def test_check_back_reaches_the_node_of_the_producer_and_the_other_node_co
         with trio.fail_after(60):
             await got_check.wait()
         check = checks[0]
-        assert check.producer_group == "pg-tx" and check.message.body == b"tx-body"
+        assert check.producer_group == "pg-tx"
+        assert check.message.body == b"tx-body"
         await b.end_transaction(
             EndTransaction(
                 Resolution.COMMIT,
@@ -180,6 +183,7 @@ async def test_a_broker_added_later_appends_its_queues(stock2, tmp_path) -> None
 async def test_an_unreachable_cluster_is_reported_not_fatal() -> None:
     port = stock_rocketmq.free_port()
     async with open_node(f"127.0.0.1:{port}", 1003, request_timeout_s=0.5) as node:
-        assert node.health() is not None and f"127.0.0.1:{port}" in node.health()
+        assert node.health() is not None
+        assert f"127.0.0.1:{port}" in node.health()
         with pytest.raises(ClusterUnavailable):
             await node.send(SendRequest(Message("AnyTopic", b"x"), create_queues=4))

@@ -21,8 +21,12 @@ FASTJSON_ROUTE = (
 def test_a_fastjson_route_names_masters_and_queue_counts() -> None:
     route = parse_route("T", FASTJSON_ROUTE)
     a, b = route.brokers["broker-a"], route.brokers["broker-b"]
-    assert a.addr == "127.0.0.1:10911" and a.queue_count == 4 and a.writable(3) and not a.writable(4)
-    assert b.addr is None and not b.readable(0)  # a slave only: nothing reachable
+    assert a.addr == "127.0.0.1:10911"
+    assert a.queue_count == 4
+    assert a.writable(3)
+    assert not a.writable(4)
+    assert b.addr is None
+    assert not b.readable(0)
     assert not route.brokers["broker-b"].writable(0)
 
 
@@ -45,7 +49,8 @@ def test_cluster_info_lists_masters_and_clusters() -> None:
         b'"clusterAddrTable":{"C":["broker-a"]}}'
     )
     info = parse_cluster(body)
-    assert info.masters == {"broker-a": "127.0.0.1:1"} and info.clusters == {"C": ("broker-a",)}
+    assert info.masters == {"broker-a": "127.0.0.1:1"}
+    assert info.clusters == {"C": ("broker-a",)}
     assert loads_java_json(b'{"offsetTable":{"T@g":{0:5,1:7}}}') == {"offsetTable": {"T@g": {"0": 5, "1": 7}}}
 
 
@@ -62,8 +67,10 @@ def test_a_heartbeat_carries_tag_codes_and_producer_groups() -> None:
     )
     (consumer,) = body["consumerDataSet"]
     (sub,) = consumer["subscriptionDataSet"]
-    assert sub["tagsSet"] == ["TagA", "TagB"] and sub["codeSet"] == [java_hash("TagA"), java_hash("TagB")]
-    assert body["producerDataSet"] == [{"groupName": "pg"}] and body["clientID"] == "cid"
+    assert sub["tagsSet"] == ["TagA", "TagB"]
+    assert sub["codeSet"] == [java_hash("TagA"), java_hash("TagB")]
+    assert body["producerDataSet"] == [{"groupName": "pg"}]
+    assert body["clientID"] == "cid"
 
 
 def test_header_values_are_text_and_refusals_keep_code_and_remark() -> None:

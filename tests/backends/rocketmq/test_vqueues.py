@@ -31,8 +31,10 @@ def test_a_new_topic_is_numbered_broker_by_broker_in_name_order() -> None:
         RealQueue("broker-b", 0),
         RealQueue("broker-b", 1),
     )
-    assert numbered.virtual("broker-b", 1) == 3 and numbered.real(2) == RealQueue("broker-b", 0)
-    assert numbered.real(4) is None and numbered.real(-1) is None
+    assert numbered.virtual("broker-b", 1) == 3
+    assert numbered.real(2) == RealQueue("broker-b", 0)
+    assert numbered.real(4) is None
+    assert numbered.real(-1) is None
 
 
 def test_a_broker_added_later_is_appended_even_when_its_name_sorts_first() -> None:
@@ -79,10 +81,14 @@ def test_a_malformed_stored_map_is_refused(text: str) -> None:
 
 def test_broker_indexes_start_at_one_and_are_append_only() -> None:
     index = BrokerIndex().with_brokers(["broker-b", "broker-a"])
-    assert index.index("broker-a") == 1 and index.index("broker-b") == 2
+    assert index.index("broker-a") == 1
+    assert index.index("broker-b") == 2
     later = index.with_brokers(["broker-0"])
-    assert later.index("broker-a") == 1 and later.index("broker-0") == 3
-    assert later.name(3) == "broker-0" and later.name(0) is None and later.name(4) is None
+    assert later.index("broker-a") == 1
+    assert later.index("broker-0") == 3
+    assert later.name(3) == "broker-0"
+    assert later.name(0) is None
+    assert later.name(4) is None
     assert BrokerIndex.decode(later.encode()) == later
     assert index.merged(later) == later
     with pytest.raises(MapError):

@@ -141,7 +141,7 @@ public final class ClusterLoads {
         int count = intOpt("count", 0), keys = intOpt("keys", 0), interval = intOpt("interval-ms", 0);
         String prefix = opt("prefix", label);
         DefaultMQProducer producer = configure(new DefaultMQProducer(opt("group", null)));
-        producer.setSendMsgTimeout(intOpt("send-timeout-ms", 5000));
+        producer.setSendMsgTimeout(intOpt("send-timeout-ms", 10_000));  // the first send includes class loading and a route look-up
         producer.start();
         int sent = 0, failed = 0;
         try {
