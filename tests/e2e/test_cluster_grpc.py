@@ -46,6 +46,7 @@ TOPIC_TYPES = {
     "Fifo": "FIFO",
     "Fifopush": "FIFO",
     "Transaction": "TRANSACTION",
+    "Txother": "TRANSACTION",
     "Delay": "DELAY",
 }
 FIFO_GROUPS = ("FifoGroup", "FifopushGroup")
@@ -243,6 +244,22 @@ def test_transaction_check_back_reaches_the_producer_on_a(rmq: ClusterMode, scen
     assert set(Counter(e["id"] for e in received)) == {sent["commit"], sent["unknown"]}
     topic = scenarios.topic("transaction")
     assert any(e.get("topic") == topic for e in requests_of(rmq, "A", "EndTransaction"))
+
+
+def test_check_back_reaches_a_producer_on_the_other_node(rmq: ClusterMode, scenarios: Scenarios) -> None:
+    """The producer that sent the half message through A is gone; the topic's producer on B (whose node
+    announced the topic's transaction group to the brokers) gets the check and commits."""
+    events = scenarios.ok("txother")
+    (sent,) = sent_ids(events)
+    closed = [n for n, e in enumerate(events) if e["event"] == "closed"]
+    checked_by_b = [n for n, e in enumerate(events) if e["event"] == "checked" and e["by"] == "B"]
+    assert checked_by_b and closed and checked_by_b[-1] > closed[0]
+    assert {events[n]["id"] for n in checked_by_b} == {sent}
+    received = [e for e in events if e["event"] == "received"]
+    assert {e["id"] for e in received} == {sent}
+    assert received[0]["body"] == "txother-0"
+    topic = scenarios.topic("txother")
+    assert any(e.get("topic") == topic for e in requests_of(rmq, "B", "EndTransaction"))
 
 
 def test_delayed_messages_arrive_after_their_delivery_time(rmq: ClusterMode, scenarios: Scenarios) -> None:

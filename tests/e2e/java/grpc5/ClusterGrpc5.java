@@ -57,6 +57,8 @@ import org.apache.rocketmq.client.java.route.Endpoints;
  *   <li>fifopush: the same messages for a PushConsumer of a FIFO group on B, whose listener notes overlaps.</li>
  *   <li>transaction: commit, rollback and one left open (the local transaction's answer is unknown) that the
  *       producer's checker commits when the server checks back; a SimpleConsumer on B.</li>
+ *   <li>txother: a half message sent through A by a producer that then closes (its checker answers UNKNOWN);
+ *       the check-back reaches the topic's other producer, on B, which commits it.</li>
  *   <li>delay: 4 messages with a delivery timestamp 3 s ahead; a SimpleConsumer on B.</li>
  * </ul>
  */
@@ -122,6 +124,7 @@ public final class ClusterGrpc5 {
                 case "fifo": fifo(); break;
                 case "fifopush": fifoPush(); break;
                 case "transaction": transaction(); break;
+                case "txother": txOther(); break;
                 case "delay": delay(); break;
                 default: throw new IllegalArgumentException("unknown scenario " + scenario);
             }
@@ -488,6 +491,38 @@ public final class ClusterGrpc5 {
             receiveUntil(scenario, consumer, INVISIBLE, true, got -> ids(got).containsAll(visible));
             if (!checked.await(DEADLINE_S, TimeUnit.SECONDS)) {
                 throw new IllegalStateException("no check-back of the open transaction within " + DEADLINE_S + " s");
+            }
+        }
+    }
+
+    /** A producer on B with a checker that commits; a producer on A sends a half message, leaves it open (its
+     * checker answers UNKNOWN) and closes: the brokers' check-backs must then reach the producer on B. */
+    private void txOther() throws Exception {
+        String scenario = "txother";
+        String topic = topic(scenario);
+        CountDownLatch checked = new CountDownLatch(1);
+        try (SimpleConsumer consumer = simpleConsumer(scenario, configB);
+             Producer onB = provider.newProducerBuilder().setClientConfiguration(configB).setTopics(topic)
+                 .setTransactionChecker(view -> {
+                     Events.emit("checked", describe(scenario, view, "by", "B"));
+                     checked.countDown();
+                     return TransactionResolution.COMMIT;
+                 }).build()) {
+            String id;
+            try (Producer onA = provider.newProducerBuilder().setClientConfiguration(configA).setTopics(topic)
+                     .setTransactionChecker(view -> {
+                         Events.emit("checked", describe(scenario, view, "by", "A"));
+                         return TransactionResolution.UNKNOWN;
+                     }).build()) {
+                Transaction tx = onA.beginTransaction();
+                SendReceipt receipt = onA.send(message(topic, "txother-0").setTag("TagOther").build(), tx);
+                id = receipt.getMessageId().toString();
+                emitSent(scenario, receipt, "outcome", "unknown");
+            }
+            Events.emit("closed", "scenario", scenario, "producer", "A");
+            receiveUntil(scenario, consumer, INVISIBLE, true, got -> ids(got).contains(id));
+            if (!checked.await(DEADLINE_S, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("no check-back reached the producer on B");
             }
         }
     }
