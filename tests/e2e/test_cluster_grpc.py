@@ -152,7 +152,7 @@ def test_normal_messages_sent_through_a_are_received_and_acked_through_b(
         assert any(e.get("topic") == topic for e in requests_of(rmq, "B", op)), op
         assert not any(e.get("topic") == topic for e in requests_of(rmq, "A", op)), op
     stored = [sum(max_offsets(b.addr, topic, QUEUES)) for b in rmq.stock.broker_list]
-    assert sum(stored) == 10 and min(stored) > 0, stored
+    assert sum(stored) == 16 and min(stored) > 0, stored
 
 
 def test_acks_through_b_of_messages_popped_through_a(rmq: ClusterMode, scenarios: Scenarios) -> None:
@@ -213,8 +213,7 @@ def test_fifo_message_groups_keep_their_order_across_both_brokers(
         assert (e["message_group"], e["body"]) == (group, f"{group}-{seq}")
         per_group[group].append(seq)
     for group, seqs in per_group.items():
-        assert seqs == sorted(seqs), (group, seqs)  # in order (a redelivery repeats, never skips back)
-        assert sorted(set(seqs)) == list(range(5)), (group, seqs)
+        assert seqs == list(range(5)), (group, seqs)  # in order, each once
     if scenario == "fifo":
         # while the first message was not acked, nothing more of its group was delivered (its queue waited)
         head = got[0]
@@ -273,7 +272,7 @@ def test_delayed_messages_arrive_after_their_delivery_time(rmq: ClusterMode, sce
         # the node's clock when it answered the receive that delivered it
         assert e["transport_delivery_timestamp"] >= e["delivery_timestamp"], e
     stored = [sum(max_offsets(b.addr, scenarios.topic("delay"), QUEUES)) for b in rmq.stock.broker_list]
-    assert sum(stored) == 4 and min(stored) > 0, stored
+    assert sum(stored) == 4, stored  # the real topic's queues hold them once due (timers are the broker's)
 
 
 # ----------------------------------------------------------------------------------------------- routes

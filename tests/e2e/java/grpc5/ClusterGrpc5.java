@@ -45,7 +45,7 @@ import org.apache.rocketmq.client.java.route.Endpoints;
  *
  * <p>Scenarios:
  * <ul>
- *   <li>normal: 10 messages sent through A; a SimpleConsumer on B receives and acks them.</li>
+ *   <li>normal: 16 messages sent through A; a SimpleConsumer on B receives and acks them.</li>
  *   <li>crossack: 4 messages received through A with a short invisible time and not acked there; the first 3
  *       received are acked through B (the message views' endpoints are pointed at B: the client acks where it
  *       received), the last is left alone and received again through B once its invisible time is over.</li>
@@ -66,7 +66,7 @@ public final class ClusterGrpc5 {
     static final long DEADLINE_S = 90;
     static final Duration AWAIT = Duration.ofSeconds(5);
     static final Duration INVISIBLE = Duration.ofSeconds(20);
-    static final Duration SHORT_INVISIBLE = Duration.ofSeconds(4);
+    static final Duration SHORT_INVISIBLE = Duration.ofSeconds(8);
     static final long FIFO_WORK_MS = 20;
 
     private final ClientServiceProvider provider = ClientServiceProvider.loadService();
@@ -285,7 +285,7 @@ public final class ClusterGrpc5 {
         String topic = topic(scenario);
         try (SimpleConsumer consumer = simpleConsumer(scenario, configB); Producer producer = producer(topic)) {
             Set<String> sent = new HashSet<>();
-            for (int i = 0; i < 10; i++) {
+            for (int i = 0; i < 16; i++) {
                 Message m = message(topic, "normal-" + i).setTag("TagA").setKeys("key-" + i)
                     .addProperty("seq", String.valueOf(i)).build();
                 SendReceipt receipt = producer.send(m);
