@@ -25,7 +25,7 @@ from mqproxy.grpc_service.call import MAX_BATCH, Call, error_status, ok, overall
 from mqproxy.grpc_service.convert import message_type_of, to_broker_message
 from mqproxy.grpc_service.errors import ApiError
 from mqproxy.grpc_service.resources import Resources
-from mqproxy.grpc_service.transactions import GRPC_TRANSACTION_GROUP_PREFIX
+from mqproxy.grpc_service.transactions import transaction_group
 from mqproxy.model.errors import BackendError
 from mqproxy.model.properties import PROPERTY_PRODUCER_GROUP
 from mqproxy.model.types import Message
@@ -71,7 +71,7 @@ class SendRpcs:
             writable = max(config.write_queues, 1)
             message.queue_id = zlib.crc32(sp.message_group.encode("utf-8", "surrogatepass")) % writable
         if sp.message_type == pb.MessageType.TRANSACTION:
-            message.properties[PROPERTY_PRODUCER_GROUP] = GRPC_TRANSACTION_GROUP_PREFIX + message.topic
+            message.properties[PROPERTY_PRODUCER_GROUP] = transaction_group(message.topic)
         return await self._resources.broker.send(SendRequest(message))
 
     def _check_type(self, message: Message) -> None:

@@ -9,8 +9,12 @@ Telemetry answers every ``settings`` command with the merged settings
 (:func:`~mqproxy.grpc_service.telemetry.settings_reply`) and remembers the stream as the client's channel
 for server-initiated commands (transaction check-back); it completes (grpc-status 0) when the client
 half-closes or the server drains. Settings without pub/sub, an undecodable command or no settings within
-``settings_timeout_s`` end it with INVALID_ARGUMENT. gRPC clients are not registered as remoting
-consumer-group members: they consume with receipt handles, never by rebalanced queue ownership.
+``settings_timeout_s`` end it with INVALID_ARGUMENT. A producer's stream announces the transaction producer
+group of each topic it publishes (:func:`~.transactions.transaction_group`) to the facade
+(:meth:`~mqproxy.facade.api.Producing.announce_producer`), so a cluster's brokers may send this node the
+check-backs of those topics; when this node's last producer stream of a topic ends, the group is withdrawn.
+gRPC clients are not registered as remoting consumer-group members: they consume with receipt handles,
+never by rebalanced queue ownership.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from mqproxy.grpc_service.call import Call, Send, ok
 from mqproxy.grpc_service.errors import ApiError, RpcError
 from mqproxy.grpc_service.resources import Resources
 from mqproxy.grpc_service.telemetry import SettingsError, settings_reply
+from mqproxy.grpc_service.transactions import transaction_group
 
 __all__ = ["SessionRpcs"]
 
@@ -65,6 +70,7 @@ class SessionRpcs:
         client_id = call.client_id
         clients = self._resources.clients
         got_settings = False
+        announced: set[str] = set()  # topics whose transaction group this stream announced
 
         async def push(command: Any) -> None:
             await send(command)
@@ -81,6 +87,10 @@ class SessionRpcs:
                 if client_id:
                     record = clients.update_settings(client_id, command.settings)
                     record.telemetry = push
+                    if record.client_type == pb.ClientType.PRODUCER:
+                        for topic in record.topics - announced:
+                            self._resources.broker.announce_producer(transaction_group(topic))
+                        announced |= record.topics
                     call.group = call.group or record.group or None
                     call.topic = call.topic or next(iter(sorted(record.topics)), None)
                 got_settings = True
@@ -88,6 +98,9 @@ class SessionRpcs:
         finally:
             if client_id:
                 clients.detach(client_id, push)
+            for topic in sorted(announced):
+                if not clients.producers_of(topic):
+                    self._resources.broker.announce_producer(transaction_group(topic), present=False)
 
     async def _next(self, requests: trio.MemoryReceiveChannel[bytes], *, first: bool) -> bytes | None:
         """The next command's bytes; None once the client half-closes. Raises INVALID_ARGUMENT when the

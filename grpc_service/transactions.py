@@ -24,10 +24,16 @@ from mqproxy.grpc_service.convert import to_rmq_message
 from mqproxy.grpc_service.errors import ApiError
 from mqproxy.grpc_service.resources import Resources
 
-__all__ = ["GRPC_TRANSACTION_GROUP_PREFIX", "TransactionRpcs"]
+__all__ = ["GRPC_TRANSACTION_GROUP_PREFIX", "TransactionRpcs", "transaction_group"]
 
 #: ``PGROUP`` of transactional messages sent over gRPC (v2 has no producer group): prefix + topic.
 GRPC_TRANSACTION_GROUP_PREFIX = "%GRPC%"
+
+
+def transaction_group(topic: str) -> str:
+    """The producer group of transactional messages sent over gRPC to ``topic``."""
+    return GRPC_TRANSACTION_GROUP_PREFIX + topic
+
 
 _RESOLUTIONS = {
     pb.TransactionResolution.COMMIT: Resolution.COMMIT,
@@ -47,7 +53,7 @@ class TransactionRpcs:
         await self._resources.broker.end_transaction(
             EndTransaction(
                 _RESOLUTIONS.get(request.resolution, Resolution.UNKNOWN),
-                producer_group=GRPC_TRANSACTION_GROUP_PREFIX + topic,
+                producer_group=transaction_group(topic),
                 transaction_id=transaction_id,
                 from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
             )

@@ -11,7 +11,8 @@ Contracts:
 
 * The node keeps nothing a client relies on: messages, offsets, pop state, locks, transactions, topic
   and group configuration live on the brokers; the virtual queue numbering and broker index live in the
-  name servers' KV configuration. Caches (routes, topic types, group configs) are refreshed from there.
+  name servers' KV configuration. Caches (routes, topic types, group configs) are refreshed from there
+  (group configs: :mod:`.groups`).
 * :meth:`RocketMQBroker.health` is None while the cluster answers, else a one-line reason. The node
   starts without the cluster; requests then fail with :class:`~mqproxy.model.errors.ClusterUnavailable`.
 * Topic creation goes to every master broker of the cluster with the same queue count (as
@@ -33,6 +34,7 @@ import trio
 from mqproxy.backends.rocketmq import wire
 from mqproxy.backends.rocketmq.cluster import Cluster, ClusterConfig, TopicView
 from mqproxy.backends.rocketmq.consume import ConsumingRole
+from mqproxy.backends.rocketmq.groups import GroupConfigs
 from mqproxy.backends.rocketmq.members import Members, node_client_id
 from mqproxy.backends.rocketmq.pop import PoppingRole
 from mqproxy.backends.rocketmq.produce import ProducingRole
@@ -83,7 +85,7 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
         self._lmq_dispatch: LmqDispatch | None = None
         self._round_robin = itertools.count()
         self._types: dict[str, TopicMessageType | None] = {}
-        self._groups: dict[str, GroupConfig] = {}
+        self.groups = GroupConfigs(cluster)
         self._modes: dict[tuple[str, str], RequestMode] = {}
 
     # --- figures --------------------------------------------------------------------------------
@@ -227,7 +229,7 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
     # --- groups ---------------------------------------------------------------------------------
 
     def group_config(self, group: str) -> GroupConfig | None:
-        return self._groups.get(group)
+        return self.groups.get(group)
 
     async def put_group_config(self, config: GroupConfig) -> None:
         body = orjson.dumps(
@@ -247,7 +249,7 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
         for broker in self.cluster.masters():
             request = wire.command(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
             wire.check(await self.cluster.broker_call(broker, request))
-        self._groups[config.name] = config
+        self.groups.put(config)
 
     async def delete_group_config(self, group: str) -> bool:
         deleted = False
@@ -257,7 +259,7 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
             )
             response = await self.cluster.broker_call(broker, request)
             deleted = deleted or response.code == ResponseCode.SUCCESS
-        self._groups.pop(group, None)
+        self.groups.forget(group)
         return deleted
 
     async def request_mode(self, topic: str, group: str) -> RequestMode | None:
@@ -373,6 +375,7 @@ async def open_rocketmq_broker(
             pass
         await nursery.start(cluster.run)
         await nursery.start(members.run)
+        await nursery.start(broker.groups.run)
         try:
             yield broker
         finally:

@@ -6,8 +6,8 @@ Contracts:
 * :class:`ClusterMode` is a stock cluster (name server + brokers, no RocketMQ proxy) and mqproxy nodes
   started in cluster mode against its name server (``MQPROXY_BACKEND_KIND=rocketmq``); ``start_node``
   starts one more (``namesrv=`` another address), ``stop()`` stops them all and returns their exit codes.
-* :func:`create_topic` creates a topic on brokers directly (UPDATE_AND_CREATE_TOPIC, no admin JVM) and
-  waits for the name server's route; :func:`route` is a route as a name server or a node answers it;
+* :func:`create_topic` creates a topic (optionally typed) on brokers directly (UPDATE_AND_CREATE_TOPIC, no
+  admin JVM) and waits for the name server's route; :func:`create_group` creates a consumer group on them; :func:`route` is a route as a name server or a node answers it;
   :func:`max_offsets` reads a broker's queue ends (GET_MAX_OFFSET).
 * :class:`Loads` starts ClusterLoads commands; each run is held (stdin open) until :func:`finish` closes
   its stdin, and every run still alive at the end of a test is killed (:meth:`Loads.kill_all`).
@@ -37,6 +37,7 @@ from .harness import Client, ClientRun, ProxyProcess
 UPDATE_AND_CREATE_TOPIC = 17
 GET_MAX_OFFSET = 30
 GET_ROUTEINFO_BY_TOPIC = 105
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
 SERVICE_NOT_AVAILABLE = 14
 
 
@@ -114,10 +115,16 @@ def write_queues(addr: str, topic: str) -> int:
 
 
 def create_topic(
-    cluster: ClusterMode, topic: str, queues: int, *, brokers: Iterable[str] | None = None
+    cluster: ClusterMode,
+    topic: str,
+    queues: int,
+    *,
+    brokers: Iterable[str] | None = None,
+    message_type: str | None = None,
 ) -> None:
     """Create ``topic`` with ``queues`` read/write queues on each broker (default: every live one) and wait
-    until the name server routes it on all of them."""
+    until the name server routes it on all of them. ``message_type`` (``NORMAL``, ``FIFO``, ``DELAY``,
+    ``TRANSACTION``) types it, as ``mqadmin updateTopic -a +message.type=...`` does."""
     targets = list(brokers) if brokers is not None else cluster.live_brokers()
     for broker in targets:
         reply, _ = remoting_exchange(
@@ -132,11 +139,34 @@ def create_topic(
                 "topicFilterType": "SINGLE_TAG",
                 "topicSysFlag": "0",
                 "order": "false",
+                **({"attributes": f"+message.type={message_type}"} if message_type else {}),
             },
             timeout=10.0,
         )
         assert reply["code"] == 0, f"creating {topic} on {broker}: {reply}"
     wait_until_sync(lambda: write_queues(cluster.stock.namesrv_addr, topic) == queues * len(targets), 30.0)
+
+
+def create_group(cluster: ClusterMode, group: str, *, orderly: bool = False) -> None:
+    """Create consumer group ``group`` on every live broker (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, what
+    ``mqadmin updateSubGroup -b`` sends); ``orderly``: ``consumeMessageOrderly`` (a FIFO group)."""
+    config = {
+        "groupName": group,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "consumeBroadcastEnable": False,
+        "consumeMessageOrderly": orderly,
+        "retryQueueNums": 1,
+        "retryMaxTimes": 16,
+        "brokerId": 0,
+        "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    }
+    for broker in cluster.live_brokers():
+        reply, _ = remoting_exchange(
+            broker, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body=json.dumps(config).encode(), timeout=10.0
+        )
+        assert reply["code"] == 0, f"creating group {group} on {broker}: {reply}"
 
 
 def max_offsets(broker: str, topic: str, queues: int) -> list[int]:
