@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import go_drivers  # noqa: E402  (builds tests/e2e/go with `go build`; stdlib-only, like the launcher)
 import stock_rocketmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 
+from .cluster_harness import ClusterMode  # noqa: E402
 from .harness import (  # noqa: E402
     Client,
     ClientRun,
@@ -162,6 +163,29 @@ def stock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stock_rocketmq.S
         pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def rmq(
+    proxy_bin: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ClusterMode]:
+    """Cluster mode, one per test module: a stock cluster of two brokers (no RocketMQ proxy) and mqproxy nodes
+    A and B in front of it. The nodes must exit 0 on SIGTERM at the end."""
+    workdir = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    stock = stock_rocketmq.StockCluster(workdir / "stock", brokers=2, broker_conf=STOCK_BROKER_CONF)
+    try:
+        stock.start()
+    except stock_rocketmq.LauncherError as exc:
+        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
+    cluster = ClusterMode(stock, proxy_bin, workdir)
+    try:
+        cluster.start_node("A")
+        cluster.start_node("B")
+        yield cluster
+    finally:
+        codes = cluster.stop()
+        stock.stop()
+    assert set(codes.values()) <= {0}, f"nodes exited with {codes} on SIGTERM"
 
 
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"

@@ -26,14 +26,14 @@ shuts down), so its group's next consumer re-reads part of the batch on any serv
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from . import test_remoting_clients as embedded
 from .cluster_harness import ClusterMode, create_topic, max_offsets
-from .conftest import STOCK_BROKER_CONF, Client, stock_rocketmq
+from .conftest import Client
 from .harness import ClientRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -42,26 +42,6 @@ QUEUES = 4  # per broker: a topic has 8 virtual queues, half on each broker
 COUNT = embedded.COUNT
 #: Failure deadline of one driver run (they end on conditions, usually within seconds).
 LIMIT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def rmq(proxy_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterMode]:
-    """A stock cluster of two brokers and nodes A and B in front of it (this module's own)."""
-    workdir = tmp_path_factory.mktemp("cluster-clients")
-    stock = stock_rocketmq.StockCluster(workdir / "stock", brokers=2, broker_conf=STOCK_BROKER_CONF)
-    try:
-        stock.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    cluster = ClusterMode(stock, proxy_bin, workdir)
-    try:
-        cluster.start_node("A")
-        cluster.start_node("B")
-        yield cluster
-    finally:
-        codes = cluster.stop()
-        stock.stop()
-    assert set(codes.values()) <= {0}, f"nodes exited with {codes} on SIGTERM"
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from mqproxy.model.properties import PROXY_BROKER_NAME
 
 from ..grpc_service.conftest import GrpcTestClient  # type: ignore[import-not-found]
 from .cluster_harness import ClusterMode, create_group, create_topic, max_offsets
-from .conftest import STOCK_BROKER_CONF, Client, ClientRun, stock_rocketmq
+from .conftest import Client, ClientRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -51,25 +51,6 @@ TOPIC_TYPES = {
 }
 FIFO_GROUPS = ("FifoGroup", "FifopushGroup")
 RUN_TIMEOUT_S = 240.0
-
-
-@pytest.fixture(scope="module")
-def rmq(proxy_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterMode]:
-    workdir = tmp_path_factory.mktemp("cluster-grpc")
-    stock = stock_rocketmq.StockCluster(workdir / "stock", brokers=2, broker_conf=STOCK_BROKER_CONF)
-    try:
-        stock.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    cluster = ClusterMode(stock, proxy_bin, workdir)
-    try:
-        cluster.start_node("A")
-        cluster.start_node("B")
-        yield cluster
-    finally:
-        codes = cluster.stop()
-        stock.stop()
-    assert set(codes.values()) <= {0}, f"nodes exited with {codes} on SIGTERM"
 
 
 @pytest.fixture(autouse=True)

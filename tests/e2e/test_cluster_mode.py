@@ -39,7 +39,7 @@ from .cluster_harness import (
     wait_for,
     write_queues,
 )
-from .conftest import STOCK_BROKER_CONF, Client, stock_rocketmq
+from .conftest import Client, stock_rocketmq
 from .harness import ClientRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -48,25 +48,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 LIMIT_S = 60.0
 QUEUES = 4  # per broker
 SENDS = ("SEND_MESSAGE", "SEND_MESSAGE_V2", "SEND_BATCH_MESSAGE")
-
-
-@pytest.fixture(scope="module")
-def rmq(proxy_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterMode]:
-    workdir = tmp_path_factory.mktemp("cluster-mode")
-    stock = stock_rocketmq.StockCluster(workdir / "stock", brokers=2, broker_conf=STOCK_BROKER_CONF)
-    try:
-        stock.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    cluster = ClusterMode(stock, proxy_bin, workdir)
-    try:
-        cluster.start_node("A")
-        cluster.start_node("B")
-        yield cluster
-    finally:
-        codes = cluster.stop()
-        stock.stop()
-    assert set(codes.values()) <= {0}, f"nodes exited with {codes} on SIGTERM"
 
 
 @pytest.fixture(autouse=True)
