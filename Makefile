@@ -12,7 +12,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST:= $(VENV)/.installed-test
 CONSTRAINTS := constraints.txt
 
-.PHONY: serve test test-fast system-deps clients bench bench-vs-rocketmq clean
+.PHONY: serve test test-fast system-deps clients bench bench-vs-rocketmq bench-cluster clean
 
 $(BIN)/python:
 	@bash scripts/setup-system.sh venv
@@ -53,6 +53,10 @@ bench: $(STAMP_TEST)
 # mqproxy vs a stock Apache RocketMQ 5.3.3 in the same run (Java 17 and Maven jars; about 10 minutes)
 bench-vs-rocketmq: system-deps $(STAMP_TEST)
 	$(BIN)/python bench/vs_rocketmq.py --flush async,sync
+
+# mqproxy cluster nodes vs RocketMQ's proxy vs direct, one stock cluster, same run (Java 17, Maven jars)
+bench-cluster: system-deps $(STAMP_TEST)
+	$(BIN)/python bench/cluster.py
 
 clean:
 	rm -rf $(VENV) .clients .cache

@@ -20,6 +20,9 @@ from _mqtt_load import (
 from _mqtt_pool import SubscriberPool
 
 PAYLOAD = 64
+FAN_IN_PUBLISHERS = 10
+#: Publishes/s of the QoS 1 fan-in ladder (all publishers together).
+RATES_QOS1 = (100, 200, 500, 1000, 1500, 2000, 2500, 3000, 4000, 5000, 10000, 20000, 30000, 50000)
 
 
 @dataclass(slots=True)
@@ -205,7 +208,9 @@ async def ladder(
     rates: list[float],
     unit: str,
     pooled: bool = False,
-) -> None:
+) -> Step | None:
+    """Climb ``rates`` until a step is not sustained; print the case's line and return the last
+    sustained step (None when even the first was not)."""
     best: Step | None = None
     failed: Step | None = None
     for index, rate in enumerate(rates):
@@ -246,3 +251,4 @@ async def ladder(
         + (f", {failed.note}" if failed.note else "")
     )
     print(f"{case:22} {broker.name:9} max sustained {head}{tail}", flush=True)
+    return best

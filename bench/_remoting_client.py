@@ -300,7 +300,7 @@ class ProxyProcess:
 
 
 def start_proxy(
-    data_dir: Path,
+    data_dir: Path | None,
     log: Path,
     *,
     flush: str,
@@ -310,7 +310,8 @@ def start_proxy(
 ) -> ProxyProcess:
     """Run ``mqproxy serve`` (embedded store in ``data_dir``, JSON logs to ``log``) and wait for
     ``proxy.started``; the returned port is the bound one. Binding ``port`` retries for a few seconds
-    (a just-killed proxy's port may still be held by the kernel)."""
+    (a just-killed proxy's port may still be held by the kernel). ``extra_env`` overrides settings (e.g.
+    ``MQPROXY_BACKEND_KIND=rocketmq`` and ``MQPROXY_BACKEND_NAMESRV``: such a node takes no ``data_dir``)."""
     env = dict(os.environ, MQPROXY_STORE_FLUSH=flush, MQPROXY_STORE_BACKEND="embedded")
     env.update(extra_env or {})
     argv = [
@@ -320,10 +321,9 @@ def start_proxy(
         "serve",
         "--listen",
         f"127.0.0.1:{port}",
-        "--data-dir",
-        str(data_dir),
         "--log-format",
         "json",
+        *(["--data-dir", str(data_dir)] if data_dir is not None else []),
     ]
     deadline = time.monotonic() + timeout_s
     while True:

@@ -11,14 +11,15 @@ import os
 import re
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from _remoting_client import cpu_seconds
-from _vs_clients import Clients, JavaRun
+from _vs_clients import GATE_TIMEOUT_S, Clients, JavaRun
 from _vs_targets import Target, produced
 
 PRODUCER_MAIN = "org.apache.rocketmq.example.benchmark.Producer"
+PROBE_MAIN = "mqbench.ConsumerProbe"
 #: The benchmark Producer's report: a window over its last 10 one-second snapshots (9 s), from 10 s on.
 PRODUCER_WINDOW_S = 9
 PRODUCER_REPORT = re.compile(
@@ -49,14 +50,13 @@ class Row:
 
 
 @contextlib.contextmanager
-def measured(row: Row, stored_in: tuple[str, int] | None = None) -> Iterator[None]:
-    """CPU of the target's server processes and of the client JVM (a waited-for child) over the case;
-    with ``stored_in=(topic, queues)`` also the messages stored in that topic meanwhile (warm-up
-    included, like the CPU), for the server's CPU per message, which a loaded machine moves far less
-    than msgs/s."""
+def measuring(row: Row, pids: list[int], stored: Callable[[], int] | None = None) -> Iterator[None]:
+    """CPU of the server processes ``pids`` and of the client JVMs (waited-for children) over the block,
+    into ``row``; with ``stored`` (a count of messages stored so far) also the messages stored meanwhile
+    (warm-up included, like the CPU), for the servers' CPU per message, which a loaded machine moves far
+    less than msgs/s."""
     row.load = os.getloadavg()[0]
-    pids = row.target.pids(row.case)
-    before = produced(row.target.broker, *stored_in) if stored_in else 0
+    before = stored() if stored else 0
     server0 = sum(cpu_seconds(p) for p in pids)
     children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -71,25 +71,29 @@ def measured(row: Row, stored_in: tuple[str, int] | None = None) -> Iterator[Non
         row.client_cores = (
             children1.ru_utime + children1.ru_stime - children0.ru_utime - children0.ru_stime
         ) / wall
-    if stored_in:
-        row.messages = produced(row.target.broker, *stored_in) - before
+    if stored:
+        row.messages = stored() - before
 
 
-def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) -> Row:
-    row = Row("producer", target)
-    args = [
-        "-n",
-        target.namesrv,
-        "-t",
-        target.topic("producer"),
-        "-w",
-        str(opts.threads),
-        "-s",
-        str(opts.size),
-        "-ri",
-        "1000",
-    ]
-    # the banner line comes just before its timers start: reports are timed from it
+def measured(row: Row, stored_in: tuple[str, int] | None = None) -> contextlib.AbstractContextManager[None]:
+    """:func:`measuring` for ``row.target``'s server processes; ``stored_in=(topic, queues)`` counts the
+    messages stored in that topic on the target's broker."""
+    broker = row.target.broker
+    stored = (lambda: produced(broker, *stored_in)) if stored_in else None
+    return measuring(row, row.target.pids(row.case), stored)
+
+
+def producer_args(namesrv: str, topic: str, opts: argparse.Namespace) -> list[str]:
+    """The benchmark Producer's arguments: ``opts.threads`` sync senders of ``opts.size`` B bodies."""
+    return ["-n", namesrv, "-t", topic, "-w", str(opts.threads), "-s", str(opts.size), "-ri", "1000"]
+
+
+def run_producer(
+    clients: Clients, label: str, args: list[str], opts: argparse.Namespace, gate: Sequence[str] = ()
+) -> JavaRun:
+    """One benchmark Producer JVM (held by ``gate``, :meth:`_vs_clients.Clients.argv`), stopped once its
+    report for warm-up + ``opts.producer_seconds`` came (the banner line comes just before its timers
+    start: reports are timed from it)."""
     run_s = opts.warmup + opts.producer_seconds + 0.7
 
     def stop_after(run: JavaRun) -> float | None:
@@ -101,13 +105,25 @@ def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) ->
         # a loaded machine delays its timer thread: wait up to 10 s more for the last report
         return banner + run_s + 10
 
+    return clients.run(
+        label,
+        clients.argv(clients.remoting_cp, PRODUCER_MAIN, args, gate),
+        timeout=run_s + 60 + (GATE_TIMEOUT_S if gate else 0),
+        stop_after=stop_after,
+    )
+
+
+def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) -> Row:
+    row = Row("producer", target)
+    args = producer_args(target.namesrv, target.topic("producer"), opts)
     with measured(row, (target.topic("producer"), opts.queues)):
-        run = clients.run(
-            f"producer-{target.name}",
-            clients.argv(clients.remoting_cp, PRODUCER_MAIN, args),
-            timeout=run_s + 60,
-            stop_after=stop_after,
-        )
+        run = run_producer(clients, f"producer-{target.name}", args, opts)
+    return producer_figures(row, run, opts)
+
+
+def producer_figures(row: Row, run: JavaRun, opts: argparse.Namespace) -> Row:
+    """Fill ``row`` from one benchmark Producer's reports: mean TPS and RT of the windows after the
+    warm-up, max RT and failures from its last report (``ok`` False, with a note, when there is none)."""
     reports = []
     if run.lines:
         banner = run.lines[0][0]
@@ -143,30 +159,28 @@ def case_producer(clients: Clients, target: Target, opts: argparse.Namespace) ->
     return row
 
 
+def probe_args(
+    group: str, expect: int, namesrv: str, topic: str, timeout: float, report_ms: int | None = None
+) -> list[str]:
+    """Arguments of ``bench/java/remoting/ConsumerProbe.java``: the benchmark Consumer in a new ``group``
+    on ``topic``, until it counted ``expect`` messages or ``timeout`` s passed; with ``report_ms`` it
+    prints its count that often (default 1 s)."""
+    probe = ["--group", group, "--expect", str(expect), "--timeout", str(timeout)]
+    if report_ms is not None:
+        probe += ["--report-ms", str(report_ms)]
+    return [*probe, "--", "-n", namesrv, "-t", topic, "-g", group]
+
+
 def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Row:
     row = Row("drain", target)
     topic = target.topic("producer")
     backlog = produced(target.broker, topic, opts.queues)
     group = f"vs_drain_{target.flush}_{os.getpid()}"
-    args = [
-        "--group",
-        group,
-        "--expect",
-        str(backlog),
-        "--timeout",
-        str(opts.drain_timeout),
-        "--",
-        "-n",
-        target.namesrv,
-        "-t",
-        topic,
-        "-g",
-        group,
-    ]
+    args = probe_args(group, backlog, target.namesrv, topic, opts.drain_timeout)
     with measured(row):
         run = clients.run(
             f"drain-{target.name}",
-            clients.argv(clients.remoting_cp, "mqbench.ConsumerProbe", args),
+            clients.argv(clients.remoting_cp, PROBE_MAIN, args),
             timeout=opts.drain_timeout + 60,
         )
     done = run.events("done")

@@ -21,6 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 JAVA = REPO / "bench" / "java"
 EVENTS_JAVA = REPO / "tests" / "e2e" / "java" / "common"
 CLIENT_HEAP_MB = 512
+GATE_MAIN = "mqbench.Gate"
+#: Seconds a gated client JVM waits at most for the others to be up.
+GATE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -63,7 +66,10 @@ class Clients:
         self.remoting_cp = f"{remoting}{os.pathsep}{self.bench_cp}"
         self.grpc_driver_cp = f"{grpc}{os.pathsep}{self.grpc_cp}"
 
-    def argv(self, cp: str, main: str, args: Sequence[str]) -> list[str]:
+    def argv(self, cp: str, main: str, args: Sequence[str], gate: Sequence[str] = ()) -> list[str]:
+        """The JVM running ``main ARGS``; with ``gate`` (:meth:`StartGate.args`) held until the gate opens."""
+        if gate:
+            main, args = GATE_MAIN, [*gate, "--", main, *args]
         # the same JVM for every target; client logs under home (user.home)
         return rmq.jvm_argv(
             cp,
@@ -116,6 +122,31 @@ class Clients:
         log = self.home / f"{name.replace('/', '-')}.out"
         log.write_text("".join(f"{at - run.started:9.3f} {line}\n" for at, line in run.lines))
         return run
+
+
+class StartGate:
+    """Lets ``parties`` client JVMs (started through ``bench/java/remoting/Gate.java``) begin at once:
+    each creates ``<path>.<id>.ready`` when loaded; :meth:`open_when_ready` then creates ``path``."""
+
+    def __init__(self, path: Path, parties: int, timeout_s: float = GATE_TIMEOUT_S) -> None:
+        self.path, self.parties, self.timeout_s = path, parties, timeout_s
+        self.opened_at: float | None = None  # monotonic
+
+    def args(self, index: int) -> list[str]:
+        """Arguments for :meth:`Clients.argv`'s ``gate`` of party ``index``."""
+        return ["--file", str(self.path), "--id", str(index), "--timeout", str(self.timeout_s)]
+
+    def open_when_ready(self) -> bool:
+        """Block until every party is ready, then open; False (still shut) after the timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        ready = [self.path.with_name(f"{self.path.name}.{i}.ready") for i in range(self.parties)]
+        while not all(r.exists() for r in ready):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        self.path.touch()
+        self.opened_at = time.monotonic()
+        return True
 
 
 def _stop_group(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:

@@ -69,11 +69,10 @@ from _mqtt_brokers import (
     start_mqproxy,
     wait_quiet,
 )
-from _mqtt_ladder import PAYLOAD, ladder
+from _mqtt_ladder import FAN_IN_PUBLISHERS, PAYLOAD, RATES_QOS1, ladder
 from _mqtt_lmq import lmq_case
 from _mqtt_load import LoadError, MqttClient, ParsingSubscriber, Publisher, connect
 
-FAN_IN_PUBLISHERS = 10
 FAN_OUT_SUBSCRIBERS = 100
 CONNECTS_IN_FLIGHT = 100
 CONNS_PER_SOURCE = 25_000  # below the ~28k ephemeral ports of one source address
@@ -292,7 +291,7 @@ def main() -> int:
     parser.add_argument(
         "--rates-qos1",
         type=_floats,
-        default=_floats("100,200,500,1000,1500,2000,2500,3000,4000,5000,10000,20000,30000,50000"),
+        default=[float(rate) for rate in RATES_QOS1],
     )
     parser.add_argument(
         "--rates-fan-out",

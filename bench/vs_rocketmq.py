@@ -11,7 +11,8 @@ One invocation starts, on 127.0.0.1 with free ports:
 
 Topics are created up front with ``--queues`` queues on every target: on the stock broker with
 ``mqadmin updateTopic -b BROKER -r Q -w Q`` (the gRPC topic with ``+message.type=NORMAL``); on mqproxy by a
-route look-up with ``store.default_queue_count=Q`` (its documented auto-create on first use), and the route's queue count is checked on both.
+route look-up with ``store.default_queue_count=Q`` (its documented auto-create on first use), and the
+route's queue count is checked on both.
 
 Then, one JVM at a time (never two loads at once; the project's machine has 2 cores), for each case and
 each target in turn:

@@ -15,10 +15,12 @@ import org.apache.rocketmq.client.impl.factory.MQClientInstance;
  * the client's registry) every 10 ms, because its printed TPS is a 10 s sliding window that a drain of a
  * few seconds never fills.
  *
- *   --group G --expect N [--timeout 120] -- <benchmark Consumer arguments, which must include -g G>
+ *   --group G --expect N [--timeout 120] [--report-ms 1000] -- <benchmark Consumer arguments, with -g G>
  *
- * Prints {"event":"done","consumed":..,"first_ms":..,"done_ms":..,"failed":..}: ms since the Consumer's
- * start for its first counted message and for the moment the count reached N (-1 if it never did).
+ * Prints {"event":"progress","consumed":..,"failed":..,"at_ms":..} every report-ms while the count grows
+ * (several probes in one group are stopped from outside once their counts add up), then
+ * {"event":"done","consumed":..,"first_ms":..,"done_ms":..,"failed":..}: ms since the Consumer's start for
+ * its first counted message and for the moment the count reached N (-1 if it never did).
  */
 public final class ConsumerProbe {
     public static void main(String[] args) throws Exception {
@@ -28,6 +30,7 @@ public final class ConsumerProbe {
         String group = o.get("group");
         long expect = Long.parseLong(o.get("expect"));
         double timeoutS = Double.parseDouble(o.getOrDefault("timeout", "120"));
+        long reportNanos = Long.parseLong(o.getOrDefault("report-ms", "1000")) * 1_000_000L;
 
         long t0 = System.nanoTime();
         org.apache.rocketmq.example.benchmark.Consumer.main(consumerArgs);
@@ -40,6 +43,7 @@ public final class ConsumerProbe {
         double firstMs = -1;
         double doneMs = -1;
         long lastReport = t0;
+        long reported = -1;
         while (System.nanoTime() < deadline) {
             long count = received.sum();
             long now = System.nanoTime();
@@ -50,9 +54,10 @@ public final class ConsumerProbe {
                 doneMs = (now - t0) / 1e6;
                 break;
             }
-            if (now - lastReport > 1_000_000_000L) {
-                Events.emit("progress", "consumed", count, "at_ms", (now - t0) / 1e6);
+            if (now - lastReport >= reportNanos && count != reported) {
+                Events.emit("progress", "consumed", count, "failed", failedCount.sum(), "at_ms", (now - t0) / 1e6);
                 lastReport = now;
+                reported = count;
             }
             Thread.sleep(10);
         }
