@@ -244,3 +244,58 @@ async def test_pool_talks_to_mqproxy_and_signs_every_request(nursery: trio.Nurse
     assert seen[0]["Signature"] == signature_of(seen[0], b"", "sk")
     accepted = [e for e in log_sink.named("conn.accepted")]
     assert len(accepted) == 1
+
+
+async def test_concurrent_requests_share_writes_and_all_get_their_answer() -> None:
+    writes: list[int] = []
+
+    async def server(stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
+        for request in await _frames(stream, decoder, 50):
+            reply = RemotingCommand.response_to(request, ResponseCode.SUCCESS, str(request.ext_fields["n"]))
+            await stream.send_all(encode_command(reply))
+        await trio.sleep_forever()
+
+    async def body(connection: RemotingConnection) -> list[str]:
+        stream = connection._stream
+        plain_send_all = stream.send_all
+
+        async def counted(data: bytes) -> None:
+            writes.append(len(data))
+            await plain_send_all(data)
+
+        stream.send_all = counted  # type: ignore[method-assign]
+        answers: list[str] = []
+
+        async def one(n: int) -> None:
+            response = await connection.request(RemotingCommand(code=10, ext_fields={"n": str(n)}), 5.0)
+            answers.append(response.remark or "")
+
+        async with trio.open_nursery() as nursery:
+            for n in range(50):
+                nursery.start_soon(one, n)
+        return answers
+
+    answers = await _with_connection(server, body)
+    assert sorted(answers, key=int) == [str(n) for n in range(50)]
+    assert len(writes) < 50  # frames of waiting callers went out with another caller's write
+
+
+async def test_a_write_cancelled_part_way_gives_the_connection_up() -> None:
+    async def server(stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
+        await trio.sleep_forever()  # never reads: the write blocks
+
+    async def body(connection: RemotingConnection) -> str:
+        stream = connection._stream
+
+        async def stuck(data: bytes) -> None:
+            await trio.sleep_forever()
+
+        stream.send_all = stuck  # type: ignore[method-assign]
+        with trio.move_on_after(0.05):
+            await connection.request(RemotingCommand(code=10), 5.0)
+        assert connection.closed.is_set()
+        with pytest.raises(ConnectionClosed):
+            await connection.request(RemotingCommand(code=10), 5.0)
+        return connection.close_reason
+
+    assert await _with_connection(server, body) == "write cancelled mid-frame"
