@@ -104,31 +104,23 @@ class RemotingConnection:
         self.last_activity = trio.current_time()
         self.closed = False
         self._write_lock = trio.Lock()
-        self._outbox: list[bytes] = []
         self._calls: dict[int, trio.MemorySendChannel[RemotingCommand]] = {}
 
     async def write(self, frame: bytes) -> None:
-        """Write one whole frame; a peer that does not take it in time ends the connection. Frames of
-        callers that find a write under way go out together with the next write (one send for many
-        responses when requests are served concurrently)."""
+        """Write one whole frame; a peer that does not take it in time ends the connection."""
         if self.closed:
             return
-        self._outbox.append(frame)
         async with self._write_lock:
-            if not self._outbox:
-                return  # the writer before us sent it
-            data = b"".join(self._outbox) if len(self._outbox) > 1 else self._outbox[0]
-            self._outbox.clear()
             with trio.move_on_after(self.limits.write_timeout_s) as scope:
                 try:
-                    await self.stream.send_all(data)
+                    await self.stream.send_all(frame)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     self.fail("connection_lost", str(exc) or None)
                     return
             if scope.cancelled_caught:
-                self.fail("write_timeout", f"{len(data)} bytes not taken")
+                self.fail("write_timeout", f"frame of {len(frame)} bytes not taken")
                 return
-        self.stats.bytes_out += len(data)
+        self.stats.bytes_out += len(frame)
         self.last_activity = trio.current_time()
 
     def fail(self, reason: str, detail: str | None = None) -> None:

@@ -10,9 +10,6 @@ Contracts:
   it raises :class:`RemotingTimeout` after ``timeout_s`` seconds (the late response is dropped) and
   :class:`ConnectionClosed` when the connection ends first. Any number of requests may be outstanding.
 * :meth:`RemotingConnection.oneway` sends with the oneway flag and returns once written.
-* Frames of concurrent callers are written together: a caller that finds the connection busy leaves its
-  frame for the writer that takes the lock next, so N requests in flight cost about one write, not N. A
-  write cancelled part-way closes the connection (the byte stream could no longer be framed).
 * A request from the server is passed to the handler in a task of its own; a non-None answer is sent
   back with the request's opaque (oneway requests are never answered). Without a handler, requests are
   answered REQUEST_CODE_NOT_SUPPORTED.
@@ -101,9 +98,6 @@ class RemotingConnection:
         self._opaques = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._send_lock = trio.Lock()
-        #: frames waiting for the lock; whoever holds it sends them all in one write
-        self._outbox: list[bytes] = []
-        self._read_scope = trio.CancelScope()
         self._handlers: trio.Nursery | None = None
         #: Set once the connection has ended; no request succeeds after that.
         self.closed = trio.Event()
@@ -142,19 +136,10 @@ class RemotingConnection:
     async def _write(self, command: RemotingCommand, *, hooked: bool = True) -> None:
         if hooked and self._hook is not None:
             self._hook(command)
-        self._outbox.append(encode_command(command, max_frame_bytes=self._max_frame_bytes))
+        frame = encode_command(command, max_frame_bytes=self._max_frame_bytes)
         try:
             async with self._send_lock:
-                if not self._outbox:
-                    return  # a writer before us sent our frame with its own
-                data = b"".join(self._outbox)
-                self._outbox.clear()
-                try:
-                    await self._stream.send_all(data)
-                except trio.Cancelled:
-                    # part of the frames may be out: the stream can no longer be framed
-                    self._finish("write cancelled mid-frame")
-                    raise
+                await self._stream.send_all(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._finish(f"write failed: {exc}")
             raise ConnectionClosed(self.addr, f"write failed: {exc}") from None
@@ -168,13 +153,12 @@ class RemotingConnection:
                 self._handlers = handlers
                 task_status.started()
                 try:
-                    with self._read_scope:  # cancelled by _finish: the connection is given up
-                        while True:
-                            data = await self._stream.receive_some(_RECEIVE_BYTES)
-                            if not data:
-                                break
-                            for command in decoder.receive_data(data):
-                                self._dispatch(command)
+                    while True:
+                        data = await self._stream.receive_some(_RECEIVE_BYTES)
+                        if not data:
+                            break
+                        for command in decoder.receive_data(data):
+                            self._dispatch(command)
                 except RemotingCodecError as exc:
                     reason = f"malformed frame from server: {exc}"
                     _log.warning("remoting_client.bad_frame", remote=self.addr, reason=str(exc))
@@ -221,7 +205,6 @@ class RemotingConnection:
             return
         self.close_reason = reason
         self.closed.set()
-        self._read_scope.cancel()
         for pending in self._pending.values():
             pending.event.set()
 
