@@ -151,7 +151,9 @@ class ClusterSync:
 
     async def _read_state(self) -> bool:
         """Apply the next batch of session records; False when none was there."""
-        result = await self.gateway.backend.pull(SESSION_STATE_TOPIC, _STATE_QUEUE, self._state_offset, _BATCH)
+        result = await self.gateway.backend.pull(
+            SESSION_STATE_TOPIC, _STATE_QUEUE, self._state_offset, _BATCH
+        )
         for message in result.messages:
             try:
                 snapshot = SessionSnapshot.from_json(message.body)

@@ -103,7 +103,9 @@ class Gateway:
             try:
                 await self._load()
             except BaseException:
-                self.retained = RetainedStore(self.config.compaction_min_records, compacts=self.cluster is None)
+                self.retained = RetainedStore(
+                    self.config.compaction_min_records, compacts=self.cluster is None
+                )
                 self.sessions.clear()
                 self.index = SubscriptionIndex()
                 self.shared_groups.clear()

@@ -210,7 +210,12 @@ class SessionStateStore:
     """
 
     def __init__(
-        self, backend: LightStore, min_garbage: int = 10_000, *, node: str | None = None, compacts: bool = True
+        self,
+        backend: LightStore,
+        min_garbage: int = 10_000,
+        *,
+        node: str | None = None,
+        compacts: bool = True,
     ) -> None:
         self._backend = backend
         self._writes: dict[str, _Writes] = {}

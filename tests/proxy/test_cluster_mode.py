@@ -79,7 +79,8 @@ async def test_a_node_starts_without_its_cluster_and_says_why(tmp_path: Path, lo
     assert (started["backend"], started["namesrv"], started["data_dir"]) == ("rocketmq", namesrv, None)
     assert not data_dir.exists(), "a cluster node keeps no data directory"
     failed = log_sink.named("mqtt.cluster_sync_failed")
-    assert failed and failed[0]["log"] == "load", "MQTT keeps trying to load its state from the cluster"
+    assert failed, "MQTT keeps trying to load its state from the cluster"
+    assert failed[0]["log"] == "load"
     assert namesrv in failed[0]["detail"]
 
 
@@ -107,6 +108,7 @@ async def test_mqtt_connect_is_refused_as_server_unavailable(
     if protocol == V5:
         assert namesrv in client.connack_properties.ReasonString, "the reason names what is unreachable"
     closed = next(e for e in log_sink.named("conn.closed") if e["error"] == "mqtt_unavailable")
-    assert closed["protocol"] == "mqtt" and namesrv in closed["detail"]
+    assert closed["protocol"] == "mqtt"
+    assert namesrv in closed["detail"]
     connects = [e for e in log_sink.named("request") if e["op"] == "CONNECT"]
     assert connects and all(e["status"] == "SERVER_UNAVAILABLE" for e in connects)
