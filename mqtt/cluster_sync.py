@@ -21,8 +21,8 @@ messages and their light queues on the brokers, read positions as broker consume
   on this node is dispatched into the light queues of subscriptions held on other nodes;
 * retained records update this node's retained tree (its own records too, in log order).
 
-A CONNECT first reads the state log up to its current end (:meth:`ClusterSync.catch_up`), so it sees
-every record written before it, whichever node wrote it. A PUBLISH on one node may miss a wildcard
+A CONNECT first reads both logs up to their current ends (:meth:`ClusterSync.catch_up`), so it sees
+every record and retained message written before it, whichever node wrote it. A PUBLISH on one node may miss a wildcard
 subscription made on another node during the follow lag (one long-poll round trip).
 
 Offline sessions another node left expire here too: each node that knows one writes its tombstone when
@@ -94,6 +94,7 @@ class ClusterSync:
         self._state_offset = 0
         self._retained_offset = 0
         self._state_lock = trio.Lock()
+        self._retained_lock = trio.Lock()
 
     # --- start-up -------------------------------------------------------------------------------
     def start(self, snapshots: dict[str, SessionSnapshot], state_end: int, retained_end: int) -> None:
@@ -117,13 +118,17 @@ class ClusterSync:
         return snapshot
 
     async def catch_up(self) -> None:
-        """Apply every session record appended before this call (whichever node wrote it)."""
+        """Apply every session record and retained message appended before this call (whichever node
+        wrote it)."""
         backend = self.gateway.backend
         async with self._state_lock:
             high = await backend.max_offset(SESSION_STATE_TOPIC, _STATE_QUEUE)
-            while self._state_offset < high:
-                if not await self._read_state():
-                    break
+            while self._state_offset < high and await self._read_state():
+                pass
+        async with self._retained_lock:
+            high = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
+            while self._retained_offset < high and await self._read_retained():
+                pass
 
     # --- following ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -143,8 +148,9 @@ class ClusterSync:
                         while await self._read_state():
                             pass
                 else:
-                    while await self._read_retained():
-                        pass
+                    async with self._retained_lock:
+                        while await self._read_retained():
+                            pass
             except BackendError as exc:
                 _log.warning("mqtt.cluster_sync_failed", log=log, detail=str(exc))
                 await trio.sleep(_RETRY_S)
