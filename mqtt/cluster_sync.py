@@ -22,8 +22,8 @@ messages and their light queues on the brokers, read positions as broker consume
 * retained records update this node's retained tree (its own records too, in log order).
 
 A CONNECT first reads both logs up to their current ends (:meth:`ClusterSync.catch_up`), so it sees
-every record and retained message written before it, whichever node wrote it. A PUBLISH on one node may miss a wildcard
-subscription made on another node during the follow lag (one long-poll round trip).
+every record and retained message written before it, whichever node wrote it. A PUBLISH on one node may
+miss a wildcard subscription made on another node during the follow lag (one long-poll round trip).
 
 Offline sessions another node left expire here too: each node that knows one writes its tombstone when
 its expiry passes unless a newer record came first (duplicate tombstones are harmless).
