@@ -131,6 +131,18 @@ class ClusterSync:
                 pass
 
     # --- following ------------------------------------------------------------------------------
+    async def serve(self) -> None:
+        """Load the gateway (retrying every second while the cluster is unreachable), then follow the
+        other nodes' writes until cancelled."""
+        while True:
+            try:
+                await self.gateway.ready()
+                break
+            except BackendError as exc:
+                _log.warning("mqtt.cluster_sync_failed", log="load", detail=str(exc))
+                await trio.sleep(_RETRY_S)
+        await self.run()
+
     async def run(self) -> None:
         """Follow both logs until cancelled (read errors are logged and retried)."""
         async with trio.open_nursery() as nursery:

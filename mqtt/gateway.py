@@ -196,6 +196,7 @@ class Gateway:
         item = (topic, payload, qos, retain, properties)
         result = await self.backend.send(self._message(item, client_id, born_host))
         if retain:
+            await self._readable(result)
             self.retained.set(
                 topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
             )
@@ -230,10 +231,18 @@ class Gateway:
             start = end
         for (topic, payload, qos, retain, props), result in zip(items, out, strict=True):
             if retain and isinstance(result, SendResult):
+                await self._readable(result)
                 self.retained.set(
                     topic, payload, qos, props, result.store_timestamp_ms, result.commitlog_offset
                 )
         return out
+
+    async def _readable(self, result: SendResult) -> None:
+        """Cluster mode: wait until a retained message just stored is readable by every node (a broker
+        indexes a stored message shortly after it answers the send), so a client that connects anywhere
+        after the PUBACK gets it."""
+        if self.cluster is not None:
+            await self.backend.wait_for_message(result.topic, result.queue_id, result.queue_offset, 5.0)
 
     # --- sessions -----------------------------------------------------------------------------
     async def open_session(
@@ -347,20 +356,6 @@ class Gateway:
         """Write the tombstone of a session another node left offline and that expired."""
         if client_id not in self.sessions:
             await self._state.write(client_id, lambda: SessionSnapshot(client_id, 0, deleted=True))
-
-    async def run_cluster_sync(self) -> None:
-        """Cluster mode: load (retrying while the cluster is unreachable), then follow the other nodes'
-        writes until cancelled. Returns at once on a single server."""
-        if self.cluster is None:
-            return
-        while True:
-            try:
-                await self.ready()
-                break
-            except BackendError as exc:
-                _log.warning("mqtt.cluster_sync_failed", log="load", detail=str(exc))
-                await trio.sleep(1.0)
-        await self.cluster.run()
 
     # --- subscriptions ------------------------------------------------------------------------
     async def subscribe(self, session: Session, spec: SubscriptionSpec) -> bool:

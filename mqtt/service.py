@@ -100,7 +100,7 @@ class MqttService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.gateway.run_timers)
             if self.gateway.cluster is not None:
-                nursery.start_soon(self.gateway.run_cluster_sync)
+                nursery.start_soon(self.gateway.cluster.serve)
             task_status.started()
             if self.lmq_idle_s > 0:
                 await self._sweep_idle_lmqs()

@@ -26,11 +26,14 @@ from typing import Any, NamedTuple
 import trio
 
 from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
+from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 from mqproxy.mqtt.store import LightStore
 
 _QUEUE = 0
+#: Longest wait for a record written in cluster mode to become readable by the other nodes.
+_VISIBLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +263,14 @@ class SessionStateStore:
     async def save(self, snapshot: SessionSnapshot) -> None:
         if self.node is not None:
             snapshot.node = self.node
-        await self._backend.send(Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE))
+        message = Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE)
+        result = await self._backend.send(message)
+        if self.node is not None:
+            if result.queue_id != _QUEUE:  # a cluster moved it to another broker: no node would read it
+                raise StoreUnavailable(f"queue {_QUEUE} of {SESSION_STATE_TOPIC} is not writable now")
+            # Acknowledged only once other nodes can read it (a broker indexes a stored message shortly
+            # after it answers the send).
+            await self._backend.wait_for_message(SESSION_STATE_TOPIC, _QUEUE, result.queue_offset, _VISIBLE_S)
         self._records += 1
         if snapshot.deleted:
             self._live.discard(snapshot.client_id)

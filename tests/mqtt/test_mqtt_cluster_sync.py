@@ -47,7 +47,8 @@ async def two_nodes() -> AsyncIterator[Nodes]:
         async with trio.open_nursery() as nursery:
             for gateway in (ga, gb):
                 nursery.start_soon(gateway.run_timers)
-                nursery.start_soon(gateway.run_cluster_sync)
+                assert gateway.cluster is not None
+                nursery.start_soon(gateway.cluster.serve)
                 await gateway.ready()
             yield Nodes(x.address, y.address, ga, gb)
             nursery.cancel_scope.cancel()
