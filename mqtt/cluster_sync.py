@@ -233,7 +233,8 @@ class ClusterSync:
 
     async def _expire(self, snapshot: SessionSnapshot) -> None:
         """An offline session of another node reached its expiry: end it unless a newer record came."""
-        if self.known.get(snapshot.client_id) is not snapshot:
+        client_id = snapshot.client_id
+        if self.known.get(client_id) is not snapshot:
             return
-        self._forget(snapshot.client_id)
-        await self.gateway.end_remote(snapshot.client_id)
+        self._forget(client_id)
+        await self.gateway.end_remote(client_id)

@@ -277,13 +277,13 @@ class Gateway:
         if session.ended:
             return
         session.ended = True
-        if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
+        client_id = session.client_id
+        if self.sessions.get(client_id) is session:
+            del self.sessions[client_id]
         await session.give_back_shared(self.backend)
         for topic_filter in list(session.subscriptions):
             self._forget_subscription(session, topic_filter)
         session.wake_all()
-        client_id = session.client_id
         state = self._state
 
         def deletion() -> SessionSnapshot | None:  # a session never written needs no tombstone
@@ -342,8 +342,9 @@ class Gateway:
     def release(self, session: Session) -> None:
         """Drop ``session`` from this node without writing anything: another node holds it now."""
         session.ended = True
-        if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
+        client_id = session.client_id
+        if self.sessions.get(client_id) is session:
+            del self.sessions[client_id]
         for topic_filter in list(session.subscriptions):
             self._forget_subscription(session, topic_filter)
         session.wake_all()
