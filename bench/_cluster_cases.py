@@ -58,7 +58,6 @@ COMMIT_POLL_S = 0.5
 PROBE_REPORT_MS = 10
 NEVER = 1 << 62
 MQTT_CASE = f"fan-in QoS 1 ({FAN_IN_PUBLISHERS}→1)"
-MQTT_NA = "n/a (MQTT needs the embedded backend)"
 
 
 def _together(
@@ -267,7 +266,7 @@ def mqtt_rows(bed: ClusterBed, opts: argparse.Namespace) -> MqttFigures:
     node = bed.nodes[0]
     refused = trio.run(_cluster_accepts_mqtt, node.port)
     if refused:
-        figures.cluster_note = f"{MQTT_NA}; node A refused CONNECT: {refused}"
+        figures.cluster_note = f"n/a: node A refused CONNECT: {refused}"
     else:
         figures.cluster = trio.run(climb, Broker("mqproxy x1", node.port, node.pid, lambda: None))
         if figures.cluster is None:

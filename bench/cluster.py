@@ -38,8 +38,9 @@ the exit status).
 
 ``mqtt``
     ``bench/mqtt.py``'s QoS 1 fan-in ladder (10 publishers → 1 subscriber, one topic, 64 B) on an embedded
-    mqproxy started for it, beside the same on mqproxy node A when it accepts MQTT; a node on the cluster
-    backend refuses MQTT for now, so that figure reads "n/a (MQTT needs the embedded backend)".
+    mqproxy started for it, beside the same on mqproxy node A (MQTT on the cluster: each message stored once
+    on the cluster's LMQ broker and dispatched by it into the light queues); "n/a" with the CONNACK's reason
+    if the node refuses MQTT.
 
 Exit status 1 (and a ``FAILED`` line) if the set-up failed, a send failed after the warm-up, a drain fell
 short, or a row has no figures.

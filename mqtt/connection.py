@@ -16,8 +16,9 @@ before PUBREL. After a restart the first CONNECT re-sends them under their origi
 
 Closing: MQTT 5 peers get a DISCONNECT (or, while connecting, a CONNACK) with the reason code first; 3.1.1
 peers are closed silently, except that a refused CONNECT gets its CONNACK return code (0x01 for an
-unsupported level, 0x02 for a rejected client id, 0x03 when the server refuses MQTT altogether, see
-``refusal``). The session is then detached (ended or persisted) and the will is published unless the client
+unsupported level, 0x02 for a rejected client id, 0x03 (Server unavailable, 0x88 in MQTT 5, error
+``mqtt_unavailable``) when the store cannot be reached at CONNECT, e.g. a cluster node whose cluster is
+down). The session is then detached (ended or persisted) and the will is published unless the client
 sent a normal DISCONNECT.
 """
 
@@ -29,7 +30,7 @@ import time
 import trio
 
 from mqproxy.codecs import mqtt as mq
-from mqproxy.model.errors import BackendError, MessageTooLarge
+from mqproxy.model.errors import BackendError, MessageTooLarge, StoreUnavailable
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import Deliveries
 from mqproxy.mqtt.gateway import Gateway, now_ms
@@ -46,19 +47,12 @@ _CLEANUP_S = 5.0
 
 
 class MqttConnection(PacketWriter, Deliveries):
-    """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s.
+    """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s."""
 
-    With a ``refusal`` (why this server cannot serve MQTT now), a well-formed CONNECT is answered with
-    Server unavailable (0x88; 3.1.1 return code 3; the reason string in MQTT 5) and the connection closes
-    with error ``mqtt_unavailable``; no session is opened and the gateway is not asked anything."""
-
-    def __init__(
-        self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway, *, refusal: str | None = None
-    ) -> None:
+    def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway) -> None:
         self.stream = stream
         self.ctx = ctx
         self.gateway = gateway
-        self.refusal = refusal
         self.config = gateway.config
         self.proto = MqttProtocol(gateway.config)
         self.session: Session | None = None
@@ -285,12 +279,14 @@ class MqttConnection(PacketWriter, Deliveries):
         proto = self.proto
         gateway = self.gateway
         terms = proto.accept_connect(packet)
-        if self.refusal is not None:
-            raise Close(mq.ReasonCode.SERVER_UNAVAILABLE, "mqtt_unavailable", self.refusal)
         verdict = await gateway.auth.authenticate(packet.username, packet.password)
         proto.admit(packet, terms, verdict, gateway.auth.can_publish)
         client_id = terms.client_id
-        await gateway.ready()
+        try:
+            await gateway.ready()
+            await gateway.catch_up()
+        except StoreUnavailable as exc:  # the client may try again later, or another node
+            raise Close(mq.ReasonCode.SERVER_UNAVAILABLE, "mqtt_unavailable", str(exc)) from None
         previous = gateway.sessions.get(client_id)
         if previous is not None and previous.connection is not None:
             old: MqttConnection = previous.connection

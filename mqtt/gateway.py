@@ -12,8 +12,6 @@ is set (RIP-28). Readers are woken by the store's long-poll (RIP-33 notify → p
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -26,6 +24,7 @@ from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
+from mqproxy.mqtt.cluster_sync import ClusterSync
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
@@ -37,6 +36,7 @@ from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
 from mqproxy.mqtt.store import LightStore
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
+from mqproxy.mqtt.timers import Timers
 
 _log = structlog.get_logger("mqproxy.mqtt")
 #: Seconds between checks whether a state log is worth compacting.
@@ -64,6 +64,8 @@ class Gateway:
         config: MqttConfig,
         draining: trio.Event | None = None,
         auth: Authorizer = ALLOW_ALL,
+        *,
+        node: str | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -75,43 +77,48 @@ class Gateway:
         self.push_hubs = PushHubs(backend, self.read_cache, config.pull_batch, config.poll_interval_s)
         self.auth = auth
         self.index = SubscriptionIndex()
-        self.retained = RetainedStore(config.compaction_min_records)
+        clustered = node is not None
+        self.retained = RetainedStore(config.compaction_min_records, compacts=not clustered)
         self.sessions: dict[str, Session] = {}
         self.shared_groups: dict[tuple[str, str], SharedGroup] = {}
-        self._state = SessionStateStore(backend, config.compaction_min_records)
+        self._state = SessionStateStore(
+            backend, config.compaction_min_records, node=node, compacts=not clustered
+        )
+        #: Cluster mode (``node`` set): follows what the other nodes write (see :mod:`.cluster_sync`).
+        self.cluster = ClusterSync(self, node) if node is not None else None
         self._draining = draining if draining is not None else trio.Event()
-        self._loaded = trio.Event()
-        self._loading = False
-        self._load_error: BaseException | None = None
-        self._timers: list[tuple[float, int, Callable[[], Awaitable[None]]]] = []
-        self._timer_seq = itertools.count()
-        self._timer_changed = trio.Event()
-        self._timer_task_started = False
+        self._loaded = False
+        self._load_lock = trio.Lock()
+        self.timers = Timers(self._draining)
 
     # --- start-up -----------------------------------------------------------------------------
     async def ready(self) -> None:
-        """Load persisted state once (the first caller does it; others wait)."""
-        if self._loaded.is_set():
-            if self._load_error is not None:
-                raise self._load_error
+        """Load persisted state once (the first caller does it; others wait). A failed load raises to
+        every caller waiting for it and is tried again by the next caller (the store may come back)."""
+        if self._loaded:
             return
-        if self._loading:
-            await self._loaded.wait()
-            if self._load_error is not None:
-                raise self._load_error
-            return
-        self._loading = True
-        try:
-            await self._load()
-        except BaseException as exc:
-            self._load_error = exc
-            raise
-        finally:
-            self._loaded.set()
+        async with self._load_lock:
+            if self._loaded:
+                return
+            try:
+                await self._load()
+            except BaseException:
+                self.retained = RetainedStore(
+                    self.config.compaction_min_records, compacts=self.cluster is None
+                )
+                self.sessions.clear()
+                self.index = SubscriptionIndex()
+                self.shared_groups.clear()
+                raise
+            self._loaded = True
 
     async def _load(self) -> None:
         await self.retained.load(self.backend)
         snapshots = await self._state.load()
+        if self.cluster is not None:  # sessions are taken up by the CONNECT that resumes them
+            self.cluster.start(snapshots, self._state.end, self.retained.end)
+            self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
+            return
         now = now_ms()
         for snapshot in snapshots.values():
             disconnected = snapshot.disconnected_at_ms if snapshot.disconnected_at_ms is not None else now
@@ -121,14 +128,19 @@ class Gateway:
             ):
                 await self._state.save(SessionSnapshot(snapshot.client_id, 0, deleted=True))
                 continue
-            session = Session(snapshot.client_id, snapshot.expiry_interval, self.config.default_send_quota)
-            for spec in snapshot.subscriptions:
-                await self._add_subscription(session, spec, resume=True)
-            await self._hold_groups(session, snapshot)
-            session.load_qos2(snapshot, now)
-            self.sessions[session.client_id] = session
+            session = await self._restore(snapshot, now)
             self._schedule_expiry(session, disconnected)
         self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
+
+    async def _restore(self, snapshot: SessionSnapshot, now: int) -> Session:
+        """The session ``snapshot`` describes, with its subscriptions read from their committed offsets."""
+        session = Session(snapshot.client_id, snapshot.expiry_interval, self.config.default_send_quota)
+        for spec in snapshot.subscriptions:
+            await self._add_subscription(session, spec, resume=True)
+        await self._hold_groups(session, snapshot)
+        session.load_qos2(snapshot, now)
+        self.sessions[session.client_id] = session
+        return session
 
     async def _housekeeping(self) -> None:
         """Compact the state logs that became mostly dead records; runs every
@@ -151,7 +163,10 @@ class Gateway:
 
     def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
         targets = [lmq_name(topic)]
-        targets.extend(lmq_name(f) for f in self.index.match(topic))
+        local = self.index.match(topic)
+        targets.extend(lmq_name(f) for f in local)
+        if self.cluster is not None:
+            targets.extend(lmq_name(f) for f in self.cluster.match(topic) if f not in local)
         if retain:
             targets.append(RETAINED_LMQ)
         return tuple(targets)
@@ -181,6 +196,7 @@ class Gateway:
         item = (topic, payload, qos, retain, properties)
         result = await self.backend.send(self._message(item, client_id, born_host))
         if retain:
+            await self._readable(result)
             self.retained.set(
                 topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
             )
@@ -215,55 +231,72 @@ class Gateway:
             start = end
         for (topic, payload, qos, retain, props), result in zip(items, out, strict=True):
             if retain and isinstance(result, SendResult):
+                await self._readable(result)
                 self.retained.set(
                     topic, payload, qos, props, result.store_timestamp_ms, result.commitlog_offset
                 )
         return out
 
+    async def _readable(self, result: SendResult) -> None:
+        """Cluster mode: wait until a retained message just stored is readable by every node (a broker
+        indexes a stored message shortly after it answers the send), so a client that connects anywhere
+        after the PUBACK gets it."""
+        if self.cluster is not None:
+            await self.backend.wait_for_message(result.topic, result.queue_id, result.queue_offset, 5.0)
+
     # --- sessions -----------------------------------------------------------------------------
     async def open_session(
         self, client_id: str, clean_start: bool, expiry_interval: int, send_quota: int
     ) -> tuple[Session, bool]:
-        """The session for a CONNECT and whether one was present (False after a clean start)."""
+        """The session for a CONNECT and whether one was present (False after a clean start). In cluster
+        mode the session may come from the snapshot another node wrote last."""
         existing = self.sessions.get(client_id)
+        if existing is None and self.cluster is not None:
+            snapshot = self.cluster.adopt(client_id)
+            if snapshot is not None:
+                existing = await self._restore(snapshot, now_ms())
         if existing is not None and clean_start:
-            await self.discard(existing)
+            # In cluster mode the new session's record replaces the old one: a tombstone first would
+            # read to other nodes as a late write of a node that lost the session.
+            await self.discard(existing, tombstone=self.cluster is None)
             existing = None
         if existing is not None:
             existing.expiry_interval = expiry_interval
             existing.send_quota = send_quota
             existing.epoch += 1
-            if existing.persistent:
-                await self._state.write(client_id, existing.snapshot)
+            await self.persist(existing)
             return existing, True
         session = Session(client_id, expiry_interval, send_quota)
         session.epoch = 1
         self.sessions[client_id] = session
-        if session.persistent:
-            await self._state.write(client_id, session.snapshot)
+        await self.persist(session)
         return session, False
 
-    async def discard(self, session: Session) -> None:
-        """End a session: drop its subscriptions from the index and its durable snapshot."""
+    async def discard(self, session: Session, *, tombstone: bool = True) -> None:
+        """End a session: drop its subscriptions from the index and (``tombstone``) its durable snapshot."""
         if session.ended:
             return
         session.ended = True
-        if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
+        client_id = session.client_id
+        if self.sessions.get(client_id) is session:
+            del self.sessions[client_id]
         await session.give_back_shared(self.backend)
         for topic_filter in list(session.subscriptions):
             self._forget_subscription(session, topic_filter)
         session.wake_all()
-        client_id = session.client_id
         state = self._state
 
         def deletion() -> SessionSnapshot | None:  # a session never written needs no tombstone
             return SessionSnapshot(client_id, 0, deleted=True) if state.is_live(client_id) else None
 
-        await state.write(client_id, deletion)
+        if tombstone:
+            await state.write(client_id, deletion)
 
     async def detached(self, session: Session) -> None:
-        """A connection left ``session``: end it (expiry 0) or persist it and start its expiry timer."""
+        """A connection left ``session``: end it (expiry 0) or persist it and start its expiry timer.
+        Nothing for a session already ended (e.g. taken over by another node)."""
+        if session.ended:
+            return
         await session.commit_offsets(self.backend)
         if not session.persistent:
             await self.discard(session)
@@ -295,9 +328,35 @@ class Gateway:
         return names
 
     async def persist(self, session: Session) -> None:
-        """Make ``session``'s current state durable (persistent sessions; concurrent calls share writes)."""
-        if session.persistent:
+        """Make ``session``'s current state durable (persistent sessions, and every session in cluster
+        mode, where other nodes read it; concurrent calls share writes)."""
+        if session.persistent or self.cluster is not None:
             await self._state.write(session.client_id, session.snapshot)
+
+    # --- cluster mode ---------------------------------------------------------------------------
+    async def catch_up(self) -> None:
+        """Cluster mode: apply what other nodes wrote before now (a CONNECT calls it first)."""
+        if self.cluster is not None:
+            await self.cluster.catch_up()
+
+    def release(self, session: Session) -> None:
+        """Drop ``session`` from this node without writing anything: another node holds it now."""
+        session.ended = True
+        client_id = session.client_id
+        if self.sessions.get(client_id) is session:
+            del self.sessions[client_id]
+        for topic_filter in list(session.subscriptions):
+            self._forget_subscription(session, topic_filter)
+        session.wake_all()
+
+    def noted(self, snapshot: SessionSnapshot) -> None:
+        """Another node wrote ``snapshot`` (the newest record of its client)."""
+        self._state.noted(snapshot)
+
+    async def end_remote(self, client_id: str) -> None:
+        """Write the tombstone of a session another node left offline and that expired."""
+        if client_id not in self.sessions:
+            await self._state.write(client_id, lambda: SessionSnapshot(client_id, 0, deleted=True))
 
     # --- subscriptions ------------------------------------------------------------------------
     async def subscribe(self, session: Session, spec: SubscriptionSpec) -> bool:
@@ -398,41 +457,12 @@ class Gateway:
 
     # --- timers -------------------------------------------------------------------------------
     def call_later(self, delay_s: float, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` after ``delay_s`` in the gateway's timer task (until the server drains). A
-        gateway whose owner did not start :meth:`run_timers` starts it as a system task at the first call."""
-        heapq.heappush(self._timers, (trio.current_time() + delay_s, next(self._timer_seq), callback))
-        self._timer_changed.set()
-        if not self._timer_task_started:
-            self._timer_task_started = True
-            trio.lowlevel.spawn_system_task(self._run_timers, name="mqtt-gateway-timers")
+        """Run ``callback`` after ``delay_s`` in the gateway's timer task (see :class:`Timers`)."""
+        self.timers.call_later(delay_s, callback)
 
     async def run_timers(self) -> None:
         """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
-        if self._timer_task_started:
-            return
-        self._timer_task_started = True
-        await self._run_timers()
-
-    async def _run_timers(self) -> None:
-        while not self._draining.is_set():
-            self._timer_changed = trio.Event()
-            deadline = self._timers[0][0] if self._timers else trio.current_time() + 3600
-            async with trio.open_nursery() as nursery:
-
-                async def stop_on(event: trio.Event) -> None:
-                    await event.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(stop_on, self._timer_changed)
-                nursery.start_soon(stop_on, self._draining)
-                nursery.cancel_scope.deadline = deadline
-            now = trio.current_time()
-            while self._timers and self._timers[0][0] <= now and not self._draining.is_set():
-                _, _, callback = heapq.heappop(self._timers)
-                try:
-                    await callback()
-                except Exception:  # a store error or a bug must not kill the process via a system task
-                    _log.exception("internal.error", detail="mqtt gateway timer failed")
+        await self.timers.run()
 
 
 def rocketmq_dispatch(registries: Mapping[str, object], properties: Mapping[str, str]) -> tuple[str, ...]:

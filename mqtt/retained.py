@@ -64,7 +64,11 @@ class RetainedStore:
     counts them to know when :meth:`compact` is due.
     """
 
-    def __init__(self, min_garbage: int = 10_000) -> None:
+    def __init__(self, min_garbage: int = 10_000, *, compacts: bool = True) -> None:
+        #: False: never rewrite the retained queue (a backend that cannot; its retention bounds it).
+        self.compacts = compacts
+        #: The offset one past the last record :meth:`load` read.
+        self.end = 0
         self._root = _Node()
         self._count = 0
         self._records = 0  # records in the retained queue (between compactions: an upper bound)
@@ -77,13 +81,14 @@ class RetainedStore:
         """Rebuild the tree from the retained queue, compacting the queue first if it is mostly dead
         records (call once, before serving)."""
         found = await replay(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key)
+        self.end = found.end
         for message in found.live():
             self.apply(message)
         await self._compact(backend, found)
 
     def compaction_due(self) -> bool:
         """True once the queue probably holds more replaced or cleared values than live ones."""
-        return worth_compacting(self._records, self._count, self._min_garbage)
+        return self.compacts and worth_compacting(self._records, self._count, self._min_garbage)
 
     async def compact(self, backend: LightStore) -> None:
         """Drop replaced and cleared values from the retained queue. Safe while publishers keep writing
@@ -91,7 +96,10 @@ class RetainedStore:
         await self._compact(backend, None)
 
     async def _compact(self, backend: LightStore, found: Replay | None) -> None:
-        await compact_if_worth(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key, self._min_garbage, found)
+        if self.compacts:
+            await compact_if_worth(
+                backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key, self._min_garbage, found
+            )
         low = await backend.min_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
         self._records = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID) - low
 

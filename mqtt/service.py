@@ -11,13 +11,15 @@ facade's light-queue dispatch (so a RocketMQ producer that names only ``MQTT_TOP
 subscriptions, whatever protocol it used), runs the gateway's timers and, when ``[store]
 lmq_idle_seconds`` > 0, loads the gateway's state and sweeps idle light queues the gateway does not read.
 
-MQTT is not built on the ``rocketmq`` cluster backend yet: with ``[backend] kind = "rocketmq"`` the service
-runs nothing, logs ``mqtt.unavailable`` once at start and refuses every CONNECT (TCP or WebSocket) with
-Server unavailable (see :class:`~mqproxy.mqtt.connection.MqttConnection`).
+With ``[backend] kind = "rocketmq"`` the gateway runs in cluster mode: it gets a node id (random, per
+process), keeps no state of its own beyond caches and follows what the other nodes write
+(:mod:`mqproxy.mqtt.cluster_sync`); :meth:`MqttService.run` loads the gateway eagerly, retrying while
+the cluster is unreachable (a CONNECT meanwhile gets Server unavailable with the reason).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,20 +35,17 @@ from mqproxy.mqtt.sweeper import run_lmq_sweeper
 from mqproxy.negotiation import Detected
 from mqproxy.runtime.context import ConnectionContext
 
-__all__ = ["CLUSTER_REFUSAL", "LMQ_SWEEP_LIMIT", "MqttService"]
+__all__ = ["LMQ_SWEEP_LIMIT", "MqttService"]
 
 _log = structlog.get_logger("mqproxy.server")
 
 #: Most idle light queues one sweep deletes (the rest wait for the next sweep).
 LMQ_SWEEP_LIMIT = 100_000
-#: Why a CONNECT is refused while ``backend.kind = "rocketmq"`` (the MQTT 5 CONNACK's reason string).
-CLUSTER_REFUSAL = "MQTT needs the embedded backend for now (backend.kind = rocketmq serves remoting and gRPC)"
 
 
 class MqttService:
     """The MQTT protocol service. ``gateway`` is the one gateway every connection uses (tests may
-    replace it before connecting). ``refusal`` set: MQTT is unavailable on this server and every CONNECT
-    is refused with it as the reason."""
+    replace it before connecting)."""
 
     def __init__(
         self,
@@ -55,13 +54,11 @@ class MqttService:
         *,
         lmq_idle_s: float = 0,
         lmq_sweep_interval_s: float = 60.0,
-        refusal: str | None = None,
     ) -> None:
         self.broker = broker
         self.gateway = gateway
         self.lmq_idle_s = lmq_idle_s
         self.lmq_sweep_interval_s = lmq_sweep_interval_s
-        self.refusal = refusal
 
     @classmethod
     def from_settings(cls, broker: BrokerFacade, settings: Any, draining: trio.Event) -> MqttService:
@@ -69,13 +66,13 @@ class MqttService:
         ``draining`` is set when the server stops (connections close, the gateway's timers end)."""
         mqtt = settings.mqtt
         auth = Authorizer.from_settings(mqtt.allow_anonymous, mqtt.users, mqtt.acl)
-        gateway = Gateway(FacadeStore(broker), config_from_settings(mqtt), draining, auth)
+        node = uuid.uuid4().hex[:12] if settings.backend.cluster else None
+        gateway = Gateway(FacadeStore(broker), config_from_settings(mqtt), draining, auth, node=node)
         return cls(
             broker,
             gateway,
-            lmq_idle_s=settings.store.lmq_idle_seconds,
+            lmq_idle_s=0 if node is not None else settings.store.lmq_idle_seconds,  # the brokers own LMQs
             lmq_sweep_interval_s=settings.store.lmq_sweep_interval_seconds,
-            refusal=CLUSTER_REFUSAL if settings.backend.cluster else None,
         )
 
     @property
@@ -97,15 +94,13 @@ class MqttService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Install the light-queue dispatch, then run the gateway's timers (session expiry, delayed Wills,
-        state-log housekeeping) and the idle-LMQ sweep until cancelled. With a ``refusal``: log
-        ``mqtt.unavailable`` and return (nothing to run)."""
-        if self.refusal is not None:
-            _log.warning("mqtt.unavailable", detail=self.refusal)
-            task_status.started()
-            return
+        state-log housekeeping), in cluster mode the gateway's load and follow of the other nodes, and the
+        idle-LMQ sweep, until cancelled."""
         self.broker.set_lmq_dispatch(self.lmq_dispatch)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.gateway.run_timers)
+            if self.gateway.cluster is not None:
+                nursery.start_soon(self.gateway.cluster.serve)
             task_status.started()
             if self.lmq_idle_s > 0:
                 await self._sweep_idle_lmqs()
@@ -128,4 +123,4 @@ class MqttService:
 
     async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
         """Serve one MQTT connection (TCP, TLS or a WebSocket stream) until it closes."""
-        await MqttConnection(stream, ctx, self.gateway, refusal=self.refusal).run()
+        await MqttConnection(stream, ctx, self.gateway).run()

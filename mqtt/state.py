@@ -26,11 +26,14 @@ from typing import Any, NamedTuple
 import trio
 
 from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
+from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 from mqproxy.mqtt.store import LightStore
 
 _QUEUE = 0
+#: Longest wait for a record written in cluster mode to become readable by the other nodes.
+_VISIBLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,7 @@ class SessionSnapshot:
     deleted: bool = False
     awaiting_rel: list[InboundQos2] = field(default_factory=list)  # inbound QoS 2, PUBREL not yet seen
     outbound: list[OutboundQos2] = field(default_factory=list)
+    node: str | None = None  # cluster mode: the node that wrote the record (None: single server)
 
     def to_json(self) -> bytes:
         raw: dict[str, Any] = {
@@ -145,6 +149,8 @@ class SessionSnapshot:
             raw["awaiting_rel"] = self.awaiting_rel  # named tuples: JSON arrays
         if self.outbound:
             raw["outbound"] = [entry.to_list() for entry in self.outbound]
+        if self.node is not None:
+            raw["node"] = self.node
         return json.dumps(raw, separators=(",", ":")).encode()
 
     @classmethod
@@ -168,7 +174,13 @@ class SessionSnapshot:
             deleted=bool(raw.get("deleted", False)),
             awaiting_rel=[InboundQos2.from_list(entry) for entry in awaiting],
             outbound=[OutboundQos2.from_list(entry) for entry in outbound],
+            node=str(raw["node"]) if raw.get("node") is not None else None,
         )
+
+    @property
+    def connected(self) -> bool:
+        """True for the record of a session some connection holds (not ended, not disconnected)."""
+        return not self.deleted and self.disconnected_at_ms is None
 
 
 class _Writes:
@@ -194,15 +206,28 @@ class SessionStateStore:
     """The session-state log: appends snapshots, replays the newest per client, compacts itself.
 
     ``min_garbage``: superseded records the log must hold, and outnumber live ones, before
-    :meth:`compaction_due` says so (see :mod:`mqproxy.facade.compaction`).
+    :meth:`compaction_due` says so (see :mod:`mqproxy.facade.compaction`). ``node`` set (cluster mode):
+    every record written carries it, so other nodes tell their own records from this node's, and the log
+    is never compacted (``compacts`` False: a backend that cannot rewrite a queue; the brokers' retention
+    bounds it instead). :attr:`end` is the offset one past the last record :meth:`load` read.
     """
 
-    def __init__(self, backend: LightStore, min_garbage: int = 10_000) -> None:
+    def __init__(
+        self,
+        backend: LightStore,
+        min_garbage: int = 10_000,
+        *,
+        node: str | None = None,
+        compacts: bool = True,
+    ) -> None:
         self._backend = backend
         self._writes: dict[str, _Writes] = {}
         self._min_garbage = min_garbage
         self._records = 0  # records in the log (between compactions: counted on append)
         self._live: set[str] = set()
+        self.node = node
+        self.compacts = compacts
+        self.end = 0
 
     async def load(self) -> dict[str, SessionSnapshot]:
         """The live snapshot of every persistent session (creates the internal topic if missing);
@@ -210,6 +235,7 @@ class SessionStateStore:
         backend = self._backend
         await backend.create_topic(SESSION_STATE_TOPIC, 1)
         found = await replay(backend, SESSION_STATE_TOPIC, _QUEUE, _snapshot_key)
+        self.end = found.end
         latest = {}
         for message in found.live():
             snapshot = SessionSnapshot.from_json(message.body)
@@ -219,7 +245,7 @@ class SessionStateStore:
         return latest
 
     def compaction_due(self) -> bool:
-        return worth_compacting(self._records, len(self._live), self._min_garbage)
+        return self.compacts and worth_compacting(self._records, len(self._live), self._min_garbage)
 
     async def compact(self) -> None:
         """Drop superseded snapshots from the log (safe while sessions keep writing)."""
@@ -227,12 +253,32 @@ class SessionStateStore:
 
     async def _compact(self, found: Replay | None) -> None:
         backend = self._backend
-        await compact_if_worth(backend, SESSION_STATE_TOPIC, _QUEUE, _snapshot_key, self._min_garbage, found)
+        if self.compacts:
+            await compact_if_worth(
+                backend, SESSION_STATE_TOPIC, _QUEUE, _snapshot_key, self._min_garbage, found
+            )
         low = await backend.min_offset(SESSION_STATE_TOPIC, _QUEUE)
         self._records = await backend.max_offset(SESSION_STATE_TOPIC, _QUEUE) - low
 
     async def save(self, snapshot: SessionSnapshot) -> None:
-        await self._backend.send(Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE))
+        if self.node is not None:
+            snapshot.node = self.node
+        message = Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE)
+        result = await self._backend.send(message)
+        if self.node is not None:
+            if result.queue_id != _QUEUE:  # a cluster moved it to another broker: no node would read it
+                raise StoreUnavailable(f"queue {_QUEUE} of {SESSION_STATE_TOPIC} is not writable now")
+            # Acknowledged only once other nodes can read it (a broker indexes a stored message shortly
+            # after it answers the send).
+            await self._backend.wait_for_message(SESSION_STATE_TOPIC, _QUEUE, result.queue_offset, _VISIBLE_S)
+        self._records += 1
+        if snapshot.deleted:
+            self._live.discard(snapshot.client_id)
+        else:
+            self._live.add(snapshot.client_id)
+
+    def noted(self, snapshot: SessionSnapshot) -> None:
+        """Another node wrote ``snapshot``: it is now the newest record of its client."""
         self._records += 1
         if snapshot.deleted:
             self._live.discard(snapshot.client_id)

@@ -3,9 +3,9 @@ mqproxy.backends.rocketmq.broker
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 :class:`RocketMQBroker`: the :class:`~mqproxy.facade.api.BrokerFacade` of a stateless mqproxy node in front
-of a stock Apache RocketMQ cluster. The roles live in :mod:`.produce`, :mod:`.consume`, :mod:`.pop` and
-:mod:`.members`; this module holds topic and group administration, the light-queue role, and the
-node's lifecycle (:func:`open_rocketmq_broker`).
+of a stock Apache RocketMQ cluster. The roles live in :mod:`.produce`, :mod:`.consume`, :mod:`.pop`,
+:mod:`.members` and :mod:`.lmq`; this module holds topic and group administration, the light-queue role,
+and the node's lifecycle (:func:`open_rocketmq_broker`).
 
 Contracts:
 
@@ -15,6 +15,8 @@ Contracts:
   (group configs: :mod:`.groups`).
 * :meth:`RocketMQBroker.health` is None while the cluster answers, else a one-line reason. The node
   starts without the cluster; requests then fail with :class:`~mqproxy.model.errors.ClusterUnavailable`.
+* Light message queues (``%LMQ%`` names) live on the one LMQ broker (:mod:`.lmq`): their config is
+  fixed (one queue), creating one is a no-op, and looking one up checks the LMQ broker is reachable.
 * Topic creation goes to every master broker of the cluster with the same queue count (as
   ``mqadmin updateTopic -c``); a topic's virtual queue count is the sum over its brokers.
 """
@@ -35,6 +37,7 @@ from mqproxy.backends.rocketmq import wire
 from mqproxy.backends.rocketmq.cluster import Cluster, ClusterConfig, TopicView
 from mqproxy.backends.rocketmq.consume import ConsumingRole
 from mqproxy.backends.rocketmq.groups import GroupConfigs
+from mqproxy.backends.rocketmq.lmq import LmqSending
 from mqproxy.backends.rocketmq.members import Members, node_client_id
 from mqproxy.backends.rocketmq.pop import PoppingRole
 from mqproxy.backends.rocketmq.produce import ProducingRole
@@ -51,7 +54,7 @@ from mqproxy.facade.types import (
     TopicMessageType,
 )
 from mqproxy.model.errors import ClusterUnavailable, ServiceError
-from mqproxy.model.topics import default_queue_count
+from mqproxy.model.topics import default_queue_count, is_lmq, lmq_config
 from mqproxy.model.types import PERM_READ, PERM_WRITE, ConsumerInfo, TopicConfig
 from mqproxy.remoting_client import ClientConfig, RemotingPool
 
@@ -72,7 +75,7 @@ class ServiceTunables(Protocol):
     def max_reconsume_times(self) -> int: ...
 
 
-class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
+class RocketMQBroker(ProducingRole, LmqSending, ConsumingRole, PoppingRole):
     def __init__(
         self, cluster: Cluster, members: Members, advertised: tuple[str, int], tunables: ServiceTunables
     ) -> None:
@@ -116,6 +119,9 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
         )
 
     async def get_topic(self, topic: str) -> TopicConfig | None:
+        if is_lmq(topic):
+            await self.cluster.lmq_broker()
+            return lmq_config(topic)
         view = await self.cluster.view(topic)
         if view is None:
             return None
@@ -188,6 +194,8 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
         )
 
     async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
+        if is_lmq(topic):
+            return lmq_config(topic)  # an LMQ exists once a message is dispatched to it
         view = await self.cluster.view(topic)
         if view is not None:
             return self._config(view)
@@ -232,19 +240,8 @@ class RocketMQBroker(ProducingRole, ConsumingRole, PoppingRole):
         return self.groups.get(group)
 
     async def put_group_config(self, config: GroupConfig) -> None:
-        body = orjson.dumps(
-            {
-                "groupName": config.name,
-                "consumeEnable": True,
-                "consumeFromMinEnable": True,
-                "consumeBroadcastEnable": True,
-                "consumeMessageOrderly": config.consume_orderly,
-                "retryQueueNums": 1,
-                "retryMaxTimes": config.retry_max_times,
-                "brokerId": 0,
-                "whichBrokerWhenConsumeSlowly": 1,
-                "notifyConsumerIdsChangedEnable": True,
-            }
+        body = wire.group_body(
+            config.name, orderly=config.consume_orderly, retry_max_times=config.retry_max_times
         )
         for broker in self.cluster.masters():
             request = wire.command(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)

@@ -3,7 +3,8 @@ mqproxy.backends.rocketmq.cluster
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 
 What one node knows of the RocketMQ cluster behind it, and how it reaches it: name servers, brokers'
-master addresses, topic routes with their virtual queue maps (:mod:`.vqueues`), and the broker index.
+master addresses, topic routes with their virtual queue maps (:mod:`.vqueues`), the broker index, and the
+LMQ broker (:mod:`.lmq`).
 
 Contracts:
 
@@ -14,6 +15,14 @@ Contracts:
   stored map that starts with it (:func:`.vqueues.QueueMap.covers`).
 * :meth:`Cluster.broker_call` sends to a broker's master; connection failures, timeouts and an unknown
   broker become :class:`~mqproxy.model.errors.ClusterUnavailable` with a remark naming the broker.
+* :meth:`Cluster.lmq_broker` is the one broker every light message queue lives on, named in the name
+  servers' KV (namespace ``mqproxy``, key ``mqtt/broker``). A node reads the key on first use; if no name
+  server holds it, the node writes the first master broker name in sorted order and then uses what it
+  reads back, so all nodes agree. The KV has no compare-and-set: two nodes that saw different masters
+  when the key was first written may pick differently until the next refresh, which re-reads the key.
+  A named broker without a live master is :class:`~mqproxy.model.errors.ClusterUnavailable` naming it.
+* :meth:`Cluster.broker_hold` is :meth:`Cluster.broker_call` for a broker long poll: no answer within the
+  hold is None, not an error.
 * :attr:`Cluster.health` is None while the name servers answer and a reason otherwise; it is refreshed by
   :meth:`Cluster.run` (every second while unhealthy).
 """
@@ -39,12 +48,14 @@ from mqproxy.backends.rocketmq.vqueues import BrokerIndex, MapError, QueueMap, R
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.errors import BrokerRefused, ClusterUnavailable
-from mqproxy.remoting_client import RemotingClientError, RemotingPool
+from mqproxy.remoting_client import RemotingClientError, RemotingPool, RemotingTimeout
 
 __all__ = ["Cluster", "ClusterConfig", "TopicView"]
 
 _log = structlog.get_logger("mqproxy.backends.rocketmq")
 _BROKERS_KEY: Final = "brokers"
+#: The name-server KV key naming the LMQ broker (namespace :data:`.wire.KV_NAMESPACE`).
+LMQ_BROKER_KEY: Final = "mqtt/broker"
 _UNHEALTHY_RETRY_S: Final = 1.0
 
 
@@ -90,6 +101,8 @@ class Cluster:
     _views: dict[str, TopicView] = field(default_factory=dict)
     _loading: dict[str, trio.Lock] = field(default_factory=dict)
     _next_namesrv: int = 0
+    _lmq_broker: str | None = None
+    _lmq_recheck_at: float = 0.0
     refreshed: trio.Event = field(default_factory=trio.Event)
 
     # --- name servers ---------------------------------------------------------------------------
@@ -142,7 +155,7 @@ class Cluster:
             wire.check(response)
             written += 1
         if not written:
-            raise ClusterUnavailable("no name server took the queue numbering")
+            raise ClusterUnavailable(f"no name server took the KV key {key}")
 
     # --- brokers --------------------------------------------------------------------------------
 
@@ -172,6 +185,21 @@ class Cluster:
         except RemotingClientError as exc:
             raise ClusterUnavailable(f"broker {broker} ({target}): {exc.reason}") from None
 
+    async def broker_hold(
+        self, broker: str, request: RemotingCommand, hold_s: float
+    ) -> RemotingCommand | None:
+        """``request`` (a long poll the broker may hold) to ``broker``'s master; None when no answer came
+        within ``hold_s`` (a late answer is dropped by the connection)."""
+        target = self.master(broker)
+        if target is None:
+            raise ClusterUnavailable(f"broker {broker} has no live master")
+        try:
+            return await self.pool.request(target, request, timeout_s=hold_s)
+        except RemotingTimeout:
+            return None
+        except RemotingClientError as exc:
+            raise ClusterUnavailable(f"broker {broker} ({target}): {exc.reason}") from None
+
     async def broker_oneway(self, broker: str, request: RemotingCommand) -> None:
         target = self.master(broker)
         if target is None:
@@ -195,6 +223,50 @@ class Cluster:
         assert found is not None
         return found
 
+    # --- the LMQ broker -------------------------------------------------------------------------
+
+    @property
+    def lmq_broker_name(self) -> str | None:
+        """The LMQ broker as last read (None: not used yet by this node)."""
+        return self._lmq_broker
+
+    async def lmq_broker(self) -> str:
+        """The broker every LMQ lives on (see the module contracts); its master is live."""
+        name = self._lmq_broker
+        if name is None:
+            name = await self._read_lmq_broker()
+        if self.master(name) is None and trio.current_time() >= self._lmq_recheck_at:
+            self._lmq_recheck_at = trio.current_time() + _UNHEALTHY_RETRY_S  # not once per request
+            await self.refresh_cluster()
+        if self.master(name) is None:
+            raise ClusterUnavailable(
+                f"the LMQ broker {name} (name-server KV {wire.KV_NAMESPACE}/{LMQ_BROKER_KEY}) "
+                "has no live master"
+            )
+        return name
+
+    async def _read_lmq_broker(self) -> str:
+        stored = await self._kv_get(LMQ_BROKER_KEY)
+        if not stored:
+            masters = sorted(self.masters())
+            if not masters:
+                await self.refresh_cluster()
+                masters = sorted(self.masters())
+            if not masters:
+                raise ClusterUnavailable("no master broker to hold the light message queues")
+            await self._kv_put(LMQ_BROKER_KEY, masters[0])
+            stored = await self._kv_get(LMQ_BROKER_KEY)
+            if not stored:
+                raise ClusterUnavailable(f"no name server kept the KV key {LMQ_BROKER_KEY}")
+        name = stored[0]  # the first name server that holds it, in configuration order
+        if any(value != name for value in stored):
+            _log.warning("cluster.kv_disagrees", key=LMQ_BROKER_KEY, values=",".join(stored), chosen=name)
+            await self._kv_put(LMQ_BROKER_KEY, name)
+        if name != self._lmq_broker:
+            _log.info("cluster.lmq_broker", broker=name, previous=self._lmq_broker or "")
+        self._lmq_broker = name
+        return name
+
     # --- refresh ------------------------------------------------------------------------------
 
     def _unhealthy(self, reason: str) -> None:
@@ -217,6 +289,8 @@ class Cluster:
         self.info, self.health = info, None
         if set(info.masters) - set(self.index.names):
             await self._extend_index(info.masters)
+        if self._lmq_broker is not None:
+            await self._read_lmq_broker()
 
     async def _extend_index(self, brokers: Mapping[str, object] | list[str]) -> None:
         stored = BrokerIndex()

@@ -13,6 +13,14 @@ Contracts:
   group having registered that subscription on this connection. Long polls are the broker's
   (``FLAG_SUSPEND``); the request timeout covers the hold.
 * A queue whose broker is gone answers as an unreachable cluster (:class:`ClusterUnavailable`).
+* An LMQ name (``%LMQ%``) is the LMQ broker's real queue 0 (:mod:`.lmq`), for pulls, offsets, consumer
+  offsets and waits alike; any other queue id of it does not exist. A pulled message keeps its own
+  topic's coordinates. A consumer group the LMQ broker lacks when an LMQ offset is committed (the MQTT
+  gateway's ``%MQTT%<client id>``) is created on that broker only.
+* A pull without a consumer group (the MQTT gateway's reads) goes under :data:`.lmq.READER_GROUP`.
+* :meth:`ConsumingRole.wait_for_message` is the broker's long poll (PULL_MESSAGE with ``FLAG_SUSPEND``, one
+  message, no commit, :data:`.lmq.READER_GROUP`), held up to the timeout: the broker answers as soon as the
+  queue holds a message at or after the offset, including one its multi-dispatch put in an LMQ.
 """
 
 from __future__ import annotations
@@ -20,18 +28,18 @@ from __future__ import annotations
 import time
 from typing import Final
 
-import trio
-
 from mqproxy.backends.rocketmq import wire
 from mqproxy.backends.rocketmq.cluster import Cluster, TopicView
+from mqproxy.backends.rocketmq.lmq import READER_GROUP, wait_answer
 from mqproxy.backends.rocketmq.messages import to_client
 from mqproxy.backends.rocketmq.topology import loads_java_json
 from mqproxy.backends.rocketmq.vqueues import RealQueue, unpack_offset
+from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.api import MessageQuery, PullRequest, QueueSpan
 from mqproxy.facade.types import GroupConfig, SendBackResult
-from mqproxy.model.errors import ClusterUnavailable, QueueNotFound, TopicNotFound
-from mqproxy.model.topics import DLQ_PREFIX, RETRY_PREFIX
+from mqproxy.model.errors import BrokerRefused, ClusterUnavailable, QueueNotFound, TopicNotFound
+from mqproxy.model.topics import DLQ_PREFIX, LMQ_QUEUE_ID, RETRY_PREFIX, is_lmq
 from mqproxy.model.types import ConsumerOffset, PullResult, PullStatus, SendResult, StoredMessage
 
 __all__ = ["ConsumingRole"]
@@ -45,8 +53,6 @@ _PULL_STATUS: Final = {
 _FLAG_COMMIT: Final = 0x1
 _FLAG_SUSPEND: Final = 0x2
 _FLAG_SUBSCRIPTION: Final = 0x4
-#: Longest wait between two max-offset looks of :meth:`ConsumingRole.wait_for_message`.
-_WAIT_POLL_S: Final = 0.2
 
 
 class ConsumingRole:
@@ -67,52 +73,83 @@ class ConsumingRole:
             raise QueueNotFound(f"queue {queue_id} of {topic} does not exist")
         return view, entry
 
+    async def _target(self, topic: str, queue_id: int) -> tuple[str, int]:
+        """The broker and real queue id behind ``queue_id`` of ``topic`` (an LMQ: the LMQ broker's 0)."""
+        if is_lmq(topic):
+            if queue_id != LMQ_QUEUE_ID:
+                raise QueueNotFound(f"light message queue {topic} has only queue {LMQ_QUEUE_ID}")
+            return await self.cluster.lmq_broker(), LMQ_QUEUE_ID
+        _, entry = await self._real(topic, queue_id)
+        return entry.broker, entry.queue_id
+
     async def _client(self, message: StoredMessage, broker: str) -> StoredMessage:
         view = self.cluster.cached(message.topic)
         return to_client(message, broker, await self.cluster.broker_index(broker), view, self.advertised)
 
+    async def _own_view(self, topic: str) -> TopicView | None:
+        """The view of a pulled message's topic (an LMQ holds other topics' messages)."""
+        found = self.cluster.cached(topic)
+        if found is None and not is_lmq(topic):
+            try:
+                found = await self.cluster.view(topic)
+            except BrokerRefused:
+                found = None
+        return found
+
     # --- pull -----------------------------------------------------------------------------------
 
+    def _pull_command(
+        self, group: str, topic: str, broker: str, queue_id: int, offset: int, max_count: int, **more: object
+    ) -> RemotingCommand:
+        return wire.command(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": group or READER_GROUP,
+                "topic": topic,
+                "queueId": queue_id,
+                "queueOffset": offset,
+                "maxMsgNums": max_count,
+                "subVersion": int(time.time() * 1000),
+                "bname": broker,
+                **more,
+            },
+        )
+
     async def pull(self, request: PullRequest) -> PullResult:
-        view, entry = await self._real(request.topic, request.queue_id)
+        broker, queue_id = await self._target(request.topic, request.queue_id)
         expression, kind = wire.filter_fields(request.message_filter)
         flags = _FLAG_SUBSCRIPTION
         if request.hold_s > 0:
             flags |= _FLAG_SUSPEND
         if request.commit_offset >= 0:
             flags |= _FLAG_COMMIT
-        hold_ms = int(request.hold_s * 1000)
-        command = wire.command(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": request.group,
-                "topic": request.topic,
-                "queueId": entry.queue_id,
-                "queueOffset": request.offset,
-                "maxMsgNums": request.max_count,
-                "sysFlag": flags,
-                "commitOffset": max(request.commit_offset, 0),
-                "suspendTimeoutMillis": hold_ms,
-                "subscription": expression,
-                "subVersion": int(time.time() * 1000),
-                "expressionType": kind,
-                "maxMsgBytes": request.max_bytes,
-                "bname": entry.broker,
-            },
+        command = self._pull_command(
+            request.group,
+            request.topic,
+            broker,
+            queue_id,
+            request.offset,
+            request.max_count,
+            sysFlag=flags,
+            commitOffset=max(request.commit_offset, 0),
+            suspendTimeoutMillis=int(request.hold_s * 1000),
+            subscription=expression,
+            expressionType=kind,
+            maxMsgBytes=request.max_bytes,
         )
         timeout = self.cluster.config.request_timeout_s + request.hold_s
-        response = await self.cluster.broker_call(entry.broker, command, timeout_s=timeout)
+        response = await self.cluster.broker_call(broker, command, timeout_s=timeout)
         status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             wire.check(response)
             status = PullStatus.NO_NEW_MSG
         ext = response.ext_fields
-        messages = ()
+        messages: tuple[StoredMessage, ...] = ()
         if status is PullStatus.FOUND:
-            index = await self.cluster.broker_index(entry.broker)
-            messages = tuple(
-                to_client(m, entry.broker, index, view, self.advertised) for m in wire.records(response.body)
-            )
+            index = await self.cluster.broker_index(broker)
+            found = wire.records(response.body)
+            views = {t: await self._own_view(t) for t in {m.topic for m in found}}
+            messages = tuple(to_client(m, broker, index, views[m.topic], self.advertised) for m in found)
         return PullResult(
             status,
             messages,
@@ -122,12 +159,39 @@ class ConsumingRole:
         )
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
-        with trio.move_on_after(timeout_s):
-            while True:
-                if await self.max_offset(topic, queue_id) > offset:
-                    return True
-                await trio.sleep(_WAIT_POLL_S)
+        broker, real_queue = await self._target(topic, queue_id)
+        if timeout_s <= 0:
+            return await self.max_offset(topic, queue_id) > offset
+        command = self._pull_command(
+            READER_GROUP,
+            topic,
+            broker,
+            real_queue,
+            offset,
+            1,
+            sysFlag=_FLAG_SUBSCRIPTION | _FLAG_SUSPEND,
+            commitOffset=0,
+            suspendTimeoutMillis=int(timeout_s * 1000),
+            subscription="*",
+            expressionType="TAG",
+        )
+        for _ in range(2):
+            response = await self.cluster.broker_hold(broker, command, timeout_s)
+            if response is None:
+                return False  # the hold passed (the broker checks held pulls' deadlines every 5 s)
+            if response.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                await self._create_group(broker, READER_GROUP)
+                continue
+            answer = wait_answer(response.code)
+            if answer is None:
+                wire.check(response)
+            return bool(answer)
         return False
+
+    async def _create_group(self, broker: str, group: str) -> None:
+        """Create ``group`` on ``broker`` only (internal and LMQ-session groups)."""
+        request = wire.command(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=wire.group_body(group))
+        wire.check(await self.cluster.broker_call(broker, request))
 
     # --- lookups --------------------------------------------------------------------------------
 
@@ -195,11 +259,9 @@ class ConsumingRole:
     # --- offsets --------------------------------------------------------------------------------
 
     async def _queue_number(self, code: int, topic: str, queue_id: int, key: str, **extra: object) -> int:
-        _, entry = await self._real(topic, queue_id)
-        request = wire.command(
-            code, {"topic": topic, "queueId": entry.queue_id, "bname": entry.broker, **extra}
-        )
-        response = wire.check(await self.cluster.broker_call(entry.broker, request))
+        broker, real_queue = await self._target(topic, queue_id)
+        request = wire.command(code, {"topic": topic, "queueId": real_queue, "bname": broker, **extra})
+        response = wire.check(await self.cluster.broker_call(broker, request))
         return int(response.ext_fields.get(key, "0") or 0)
 
     async def span(self, topic: str, queue_id: int) -> QueueSpan:
@@ -227,43 +289,44 @@ class ConsumingRole:
             return -1
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
-        _, entry = await self._real(topic, queue_id)
+        broker, real_queue = await self._target(topic, queue_id)
         request = wire.command(
             RequestCode.QUERY_CONSUMER_OFFSET,
             {
                 "consumerGroup": group,
                 "topic": topic,
-                "queueId": entry.queue_id,
+                "queueId": real_queue,
                 "setZeroIfNotFound": False,
-                "bname": entry.broker,
+                "bname": broker,
             },
         )
-        response = await self.cluster.broker_call(entry.broker, request)
+        response = await self.cluster.broker_call(broker, request)
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         wire.check(response)
         return int(response.ext_fields.get("offset", "0") or 0)
 
     async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        _, entry = await self._real(topic, queue_id)
+        broker, real_queue = await self._target(topic, queue_id)
         request = wire.command(
             RequestCode.UPDATE_CONSUMER_OFFSET,
             {
                 "consumerGroup": group,
                 "topic": topic,
-                "queueId": entry.queue_id,
+                "queueId": real_queue,
                 "commitOffset": offset,
-                "bname": entry.broker,
+                "bname": broker,
             },
         )
-        response = await self.cluster.broker_call(entry.broker, request)
-        if (
-            response.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-            and self.cluster.config.auto_create_topics
-        ):
-            # a group that has not heartbeated yet: create it as the broker's auto-creation would
-            await self.put_group_config(self.group_config(group) or GroupConfig(group))  # type: ignore[attr-defined]
-            response = await self.cluster.broker_call(entry.broker, request)
+        response = await self.cluster.broker_call(broker, request)
+        if response.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+            if is_lmq(topic):  # the MQTT gateway's session groups: on the LMQ broker only
+                await self._create_group(broker, group)
+                response = await self.cluster.broker_call(broker, request)
+            elif self.cluster.config.auto_create_topics:
+                # a group that has not heartbeated yet: create it as the broker's auto-creation would
+                await self.put_group_config(self.group_config(group) or GroupConfig(group))  # type: ignore[attr-defined]
+                response = await self.cluster.broker_call(broker, request)
         wire.check(response)
 
     async def consumer_offsets(self) -> list[ConsumerOffset]:
@@ -282,6 +345,10 @@ class ConsumingRole:
             for key, queues in table.items():
                 topic, _, group = str(key).partition("@")
                 if topic.startswith(("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC", "TRANS_CHECK")) or not group:
+                    continue
+                if is_lmq(topic):  # the LMQ broker's queue 0 (no route, no numbering)
+                    if broker == self.cluster.lmq_broker_name:
+                        found.extend(ConsumerOffset(group, topic, 0, int(o)) for o in (queues or {}).values())
                     continue
                 view = await self.cluster.view(topic)
                 for qid, offset in (queues or {}).items():

@@ -11,6 +11,9 @@ Contracts:
   SERVICE_NOT_AVAILABLE / NO_PERMISSION, the send is retried once on a writable queue of another broker
   (availability over strict queue order, as the Java client's retry does); other refusals are passed
   through (:class:`~mqproxy.model.errors.BrokerRefused`).
+* A message with LMQs to fill (``Message.dispatch``, or named by the installed
+  :data:`~mqproxy.facade.api.LmqDispatch`) goes to the LMQ broker only, without a retry elsewhere, and a
+  batch holding one is sent message by message (:mod:`.lmq`).
 * Delays, timers, transactions and retry/DLQ are the broker's: the message goes with its properties and
   ``sysFlag`` unchanged. A transactional half message registers its producer group with the brokers from
   this node (see :mod:`.members`) so the brokers' check-backs come to a node that has such a producer.
@@ -30,6 +33,7 @@ import structlog
 
 from mqproxy.backends.rocketmq import wire
 from mqproxy.backends.rocketmq.cluster import Cluster, TopicView
+from mqproxy.backends.rocketmq.lmq import with_dispatch
 from mqproxy.backends.rocketmq.messages import to_client
 from mqproxy.backends.rocketmq.vqueues import pack_offset, unpack_offset
 from mqproxy.codecs.message_record import BatchEntry, decode_records, encode_batch_body
@@ -142,7 +146,14 @@ class ProducingRole:
 
     async def send(self, request: SendRequest) -> SendOutcome:
         message = request.message
-        view = await self._send_view(message.topic, request.create_queues)
+        targets = self._name_lmqs(message)  # type: ignore[attr-defined]
+        if targets:  # to the LMQ broker only (see :mod:`.lmq`)
+            _, view, order = await self._lmq_route(message, request.create_queues)  # type: ignore[attr-defined]
+            order = order[:1]
+            message = with_dispatch(message, targets)
+        else:
+            view = await self._send_view(message.topic, request.create_queues)
+            order = []
         parked, level = _parked(message)
         if parked == "half":
             if request.producer_group:
@@ -154,7 +165,7 @@ class ProducingRole:
             raise BrokerRefused(
                 ResponseCode.SYSTEM_ERROR, f"queue {message.queue_id} of {message.topic} does not exist"
             )
-        order = self._queue_order(view, message.queue_id)
+        order = order or self._queue_order(view, message.queue_id)
         if not order:
             raise ClusterUnavailable(f"no broker accepts writes to {message.topic} now")
         last: Exception | None = None
@@ -230,6 +241,8 @@ class ProducingRole:
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         if not messages:
             return []
+        if any([self._name_lmqs(m) for m in messages]):  # type: ignore[attr-defined]
+            return await self._send_batch_dispatched(messages)  # type: ignore[attr-defined]
         first = messages[0]
         view = await self._send_view(first.topic, None)
         order = self._queue_order(view, first.queue_id)

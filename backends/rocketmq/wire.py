@@ -32,6 +32,7 @@ __all__ = [
     "PUT_KV_CONFIG",
     "check",
     "command",
+    "group_body",
     "heartbeat_body",
     "java_hash",
     "records",
@@ -148,6 +149,24 @@ def send_request(
             "n": broker,
         },
         message.body,
+    )
+
+
+def group_body(name: str, *, orderly: bool = False, retry_max_times: int = 16) -> bytes:
+    """An UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body (RocketMQ ``SubscriptionGroupConfig``)."""
+    return orjson.dumps(
+        {
+            "groupName": name,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": True,
+            "consumeMessageOrderly": orderly,
+            "retryQueueNums": 1,
+            "retryMaxTimes": retry_max_times,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        }
     )
 
 

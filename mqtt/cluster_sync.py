@@ -1,0 +1,240 @@
+"""Keeping one node's MQTT gateway in step with the other nodes in front of the same cluster.
+
+With the ``rocketmq`` backend several mqproxy nodes serve MQTT over one RocketMQ cluster. Everything a
+client relies on is in the cluster (see :mod:`mqproxy.mqtt.state` and :mod:`mqproxy.mqtt.retained`):
+messages and their light queues on the brokers, read positions as broker consumer offsets of
+``%MQTT%<client id>``, and two append-only logs every node writes and every node tails:
+
+* the **session-state log** (:data:`~mqproxy.mqtt.mapping.SESSION_STATE_TOPIC`): in cluster mode every
+  session, persistent or not, writes a snapshot when a connection takes it, when its subscriptions change,
+  when it disconnects, and a tombstone when it ends. Each record names the node that wrote it;
+* the **retained queue** (:data:`~mqproxy.mqtt.mapping.RETAINED_LMQ`): every retained PUBLISH.
+
+:class:`ClusterSync` follows both logs with the backend's long poll and applies what other nodes wrote:
+
+* a record saying another node's connection holds a session this node has a connection for is a
+  **takeover**: the local connection is closed with Session taken over (0x8E) and the local copy of the
+  session is dropped without writing anything (the other node owns it now). A local *offline* copy is
+  dropped the same way, silently;
+* every other node's live snapshot is remembered (:meth:`ClusterSync.adopt` hands it to a CONNECT that
+  resumes the session here) and its wildcard filters go into :attr:`ClusterSync.filters`, so a PUBLISH
+  on this node is dispatched into the light queues of subscriptions held on other nodes;
+* retained records update this node's retained tree (its own records too, in log order).
+
+A CONNECT first reads both logs up to their current ends (:meth:`ClusterSync.catch_up`), so it sees
+every record and retained message written before it, whichever node wrote it. A PUBLISH on one node may
+miss a wildcard subscription made on another node during the follow lag (one long-poll round trip).
+
+Offline sessions another node left expire here too: each node that knows one writes its tombstone when
+its expiry passes unless a newer record came first (duplicate tombstones are harmless).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from mqproxy.codecs.mqtt import MqttCodecError, ReasonCode, parse_topic_filter
+from mqproxy.model.errors import BackendError
+from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.mqtt.config import NEVER_EXPIRES
+from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC
+from mqproxy.mqtt.state import SessionSnapshot
+from mqproxy.mqtt.subscriptions import SubscriptionIndex
+
+if TYPE_CHECKING:
+    from mqproxy.mqtt.gateway import Gateway
+
+__all__ = ["ClusterSync"]
+
+_log = structlog.get_logger("mqproxy.mqtt")
+_BATCH = 64
+#: Longest single long poll of a log (a wait ends earlier when a record arrives).
+_POLL_S = 10.0
+#: Back-off after a failed read of a log.
+_RETRY_S = 1.0
+_STATE_QUEUE = 0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _wildcards(snapshot: SessionSnapshot) -> list[str]:
+    """The wildcard filters ``snapshot``'s subscriptions read (``$share/g/f`` reads ``f``)."""
+    found = []
+    for spec in snapshot.subscriptions:
+        try:
+            inner = parse_topic_filter(spec.topic_filter).filter
+        except MqttCodecError:
+            continue
+        if "+" in inner or "#" in inner:
+            found.append(inner)
+    return found
+
+
+class ClusterSync:
+    """Follows the session-state log and the retained queue for ``gateway`` (see the module docstring).
+
+    ``node`` is this node's id, written into every record it appends. Offsets start where the gateway's
+    load stopped reading (:meth:`start`).
+    """
+
+    def __init__(self, gateway: Gateway, node: str) -> None:
+        self.gateway = gateway
+        self.node = node
+        #: Live snapshots other nodes wrote for sessions this node does not hold, by client id.
+        self.known: dict[str, SessionSnapshot] = {}
+        #: Wildcard filters of :attr:`known` sessions (reference-counted per subscription).
+        self.filters = SubscriptionIndex()
+        self.takeovers = 0
+        self._state_offset = 0
+        self._retained_offset = 0
+        self._state_lock = trio.Lock()
+        self._retained_lock = trio.Lock()
+
+    # --- start-up -------------------------------------------------------------------------------
+    def start(self, snapshots: dict[str, SessionSnapshot], state_end: int, retained_end: int) -> None:
+        """Take the snapshots the gateway's load replayed and follow both logs from where it stopped."""
+        self._state_offset = state_end
+        self._retained_offset = retained_end
+        for snapshot in snapshots.values():
+            self._learn(snapshot)
+
+    # --- what CONNECT and PUBLISH ask -----------------------------------------------------------
+    def match(self, topic: str) -> list[str]:
+        """Wildcard filters of sessions held by other nodes that match ``topic``."""
+        return self.filters.match(topic)
+
+    def adopt(self, client_id: str) -> SessionSnapshot | None:
+        """The newest snapshot another node wrote for ``client_id`` if the session can resume here (not
+        ended; a session with expiry 0 ended with the connection that held it); forgets it either way."""
+        snapshot = self._forget(client_id)
+        if snapshot is None or snapshot.expiry_interval == 0:
+            return None
+        return snapshot
+
+    async def catch_up(self) -> None:
+        """Apply every session record and retained message appended before this call (whichever node
+        wrote it)."""
+        backend = self.gateway.backend
+        async with self._state_lock:
+            high = await backend.max_offset(SESSION_STATE_TOPIC, _STATE_QUEUE)
+            while self._state_offset < high and await self._read_state():
+                pass
+        async with self._retained_lock:
+            high = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
+            while self._retained_offset < high and await self._read_retained():
+                pass
+
+    # --- following ------------------------------------------------------------------------------
+    async def serve(self) -> None:
+        """Load the gateway (retrying every second while the cluster is unreachable), then follow the
+        other nodes' writes until cancelled."""
+        while True:
+            try:
+                await self.gateway.ready()
+                break
+            except BackendError as exc:
+                _log.warning("mqtt.cluster_sync_failed", log="load", detail=str(exc))
+                await trio.sleep(_RETRY_S)
+        await self.run()
+
+    async def run(self) -> None:
+        """Follow both logs until cancelled (read errors are logged and retried)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow, "state", SESSION_STATE_TOPIC, _STATE_QUEUE)
+            nursery.start_soon(self._follow, "retained", RETAINED_LMQ, LMQ_QUEUE_ID)
+
+    async def _follow(self, log: str, topic: str, queue_id: int) -> None:
+        backend = self.gateway.backend
+        while True:
+            try:
+                offset = self._state_offset if log == "state" else self._retained_offset
+                await backend.wait_for_message(topic, queue_id, offset, _POLL_S)
+                if log == "state":
+                    async with self._state_lock:
+                        while await self._read_state():
+                            pass
+                else:
+                    async with self._retained_lock:
+                        while await self._read_retained():
+                            pass
+            except BackendError as exc:
+                _log.warning("mqtt.cluster_sync_failed", log=log, detail=str(exc))
+                await trio.sleep(_RETRY_S)
+
+    async def _read_state(self) -> bool:
+        """Apply the next batch of session records; False when none was there."""
+        result = await self.gateway.backend.pull(
+            SESSION_STATE_TOPIC, _STATE_QUEUE, self._state_offset, _BATCH
+        )
+        for message in result.messages:
+            try:
+                snapshot = SessionSnapshot.from_json(message.body)
+            except (ValueError, TypeError, KeyError):
+                continue  # not a snapshot (someone else wrote to the topic)
+            if snapshot.node != self.node:
+                await self._apply(snapshot)
+        moved = result.next_offset > self._state_offset
+        self._state_offset = max(self._state_offset, result.next_offset)
+        return moved and bool(result.messages)
+
+    async def _read_retained(self) -> bool:
+        result = await self.gateway.backend.pull(RETAINED_LMQ, LMQ_QUEUE_ID, self._retained_offset, _BATCH)
+        for message in result.messages:
+            self.gateway.retained.apply(message)
+        moved = result.next_offset > self._retained_offset
+        self._retained_offset = max(self._retained_offset, result.next_offset)
+        return moved and bool(result.messages)
+
+    async def _apply(self, snapshot: SessionSnapshot) -> None:
+        """Another node wrote ``snapshot``: it is the newest state of its session."""
+        gateway = self.gateway
+        client_id = snapshot.client_id
+        local = gateway.sessions.get(client_id)
+        if local is not None:
+            if local.connection is not None and not snapshot.connected:
+                # A late write of a node that lost the session to a connection here: the log must end
+                # with this node's state again.
+                await gateway.persist(local)
+                return
+            if local.connection is not None:
+                self.takeovers += 1
+                _log.info("mqtt.session_moved", client_id=client_id, node=snapshot.node)
+                local.connection.kick(
+                    ReasonCode.SESSION_TAKEN_OVER,
+                    "session_taken_over",
+                    f"client id connected to node {snapshot.node}",
+                )
+            gateway.release(local)
+        gateway.noted(snapshot)
+        self._forget(client_id)
+        if not snapshot.deleted:
+            self._learn(snapshot)
+
+    def _learn(self, snapshot: SessionSnapshot) -> None:
+        self.known[snapshot.client_id] = snapshot
+        for topic_filter in _wildcards(snapshot):
+            self.filters.add(topic_filter)
+        if snapshot.disconnected_at_ms is not None and snapshot.expiry_interval != NEVER_EXPIRES:
+            due = snapshot.disconnected_at_ms + snapshot.expiry_interval * 1000
+            self.gateway.call_later(max(0.0, (due - _now_ms()) / 1000), lambda: self._expire(snapshot))
+
+    def _forget(self, client_id: str) -> SessionSnapshot | None:
+        snapshot = self.known.pop(client_id, None)
+        if snapshot is not None:
+            for topic_filter in _wildcards(snapshot):
+                self.filters.remove(topic_filter)
+        return snapshot
+
+    async def _expire(self, snapshot: SessionSnapshot) -> None:
+        """An offline session of another node reached its expiry: end it unless a newer record came."""
+        client_id = snapshot.client_id
+        if self.known.get(client_id) is not snapshot:
+            return
+        self._forget(client_id)
+        await self.gateway.end_remote(client_id)

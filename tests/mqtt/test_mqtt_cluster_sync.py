@@ -1,0 +1,155 @@
+"""Cluster mode of the gateway without a RocketMQ cluster: two in-process servers play two mqproxy nodes,
+each with its own cluster-mode gateway, over one shared store (the first server's), as two nodes share a
+cluster. What one node writes (sessions, subscriptions, retained messages) reaches the other through the
+logs in the store, never through memory. Each test waits on ``catch_up`` (what a CONNECT does) or on the
+follower, never on time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from mqproxy.codecs import mqtt as mq
+from mqproxy.mqtt.gateway import Gateway
+from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
+from mqproxy.mqtt.state import SessionSnapshot
+from mqproxy.settings import Settings
+
+from ..conftest import wait_until  # type: ignore[import-not-found]
+from ..proxy.conftest import running_server  # type: ignore[import-not-found]
+from .conftest import arrivals, connect, gateway_of, receive_publish, set_gateway, subscribe
+
+V5 = 5
+_EXPIRY = mq.Properties(session_expiry_interval=300)
+
+
+class Nodes:
+    def __init__(self, a: tuple[str, int], b: tuple[str, int], ga: Gateway, gb: Gateway) -> None:
+        self.a, self.b, self.ga, self.gb = a, b, ga, gb
+
+    async def settle(self) -> None:
+        """Both nodes have applied every session record written so far."""
+        await self.ga.catch_up()
+        await self.gb.catch_up()
+
+
+@asynccontextmanager
+async def two_nodes() -> AsyncIterator[Nodes]:
+    async with running_server(Settings.for_tests()) as x, running_server(Settings.for_tests()) as y:
+        shared = gateway_of(x)
+        ga = Gateway(shared.backend, shared.config, node="node-a")
+        gb = Gateway(shared.backend, shared.config, node="node-b")
+        set_gateway(x, ga)
+        set_gateway(y, gb)
+        async with trio.open_nursery() as nursery:
+            for gateway in (ga, gb):
+                nursery.start_soon(gateway.run_timers)
+                assert gateway.cluster is not None
+                nursery.start_soon(gateway.cluster.serve)
+                await gateway.ready()
+            yield Nodes(x.address, y.address, ga, gb)
+            nursery.cancel_scope.cancel()
+
+
+async def _publish(address: tuple[str, int], topic: str, payload: bytes, retain: bool = False) -> None:
+    client, _ = await connect(address, f"pub-{topic}")
+    await client.send(mq.Publish(topic, payload, mq.QoS.AT_LEAST_ONCE, retain, False, 1))
+    assert await client.receive() == mq.PubAck(1)
+    await client.send(mq.Disconnect())
+    await client.aclose()
+
+
+async def test_a_session_resumes_on_another_node_with_what_was_published_meanwhile(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        sub, _ = await connect(nodes.a, "roamer", clean_start=False)
+        await subscribe(sub, ("room/+", mq.QoS.AT_LEAST_ONCE), ("hall/exact", mq.QoS.AT_LEAST_ONCE))
+        await sub.send(mq.Disconnect())
+        await sub.aclose()
+        await wait_until(lambda: nodes.ga.sessions["roamer"].connection is None)
+        await nodes.settle()  # node B now dispatches into the wildcard LMQ of a subscription held on A
+        assert "room/+" in nodes.gb.cluster.filters  # type: ignore[union-attr]
+
+        await _publish(nodes.b, "room/kitchen", b"one")
+        await _publish(nodes.b, "hall/exact", b"two")
+
+        back, connack = await connect(nodes.b, "roamer", clean_start=False)
+        assert connack.session_present, "the session made on node A resumes on node B"
+        got = {(await receive_publish(back)).payload for _ in range(2)}
+        assert got == {b"one", b"two"}
+        assert await arrivals(back) == []
+        await nodes.settle()
+        assert "roamer" not in nodes.ga.sessions, "node A let go of the session"
+
+
+async def test_a_second_connection_on_another_node_takes_the_session_over(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        first, _ = await connect(nodes.a, "twin", V5, clean_start=False, properties=_EXPIRY)
+        await subscribe(first, ("twin/t", mq.QoS.AT_LEAST_ONCE))
+        second, connack = await connect(nodes.b, "twin", V5, clean_start=False, properties=_EXPIRY)
+        assert connack.session_present
+        disconnect = await first.receive(wait_s=10)
+        assert isinstance(disconnect, mq.Disconnect)
+        assert disconnect.reason_code == mq.ReasonCode.SESSION_TAKEN_OVER
+        assert "node-b" in str(disconnect.properties.reason_string)
+        await nodes.settle()
+        assert await arrivals(second) == [], "the new connection is not taken back"
+        moved = log_sink.named("mqtt.session_moved")
+        assert [(e["client_id"], e["node"]) for e in moved] == [("twin", "node-b")]
+        await _publish(nodes.a, "twin/t", b"after")
+        assert (await receive_publish(second)).payload == b"after", "the subscription moved with the session"
+
+
+async def test_a_clean_start_elsewhere_ends_the_old_session_without_ping_pong(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        first, _ = await connect(nodes.a, "fresh", V5, clean_start=False, properties=_EXPIRY)
+        await subscribe(first, ("fresh/+", mq.QoS.AT_LEAST_ONCE))
+        second, connack = await connect(nodes.b, "fresh", V5, clean_start=True, properties=_EXPIRY)
+        assert not connack.session_present
+        disconnect = await first.receive(wait_s=10)
+        assert isinstance(disconnect, mq.Disconnect)
+        assert disconnect.reason_code == mq.ReasonCode.SESSION_TAKEN_OVER
+        await nodes.settle()
+        await nodes.settle()
+        assert await arrivals(second) == []
+        assert "fresh" not in nodes.ga.sessions
+        assert nodes.gb.sessions["fresh"].subscriptions == {}, "a clean start drops the old subscriptions"
+        assert "fresh/+" not in nodes.ga.cluster.filters  # type: ignore[union-attr]
+
+
+async def test_retained_messages_and_wills_cross_nodes(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        await _publish(nodes.a, "sensor/1", b"kept", retain=True)
+        await wait_until(lambda: len(nodes.gb.retained) == 1)
+        watcher, _ = await connect(nodes.b, "watcher")
+        await subscribe(watcher, ("sensor/#", mq.QoS.AT_LEAST_ONCE))
+        retained = await receive_publish(watcher)
+        assert (retained.topic, retained.payload, retained.retain) == ("sensor/1", b"kept", True)
+
+        will = mq.Will("sensor/2", b"gone", mq.QoS.AT_LEAST_ONCE)
+        dying, _ = await connect(nodes.a, "dying", will=will)
+        await nodes.settle()  # node A dispatches into the LMQ of node B's "sensor/#"
+        await dying.aclose()  # no DISCONNECT: the will is due
+        published = await receive_publish(watcher)
+        assert (published.topic, published.payload) == ("sensor/2", b"gone")
+
+
+async def test_a_late_record_of_a_node_that_lost_the_session_is_overwritten(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        client, _ = await connect(nodes.a, "late", clean_start=False)
+        await subscribe(client, ("late/t", mq.QoS.AT_LEAST_ONCE))
+        stale = SessionSnapshot("late", 0xFFFFFFFF, disconnected_at_ms=1, node="node-b")
+        await nodes.gb.backend.send(mq_message(stale))
+        await nodes.ga.catch_up()
+        assert nodes.ga.sessions["late"].connection is not None, "a disconnect record never takes a session"
+        await nodes.gb.catch_up()
+        assert "late" not in nodes.gb.cluster.known or nodes.gb.cluster.known["late"].connected  # type: ignore[union-attr]
+        assert await arrivals(client) == []
+
+
+def mq_message(snapshot: SessionSnapshot) -> Any:
+    from mqproxy.model.types import Message
+
+    return Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=0)
