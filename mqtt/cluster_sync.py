@@ -25,14 +25,23 @@ A CONNECT first reads both logs up to their current ends (:meth:`ClusterSync.cat
 every record and retained message written before it, whichever node wrote it. A PUBLISH on one node may
 miss a wildcard subscription made on another node during the follow lag (one long-poll round trip).
 
+**Nodes that die.** Each node registers itself with the brokers as a member of the consumer group
+:data:`NODES_GROUP` (client id = node id), on connections of its own, so a broker forgets a node as soon as
+its process dies (its connections close) and at the latest when its registration lapses. Every
+:data:`SWEEP_S` each node lists the live nodes; the live node with the smallest id takes over the sessions
+whose newest record says a node that is no longer live holds them: it publishes their Will (the record
+carries it; after its delay, unless the client came back first) and writes their disconnect record (a
+tombstone for a session with expiry 0), so they expire as if their connection had closed.
+
 Offline sessions another node left expire here too: each node that knows one writes its tombstone when
 its expiry passes unless a newer record came first (duplicate tombstones are harmless).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 import trio
@@ -40,6 +49,7 @@ import trio
 from mqproxy.codecs.mqtt import MqttCodecError, ReasonCode, parse_topic_filter
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
+from mqproxy.model.types import ConsumerInfo
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC
 from mqproxy.mqtt.state import SessionSnapshot
@@ -48,7 +58,21 @@ from mqproxy.mqtt.subscriptions import SubscriptionIndex
 if TYPE_CHECKING:
     from mqproxy.mqtt.gateway import Gateway
 
-__all__ = ["ClusterSync"]
+__all__ = ["NODES_GROUP", "SWEEP_S", "ClusterSync", "NodeDirectory"]
+
+#: The consumer group every node registers in, so that the brokers tell who is alive.
+NODES_GROUP = "MQPROXY_MQTT_NODES"
+#: Seconds between two looks for dead nodes (and two registrations of this node).
+SWEEP_S = 2.0
+
+
+class NodeDirectory(Protocol):
+    """Where nodes register and are listed (the brokers' consumer-group membership)."""
+
+    async def register_consumer(self, info: ConsumerInfo) -> bool: ...
+
+    async def consumer_ids(self, group: str) -> list[str]: ...
+
 
 _log = structlog.get_logger("mqproxy.mqtt")
 _BATCH = 64
@@ -83,9 +107,11 @@ class ClusterSync:
     load stopped reading (:meth:`start`).
     """
 
-    def __init__(self, gateway: Gateway, node: str) -> None:
+    def __init__(self, gateway: Gateway, node: str, directory: NodeDirectory | None = None) -> None:
         self.gateway = gateway
         self.node = node
+        #: None: no look for dead nodes (their sessions wait for their clients to come back).
+        self.directory = directory
         #: Live snapshots other nodes wrote for sessions this node does not hold, by client id.
         self.known: dict[str, SessionSnapshot] = {}
         #: Wildcard filters of :attr:`known` sessions (reference-counted per subscription).
@@ -133,7 +159,7 @@ class ClusterSync:
     # --- following ------------------------------------------------------------------------------
     async def serve(self) -> None:
         """Load the gateway (retrying every second while the cluster is unreachable), then follow the
-        other nodes' writes until cancelled."""
+        other nodes' writes and look for dead nodes until cancelled."""
         while True:
             try:
                 await self.gateway.ready()
@@ -141,7 +167,80 @@ class ClusterSync:
             except BackendError as exc:
                 _log.warning("mqtt.cluster_sync_failed", log="load", detail=str(exc))
                 await trio.sleep(_RETRY_S)
-        await self.run()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.run)
+            if self.directory is not None:
+                nursery.start_soon(self._sweep_dead_nodes)
+
+    async def join(self) -> None:
+        """Register this node as alive (the gateway's load does it before any record is written)."""
+        if self.directory is not None:
+            await self.directory.register_consumer(ConsumerInfo(self.node, NODES_GROUP))
+
+    async def _sweep_dead_nodes(self) -> None:
+        while True:
+            await trio.sleep(SWEEP_S)
+            try:
+                await self.join()
+                await self.sweep()
+            except BackendError as exc:
+                _log.warning("mqtt.cluster_sync_failed", log="nodes", detail=str(exc))
+
+    async def sweep(self) -> int:
+        """If this is the live node with the smallest id, take over the sessions of nodes that are not
+        live (see the module docstring); returns how many it took."""
+        assert self.directory is not None
+        live = set(await self.directory.consumer_ids(NODES_GROUP))
+        if not live or min(live | {self.node}) != self.node:
+            return 0
+        orphans = [s for s in self.known.values() if s.connected and s.node not in live]
+        for snapshot in orphans:
+            await self._orphaned(snapshot)
+        return len(orphans)
+
+    async def _orphaned(self, snapshot: SessionSnapshot) -> None:
+        """``snapshot``'s node died holding its connection: disconnect it as that node would have."""
+        gateway = self.gateway
+        client_id = snapshot.client_id
+        _log.info(
+            "mqtt.session_orphaned", client_id=client_id, node=snapshot.node, will=snapshot.will is not None
+        )
+        now = _now_ms()
+        if snapshot.expiry_interval == 0:
+            record = SessionSnapshot(client_id, 0, deleted=True)
+        else:
+            record = dataclasses.replace(snapshot, disconnected_at_ms=now, will=None)
+        await gateway.write_record(record)
+        self._forget(client_id)
+        if not record.deleted:
+            self._learn(record)
+        will = snapshot.will
+        if will is None:
+            return
+        delay = will.delay_s if snapshot.expiry_interval > 0 else 0
+        if snapshot.expiry_interval not in (0, NEVER_EXPIRES):
+            delay = min(delay, snapshot.expiry_interval)
+
+        async def publish() -> None:
+            if delay and (self.known.get(client_id) is not record or client_id in gateway.sessions):
+                return  # the client came back (here or elsewhere) before the delay passed
+            try:
+                message = will.will()
+            except MqttCodecError:
+                return
+            await gateway.publish(
+                message.topic,
+                message.payload,
+                int(message.qos),
+                message.retain,
+                message.properties,
+                client_id,
+            )
+
+        if delay:
+            gateway.call_later(delay, publish)
+        else:
+            await publish()
 
     async def run(self) -> None:
         """Follow both logs until cancelled (read errors are logged and retried)."""
@@ -237,4 +336,4 @@ class ClusterSync:
         if self.known.get(client_id) is not snapshot:
             return
         self._forget(client_id)
-        await self.gateway.end_remote(client_id)
+        await self.gateway.write_record(SessionSnapshot(client_id, 0, deleted=True))

@@ -37,6 +37,7 @@ from mqproxy.mqtt.gateway import Gateway, now_ms
 from mqproxy.mqtt.outcomes import Close, Inbound, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
+from mqproxy.mqtt.state import WillRecord
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
 
@@ -297,8 +298,13 @@ class MqttConnection(PacketWriter, Deliveries):
             )
             with trio.move_on_after(_CLEANUP_S):
                 await old.detached.wait()
+        will = proto.will
         session, present = await gateway.open_session(
-            client_id, terms.clean_start, terms.expiry, terms.send_quota
+            client_id,
+            terms.clean_start,
+            terms.expiry,
+            terms.send_quota,
+            WillRecord.of(will, proto.will_delay()) if will is not None and gateway.cluster else None,
         )
         if session.connection is not None:  # the old connection did not let go in time
             raise Close(mq.ReasonCode.SERVER_BUSY, "takeover_timeout", "previous connection still attached")

@@ -24,7 +24,7 @@ from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
-from mqproxy.mqtt.cluster_sync import ClusterSync
+from mqproxy.mqtt.cluster_sync import ClusterSync, NodeDirectory
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
@@ -33,7 +33,7 @@ from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import Session
 from mqproxy.mqtt.shared import SharedGroup
-from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec, WillRecord
 from mqproxy.mqtt.store import LightStore
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 from mqproxy.mqtt.timers import Timers
@@ -66,6 +66,7 @@ class Gateway:
         auth: Authorizer = ALLOW_ALL,
         *,
         node: str | None = None,
+        directory: NodeDirectory | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -85,7 +86,7 @@ class Gateway:
             backend, config.compaction_min_records, node=node, compacts=not clustered
         )
         #: Cluster mode (``node`` set): follows what the other nodes write (see :mod:`.cluster_sync`).
-        self.cluster = ClusterSync(self, node) if node is not None else None
+        self.cluster = ClusterSync(self, node, directory) if node is not None else None
         self._draining = draining if draining is not None else trio.Event()
         self._loaded = False
         self._load_lock = trio.Lock()
@@ -116,6 +117,7 @@ class Gateway:
         await self.retained.load(self.backend)
         snapshots = await self._state.load()
         if self.cluster is not None:  # sessions are taken up by the CONNECT that resumes them
+            await self.cluster.join()
             self.cluster.start(snapshots, self._state.end, self.retained.end)
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
             return
@@ -246,7 +248,12 @@ class Gateway:
 
     # --- sessions -----------------------------------------------------------------------------
     async def open_session(
-        self, client_id: str, clean_start: bool, expiry_interval: int, send_quota: int
+        self,
+        client_id: str,
+        clean_start: bool,
+        expiry_interval: int,
+        send_quota: int,
+        will: WillRecord | None = None,
     ) -> tuple[Session, bool]:
         """The session for a CONNECT and whether one was present (False after a clean start). In cluster
         mode the session may come from the snapshot another node wrote last."""
@@ -264,10 +271,12 @@ class Gateway:
             existing.expiry_interval = expiry_interval
             existing.send_quota = send_quota
             existing.epoch += 1
+            existing.will = will if self.cluster is not None else None
             await self.persist(existing)
             return existing, True
         session = Session(client_id, expiry_interval, send_quota)
         session.epoch = 1
+        session.will = will if self.cluster is not None else None
         self.sessions[client_id] = session
         await self.persist(session)
         return session, False
@@ -353,10 +362,10 @@ class Gateway:
         """Another node wrote ``snapshot`` (the newest record of its client)."""
         self._state.noted(snapshot)
 
-    async def end_remote(self, client_id: str) -> None:
-        """Write the tombstone of a session another node left offline and that expired."""
-        if client_id not in self.sessions:
-            await self._state.write(client_id, lambda: SessionSnapshot(client_id, 0, deleted=True))
+    async def write_record(self, snapshot: SessionSnapshot) -> None:
+        """Append a record for a session another node held (it died, or its session expired)."""
+        if snapshot.client_id not in self.sessions:
+            await self._state.write(snapshot.client_id, lambda: snapshot)
 
     # --- subscriptions ------------------------------------------------------------------------
     async def subscribe(self, session: Session, spec: SubscriptionSpec) -> bool:

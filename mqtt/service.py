@@ -67,7 +67,8 @@ class MqttService:
         mqtt = settings.mqtt
         auth = Authorizer.from_settings(mqtt.allow_anonymous, mqtt.users, mqtt.acl)
         node = uuid.uuid4().hex[:12] if settings.backend.cluster else None
-        gateway = Gateway(FacadeStore(broker), config_from_settings(mqtt), draining, auth, node=node)
+        store = FacadeStore(broker)
+        gateway = Gateway(store, config_from_settings(mqtt), draining, auth, node=node, directory=store)
         return cls(
             broker,
             gateway,

@@ -38,6 +38,7 @@ from mqproxy.mqtt.state import (
     OutboundQos2,
     SessionSnapshot,
     SubscriptionSpec,
+    WillRecord,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ class Session:
         self.restored: list[OutboundQos2] = []
         self.connection: Any = None
         self.epoch = 0  # bumped on every attach: timers of an older disconnect do nothing
+        #: Cluster mode: the Will of the connection holding the session, kept in its records.
+        self.will: WillRecord | None = None
         self.ended = False
         self._next_packet_id = 1
         self._slots = trio.lowlevel.ParkingLot()
@@ -110,6 +113,7 @@ class Session:
             disconnected_at_ms,
             awaiting_rel=[InboundQos2(i, *self.rel_marks.get(i, ("", 0))) for i in sorted(self.awaiting_rel)],
             outbound=self._outbound_records(),
+            will=self.will if disconnected_at_ms is None else None,
         )
 
     def group_for(self, topic_filter: str) -> Any:

@@ -18,6 +18,8 @@ in the topic is the newest state) and lets concurrent callers share one append.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +27,9 @@ from typing import Any, NamedTuple
 
 import trio
 
+from mqproxy.codecs.mqtt import QoS, Will
+from mqproxy.codecs.mqtt.encoding import Reader
+from mqproxy.codecs.mqtt.properties import PropertyContext, decode_properties, encode_properties
 from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.types import Message, StoredMessage
@@ -126,6 +131,58 @@ class OutboundQos2(NamedTuple):
         return cls(packet_id, topic_filter, offset, phase, retained)
 
 
+class WillRecord(NamedTuple):
+    """A connected client's Will, kept in its session record in cluster mode so that another node can
+    publish it if the node holding the connection dies. On the wire: ``[topic, payload (base64), qos,
+    retain, delay_s, properties (base64 of the MQTT 5 Will Properties)]``."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    delay_s: int
+    properties: bytes = b"\x00"
+
+    @classmethod
+    def of(cls, will: Will, delay_s: int) -> WillRecord:
+        props = encode_properties(will.properties, PropertyContext.WILL)
+        return cls(will.topic, will.payload, int(will.qos), will.retain, delay_s, props)
+
+    def will(self) -> Will:
+        """The Will as the CONNECT carried it (raises MqttCodecError for a corrupt record)."""
+        props = decode_properties(Reader(self.properties), PropertyContext.WILL)
+        return Will(self.topic, self.payload, QoS(self.qos), self.retain, props)
+
+    def to_list(self) -> list[Any]:
+        return [
+            self.topic,
+            base64.b64encode(self.payload).decode(),
+            self.qos,
+            self.retain,
+            self.delay_s,
+            base64.b64encode(self.properties).decode(),
+        ]
+
+    @classmethod
+    def from_list(cls, raw: Any) -> WillRecord:
+        """Raises ValueError unless ``raw`` is a well-formed will entry."""
+        if not isinstance(raw, list) or len(raw) != 6:
+            raise ValueError(f"will: expected 6 items, got {raw!r}")
+        topic, payload, qos, retain, delay, props = raw
+        if (
+            not isinstance(topic, str)
+            or qos not in (0, 1, 2)
+            or type(retain) is not bool
+            or type(delay) is not int
+            or delay < 0
+        ):
+            raise ValueError(f"will: bad values {raw!r}")
+        try:
+            return cls(topic, base64.b64decode(payload), qos, retain, delay, base64.b64decode(props))
+        except (TypeError, binascii.Error) as exc:
+            raise ValueError(f"will: bad base64 in {raw!r}") from exc
+
+
 @dataclass(slots=True)
 class SessionSnapshot:
     client_id: str
@@ -136,6 +193,7 @@ class SessionSnapshot:
     awaiting_rel: list[InboundQos2] = field(default_factory=list)  # inbound QoS 2, PUBREL not yet seen
     outbound: list[OutboundQos2] = field(default_factory=list)
     node: str | None = None  # cluster mode: the node that wrote the record (None: single server)
+    will: WillRecord | None = None  # cluster mode, while connected: the client's Will
 
     def to_json(self) -> bytes:
         raw: dict[str, Any] = {
@@ -151,6 +209,8 @@ class SessionSnapshot:
             raw["outbound"] = [entry.to_list() for entry in self.outbound]
         if self.node is not None:
             raw["node"] = self.node
+        if self.will is not None:
+            raw["will"] = self.will.to_list()
         return json.dumps(raw, separators=(",", ":")).encode()
 
     @classmethod
@@ -175,6 +235,7 @@ class SessionSnapshot:
             awaiting_rel=[InboundQos2.from_list(entry) for entry in awaiting],
             outbound=[OutboundQos2.from_list(entry) for entry in outbound],
             node=str(raw["node"]) if raw.get("node") is not None else None,
+            will=WillRecord.from_list(raw["will"]) if raw.get("will") is not None else None,
         )
 
     @property

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from mqproxy.facade.api import BrokerFacade, PullRequest, SendRequest
-from mqproxy.model.types import Message, PullResult, SendResult, StoredMessage, TopicConfig
+from mqproxy.model.types import ConsumerInfo, Message, PullResult, SendResult, StoredMessage, TopicConfig
 
 __all__ = ["FacadeStore", "LightStore"]
 
@@ -89,3 +89,11 @@ class FacadeStore:
 
     async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
         return await self.broker.create_topic(topic, queue_count)
+
+    # --- beyond LightStore: the node directory of cluster mode (mqtt.cluster_sync.NodeDirectory) ---
+
+    async def register_consumer(self, info: ConsumerInfo) -> bool:
+        return await self.broker.register_consumer(info)
+
+    async def consumer_ids(self, group: str) -> list[str]:
+        return await self.broker.consumer_ids(group)

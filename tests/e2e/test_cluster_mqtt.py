@@ -5,7 +5,8 @@ brokers, no RocketMQ proxy).
 What a client relies on is in the cluster, so it holds across nodes: a QoS 1 session made on A resumes on B
 with every message published on B meanwhile; a second connection on the other node takes the session
 over; retained messages and wills published on one node reach subscribers on the other; a node killed
-with ``kill -9`` loses no acknowledged message of a session that resumes on the other node. The messages
+with ``kill -9`` loses no acknowledged message of a session that resumes on the other node, and a
+surviving node publishes the Wills of its clients. The messages
 themselves are checked on the brokers too: they are stored once and dispatched by the broker into its
 light message queues.
 
@@ -129,7 +130,7 @@ def test_retained_messages_and_wills_cross_nodes(rmq: ClusterMode, clients: list
     assert (will.topic, bytes(will.payload)) == (f"sensor/{tag}/will", b"gone")
 
 
-def test_a_node_killed_with_kill_9_loses_no_acknowledged_message(
+def test_a_node_killed_with_kill_9_loses_no_acknowledged_message_and_its_wills_go_out(
     rmq: ClusterMode, clients: list[PahoClient]
 ) -> None:
     tag = _tag()
@@ -141,6 +142,11 @@ def test_a_node_killed_with_kill_9_loses_no_acknowledged_message(
     assert subscriber.subscribe((f"line/{tag}/#", 1)) == [1]
     publisher = PahoClient(_port(rmq, "B"), f"pub-{tag}", V5)
     clients.append(publisher)
+    watcher = PahoClient(_port(rmq, "B"), f"watch-{tag}", V311)
+    clients.append(watcher)
+    assert watcher.subscribe((f"wills/{tag}", 1)) == [1]
+    testament = PahoClient(port_c, f"will-{tag}", V311, will=(f"wills/{tag}", b"last words", 1, False))
+    clients.append(testament)
     before = [f"before-{i}".encode() for i in range(10)]
     for body in before:
         publisher.publish(f"line/{tag}/x", body, qos=1)
@@ -152,6 +158,9 @@ def test_a_node_killed_with_kill_9_loses_no_acknowledged_message(
     after = [f"after-{i}".encode() for i in range(10)]
     for body in after:
         publisher.publish(f"line/{tag}/y", body, qos=1)
+
+    will = watcher.get(timeout=LIMIT_S)  # a surviving node publishes the Will of C's client
+    assert (will.topic, bytes(will.payload)) == (f"wills/{tag}", b"last words")
 
     resumed = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600)
     clients.append(resumed)

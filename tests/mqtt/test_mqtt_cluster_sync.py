@@ -15,7 +15,8 @@ import trio
 from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-from mqproxy.mqtt.state import SessionSnapshot
+from mqproxy.mqtt.state import SessionSnapshot, WillRecord
+from mqproxy.mqtt.store import FacadeStore
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
@@ -40,8 +41,10 @@ class Nodes:
 async def two_nodes() -> AsyncIterator[Nodes]:
     async with running_server(Settings.for_tests()) as x, running_server(Settings.for_tests()) as y:
         shared = gateway_of(x)
-        ga = Gateway(shared.backend, shared.config, node="node-a")
-        gb = Gateway(shared.backend, shared.config, node="node-b")
+        store = shared.backend
+        assert isinstance(store, FacadeStore)
+        ga = Gateway(store, shared.config, node="node-a", directory=store)
+        gb = Gateway(store, shared.config, node="node-b", directory=store)
         set_gateway(x, ga)
         set_gateway(y, gb)
         async with trio.open_nursery() as nursery:
@@ -153,3 +156,34 @@ def mq_message(snapshot: SessionSnapshot) -> Any:
     from mqproxy.model.types import Message
 
     return Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=0)
+
+
+def test_a_will_record_keeps_every_will_property() -> None:
+    props = mq.Properties(content_type="text/plain", user_properties=(("k", "v"),), will_delay_interval=7)
+    will = mq.Will("a/b", b"\x00\xffbye", mq.QoS.EXACTLY_ONCE, True, props)
+    record = WillRecord.of(will, 7)
+    again = WillRecord.from_list(record.to_list())
+    assert again == record
+    assert again.will() == will
+
+
+async def test_the_sessions_of_a_dead_node_get_their_will_and_are_disconnected(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        watcher, _ = await connect(nodes.b, "watcher")
+        await subscribe(watcher, ("alarm/+", mq.QoS.AT_LEAST_ONCE))
+        will = WillRecord.of(mq.Will("alarm/x", b"gone", mq.QoS.AT_LEAST_ONCE), 0)
+        orphan = SessionSnapshot("orphan", 300, node="node-dead", will=will)
+        await nodes.gb.backend.send(mq_message(orphan))
+        await nodes.settle()
+        assert nodes.gb.cluster is not None
+        assert nodes.ga.cluster is not None
+        assert await nodes.gb.cluster.sweep() == 0, "only the live node with the smallest id acts"
+        assert await nodes.ga.cluster.sweep() == 1
+        published = await receive_publish(watcher)
+        assert (published.topic, published.payload) == ("alarm/x", b"gone")
+        await nodes.settle()
+        record = nodes.gb.cluster.known["orphan"]
+        assert record.disconnected_at_ms is not None, "the session is disconnected and its expiry runs"
+        assert record.will is None
+        assert await nodes.ga.cluster.sweep() == 0, "taken once"
+        assert [e["client_id"] for e in log_sink.named("mqtt.session_orphaned")] == ["orphan"]
