@@ -33,6 +33,15 @@ whose newest record says a node that is no longer live holds them: it publishes 
 carries it; after its delay, unless the client came back first) and writes their disconnect record (a
 tombstone for a session with expiry 0), so they expire as if their connection had closed.
 
+**Nothing live ages out.** The brokers delete commit-log files after ``fileReservedTime`` (72 h by
+default), and with them the oldest records of both logs. So every :data:`REFRESH_EVERY_S` each node
+appends again the records of its connected sessions stored more than :data:`REFRESH_AGE_S` ago, and the
+leading node (the live one with the smallest id) those of offline sessions and the retained messages (into
+topic :data:`RETAINED_REFRESH_TOPIC`, dispatched only into the retained queue; a Message Expiry Interval
+is shortened by the time already spent). A refresh never overwrites a newer record of the same session;
+a retained message replaced on another node in the very moment it is refreshed may come back (the last
+record in the retained queue wins).
+
 Offline sessions another node left expire here too: each node that knows one writes its tombstone when
 its expiry passes unless a newer record came first (duplicate tombstones are harmless).
 """
@@ -49,21 +58,36 @@ import trio
 from mqproxy.codecs.mqtt import MqttCodecError, ReasonCode, parse_topic_filter
 from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
-from mqproxy.model.types import ConsumerInfo
+from mqproxy.model.types import ConsumerInfo, Message
 from mqproxy.mqtt.config import NEVER_EXPIRES
-from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC
+from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC, encode_properties
+from mqproxy.mqtt.retained import RetainedMessage
 from mqproxy.mqtt.state import SessionSnapshot
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
 if TYPE_CHECKING:
     from mqproxy.mqtt.gateway import Gateway
 
-__all__ = ["NODES_GROUP", "SWEEP_S", "ClusterSync", "NodeDirectory"]
+__all__ = [
+    "NODES_GROUP",
+    "REFRESH_AGE_S",
+    "REFRESH_EVERY_S",
+    "RETAINED_REFRESH_TOPIC",
+    "SWEEP_S",
+    "ClusterSync",
+    "NodeDirectory",
+]
 
 #: The consumer group every node registers in, so that the brokers tell who is alive.
 NODES_GROUP = "MQPROXY_MQTT_NODES"
 #: Seconds between two looks for dead nodes (and two registrations of this node).
 SWEEP_S = 2.0
+#: Records and retained messages stored longer ago than this are appended again.
+REFRESH_AGE_S = 24 * 3600.0
+#: Seconds between two looks for records to refresh.
+REFRESH_EVERY_S = 60.0
+#: Where refreshed retained messages are stored (dispatched only into the retained queue).
+RETAINED_REFRESH_TOPIC = "MQTT_RETAINED_REFRESH"
 
 
 class NodeDirectory(Protocol):
@@ -112,6 +136,7 @@ class ClusterSync:
         self.node = node
         #: None: no look for dead nodes (their sessions wait for their clients to come back).
         self.directory = directory
+        self.refresh_age_s = REFRESH_AGE_S
         #: Live snapshots other nodes wrote for sessions this node does not hold, by client id.
         self.known: dict[str, SessionSnapshot] = {}
         #: Wildcard filters of :attr:`known` sessions (reference-counted per subscription).
@@ -178,13 +203,67 @@ class ClusterSync:
             await self.directory.register_consumer(ConsumerInfo(self.node, NODES_GROUP))
 
     async def _sweep_dead_nodes(self) -> None:
+        next_refresh = trio.current_time() + REFRESH_EVERY_S
         while True:
             await trio.sleep(SWEEP_S)
             try:
                 await self.join()
                 await self.sweep()
+                if trio.current_time() >= next_refresh:
+                    next_refresh = trio.current_time() + REFRESH_EVERY_S
+                    await self.refresh()
             except BackendError as exc:
                 _log.warning("mqtt.cluster_sync_failed", log="nodes", detail=str(exc))
+
+    async def _leading(self) -> bool:
+        """True if this is the live node with the smallest id (or no directory tells otherwise)."""
+        if self.directory is None:
+            return True
+        live = set(await self.directory.consumer_ids(NODES_GROUP))
+        return min(live | {self.node}) == self.node
+
+    async def refresh(self) -> int:
+        """Append again what is live but stored more than :attr:`refresh_age_s` ago (see the module
+        docstring); returns how many records it wrote."""
+        gateway = self.gateway
+        state = gateway.state_log
+        now = _now_ms()
+        cutoff = now - int(self.refresh_age_s * 1000)
+        done = 0
+        for session in list(gateway.sessions.values()):
+            stored = state.stored_ms(session.client_id)
+            if session.connection is not None and stored is not None and stored < cutoff:
+                await gateway.persist(session)
+                done += 1
+        if not await self._leading():
+            return done
+        for snapshot in state.offline_before(cutoff):
+            await state.rewrite(snapshot)
+            done += 1
+        for kept in gateway.retained.stored_before(cutoff):
+            done += await self._rewrite_retained(kept, now)
+        return done
+
+    async def _rewrite_retained(self, kept: RetainedMessage, now: int) -> int:
+        props = kept.properties
+        expiry = props.message_expiry_interval
+        if expiry is not None:
+            left = expiry - (now - kept.store_timestamp_ms) // 1000
+            if left <= 0:
+                return 0  # expired: it goes with its record
+            props = dataclasses.replace(props, message_expiry_interval=left)
+        message = Message(
+            topic=RETAINED_REFRESH_TOPIC,
+            body=kept.payload,
+            properties=encode_properties(kept.topic, kept.qos, "", True, props),
+            born_timestamp_ms=now,
+            dispatch=(RETAINED_LMQ,),
+        )
+        result = await self.gateway.backend.send(message)
+        self.gateway.retained.set(
+            kept.topic, kept.payload, kept.qos, props, result.store_timestamp_ms, result.commitlog_offset
+        )
+        return 1
 
     async def sweep(self) -> int:
         """If this is the live node with the smallest id, take over the sessions of nodes that are not
@@ -277,7 +356,7 @@ class ClusterSync:
             except (ValueError, TypeError, KeyError):
                 continue  # not a snapshot (someone else wrote to the topic)
             if snapshot.node != self.node:
-                await self._apply(snapshot)
+                await self._apply(snapshot, message.store_timestamp_ms)
         moved = result.next_offset > self._state_offset
         self._state_offset = max(self._state_offset, result.next_offset)
         return moved and bool(result.messages)
@@ -290,7 +369,7 @@ class ClusterSync:
         self._retained_offset = max(self._retained_offset, result.next_offset)
         return moved and bool(result.messages)
 
-    async def _apply(self, snapshot: SessionSnapshot) -> None:
+    async def _apply(self, snapshot: SessionSnapshot, stored_ms: int) -> None:
         """Another node wrote ``snapshot``: it is the newest state of its session."""
         gateway = self.gateway
         client_id = snapshot.client_id
@@ -310,7 +389,7 @@ class ClusterSync:
                     f"client id connected to node {snapshot.node}",
                 )
             gateway.release(local)
-        gateway.noted(snapshot)
+        gateway.state_log.noted(snapshot, stored_ms)
         self._forget(client_id)
         if not snapshot.deleted:
             self._learn(snapshot)

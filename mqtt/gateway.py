@@ -358,9 +358,10 @@ class Gateway:
             self._forget_subscription(session, topic_filter)
         session.wake_all()
 
-    def noted(self, snapshot: SessionSnapshot) -> None:
-        """Another node wrote ``snapshot`` (the newest record of its client)."""
-        self._state.noted(snapshot)
+    @property
+    def state_log(self) -> SessionStateStore:
+        """The session-state log (cluster mode: :class:`ClusterSync` notes and refreshes its records)."""
+        return self._state
 
     async def write_record(self, snapshot: SessionSnapshot) -> None:
         """Append a record for a session another node held (it died, or its session expired)."""

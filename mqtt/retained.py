@@ -163,6 +163,10 @@ class RetainedStore:
             node = found
         return node.message
 
+    def stored_before(self, cutoff_ms: int) -> list[RetainedMessage]:
+        """Retained messages stored before ``cutoff_ms``."""
+        return [m for m in self._root.subtree(skip_dollar=False) if m.store_timestamp_ms < cutoff_ms]
+
     def topics(self) -> Iterator[str]:
         """Every topic holding a retained message."""
         return (m.topic for m in self._root.subtree(skip_dollar=False))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -288,6 +289,8 @@ class SessionStateStore:
         self._live: set[str] = set()
         self.node = node
         self.compacts = compacts
+        #: Cluster mode: the newest live record of each client and when it was stored.
+        self._newest: dict[str, tuple[SessionSnapshot, int]] = {}
         self.end = 0
 
     async def load(self) -> dict[str, SessionSnapshot]:
@@ -301,6 +304,8 @@ class SessionStateStore:
         for message in found.live():
             snapshot = SessionSnapshot.from_json(message.body)
             latest[snapshot.client_id] = snapshot
+            if self.node is not None:
+                self._newest[snapshot.client_id] = (snapshot, message.store_timestamp_ms)
         self._live = set(latest)
         await self._compact(found)
         return latest
@@ -332,19 +337,46 @@ class SessionStateStore:
             # Acknowledged only once other nodes can read it (a broker indexes a stored message shortly
             # after it answers the send).
             await self._backend.wait_for_message(SESSION_STATE_TOPIC, _QUEUE, result.queue_offset, _VISIBLE_S)
-        self._records += 1
-        if snapshot.deleted:
-            self._live.discard(snapshot.client_id)
-        else:
-            self._live.add(snapshot.client_id)
+        self._note(snapshot, result.store_timestamp_ms)
 
-    def noted(self, snapshot: SessionSnapshot) -> None:
-        """Another node wrote ``snapshot``: it is now the newest record of its client."""
+    def noted(self, snapshot: SessionSnapshot, stored_ms: int) -> None:
+        """Another node wrote ``snapshot`` (stored at ``stored_ms``): the newest record of its client."""
+        self._note(snapshot, stored_ms)
+
+    def _note(self, snapshot: SessionSnapshot, stored_ms: int) -> None:
         self._records += 1
+        client_id = snapshot.client_id
         if snapshot.deleted:
-            self._live.discard(snapshot.client_id)
+            self._live.discard(client_id)
+            self._newest.pop(client_id, None)
         else:
-            self._live.add(snapshot.client_id)
+            self._live.add(client_id)
+            if self.node is not None:
+                self._newest[client_id] = (snapshot, stored_ms)
+
+    def stored_ms(self, client_id: str) -> int | None:
+        """Cluster mode: when the newest record of ``client_id`` was stored (None: no live record)."""
+        newest = self._newest.get(client_id)
+        return newest[1] if newest is not None else None
+
+    def offline_before(self, cutoff_ms: int) -> list[SessionSnapshot]:
+        """Cluster mode: the newest records, stored before ``cutoff_ms``, of sessions no connection holds."""
+        return [
+            snapshot
+            for snapshot, stored in self._newest.values()
+            if stored < cutoff_ms and snapshot.disconnected_at_ms is not None
+        ]
+
+    async def rewrite(self, snapshot: SessionSnapshot) -> None:
+        """Append ``snapshot`` again (as this node's) unless a newer record of its client came meanwhile,
+        so that the brokers' retention never drops the record of a session that is still live."""
+        client_id = snapshot.client_id
+
+        def again() -> SessionSnapshot | None:
+            newest = self._newest.get(client_id)
+            return dataclasses.replace(snapshot) if newest is not None and newest[0] is snapshot else None
+
+        await self.write(client_id, again)
 
     def is_live(self, client_id: str) -> bool:
         """True if the newest record written for ``client_id`` is a live snapshot (not a deletion)."""

@@ -187,3 +187,37 @@ async def test_the_sessions_of_a_dead_node_get_their_will_and_are_disconnected(l
         assert record.will is None
         assert await nodes.ga.cluster.sweep() == 0, "taken once"
         assert [e["client_id"] for e in log_sink.named("mqtt.session_orphaned")] == ["orphan"]
+
+
+async def test_records_and_retained_messages_are_refreshed_before_the_brokers_age_them_out(
+    log_sink: Any,
+) -> None:
+    async with two_nodes() as nodes:
+        keeper, _ = await connect(nodes.a, "keeper", clean_start=False)
+        await subscribe(keeper, ("keep/+", mq.QoS.AT_LEAST_ONCE))
+        await keeper.send(mq.Disconnect())
+        await keeper.aclose()
+        await wait_until(lambda: nodes.ga.sessions["keeper"].connection is None)
+        await _publish(nodes.b, "keep/state", b"kept", retain=True)
+        await nodes.settle()
+        assert nodes.ga.cluster is not None
+        assert nodes.gb.cluster is not None
+        before = await nodes.ga.backend.max_offset(SESSION_STATE_TOPIC, 0)
+        assert await nodes.ga.cluster.refresh() == 0, "nothing is old yet"
+
+        nodes.ga.cluster.refresh_age_s = nodes.gb.cluster.refresh_age_s = -1.0  # everything is old
+        assert await nodes.gb.cluster.refresh() == 0, "offline records are the leading node's to refresh"
+        assert await nodes.ga.cluster.refresh() == 2  # keeper's record and the retained message
+
+        tail = await nodes.ga.backend.pull(SESSION_STATE_TOPIC, 0, before, 10)
+        records = [SessionSnapshot.from_json(m.body) for m in tail.messages]
+        (again,) = [r for r in records if r.client_id == "keeper"]  # (a publisher's tombstone may be there)
+        assert (again.client_id, again.node) == ("keeper", "node-a")
+        assert [s.topic_filter for s in again.subscriptions] == ["keep/+"]
+        assert again.disconnected_at_ms is not None, "still offline: its expiry counts from the disconnect"
+        await nodes.settle()
+        watcher, _ = await connect(nodes.b, "late-watcher")
+        await subscribe(watcher, ("keep/#", mq.QoS.AT_MOST_ONCE))
+        retained = await receive_publish(watcher)
+        assert (retained.topic, retained.payload, retained.retain) == ("keep/state", b"kept", True)
+        assert await arrivals(watcher) == [], "refreshed once, delivered once"
