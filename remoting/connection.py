@@ -24,7 +24,9 @@ reason, e.g. ``bad_json_header``), stays idle too long (``idle_timeout``) or sto
 ``stats``. Cancelling it is safe.
 
 Behaviour: every request frame runs in its own task (long polls do not block other requests;
-responses may go out of order); each frame is written whole under a lock; frames with the response
+responses may go out of order); responses are queued whole in the connection's
+:class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in one
+``send_all``; while ``max_outbox_bytes`` wait to be written, writers wait); frames with the response
 bit are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`)
 and never dispatched; too many requests in flight are answered SYSTEM_BUSY. When the connection ends
 its consumers are unregistered and the remaining members of their groups get
@@ -53,6 +55,7 @@ from mqproxy.facade.api import BrokerFacade
 from mqproxy.remoting.context import RequestCallback, ServerContext, ignore_request
 from mqproxy.remoting.session import RemotingSession
 from mqproxy.remoting.transactions import check_command
+from mqproxy.remoting_client.outbox import FrameOutbox, OutboxBroken
 
 if TYPE_CHECKING:
     from mqproxy.facade.types import TransactionCheck
@@ -71,8 +74,11 @@ class ConnectionLimits:
     #: Close after this long without reading or writing anything (Java: 120 s; clients heartbeat
     #: every 30 s).
     idle_timeout_s: float = 120.0
-    #: Close when one frame cannot be written within this time (the peer stopped reading).
+    #: Close when one write (the frames queued at its start) is not taken within this time (the peer
+    #: stopped reading).
     write_timeout_s: float = 30.0
+    #: Bytes of response frames queued for the writer beyond which further responses wait to be queued.
+    max_outbox_bytes: int = 4 * 1024 * 1024
     #: Time allowed for unregistering the connection's consumers after it ended.
     cleanup_timeout_s: float = 5.0
 
@@ -103,25 +109,36 @@ class RemotingConnection:
         self.session: RemotingSession | None = None
         self.last_activity = trio.current_time()
         self.closed = False
-        self._write_lock = trio.Lock()
+        self._outbox = FrameOutbox(
+            stream,
+            max_bytes=limits.max_outbox_bytes,
+            write_timeout_s=limits.write_timeout_s,
+            nursery=nursery,
+            on_sent=self._sent,
+            on_broken=self._write_failed,
+        )
         self._calls: dict[int, trio.MemorySendChannel[RemotingCommand]] = {}
 
     async def write(self, frame: bytes) -> None:
-        """Write one whole frame; a peer that does not take it in time ends the connection."""
+        """Queue one whole frame for the peer; it leaves with the frames queued beside it. A write the
+        peer does not take within ``write_timeout_s`` (or that fails) ends the connection; frames
+        queued on a connection that ended are dropped."""
         if self.closed:
             return
-        async with self._write_lock:
-            with trio.move_on_after(self.limits.write_timeout_s) as scope:
-                try:
-                    await self.stream.send_all(frame)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    self.fail("connection_lost", str(exc) or None)
-                    return
-            if scope.cancelled_caught:
-                self.fail("write_timeout", f"frame of {len(frame)} bytes not taken")
-                return
-        self.stats.bytes_out += len(frame)
+        try:
+            await self._outbox.put(frame)
+        except OutboxBroken:
+            pass  # the connection ended (see _write_failed)
+
+    def _sent(self, size: int) -> None:
+        self.stats.bytes_out += size
         self.last_activity = trio.current_time()
+
+    def _write_failed(self, reason: str, detail: str | None) -> None:
+        if reason == "write_cancelled":  # the connection is ending (its tasks are cancelled): no error
+            self.close_calls()
+        else:
+            self.fail(reason, detail)
 
     def fail(self, reason: str, detail: str | None = None) -> None:
         """End the connection with an error (first reason wins)."""
@@ -133,6 +150,7 @@ class RemotingConnection:
     def close_calls(self) -> None:
         """Mark the connection closed; server->client calls still waiting return None at once."""
         self.closed = True
+        self._outbox.close()
         calls, self._calls = self._calls, {}
         for channel in calls.values():
             channel.close()

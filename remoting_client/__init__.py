@@ -10,6 +10,8 @@ RocketMQ or another mqproxy node): the cluster backend and the message connector
   NOTIFY_CONSUMER_IDS_CHANGED, …) go to a handler whose answer is sent back.
 * :class:`RemotingPool`: one connection per address, opened on first use, re-opened after a failure with
   exponential back-off, every request optionally signed with ACL 1.0 keys.
+* :class:`~.outbox.FrameOutbox`: the coalescing write side of a multiplexed connection (concurrent
+  callers' frames leave in one ``send_all``, no lock), shared with the client-facing remoting server.
 """
 
 from __future__ import annotations

@@ -7,9 +7,14 @@ One client connection to a remoting server.
 Contracts:
 
 * :meth:`RemotingConnection.request` assigns the opaque, sends, and returns the response with that opaque;
-  it raises :class:`RemotingTimeout` after ``timeout_s`` seconds (the late response is dropped) and
-  :class:`ConnectionClosed` when the connection ends first. Any number of requests may be outstanding.
-* :meth:`RemotingConnection.oneway` sends with the oneway flag and returns once written.
+  it raises :class:`RemotingTimeout` after ``timeout_s`` seconds (the late response is dropped; the time
+  covers the write too) and :class:`ConnectionClosed` when the connection ends first. Any number of
+  requests may be outstanding.
+* :meth:`RemotingConnection.oneway` sends with the oneway flag and returns once queued.
+* Frames of concurrent callers leave together (:class:`~.outbox.FrameOutbox`): a caller that finds a
+  write under way leaves its frame for that writer's next ``send_all``, so N requests in flight cost
+  about one write, not N. A write that fails, is cancelled part-way or is not taken within
+  ``write_timeout_s`` ends the connection (every pending request fails with ConnectionClosed at once).
 * A request from the server is passed to the handler in a task of its own; a non-None answer is sent
   back with the request's opaque (oneway requests are never answered). Without a handler, requests are
   answered REQUEST_CODE_NOT_SUPPORTED.
@@ -35,6 +40,7 @@ from mqproxy.codecs.remoting import (
     encode_command,
 )
 from mqproxy.codecs.remoting_codes import ResponseCode
+from mqproxy.remoting_client.outbox import FrameOutbox, OutboxBroken
 
 __all__ = [
     "ConnectionClosed",
@@ -50,6 +56,8 @@ ServerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | N
 RequestHook = Callable[[RemotingCommand], None]
 
 _RECEIVE_BYTES: Final = 256 * 1024
+#: Bytes queued for the writer beyond which callers wait for it to take them.
+DEFAULT_MAX_OUTBOX_BYTES: Final = 4 * 1024 * 1024
 _log = structlog.get_logger("mqproxy.remoting_client")
 
 
@@ -89,6 +97,8 @@ class RemotingConnection:
         on_request: ServerRequestHandler | None = None,
         hook: RequestHook | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_outbox_bytes: int = DEFAULT_MAX_OUTBOX_BYTES,
+        write_timeout_s: float = 30.0,
     ) -> None:
         self.addr = addr
         self._stream = stream
@@ -97,7 +107,10 @@ class RemotingConnection:
         self._max_frame_bytes = max_frame_bytes
         self._opaques = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._send_lock = trio.Lock()
+        self._outbox = FrameOutbox(
+            stream, max_bytes=max_outbox_bytes, write_timeout_s=write_timeout_s, on_broken=self._write_failed
+        )
+        self._read_scope = trio.CancelScope()
         self._handlers: trio.Nursery | None = None
         #: Set once the connection has ended; no request succeeds after that.
         self.closed = trio.Event()
@@ -115,8 +128,8 @@ class RemotingConnection:
         command.flag &= ~FLAG_ONEWAY
         pending = self._pending[opaque] = _Pending()
         try:
-            await self._write(command)
             with trio.move_on_after(timeout_s):
+                await self._write(command)
                 await pending.event.wait()
         finally:
             self._pending.pop(opaque, None)
@@ -138,11 +151,12 @@ class RemotingConnection:
             self._hook(command)
         frame = encode_command(command, max_frame_bytes=self._max_frame_bytes)
         try:
-            async with self._send_lock:
-                await self._stream.send_all(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._finish(f"write failed: {exc}")
-            raise ConnectionClosed(self.addr, f"write failed: {exc}") from None
+            await self._outbox.put(frame)
+        except OutboxBroken:
+            raise ConnectionClosed(self.addr, f"connection closed ({self.close_reason})") from None
+
+    def _write_failed(self, reason: str, detail: str | None) -> None:
+        self._finish(f"write failed: {reason} ({detail})" if detail else f"write failed: {reason}")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Read responses and server requests until the connection ends; then close the stream."""
@@ -150,15 +164,16 @@ class RemotingConnection:
         reason = "closed by peer"
         try:
             async with trio.open_nursery() as handlers:
-                self._handlers = handlers
+                self._handlers = self._outbox.nursery = handlers
                 task_status.started()
                 try:
-                    while True:
-                        data = await self._stream.receive_some(_RECEIVE_BYTES)
-                        if not data:
-                            break
-                        for command in decoder.receive_data(data):
-                            self._dispatch(command)
+                    with self._read_scope:  # cancelled by _finish: a connection given up stops reading
+                        while True:
+                            data = await self._stream.receive_some(_RECEIVE_BYTES)
+                            if not data:
+                                break
+                            for command in decoder.receive_data(data):
+                                self._dispatch(command)
                 except RemotingCodecError as exc:
                     reason = f"malformed frame from server: {exc}"
                     _log.warning("remoting_client.bad_frame", remote=self.addr, reason=str(exc))
@@ -205,6 +220,8 @@ class RemotingConnection:
             return
         self.close_reason = reason
         self.closed.set()
+        self._outbox.close(reason)
+        self._read_scope.cancel()
         for pending in self._pending.values():
             pending.event.set()
 

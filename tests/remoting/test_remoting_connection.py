@@ -256,3 +256,57 @@ async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock, 
         response = await client.receive()
         assert (response.opaque, response.code) == (1, ResponseCode.SUCCESS)
     assert returned_at == [pytest.approx(3.0, abs=0.01)]
+
+
+class CountingStream(trio.abc.Stream):
+    """``inner`` with its writes counted."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.writes = 0
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes += 1
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_responses_of_concurrent_requests_leave_together(backend, ctx, broker) -> None:
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    counted = CountingStream(server_stream)
+    stats = ConnectionStats()
+    client = Peer(client_stream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_remoting(counted, broker, ctx, stats=stats))
+        frames = b"".join(encode_command(send(n, n % 4, b"m%d" % n)) for n in range(1, 51))
+        await client.stream.send_all(frames)  # 50 requests in one read: handled concurrently
+        responses = [await client.receive() for _ in range(50)]
+        await client.stream.aclose()
+    assert sorted(r.opaque for r in responses) == list(range(1, 51))
+    assert {r.code for r in responses} == {ResponseCode.SUCCESS}
+    assert counted.writes < 50
+    assert stats.bytes_out == sum(len(encode_command(r)) for r in responses)
+
+
+async def test_a_client_that_stops_reading_is_closed_after_the_write_timeout(
+    backend, ctx, autojump_clock, broker
+) -> None:
+    client_stream, server_stream = trio.testing.lockstep_stream_pair()  # a write waits for the peer
+    client = Peer(client_stream)
+    limits = ConnectionLimits(write_timeout_s=10, max_outbox_bytes=256)
+    async with trio.open_nursery() as nursery:
+        stats = ConnectionStats()
+        nursery.start_soon(lambda: serve_remoting(server_stream, broker, ctx, stats=stats, limits=limits))
+        for n in range(1, 21):  # read by the server, never answered: the client does not read
+            await client.send(send(n, 0, b"x" * 64))
+    assert stats.error == "write_timeout"
+    assert trio.current_time() == pytest.approx(10.0, abs=0.1)
+    await client.stream.aclose()
