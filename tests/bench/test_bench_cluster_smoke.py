@@ -2,7 +2,7 @@
 each of the four paths (direct to the stock brokers, RocketMQ's proxy in cluster mode, one and two mqproxy
 nodes on the rocketmq backend) in one run, every row prints a positive figure with its unit, the ratios
 against RocketMQ's proxy and direct follow, and the MQTT fan-in row gives the embedded figure beside the
-cluster's "n/a" (nodes on the cluster backend refuse MQTT for now).
+figure through a cluster node.
 
 Needs Java 17 and the Maven jars ``make test`` fetches (``scripts/stock_rocketmq.py fetch``); a few minutes
 on a 2-core machine, most of it the stock cluster's start (name server, two brokers, RocketMQ's proxy) and
