@@ -19,7 +19,12 @@ messages and their light queues on the brokers, read positions as broker consume
 * every other node's live snapshot is remembered (:meth:`ClusterSync.adopt` hands it to a CONNECT that
   resumes the session here) and its wildcard filters go into :attr:`ClusterSync.filters`, so a PUBLISH
   on this node is dispatched into the light queues of subscriptions held on other nodes;
-* retained records update this node's retained tree (its own records too, in log order).
+* retained records update this node's retained tree (its own records too, in log order);
+* the shared subscriptions of other nodes' connected sessions say which nodes hold members of each shared
+  group: one node reads a group at a time, the live one with the smallest id among them
+  (:meth:`ClusterSync.reads_share`; :mod:`mqproxy.mqtt.shared`), so each message goes to one member
+  cluster-wide. When the reader changes, the next one resumes from the group's committed offset (at least
+  once: what the last reader handed out but had not committed yet comes again).
 
 A CONNECT first reads both logs up to their current ends (:meth:`ClusterSync.catch_up`), so it sees
 every record and retained message written before it, whichever node wrote it. A PUBLISH on one node may
@@ -111,6 +116,19 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _shares(snapshot: SessionSnapshot) -> set[tuple[str, str]]:
+    """The ``(group, filter)`` of each shared subscription of ``snapshot``."""
+    found = set()
+    for spec in snapshot.subscriptions:
+        try:
+            parsed = parse_topic_filter(spec.topic_filter)
+        except MqttCodecError:
+            continue
+        if parsed.share_group is not None:
+            found.add((parsed.share_group, parsed.filter))
+    return found
+
+
 def _wildcards(snapshot: SessionSnapshot) -> list[str]:
     """The wildcard filters ``snapshot``'s subscriptions read (``$share/g/f`` reads ``f``)."""
     found = []
@@ -142,6 +160,10 @@ class ClusterSync:
         #: Wildcard filters of :attr:`known` sessions (reference-counted per subscription).
         self.filters = SubscriptionIndex()
         self.takeovers = 0
+        #: Live node ids as the last look found them (None: not looked yet, every node counts as live).
+        self.live: set[str] | None = None
+        #: Nodes holding connected members of each shared group, by (group, filter), with member counts.
+        self._share_nodes: dict[tuple[str, str], dict[str, int]] = {}
         self._state_offset = 0
         self._retained_offset = 0
         self._state_lock = trio.Lock()
@@ -167,6 +189,13 @@ class ClusterSync:
         if snapshot is None or snapshot.expiry_interval == 0:
             return None
         return snapshot
+
+    def reads_share(self, group: str, topic_filter: str) -> bool:
+        """Whether this node reads shared group ``$share/group/topic_filter`` now: it does unless a live
+        node with a smaller id has members of it connected (this node has members, or it would not ask)."""
+        nodes = self._share_nodes.get((group, topic_filter), {})
+        live = self.live
+        return all(node > self.node for node in nodes if live is None or node in live)
 
     async def catch_up(self) -> None:
         """Apply every session record and retained message appended before this call (whichever node
@@ -270,6 +299,7 @@ class ClusterSync:
         live (see the module docstring); returns how many it took."""
         assert self.directory is not None
         live = set(await self.directory.consumer_ids(NODES_GROUP))
+        self.live = live | {self.node}
         if not live or min(live | {self.node}) != self.node:
             return 0
         orphans = [s for s in self.known.values() if s.connected and s.node not in live]
@@ -398,6 +428,10 @@ class ClusterSync:
         self.known[snapshot.client_id] = snapshot
         for topic_filter in _wildcards(snapshot):
             self.filters.add(topic_filter)
+        if snapshot.connected and snapshot.node is not None:
+            for share in _shares(snapshot):
+                nodes = self._share_nodes.setdefault(share, {})
+                nodes[snapshot.node] = nodes.get(snapshot.node, 0) + 1
         if snapshot.disconnected_at_ms is not None and snapshot.expiry_interval != NEVER_EXPIRES:
             due = snapshot.disconnected_at_ms + snapshot.expiry_interval * 1000
             self.gateway.call_later(max(0.0, (due - _now_ms()) / 1000), lambda: self._expire(snapshot))
@@ -407,6 +441,14 @@ class ClusterSync:
         if snapshot is not None:
             for topic_filter in _wildcards(snapshot):
                 self.filters.remove(topic_filter)
+            if snapshot.connected and snapshot.node is not None:
+                for share in _shares(snapshot):
+                    nodes = self._share_nodes[share]
+                    nodes[snapshot.node] -= 1
+                    if not nodes[snapshot.node]:
+                        del nodes[snapshot.node]
+                    if not nodes:
+                        del self._share_nodes[share]
         return snapshot
 
     async def _expire(self, snapshot: SessionSnapshot) -> None:

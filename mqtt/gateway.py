@@ -12,6 +12,7 @@ is set (RIP-28). Readers are woken by the store's long-poll (RIP-33 notify → p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -43,7 +44,6 @@ _log = structlog.get_logger("mqproxy.mqtt")
 HOUSEKEEPING_INTERVAL_S = 60.0
 #: Most client PUBLISHes written in one batch.
 MAX_BATCH = 64
-_KEY = "mqtt"
 #: One MQTT publish to store: ``(topic, payload, qos, retain, properties)``.
 PublishItem = tuple[str, bytes, int, bool, Properties]
 
@@ -421,6 +421,8 @@ class Gateway:
         group = self.shared_groups.get((name, inner))
         if group is None:
             group = self.shared_groups[(name, inner)] = await SharedGroup.open(self.backend, name, inner)
+            if self.cluster is not None:
+                group.may_read = functools.partial(self.cluster.reads_share, name, inner)
         return group
 
     async def unsubscribe(self, session: Session, topic_filter: str) -> bool:
@@ -473,17 +475,6 @@ class Gateway:
     async def run_timers(self) -> None:
         """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
         await self.timers.run()
-
-
-def rocketmq_dispatch(registries: Mapping[str, object], properties: Mapping[str, str]) -> tuple[str, ...]:
-    """Transitional, for remoting until it sends through the facade (which asks :class:`MqttService`):
-    :meth:`Gateway.rocketmq_dispatch` of the MQTT service in ``registries["mqtt"]``, or only the topic's
-    LMQ without one."""
-    service = registries.get(_KEY)
-    if service is not None:
-        return service.lmq_dispatch(properties)  # type: ignore[attr-defined,no-any-return]
-    topic = _dispatch_topic(properties)
-    return (lmq_name(topic),) if topic else ()
 
 
 def _dispatch_topic(properties: Mapping[str, str]) -> str:

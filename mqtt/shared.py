@@ -7,11 +7,17 @@ its start at once). A message a member took but did not get acknowledged before 
 back to the group (``give_back``) and is delivered to another member. A QoS 2 delivery of a persistent
 member is in that member's snapshot; after a restart it is marked on the group's cursor, which then
 skips it for every other member until its owner completes it (see ``Session.load_qos2``).
+
+Across the nodes of a cluster (``may_read`` set): one node reads a group at a time, the node the predicate
+names (the live node with the smallest id among those holding members; see
+:meth:`~mqproxy.mqtt.cluster_sync.ClusterSync.reads_share`). A node that is not the reader hands out only
+returned messages; when it becomes the reader it resumes from the offset the group committed last.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import trio
 
@@ -20,6 +26,9 @@ from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SHARED_GROUP_PREFIX, lmq_name
 from mqproxy.mqtt.store import LightStore
+
+#: Seconds between two looks whether this node became a group's reader (cluster mode).
+_ROLE_CHECK_S = 1.0
 
 
 class SharedGroup:
@@ -32,6 +41,9 @@ class SharedGroup:
         self._returned: deque[tuple[StoredMessage, int]] = deque()
         self._fetching = False
         self._fetched = trio.Event()
+        #: Cluster mode: whether this node reads the group now (None: always).
+        self.may_read: Callable[[], bool] | None = None
+        self._reading = True
 
     @property
     def consumer_group(self) -> str:
@@ -48,6 +60,20 @@ class SharedGroup:
         cursor = Cursor(lmq, offset, group)
         cursor.durable = True
         return cls(name, topic_filter, cursor)
+
+    async def _may_read(self, backend: LightStore) -> bool:
+        """Whether this node reads the group now; on becoming the reader, take the committed offset."""
+        assert self.may_read is not None
+        if not self.may_read():
+            self._reading = False
+            return False
+        if not self._reading:
+            self._reading = True
+            cursor = self.cursor
+            committed = await backend.query_consumer_offset(cursor.group, cursor.lmq, LMQ_QUEUE_ID)
+            if committed is not None and not cursor.pending and committed > cursor.next_offset:
+                cursor.next_offset = cursor.committed = cursor.stored = committed
+        return True
 
     def give_back(self, message: StoredMessage, offset: int) -> None:
         """Return an un-acknowledged message so another member gets it."""
@@ -77,6 +103,11 @@ class SharedGroup:
 
     async def _fetch(self, backend: LightStore, poll_s: float) -> None:
         cursor = self.cursor
+        if self.may_read is not None and not await self._may_read(backend):
+            with trio.move_on_after(min(poll_s, _ROLE_CHECK_S)):  # until a message comes back, or a look
+                while not self._returned:
+                    await self._fetched.wait()
+            return
         start = cursor.next_offset
         result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, start, 32)
         if result.messages:

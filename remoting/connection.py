@@ -28,9 +28,10 @@ responses may go out of order); responses are queued whole in the connection's
 :class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in one
 ``send_all``; while ``max_outbox_bytes`` wait to be written, writers wait); frames with the response
 bit are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`)
-and never dispatched; too many requests in flight are answered SYSTEM_BUSY. When the connection ends
-its consumers are unregistered and the remaining members of their groups get
-NOTIFY_CONSUMER_IDS_CHANGED.
+and never dispatched; too many requests in flight are answered SYSTEM_BUSY. When the peer closes, oneway
+requests still in flight complete (up to ``cleanup_timeout_s``; a consumer's last offset commits are
+oneway), the others are cancelled. When the connection ends its consumers are unregistered and the
+remaining members of their groups get NOTIFY_CONSUMER_IDS_CHANGED.
 """
 
 from __future__ import annotations
@@ -129,6 +130,10 @@ class RemotingConnection:
             await self._outbox.put(frame)
         except OutboxBroken:
             pass  # the connection ended (see _write_failed)
+
+    async def flush(self) -> None:
+        """Wait until every frame queued so far was written (or the connection ended)."""
+        await self._outbox.flush()
 
     def _sent(self, size: int) -> None:
         self.stats.bytes_out += size
@@ -236,6 +241,8 @@ async def serve_remoting(
     decoder = FrameDecoder(limits.max_frame_bytes)
     in_flight = 0
     drained: trio.Event | None = None  # set when the last request in flight ends during a drain
+    oneways = 0  # oneway requests in flight
+    oneways_done: trio.Event | None = None  # set when the last one ends after the peer closed
     connection: RemotingConnection | None = None
     read_scope: trio.CancelScope | None = None
 
@@ -247,8 +254,10 @@ async def serve_remoting(
     async def serve_request(
         conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, busy: bool
     ) -> None:
-        nonlocal in_flight
+        nonlocal in_flight, oneways
         started = trio.current_time()
+        oneway = request.is_oneway
+        oneways += oneway
         try:
             if busy:
                 handled = session.reject(request, ResponseCode.SYSTEM_BUSY, _OVERLOAD_REMARK)
@@ -262,6 +271,9 @@ async def serve_remoting(
             latency_ms = (trio.current_time() - started) * 1000.0
             on_request(handled.event(latency_ms=latency_ms, req_bytes=size, resp_bytes=resp_bytes))
         finally:
+            oneways -= oneway
+            if oneways == 0 and oneways_done is not None:
+                oneways_done.set()
             if not busy:
                 in_flight -= 1
                 if in_flight == 0 and drained is not None:
@@ -308,6 +320,16 @@ async def serve_remoting(
             if draining is not None and draining.is_set() and in_flight:
                 drained = trio.Event()
                 await drained.wait()
+            elif oneways:
+                # The peer closed. A oneway request is a client's last word (the offset commits a consumer
+                # sends as it shuts down): it still completes; other requests' answers have nowhere to go.
+                oneways_done = trio.Event()
+                with trio.move_on_after(limits.cleanup_timeout_s):
+                    await oneways_done.wait()
+            # A response's write may return before it left (another one was being written): let the
+            # last ones go out before the connection's tasks end.
+            with trio.move_on_after(limits.cleanup_timeout_s):
+                await connection.flush()
             nursery.cancel_scope.cancel()
     finally:
         if connection is not None:

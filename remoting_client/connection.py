@@ -58,6 +58,8 @@ RequestHook = Callable[[RemotingCommand], None]
 _RECEIVE_BYTES: Final = 256 * 1024
 #: Bytes queued for the writer beyond which callers wait for it to take them.
 DEFAULT_MAX_OUTBOX_BYTES: Final = 4 * 1024 * 1024
+#: Longest :meth:`Connection.aclose` waits for frames already sent to be written.
+CLOSE_FLUSH_S: Final = 2.0
 _log = structlog.get_logger("mqproxy.remoting_client")
 
 
@@ -226,6 +228,11 @@ class RemotingConnection:
             pending.event.set()
 
     async def aclose(self) -> None:
-        """Close the connection; pending requests fail with ConnectionClosed."""
-        self._finish("closed by client")
-        await trio.aclose_forcefully(self._stream)
+        """Close the connection once every frame already sent (a oneway's too) was written, waiting at most
+        :data:`CLOSE_FLUSH_S`; pending requests fail with ConnectionClosed."""
+        try:
+            with trio.move_on_after(CLOSE_FLUSH_S):
+                await self._outbox.flush()
+        finally:
+            self._finish("closed by client")
+            await trio.aclose_forcefully(self._stream)

@@ -23,7 +23,9 @@ Contracts:
 * A writer cancelled *between* two writes (nothing of the next batch sent) does not give the outbox up: it
   hands the rest to a task started in ``nursery`` (given up if there is none or it is closed).
 * :meth:`FrameOutbox.close` (the connection ends for another reason) drops what is queued and fails later
-  callers; it does not call ``on_broken``.
+  callers; it does not call ``on_broken``. A connection that closes on purpose calls
+  :meth:`FrameOutbox.flush` first: a caller's ``put`` may return before its frame left (another caller was
+  writing), so only the flush makes sure every frame put so far was written.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ class FrameOutbox:
         #: Set (and dropped) when the writer takes the queue or the outbox ends; created by a waiter.
         self._room: trio.Event | None = None
         self._error: OutboxBroken | None = None
+        #: Set (and dropped) when the writer finds nothing more to write; created by a flush.
+        self._idle: trio.Event | None = None
         #: Number of ``send_all`` calls made (what the coalescing saves is frames put minus this).
         self.writes = 0
 
@@ -116,6 +120,13 @@ class FrameOutbox:
             return
         self._writing = True
         await self._write_queued(may_hand_off=True)
+
+    async def flush(self) -> None:
+        """Wait until every frame put so far was written, or the outbox ended (bound it with a timeout)."""
+        while self._writing and self._error is None:
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
 
     def close(self, reason: str = "closed", detail: str | None = None) -> None:
         """End the outbox without calling ``on_broken``; a write under way ends with the stream."""
@@ -154,6 +165,7 @@ class FrameOutbox:
         finally:
             if not handed_off:
                 self._writing = False
+                self._set_idle()
         if self._error is not None:
             raise self._error
 
@@ -184,3 +196,9 @@ class FrameOutbox:
         if self._room is not None:
             self._room.set()
             self._room = None
+        self._set_idle()
+
+    def _set_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.set()
+            self._idle = None

@@ -4,11 +4,10 @@ brokers, no RocketMQ proxy).
 
 What a client relies on is in the cluster, so it holds across nodes: a QoS 1 session made on A resumes on B
 with every message published on B meanwhile; a second connection on the other node takes the session
-over; retained messages and wills published on one node reach subscribers on the other; a node killed
-with ``kill -9`` loses no acknowledged message of a session that resumes on the other node, and a
-surviving node publishes the Wills of its clients. The messages
-themselves are checked on the brokers too: they are stored once and dispatched by the broker into its
-light message queues.
+over; retained messages and Wills published on one node reach subscribers on the other; a shared
+subscription with members on both nodes gets each message once; a node killed with ``kill -9`` loses no
+acknowledged message of a session that resumes on the other node, and a surviving node publishes the Wills
+of its clients. (``tests/backends/rocketmq/test_cluster_lmq.py`` checks the light queues on the brokers.)
 
 Ordering between nodes needs no waits: a CONNECT reads what every node wrote before it, so a client that
 connects after a SUBACK (or PUBACK) on the other node sees that subscription (or retained message).
@@ -128,6 +127,29 @@ def test_retained_messages_and_wills_cross_nodes(rmq: ClusterMode, clients: list
     dying.drop()  # no DISCONNECT: node A publishes the will into node B's subscription
     will = watcher.get(timeout=LIMIT_S)
     assert (will.topic, bytes(will.payload)) == (f"sensor/{tag}/will", b"gone")
+
+
+def test_a_shared_subscription_across_nodes_gets_each_message_once(
+    rmq: ClusterMode, clients: list[PahoClient]
+) -> None:
+    tag = _tag()
+    members = [PahoClient(_port(rmq, node), f"member-{node}-{tag}", V5) for node in ("A", "B")]
+    clients.extend(members)
+    for member in members:
+        assert member.subscribe((f"$share/workers/jobs/{tag}/+", 1)) == [1]
+    publisher = PahoClient(_port(rmq, "B"), f"pub-{tag}", V5)
+    clients.append(publisher)
+    bodies = {f"job-{i}".encode() for i in range(20)}
+    for i, body in enumerate(sorted(bodies)):
+        publisher.publish(f"jobs/{tag}/{i % 4}", body, qos=1)
+    got: list[bytes] = []
+    while len(got) < len(bodies):
+        arrived = [bytes(m.messages.get_nowait().payload) for m in members if not m.messages.empty()]
+        if arrived:
+            got += arrived
+            continue
+        wait_for("a message for the group", lambda: any(not m.messages.empty() for m in members), LIMIT_S)
+    assert sorted(got) == sorted(bodies), "each message once, to one member of the group"
 
 
 def test_a_node_killed_with_kill_9_loses_no_acknowledged_message_and_its_wills_go_out(

@@ -221,3 +221,35 @@ async def test_records_and_retained_messages_are_refreshed_before_the_brokers_ag
         retained = await receive_publish(watcher)
         assert (retained.topic, retained.payload, retained.retain) == ("keep/state", b"kept", True)
         assert await arrivals(watcher) == [], "refreshed once, delivered once"
+
+
+async def test_a_shared_group_with_members_on_both_nodes_gets_each_message_once(log_sink: Any) -> None:
+    async with two_nodes() as nodes:
+        first, _ = await connect(nodes.a, "member-a")
+        await subscribe(first, ("$share/workers/jobs/+", mq.QoS.AT_LEAST_ONCE))
+        second, _ = await connect(nodes.b, "member-b")
+        await subscribe(second, ("$share/workers/jobs/+", mq.QoS.AT_LEAST_ONCE))
+        await nodes.settle()
+        assert nodes.ga.cluster is not None
+        assert nodes.gb.cluster is not None
+        assert nodes.ga.cluster.reads_share("workers", "jobs/+")
+        assert not nodes.gb.cluster.reads_share("workers", "jobs/+"), "node-a has members and a smaller id"
+
+        for i in range(10):
+            await _publish(nodes.a if i % 2 else nodes.b, f"jobs/{i}", f"job-{i}".encode())
+        got = [(await receive_publish(first)).payload for _ in range(10)]
+        assert sorted(got) == sorted(f"job-{i}".encode() for i in range(10))
+        assert await arrivals(second) == [], "node-b does not read the group while node-a does"
+
+        await first.send(mq.Disconnect())
+        await first.aclose()
+        await wait_until(lambda: "member-a" not in nodes.ga.sessions)
+        await nodes.settle()
+        assert nodes.gb.cluster.reads_share("workers", "jobs/+"), "the group's reader moves to node-b"
+        for i in range(10, 15):
+            await _publish(nodes.a, f"jobs/{i}", f"job-{i}".encode())
+        later = [(await receive_publish(second)).payload for _ in range(5)]
+        assert sorted(later) == sorted(f"job-{i}".encode() for i in range(10, 15)), (
+            "from the committed offset"
+        )
+        assert await arrivals(second) == []

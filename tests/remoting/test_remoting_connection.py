@@ -310,3 +310,35 @@ async def test_a_client_that_stops_reading_is_closed_after_the_write_timeout(
     assert stats.error == "write_timeout"
     assert trio.current_time() == pytest.approx(10.0, abs=0.1)
     await client.stream.aclose()
+
+
+async def test_a_oneway_sent_just_before_the_peer_closes_still_completes(backend, ctx, broker) -> None:
+    await backend.create_topic("T", 4)
+    gate = trio.Event()
+    real_send = broker.send
+
+    async def slow_send(request):  # type: ignore[no-untyped-def]
+        await gate.wait()  # as a broker round trip in cluster mode
+        return await real_send(request)
+
+    broker.send = slow_send
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    client = Peer(client_stream)
+    served = trio.Event()
+
+    async def serve() -> None:
+        await serve_remoting(server_stream, broker, ctx)
+        served.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        oneway = send(1, 0, b"last words")
+        oneway.flag = 2
+        await client.send(oneway)
+        await trio.testing.wait_all_tasks_blocked()
+        await client.stream.aclose()  # the client leaves while its oneway is in flight
+        await trio.testing.wait_all_tasks_blocked()
+        assert not served.is_set(), "the connection waits for its oneway"
+        gate.set()
+    stored = (await backend.pull("T", 0, 0, 32)).messages
+    assert [m.body for m in stored] == [b"last words"]

@@ -206,3 +206,26 @@ async def test_a_failed_write_reports_connection_lost() -> None:
     assert info.value.reason == "connection_lost"
     assert broken == ["connection_lost"]
     await sender.aclose()
+
+
+async def test_flush_waits_until_every_frame_put_so_far_was_written() -> None:
+    stream = RecordingStream()
+    stream.hold = True
+    outbox = FrameOutbox(stream, max_bytes=64 * 1024)
+    flushed = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.put, frame(0, 0))  # the writer: held in its first write
+        await wait_until(lambda: len(stream.writes) == 1)
+        await outbox.put(frame(1, 0))  # queued behind it: put returns before the frame left
+
+        async def flush() -> None:
+            await outbox.flush()
+            flushed.set()
+
+        nursery.start_soon(flush)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not flushed.is_set(), "a frame is still queued"
+        stream.release.set()
+    assert flushed.is_set()
+    assert unframe(b"".join(stream.writes)) == [(0, 0), (1, 0)]
+    await outbox.flush()  # nothing under way: returns at once

@@ -174,3 +174,42 @@ async def test_a_oneway_to_a_server_that_stops_reading_ends_after_the_write_time
         assert trio.current_time() == pytest.approx(5.0)
         nursery.cancel_scope.cancel()
     await server_side.aclose()
+
+
+async def test_close_writes_the_oneways_already_sent_first() -> None:
+    a, b = trio.socket.socketpair()
+    client_stream, server_stream = CountingStream(trio.SocketStream(a)), trio.SocketStream(b)
+    gate = trio.Event()
+    inner_send = client_stream.send_all
+
+    async def gated_send_all(data: bytes | bytearray | memoryview) -> None:
+        with trio.CancelScope(shield=True):  # as if the bytes were on their way
+            await gate.wait()
+        await inner_send(data)
+
+    client_stream.send_all = gated_send_all  # type: ignore[method-assign]
+    connection = RemotingConnection(client_stream, "pair:1")
+    closed = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(connection.run)
+        nursery.start_soon(connection.oneway, _request(0, 0))  # the writer, held at the gate
+        await wait_until(lambda: client_stream.writes == 0 and connection._outbox._writing)
+        for seq in range(1, 50):
+            await connection.oneway(_request(0, seq))  # only queued: returns before the frame left
+
+        async def close() -> None:
+            await connection.aclose()
+            closed.set()
+
+        nursery.start_soon(close)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not closed.is_set(), "the close waits for the queued frames"
+        gate.set()
+        await closed.wait()
+        nursery.cancel_scope.cancel()
+    received = bytearray()
+    while data := await server_stream.receive_some(65536):
+        received += data
+    got = [int(c.ext_fields["seq"]) for c in FrameDecoder().receive_data(bytes(received))]
+    assert got == list(range(50)), "every oneway sent before the close reached the peer"
+    await server_stream.aclose()
