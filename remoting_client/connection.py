@@ -7,14 +7,15 @@ One client connection to a remoting server.
 Contracts:
 
 * :meth:`RemotingConnection.request` assigns the opaque, sends, and returns the response with that opaque;
-  it raises :class:`RemotingTimeout` after ``timeout_s`` seconds (the late response is dropped; the time
-  covers the write too) and :class:`ConnectionClosed` when the connection ends first. Any number of
-  requests may be outstanding.
+  it raises :class:`RemotingTimeout` after ``timeout_s`` seconds (the late response is dropped) and
+  :class:`ConnectionClosed` when the connection ends first. Any number of requests may be outstanding.
 * :meth:`RemotingConnection.oneway` sends with the oneway flag and returns once queued.
 * Frames of concurrent callers leave together (:class:`~.outbox.FrameOutbox`): a caller that finds a
   write under way leaves its frame for that writer's next ``send_all``, so N requests in flight cost
-  about one write, not N. A write that fails, is cancelled part-way or is not taken within
-  ``write_timeout_s`` ends the connection (every pending request fails with ConnectionClosed at once).
+  about one write, not N. A write that fails or is not taken within ``write_timeout_s`` ends the
+  connection (every pending request fails with ConnectionClosed at once). A write once begun is shielded
+  from its caller's cancellation (the connection is shared by many callers: one that goes away must not
+  cut a frame), so a request's own timeout does not cover a write the socket does not take.
 * A request from the server is passed to the handler in a task of its own; a non-None answer is sent
   back with the request's opaque (oneway requests are never answered). Without a handler, requests are
   answered REQUEST_CODE_NOT_SUPPORTED.
@@ -109,8 +110,14 @@ class RemotingConnection:
         self._max_frame_bytes = max_frame_bytes
         self._opaques = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
+        # Shared by every client of a node that talks to this broker: one client's request cancelled
+        # (it disconnected) must not cut a frame and end the connection for the others.
         self._outbox = FrameOutbox(
-            stream, max_bytes=max_outbox_bytes, write_timeout_s=write_timeout_s, on_broken=self._write_failed
+            stream,
+            max_bytes=max_outbox_bytes,
+            write_timeout_s=write_timeout_s,
+            shield_writes=True,
+            on_broken=self._write_failed,
         )
         self._read_scope = trio.CancelScope()
         self._handlers: trio.Nursery | None = None

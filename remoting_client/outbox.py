@@ -22,6 +22,9 @@ Contracts:
   given up never receives another byte, so no frame ever follows a cut one.
 * A writer cancelled *between* two writes (nothing of the next batch sent) does not give the outbox up: it
   hands the rest to a task started in ``nursery`` (given up if there is none or it is closed).
+* With ``shield_writes`` (a connection many callers share, e.g. one to a broker), a write once begun is
+  shielded from its caller's cancellation and ends only by completing, failing or ``write_timeout_s``:
+  one caller that goes away never cuts a frame and so never ends the connection for the others.
 * :meth:`FrameOutbox.close` (the connection ends for another reason) drops what is queued and fails later
   callers; it does not call ``on_broken``. A connection that closes on purpose calls
   :meth:`FrameOutbox.flush` first: a caller's ``put`` may return before its frame left (another caller was
@@ -65,12 +68,14 @@ class FrameOutbox:
         max_bytes: int,
         write_timeout_s: float = math.inf,
         nursery: trio.Nursery | None = None,
+        shield_writes: bool = False,
         on_sent: Callable[[int], None] = _ignore_sent,
         on_broken: Callable[[str, str | None], None] = _ignore_broken,
     ) -> None:
         self._stream = stream
         self._max_bytes = max_bytes
         self._write_timeout_s = write_timeout_s
+        self._shield_writes = shield_writes
         #: Where a writer cancelled between two writes hands the rest over (settable once it exists).
         self.nursery = nursery
         self._on_sent = on_sent
@@ -149,8 +154,9 @@ class FrameOutbox:
                     self._room = None
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 self.writes += 1
-                with trio.move_on_after(self._write_timeout_s) as scope:
-                    await self._stream.send_all(data)
+                with trio.CancelScope(shield=self._shield_writes):
+                    with trio.move_on_after(self._write_timeout_s) as scope:
+                        await self._stream.send_all(data)
                 if scope.cancelled_caught:
                     self._give_up(
                         "write_timeout", f"{size} bytes not taken within {self._write_timeout_s:g} s"
