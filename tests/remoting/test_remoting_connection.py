@@ -16,6 +16,7 @@ from mqproxy.remoting.connection import ConnectionLimits, ConnectionStats, serve
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.registry import ConnectionRegistry
 
+from ..conftest import CountingStream  # type: ignore[import-not-found]
 from .conftest import ADVERTISED, Peer, open_peer  # type: ignore[import-not-found]
 
 
@@ -256,27 +257,6 @@ async def test_drain_waits_for_requests_in_flight(backend, ctx, autojump_clock, 
         response = await client.receive()
         assert (response.opaque, response.code) == (1, ResponseCode.SUCCESS)
     assert returned_at == [pytest.approx(3.0, abs=0.01)]
-
-
-class CountingStream(trio.abc.Stream):
-    """``inner`` with its writes counted."""
-
-    def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
-        self.writes = 0
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes += 1
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def test_responses_of_concurrent_requests_leave_together(backend, ctx, broker) -> None:

@@ -15,32 +15,7 @@ from mqproxy.codecs.remoting import FLAG_ONEWAY, FrameDecoder, RemotingCommand, 
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.remoting_client import ConnectionClosed, RemotingConnection, RemotingTimeout
 
-from ..conftest import wait_until  # type: ignore[import-not-found]
-
-
-class CountingStream(trio.abc.Stream):
-    """``inner`` with its writes counted; with ``cut`` a write sends its first half, then blocks."""
-
-    def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
-        self.writes = 0
-        self.cut = False
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes += 1
-        if self.cut:
-            await self.inner.send_all(bytes(data)[: len(data) // 2])
-            await trio.sleep_forever()  # as a full socket buffer does
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+from ..conftest import CountingStream, wait_until  # type: ignore[import-not-found]
 
 
 def _request(caller: int, seq: int) -> RemotingCommand:
