@@ -1,13 +1,14 @@
 package mqtest;
 
+import static mqtest.Grpc5Kit.*;
+
 import java.lang.reflect.Field;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashSet;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -15,12 +16,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
-import java.util.stream.Collectors;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
-import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
 import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
@@ -41,7 +40,7 @@ import org.apache.rocketmq.client.java.route.Endpoints;
  * {@code PREFIX + S} (capitalised) and consumer group {@code PREFIX + S + "Group"}; the caller creates the typed
  * topics and the FIFO groups beforehand. Events as in {@link Grpc5}: each carries {@code "scenario"}, each
  * scenario ends with one {@code "scenario.done"} ({@code ok}: no exception), the program with one {@code "done"}.
- * Waits are bounded by {@link #DEADLINE_S}; nothing sleeps.
+ * Waits are bounded by {@link Grpc5Kit#DEADLINE_S}; nothing sleeps.
  *
  * <p>Scenarios:
  * <ul>
@@ -63,7 +62,6 @@ import org.apache.rocketmq.client.java.route.Endpoints;
  * </ul>
  */
 public final class ClusterGrpc5 {
-    static final long DEADLINE_S = 90;
     static final Duration AWAIT = Duration.ofSeconds(5);
     static final Duration INVISIBLE = Duration.ofSeconds(20);
     static final Duration SHORT_INVISIBLE = Duration.ofSeconds(8);
@@ -93,61 +91,32 @@ public final class ClusterGrpc5 {
         }
         ClusterGrpc5 driver = new ClusterGrpc5(args[0], args[1], args[2]);
         Events.emit("hello", "a", args[0], "b", args[1]);
-        List<Thread> threads = new ArrayList<>();
-        boolean[] ok = {true};
-        for (int i = 3; i < args.length; i++) {
-            String scenario = args[i];
-            Thread t = new Thread(() -> {
-                boolean passed = driver.run(scenario);
-                synchronized (ok) {
-                    ok[0] &= passed;
-                }
-            }, "scenario-" + scenario);
-            threads.add(t);
-            t.start();
-        }
-        for (Thread t : threads) {
-            t.join();
-        }
-        Events.emit("done", "ok", ok[0]);
-        System.exit(0);  // the client's non-daemon threads may linger after close()
+        runAll(Arrays.asList(args).subList(3, args.length), driver::scenario);
     }
 
-    private boolean run(String scenario) {
-        long t0 = System.currentTimeMillis();
-        try {
-            switch (scenario) {
-                case "normal": normal(); break;
-                case "crossack": crossAck(); break;
-                case "invisible": invisible(); break;
-                case "push": push(); break;
-                case "fifo": fifo(); break;
-                case "fifopush": fifoPush(); break;
-                case "transaction": transaction(); break;
-                case "txother": txOther(); break;
-                case "delay": delay(); break;
-                default: throw new IllegalArgumentException("unknown scenario " + scenario);
-            }
-            Events.emit("scenario.done", "scenario", scenario, "ok", true,
-                        "elapsed_ms", System.currentTimeMillis() - t0);
-            return true;
-        } catch (Throwable t) {
-            Throwable cause = t.getCause();
-            Events.emit("scenario.done", "scenario", scenario, "ok", false, "type", t.getClass().getName(),
-                        "message", String.valueOf(t.getMessage()),
-                        "cause", cause == null ? null : cause.getClass().getName() + ": " + cause.getMessage());
-            return false;
+    private Scenario scenario(String name) {
+        switch (name) {
+            case "normal": return this::normal;
+            case "crossack": return this::crossAck;
+            case "invisible": return this::invisible;
+            case "push": return this::push;
+            case "fifo": return this::fifo;
+            case "fifopush": return this::fifoPush;
+            case "transaction": return this::transaction;
+            case "txother": return this::txOther;
+            case "delay": return this::delay;
+            default: throw new IllegalArgumentException("unknown scenario " + name);
         }
     }
 
     // ------------------------------------------------------------------------------------------- helpers
 
     private String topic(String scenario) {
-        return prefix + Character.toUpperCase(scenario.charAt(0)) + scenario.substring(1);
+        return Grpc5Kit.topic(prefix, scenario);
     }
 
     private String group(String scenario) {
-        return topic(scenario) + "Group";
+        return Grpc5Kit.group(prefix, scenario);
     }
 
     private Producer producer(String topic) throws Exception {
@@ -163,56 +132,6 @@ public final class ClusterGrpc5 {
 
     private MessageBuilder message(String topic, String body) {
         return provider.newMessageBuilder().setTopic(topic).setBody(body.getBytes(StandardCharsets.UTF_8));
-    }
-
-    private static String body(MessageView view) {
-        ByteBuffer buffer = view.getBody();
-        byte[] bytes = new byte[buffer.remaining()];
-        buffer.get(bytes);
-        return new String(bytes, StandardCharsets.UTF_8);
-    }
-
-    /** What the tests look at of a received message, as event fields. */
-    private static Object[] describe(String scenario, MessageView view, Object... extra) {
-        Map<String, Object> fields = new LinkedHashMap<>();
-        fields.put("scenario", scenario);
-        fields.put("id", view.getMessageId().toString());
-        fields.put("topic", view.getTopic());
-        fields.put("body", body(view));
-        fields.put("tag", view.getTag().orElse(null));
-        fields.put("properties", view.getProperties());
-        fields.put("message_group", view.getMessageGroup().orElse(null));
-        fields.put("delivery_timestamp", view.getDeliveryTimestamp().orElse(null));
-        fields.put("born_timestamp", view.getBornTimestamp());
-        fields.put("delivery_attempt", view.getDeliveryAttempt());
-        if (view instanceof MessageViewImpl) {
-            MessageViewImpl impl = (MessageViewImpl) view;
-            fields.put("endpoints", impl.getEndpoints() == null ? null : impl.getEndpoints().toString());
-            fields.put("receive_queue_id", impl.getMessageQueue() == null ? null
-                : impl.getMessageQueue().getQueueId());
-            fields.put("offset", impl.getOffset());
-            fields.put("transport_delivery_timestamp", impl.getTransportDeliveryTimestamp().orElse(null));
-        }
-        for (int i = 0; i + 1 < extra.length; i += 2) {
-            fields.put(String.valueOf(extra[i]), extra[i + 1]);
-        }
-        Object[] out = new Object[fields.size() * 2];
-        int i = 0;
-        for (Map.Entry<String, Object> e : fields.entrySet()) {
-            out[i++] = e.getKey();
-            out[i++] = e.getValue();
-        }
-        return out;
-    }
-
-    private static long deadline() {
-        return System.nanoTime() + TimeUnit.SECONDS.toNanos(DEADLINE_S);
-    }
-
-    private static void checkDeadline(long deadline, String what) {
-        if (System.nanoTime() > deadline) {
-            throw new IllegalStateException("gave up after " + DEADLINE_S + " s waiting for " + what);
-        }
     }
 
     /** Receive (acking each message if {@code ack}) until {@code done} holds for what was received so far. */
@@ -241,20 +160,6 @@ public final class ClusterGrpc5 {
             }
         }
         return got;
-    }
-
-    private static Set<String> ids(List<MessageView> views) {
-        return views.stream().map(v -> v.getMessageId().toString()).collect(Collectors.toSet());
-    }
-
-    private static void emitSent(String scenario, SendReceipt receipt, Object... extra) {
-        Object[] fields = new Object[4 + extra.length];
-        fields[0] = "scenario";
-        fields[1] = scenario;
-        fields[2] = "id";
-        fields[3] = receipt.getMessageId().toString();
-        System.arraycopy(extra, 0, fields, 4, extra.length);
-        Events.emit("sent", fields);
     }
 
     /** A received message's view, changed to be acked through {@code endpoint} (the client acks a message
