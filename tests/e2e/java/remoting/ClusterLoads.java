@@ -254,21 +254,28 @@ public final class ClusterLoads {
 
     // ------------------------------------------------------------------------------------------- transactions
 
-    static void txSend() throws Exception {
-        String topic = opt("topic", null);
+    /** A transaction producer of the {@code group} option whose local transactions and check-backs answer
+     * {@code local} and {@code check}; every check-back is emitted as a {@code "tx.check"} event. */
+    private static TransactionMQProducer txProducer(LocalTransactionState local, LocalTransactionState check) {
         TransactionMQProducer producer = configure(new TransactionMQProducer(opt("group", null)));
         producer.setTransactionListener(new TransactionListener() {
             @Override
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
-                return LocalTransactionState.UNKNOW;
+                return local;
             }
 
             @Override
             public LocalTransactionState checkLocalTransaction(MessageExt msg) {
-                emit("tx.check", "transactionId", msg.getTransactionId(), "answer", "UNKNOW", "msg", Kit.view(msg));
-                return LocalTransactionState.UNKNOW;
+                emit("tx.check", "transactionId", msg.getTransactionId(), "answer", check.name(), "msg", Kit.view(msg));
+                return check;
             }
         });
+        return producer;
+    }
+
+    static void txSend() throws Exception {
+        String topic = opt("topic", null);
+        TransactionMQProducer producer = txProducer(LocalTransactionState.UNKNOW, LocalTransactionState.UNKNOW);
         producer.start();
         emit("started", "clientId", producer.buildMQClientId());
         for (int i = 0; i < intOpt("count", 1); i++) {
@@ -285,19 +292,8 @@ public final class ClusterLoads {
 
     static void txCheck() throws Exception {
         String topic = opt("topic", null);
-        TransactionMQProducer producer = configure(new TransactionMQProducer(opt("group", null)));
-        producer.setTransactionListener(new TransactionListener() {
-            @Override
-            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
-                return LocalTransactionState.COMMIT_MESSAGE;
-            }
-
-            @Override
-            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
-                emit("tx.check", "transactionId", msg.getTransactionId(), "answer", "COMMIT", "msg", Kit.view(msg));
-                return LocalTransactionState.COMMIT_MESSAGE;
-            }
-        });
+        TransactionMQProducer producer = txProducer(LocalTransactionState.COMMIT_MESSAGE,
+                                                    LocalTransactionState.COMMIT_MESSAGE);
         producer.start();
         // brokers learn of a producer group from heartbeats to the brokers of the topics it knows
         Kit.heartbeatNow(producer, topic);
