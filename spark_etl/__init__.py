@@ -5,8 +5,10 @@ Modules (import them directly; this package imports nothing heavy):
 * ``schema`` — the Spark ``StructType`` derived at import from ``mqproxy.config/log_event.schema.json``.
 * ``session`` — ``build_session(master)``: quiet logs, no UI, loopback-only for local masters.
 * ``transforms`` — pure ``DataFrame -> DataFrame`` functions (connections, requests, rollups, ...).
+* ``replication`` — the same over the message connector's ``connector.*`` events (batches, per-rule minutes).
 * ``batch`` / ``stream`` — the jobs; ``report`` — HTML + PNG charts; ``cli`` — ``mqproxy-etl``.
-* ``synthetic`` — deterministic log corpora with pure-Python reference answers (tests, bench).
+* ``synthetic`` — deterministic log corpora with pure-Python reference answers (tests, bench);
+  ``synthetic_connector`` generates the connector's events for them.
 * ``notebooks/sre_overview.ipynb`` — loads the tables and draws the report's charts.
 
 Tenant: a request's tenant is its ``group`` (the producer/consumer group RocketMQ clients are

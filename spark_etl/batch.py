@@ -3,6 +3,8 @@
 Output layout under ``output`` (each table a Parquet dataset partitioned by ``date``)::
 
     connections/ requests/ rollup_minute/ ops/ tenants/ top_clients/ negotiation_failures/
+    replication/ replication_minute/   the message connector's batches and per-rule minutes
+                                       (empty when the logs hold no connector events)
     quarantine/      malformed lines as JSON lines {"line": ..., "reason": ...}
     _summary.json    counts: input rows, valid events, malformed by reason, rows per table
 
@@ -20,7 +22,7 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from mqproxy.spark_etl import transforms
+from mqproxy.spark_etl import replication, transforms
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
 
 __all__ = ["QUARANTINE", "SUMMARY_FILE", "TABLES", "BatchSummary", "build_tables", "read_raw", "run_batch"]
@@ -36,9 +38,11 @@ TABLES: Final = (
     "tenants",
     "top_clients",
     "negotiation_failures",
+    "replication",
+    "replication_minute",
 )
 """Output tables, in the order they are written."""
-_LARGE: Final = frozenset({"connections", "requests"})
+_LARGE: Final = frozenset({"connections", "requests", "replication"})
 
 
 def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataFrame]:
@@ -51,6 +55,8 @@ def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataF
         "tenants": transforms.tenant_traffic(events),
         "top_clients": transforms.top_clients(events, top_clients),
         "negotiation_failures": transforms.negotiation_failures(events),
+        "replication": replication.replication(events),
+        "replication_minute": replication.replication_minute_rollup(events),
     }
 
 

@@ -15,10 +15,11 @@ from matplotlib.figure import Figure
 
 from mqproxy.spark_etl.report_data import ReportData
 
-__all__ = ["plot_errors", "plot_latency", "plot_protocol_mix", "plot_throughput"]
+__all__ = ["plot_errors", "plot_latency", "plot_protocol_mix", "plot_replication_delay", "plot_throughput"]
 
 _COLORS: Final = {"remoting": "#1f77b4", "mqtt": "#2ca02c", "grpc": "#ff7f0e", "http": "#9467bd"}
 _FALLBACK_COLORS: Final = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+_RULE_COLORS: Final = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", *_FALLBACK_COLORS)
 
 
 def _color(protocol: str, protocols: list[str]) -> str:
@@ -161,4 +162,41 @@ def plot_protocol_mix(data: ReportData) -> Figure:
     ax.set_xlabel("% of total")
     ax.set_title("Protocol mix")
     ax.legend(loc="lower right", ncols=len(protocols), frameon=False, bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def plot_replication_delay(data: ReportData) -> Figure:
+    """Message connector, per rule and minute: batch delay p50/p99 (ms, log scale) and messages copied.
+
+    Delay is source store time -> connector ack of each batch's oldest message. Without connector
+    batches the figure says so instead of plotting.
+    """
+    rules = data.rules
+    fig = Figure(figsize=(11, 6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.set_title("Replication delay")
+    if not rules:
+        top.text(0.5, 0.5, "no connector.batch events", ha="center", va="center", transform=top.transAxes)
+        return fig
+    single_connector = len({connector for connector, _ in rules}) == 1
+    for i, (connector, rule) in enumerate(rules):
+        rows = [
+            r for r in data.replication if r["connector"] == connector and r["rule"] == rule and r["batches"]
+        ]
+        minutes = [r["minute"] for r in rows]
+        color = _RULE_COLORS[i % len(_RULE_COLORS)]
+        label = rule if single_connector else f"{connector}: {rule}"
+        top.plot(
+            minutes, [r["delay_p99"] for r in rows], "-", color=color, linewidth=1.8, label=f"{label} p99"
+        )
+        top.plot(
+            minutes, [r["delay_p50"] for r in rows], ":", color=color, linewidth=1.2, label=f"{label} p50"
+        )
+        bottom.plot(minutes, [r["messages"] for r in rows], color=color, linewidth=1.5, label=label)
+    top.set_yscale("log")
+    top.set_ylabel("delay ms\n(store -> ack)")
+    top.legend(loc="upper left", ncols=2, frameon=False, fontsize=8)
+    top.grid(True, alpha=0.3, which="both")
+    bottom.set_ylabel("messages / minute")
+    _format_time_axis(bottom, sorted({r["minute"] for r in data.replication}))
     return fig

@@ -4,21 +4,30 @@
 to the driver; the ``plot_*`` functions (from :mod:`~mqproxy.spark_etl.charts`, re-exported here for the
 notebook) turn them into matplotlib figures, saved through the Agg canvas. :func:`notable_changes` finds
 the minutes worth a look; :func:`write_report` renders ``report.html`` plus its charts in
-``<name>_files/*.png`` beside it. Only ``rollup_minute`` is required; sections whose table is missing
-(streaming output has no ``top_clients``, for instance) are left out.
+``<name>_files/*.png`` beside it. ``rollup_minute`` or ``replication_minute`` must have rows; sections
+whose table is missing or empty (streaming output has no ``top_clients``, logs without connector events
+no replication) are left out, charts included.
 """
 
 from __future__ import annotations
 
 import html
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from mqproxy.spark_etl.charts import plot_errors, plot_latency, plot_protocol_mix, plot_throughput
+from matplotlib.figure import Figure
+
+from mqproxy.spark_etl.charts import (
+    plot_errors,
+    plot_latency,
+    plot_protocol_mix,
+    plot_replication_delay,
+    plot_throughput,
+)
 from mqproxy.spark_etl.report_data import ReportData, Row, load_report_data
 
 __all__ = [
@@ -29,8 +38,10 @@ __all__ = [
     "plot_errors",
     "plot_latency",
     "plot_protocol_mix",
+    "plot_replication_delay",
     "plot_throughput",
     "render_html",
+    "replication_totals",
     "write_report",
 ]
 
@@ -145,14 +156,21 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
     """The report page; ``charts`` maps chart name to the (relative) PNG URL to embed."""
     requests = sum(r["requests"] for r in data.rollup)
     errors = sum(r["errors"] for r in data.rollup)
-    minutes = sorted({r["minute"] for r in data.rollup})
-    cards = [
-        ("requests", _fmt(requests)),
-        ("request error rate", f"{100.0 * errors / requests:.2f}%" if requests else "-"),
-        ("connections", _fmt(sum(r["connections_opened"] for r in data.rollup))),
-        ("payload", f"{sum(r['req_bytes'] + r['resp_bytes'] for r in data.rollup) / 1e6:,.1f} MB"),
-        ("protocols", ", ".join(data.protocols)),
-    ]
+    minutes = sorted({r["minute"] for r in (*data.rollup, *data.replication)})
+    cards = []
+    if data.rollup:
+        cards += [
+            ("requests", _fmt(requests)),
+            ("request error rate", f"{100.0 * errors / requests:.2f}%" if requests else "-"),
+            ("connections", _fmt(sum(r["connections_opened"] for r in data.rollup))),
+            ("payload", f"{sum(r['req_bytes'] + r['resp_bytes'] for r in data.rollup) / 1e6:,.1f} MB"),
+            ("protocols", ", ".join(data.protocols)),
+        ]
+    if data.replication:
+        cards += [
+            ("messages replicated", _fmt(sum(r["messages"] for r in data.replication))),
+            ("dead letters", _fmt(sum(r["dead_letters"] for r in data.replication))),
+        ]
     if data.summary is not None:
         cards.append(("malformed lines", _fmt(data.summary.get("malformed", 0))))
     parts = [
@@ -163,17 +181,19 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
         *(f"<div class='card'><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>" for k, v in cards),
         "</div>",
     ]
-    changes = notable_changes(data)
-    parts.append("<h2>What changed</h2>")
-    if changes:
-        parts.append("<ul>" + "".join(f"<li>{html.escape(c.describe())}</li>" for c in changes) + "</ul>")
-    else:
-        parts.append("<p>No minute moved requests, error rate or p99 latency by 2.5x or more.</p>")
+    if data.rollup:
+        changes = notable_changes(data)
+        parts.append("<h2>What changed</h2>")
+        if changes:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(c.describe())}</li>" for c in changes) + "</ul>")
+        else:
+            parts.append("<p>No minute moved requests, error rate or p99 latency by 2.5x or more.</p>")
     captions = {
         "throughput": "Throughput",
         "latency": "Latency percentiles",
         "errors": "Errors over time",
         "protocol_mix": "Protocol mix",
+        "replication_delay": "Replication delay",
     }
     for name, caption in captions.items():
         if name in charts:
@@ -185,12 +205,20 @@ def render_html(data: ReportData, charts: dict[str, str], *, title: str = "mqpro
     return "\n".join(parts)
 
 
-_CHARTS: Final = {
+_PROXY_CHARTS: Final = {
     "throughput": plot_throughput,
     "latency": plot_latency,
     "errors": plot_errors,
     "protocol_mix": plot_protocol_mix,
 }
+
+
+def _charts(data: ReportData) -> dict[str, Callable[[ReportData], Figure]]:
+    """The charts ``data`` has rows for, in page order: the proxy's four, then replication delay."""
+    charts = dict(_PROXY_CHARTS) if data.rollup else {}
+    if data.rules:
+        charts["replication_delay"] = plot_replication_delay
+    return charts
 
 
 def write_report(data: ReportData, output: Path) -> list[Path]:
@@ -199,7 +227,7 @@ def write_report(data: ReportData, output: Path) -> list[Path]:
     chart_dir.mkdir(parents=True, exist_ok=True)
     pngs: list[Path] = []
     urls: dict[str, str] = {}
-    for name, plot in _CHARTS.items():
+    for name, plot in _charts(data).items():
         png = chart_dir / f"{name}.png"
         plot(data).savefig(png, dpi=110)
         pngs.append(png)
@@ -256,4 +284,31 @@ def _table_sections(data: ReportData) -> list[tuple[str, list[Row], str]]:
                 "date, reason, failures, peer_hosts=peer hosts, sniff_ms_p50=sniff p50 ms",
             )
         )
+    if data.replication:
+        sections.append(
+            (
+                "<h2>Replication per rule</h2>",
+                replication_totals(data),
+                "connector, rule, messages, bytes, delay_p99=worst minute p99 ms, delay_max=max delay ms,"
+                " dead_letters=dead letters, errors, lag_max=max lag, last_copied_at=last copied",
+            )
+        )
     return sections
+
+
+def replication_totals(data: ReportData) -> list[Row]:
+    """Per ``(connector, rule)`` over the whole report: messages, bytes, the worst minute's delay p99,
+    the largest delay, dead letters, errors, the largest lag and the last copy; by descending messages.
+
+    Errors not tied to a rule appear under the rule ``"(unknown)"``.
+    """
+    totals: dict[tuple[str, str], Row] = {}
+    for r in data.replication:
+        key = (r["connector"], r["rule"])
+        t = totals.setdefault(key, {"connector": key[0], "rule": key[1]})
+        for name in ("messages", "bytes", "dead_letters", "errors"):
+            t[name] = t.get(name, 0) + r[name]
+        for name in ("delay_p99", "delay_max", "lag_max", "last_copied_at"):
+            values = [v for v in (t.get(name), r[name]) if v is not None]
+            t[name] = max(values) if values else None
+    return sorted(totals.values(), key=lambda t: (-t["messages"], t["connector"], t["rule"]))

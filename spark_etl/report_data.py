@@ -1,8 +1,10 @@
 """The driver-side data of the traffic report: the small aggregate tables of a batch (or streaming) run,
 collected from Parquet with timestamps in UTC.
 
-:func:`load_report_data` raises ``FileNotFoundError`` when ``rollup_minute`` is missing or empty; any
-other table that is missing becomes an empty list (its report section is left out).
+:func:`load_report_data` raises ``FileNotFoundError`` when both ``rollup_minute`` and
+``replication_minute`` are missing or empty (the logs of a ``mqproxy connect`` process alone have only
+the latter); any other table that is missing or empty becomes an empty list (its report section is left
+out).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class ReportData:
     negotiation_failures: list[Row] = field(default_factory=list)
     ops: list[Row] = field(default_factory=list)
     tenants: list[Row] = field(default_factory=list)
+    replication: list[Row] = field(default_factory=list)
+    """``replication_minute`` rows, by minute, connector and rule."""
     summary: dict[str, Any] | None = None
 
     @property
@@ -47,6 +51,15 @@ class ReportData:
         for row in self.rollup:
             totals[row["protocol"]] += row["requests"] + row["connections_opened"]
         return sorted(totals, key=lambda p: (-totals[p], p))
+
+    @property
+    def rules(self) -> list[tuple[str, str]]:
+        """``(connector, rule)`` pairs that copied messages, by descending message count."""
+        totals: dict[tuple[str, str], int] = defaultdict(int)
+        for row in self.replication:
+            if row["batches"]:
+                totals[(row["connector"], row["rule"])] += row["messages"]
+        return sorted(totals, key=lambda k: (-totals[k], k))
 
 
 def _rows(spark: SparkSession, path: str, order: Sequence[Any], limit: int | None = None) -> list[Row]:
@@ -85,11 +98,12 @@ def _read_summary(tables_dir: str) -> dict[str, Any] | None:
 def load_report_data(spark: SparkSession, tables_dir: str, *, top: int = 10) -> ReportData:
     """Collect what the report needs from the Parquet tables under ``tables_dir``.
 
-    Raises ``FileNotFoundError`` when ``rollup_minute`` is missing or empty.
+    Raises ``FileNotFoundError`` when neither ``rollup_minute`` nor ``replication_minute`` has rows.
     """
     rollup = _rows(spark, f"{tables_dir}/rollup_minute", ["minute", "protocol"])
-    if not rollup:
-        raise FileNotFoundError(f"no rollup_minute table with rows under {tables_dir}")
+    replication = _rows(spark, f"{tables_dir}/replication_minute", ["minute", "connector", "rule"])
+    if not rollup and not replication:
+        raise FileNotFoundError(f"no rollup_minute or replication_minute table with rows under {tables_dir}")
     return ReportData(
         rollup=rollup,
         top_clients=_rows(spark, f"{tables_dir}/top_clients", ["date", "rank"]),
@@ -98,5 +112,6 @@ def load_report_data(spark: SparkSession, tables_dir: str, *, top: int = 10) -> 
         ),
         ops=_rows(spark, f"{tables_dir}/ops", [F.col("latency_p99").desc_nulls_last(), "op"]),
         tenants=_rows(spark, f"{tables_dir}/tenants", [F.col("bytes").desc(), "tenant"], top * 5),
+        replication=replication,
         summary=_read_summary(tables_dir),
     )

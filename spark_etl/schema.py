@@ -11,6 +11,7 @@ JSON Schema                      Spark
 ``number``                       ``DoubleType``
 ``boolean``                      ``BooleanType``
 ``object``                       ``StringType`` (the raw JSON text of the object)
+``array`` + ``items`` of a type  ``ArrayType`` of that type's mapping
 ===============================  ===================================================
 
 A field is nullable unless it is in the top-level ``required`` list and its ``type`` does not
@@ -30,6 +31,7 @@ from importlib import resources
 from typing import Any, Final
 
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DoubleType,
@@ -84,6 +86,9 @@ def spark_type(name: str, prop: dict[str, Any]) -> tuple[DataType, bool]:
     if len(concrete) != 1:
         raise SchemaError(f"property {name!r}: need exactly one non-null type, got {declared!r}")
     kind = concrete[0]
+    if kind == "array" and isinstance(prop.get("items"), dict):
+        element, element_null = spark_type(f"{name}[]", prop["items"])
+        return ArrayType(element, containsNull=element_null), allows_null
     if kind == "string" and prop.get("format") == "date-time":
         return TimestampType(), allows_null
     try:
@@ -137,4 +142,19 @@ USED_FIELDS: Final[dict[str, DataType]] = {
     "client_version": StringType(),
     "group": StringType(),
     "topic": StringType(),
+    "connector": StringType(),
+    "rule": StringType(),
+    "source": StringType(),
+    "target": StringType(),
+    "target_topic": StringType(),
+    "source_queue": StringType(),
+    "target_queue": StringType(),
+    "messages": LongType(),
+    "bytes": LongType(),
+    "first_offset": LongType(),
+    "last_offset": LongType(),
+    "delay_ms_max": LongType(),
+    "delay_ms_min": LongType(),
+    "lag": LongType(),
+    "last_copied_ms": LongType(),
 }

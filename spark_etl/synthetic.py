@@ -6,6 +6,8 @@ connections over remoting, MQTT and gRPC, with a fixed seed. Options add what re
 rejected sniffs, failing requests, clock skew (a connection whose close is stamped before its
 accept, as after an NTP step), and client ids outside ASCII. :data:`MALFORMED_LINES` are lines the
 ETL must quarantine. ``incident_after`` injects a gRPC slowdown, for the report's "what changed".
+``connector_rules`` adds a message connector's ``connector.*`` events (batches, lag reports, dead
+letters, errors) for that many rules, after the connections' events.
 
 The ``expected_*`` functions recompute the ETL tables in plain Python from the generated events;
 tests compare Spark's output to them exactly, and the benchmark uses them as a sanity check.
@@ -24,12 +26,15 @@ from typing import Any, Final
 
 import orjson
 
+from mqproxy.spark_etl.synthetic_connector import connector_events
+
 __all__ = [
     "MALFORMED_LINES",
     "CorpusOptions",
     "encode",
     "expected_minute_rollup",
     "expected_negotiation_failures",
+    "expected_replication_minute",
     "expected_tenant_traffic",
     "expected_top_clients",
     "iter_events",
@@ -93,6 +98,9 @@ class CorpusOptions:
     clients_per_protocol: int = 8
     incident_after: timedelta | None = None
     """From ``start + incident_after`` on, gRPC requests are 15x slower and fail 30% of the time."""
+    connector_rules: int = 0
+    """Rules of a synthetic connector ``edge-to-central``, each copying 4 source queues; every batch
+    has an ``error_ratio`` chance of a dead letter and of a retried error."""
 
 
 def _client(rng: random.Random, protocol: str, opts: CorpusOptions) -> tuple[str, str, str | None]:
@@ -222,6 +230,14 @@ def iter_events(connections: int, options: CorpusOptions | None = None) -> Itera
     rng = random.Random(opts.seed)
     for number in range(connections):
         yield from _connection(rng, number, opts)
+    if opts.connector_rules:
+        yield from connector_events(
+            opts.connector_rules,
+            start=opts.start,
+            span=opts.span,
+            seed=opts.seed,
+            error_ratio=opts.error_ratio,
+        )
 
 
 def encode(event: Event) -> bytes:
@@ -371,3 +387,47 @@ def expected_top_clients(events: Iterable[Event], limit: int) -> dict[date, list
     for (day, client), count in reqs.items():
         per_day[day].append((client, count, len(conns[(day, client)])))
     return {day: sorted(rows, key=lambda r: (-r[1], r[0]))[:limit] for day, rows in per_day.items()}
+
+
+def expected_replication_minute(events: Iterable[Event]) -> dict[tuple[datetime, str, str], dict[str, Any]]:
+    """``replication_minute_rollup`` recomputed: key ``(naive UTC minute, connector, rule)``."""
+    acc: dict[tuple[datetime, str, str], dict[str, Any]] = defaultdict(
+        lambda: {
+            "batches": 0,
+            "messages": 0,
+            "bytes": 0,
+            "delays": [],
+            "dead_letters": 0,
+            "errors": 0,
+            "lags": [],
+            "copied": [],
+        }
+    )
+    for e in events:
+        kind = e["event"]
+        if kind not in ("connector.batch", "connector.lag", "connector.dead_letter", "connector.error"):
+            continue
+        row = acc[(_minute(e["ts"]), e.get("connector") or "(unknown)", e.get("rule") or "(unknown)")]
+        if kind == "connector.batch":
+            row["batches"] += 1
+            row["messages"] += e["messages"]
+            row["bytes"] += e["bytes"]
+            row["delays"].append(e["delay_ms_max"])
+        elif kind == "connector.lag":
+            row["lags"].append(e["lag"])
+            if e["last_copied_ms"] is not None:
+                row["copied"].append(e["last_copied_ms"])
+        elif kind == "connector.dead_letter":
+            row["dead_letters"] += 1
+        else:
+            row["errors"] += 1
+    result = {}
+    for key, row in acc.items():
+        delays, lags, copied = row.pop("delays"), row.pop("lags"), row.pop("copied")
+        for p in (0.5, 0.95, 0.99):
+            row[f"delay_p{round(p * 100)}"] = nearest_rank(delays, p)
+        row["delay_max"] = max(delays, default=None)
+        row["lag_max"] = max(lags, default=None)
+        row["last_copied_at"] = datetime(1970, 1, 1) + timedelta(milliseconds=max(copied)) if copied else None
+        result[key] = row
+    return result

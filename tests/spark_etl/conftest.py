@@ -44,8 +44,8 @@ class BatchRun:
 @pytest.fixture(scope="session")
 def batch_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
     """Batch job over a corpus that crosses midnight (two date partitions), spreads over a nested
-    directory, carries a gRPC incident at 23:57, clock skew, non-ASCII client ids, a blank line and
-    the seven MALFORMED_LINES."""
+    directory, carries a gRPC incident at 23:57, clock skew, non-ASCII client ids, a message
+    connector copying two rules, a blank line and the seven MALFORMED_LINES."""
     from mqproxy.spark_etl import synthetic
     from mqproxy.spark_etl.batch import run_batch
 
@@ -57,6 +57,7 @@ def batch_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
         skew_ratio=0.05,
         unicode_ratio=0.5,
         incident_after=timedelta(minutes=5),
+        connector_rules=2,
     )
     events = list(synthetic.iter_events(400, opts))
     root = tmp_path_factory.mktemp("batch")

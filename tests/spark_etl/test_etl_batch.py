@@ -11,6 +11,7 @@ import pytest
 
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import SUMMARY_FILE, TABLES
+from mqproxy.spark_etl.replication import REPLICATION_METRICS
 from mqproxy.spark_etl.transforms import ROLLUP_METRICS
 
 pytestmark = pytest.mark.spark
@@ -59,7 +60,7 @@ def test_rollup_is_partitioned_by_date_on_disk(batch_run: Any) -> None:
 def test_connections_one_row_per_connection_with_skew_kept(spark: Any, batch_run: Any) -> None:
     rows = {r.conn_id: r for r in _table(spark, batch_run, "connections")}
     events = batch_run.events
-    assert len(rows) == len({e["conn_id"] for e in events})
+    assert len(rows) == len({e["conn_id"] for e in events if "conn_id" in e})
     rejected = {e["conn_id"]: e["reason"] for e in events if e["event"] == "conn.rejected"}
     closed = {e["conn_id"]: e for e in events if e["event"] == "conn.closed"}
     assert Counter(r.state for r in rows.values()) == {"rejected": len(rejected), "closed": len(closed)}
@@ -129,3 +130,28 @@ def test_ops_count_every_request_kind(spark: Any, batch_run: Any) -> None:
     rows = _table(spark, batch_run, "ops")
     assert {(r.date, r.protocol, r.op, r.code): r.requests for r in rows} == dict(expected)
     assert {(r.date, r.protocol, r.op, r.code): r.errors for r in rows} == dict(errors)
+
+
+def test_replication_has_one_row_per_connector_batch(spark: Any, batch_run: Any) -> None:
+    batches = [e for e in batch_run.events if e["event"] == "connector.batch"]
+    rows = _table(spark, batch_run, "replication")
+    assert batch_run.summary.table_rows["replication"] == len(rows) == len(batches)
+    key = ("rule", "source_queue", "first_offset")
+    got = {tuple(r[k] for k in key): (r.messages, r.bytes, r.delay_ms_max, r.target_queue) for r in rows}
+    assert got == {
+        tuple(e[k] for k in key): (e["messages"], e["bytes"], e["delay_ms_max"], e["target_queue"])
+        for e in batches
+    }
+    assert all(r.date == r.ts.date() for r in rows)
+
+
+def test_replication_minute_matches_the_reference_exactly(spark: Any, batch_run: Any) -> None:
+    expected = synthetic.expected_replication_minute(batch_run.events)
+    rows = _table(spark, batch_run, "replication_minute")
+    got = {(r.minute, r.connector, r.rule): {m: r[m] for m in REPLICATION_METRICS} for r in rows}
+    assert len(rows) == len(got), "one row per (minute, connector, rule)"
+    assert got == expected
+    assert sum(r.dead_letters for r in rows) == sum(
+        e["event"] == "connector.dead_letter" for e in batch_run.events
+    )
+    assert any(r.rule == "(unknown)" and r.errors for r in rows), "the rule-less route error"

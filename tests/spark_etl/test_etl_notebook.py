@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.spark
 
 
-def test_notebook_executes_and_draws_the_four_charts(
+def test_notebook_executes_and_draws_the_report_charts(
     batch_run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nbformat = pytest.importorskip("nbformat")
@@ -31,8 +31,9 @@ def test_notebook_executes_and_draws_the_four_charts(
     outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.data]
-    assert len(images) == 4
+    assert len(images) == 5, "throughput, latency, errors, protocol mix, replication delay"
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "protocols:" in text
     assert "7 malformed lines quarantined" in text
     assert "23:57 grpc p99 latency" in text
+    assert "edge->central:Orders" in text

@@ -36,6 +36,11 @@ def test_report_data_is_utc_and_complete(spark: Any, batch_run: Any) -> None:
     assert data.negotiation_failures
     assert data.ops
     assert data.tenants
+    assert sorted(data.rules) == [
+        ("edge-to-central", "edge->central:Orders"),
+        ("edge-to-central", "edge->central:Payments"),
+    ]
+    assert min(r["minute"] for r in data.replication) == datetime(2026, 11, 22, 23, 52)
 
 
 def test_notable_changes_point_at_the_incident_onset(spark: Any, batch_run: Any) -> None:
@@ -52,7 +57,13 @@ def test_write_report_produces_html_and_readable_pngs(spark: Any, batch_run: Any
     data = report.load_report_data(spark, str(batch_run.output))
     html_path = tmp_path / "report.html"
     pngs = report.write_report(data, html_path)
-    assert [p.name for p in pngs] == ["throughput.png", "latency.png", "errors.png", "protocol_mix.png"]
+    assert [p.name for p in pngs] == [
+        "throughput.png",
+        "latency.png",
+        "errors.png",
+        "protocol_mix.png",
+        "replication_delay.png",
+    ]
     for png in pngs:
         width, height = _png_size(png)
         assert width >= 1000, png
@@ -71,6 +82,8 @@ def test_write_report_produces_html_and_readable_pngs(spark: Any, batch_run: Any
         "Bytes per tenant",
         "Negotiation failures",
         "Slowest request kinds",
+        "Replication delay",
+        "Replication per rule",
     ):
         assert f">{heading}" in page, heading
     assert "grpc p99 latency" in page
@@ -83,3 +96,48 @@ def test_html_escapes_client_ids(spark: Any, batch_run: Any) -> None:
     page = report.render_html(data, {})
     assert "&lt;b&gt;évil&lt;/b&gt;" in page
     assert "<b>évil" not in page
+
+
+def test_replication_totals_per_rule(spark: Any, batch_run: Any) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    totals = {t["rule"]: t for t in report.replication_totals(data)}
+    batches = [e for e in batch_run.events if e["event"] == "connector.batch"]
+    for rule in ("edge->central:Orders", "edge->central:Payments"):
+        mine = [e for e in batches if e["rule"] == rule]
+        assert totals[rule]["messages"] == sum(e["messages"] for e in mine)
+        assert totals[rule]["delay_max"] == max(e["delay_ms_max"] for e in mine)
+    assert totals["(unknown)"]["errors"] == 1
+    assert totals["(unknown)"]["messages"] == 0
+
+
+def test_report_without_connector_events_leaves_replication_out(spark: Any, tmp_path: Path) -> None:
+    from mqproxy.spark_etl import synthetic
+    from mqproxy.spark_etl.batch import run_batch
+
+    logs = tmp_path / "proxy.log"
+    synthetic.write_jsonl(logs, synthetic.iter_events(30, synthetic.CorpusOptions(seed=12)))
+    summary = run_batch(spark, str(logs), str(tmp_path / "t"))
+    assert (summary.table_rows["replication"], summary.table_rows["replication_minute"]) == (0, 0)
+    data = report.load_report_data(spark, str(tmp_path / "t"))
+    assert (data.replication, data.rules) == ([], [])
+    pngs = report.write_report(data, tmp_path / "report.html")
+    assert [p.name for p in pngs] == ["throughput.png", "latency.png", "errors.png", "protocol_mix.png"]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Replication" not in page
+    assert "messages replicated" not in page
+    assert report.plot_replication_delay(data).axes, "the notebook can still draw the (empty) figure"
+
+
+def test_report_of_a_connector_log_alone_has_only_replication(
+    spark: Any, batch_run: Any, tmp_path: Path
+) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    data.rollup, data.ops, data.tenants, data.top_clients, data.negotiation_failures = [], [], [], [], []
+    pngs = report.write_report(data, tmp_path / "report.html")
+    assert [p.name for p in pngs] == ["replication_delay.png"]
+    assert pngs[0].stat().st_size > 10_000
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert ">Replication delay" in page
+    assert ">messages replicated" in page
+    assert "What changed" not in page
+    assert "Throughput" not in page

@@ -11,6 +11,7 @@ pytest.importorskip("pyspark", reason="the etl extra is not installed")
 
 from jsonschema import Draft202012Validator
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DoubleType,
     LongType,
@@ -34,6 +35,9 @@ def _expected(prop: dict[str, Any]) -> tuple[Any, bool]:
     declared = prop["type"]
     types = [declared] if isinstance(declared, str) else declared
     (kind,) = [t for t in types if t != "null"]
+    if kind == "array":
+        element, element_null = _expected(prop["items"])
+        return ArrayType(element, element_null), "null" in types
     if kind == "string":
         return (TimestampType() if prop.get("format") == "date-time" else StringType()), "null" in types
     return EXPECTED_TYPE[kind], "null" in types
@@ -80,6 +84,16 @@ def test_the_translation_fails_loudly_on_constructs_it_cannot_map() -> None:
     assert "latency_ms" not in columns
 
 
+def test_arrays_of_a_simple_type_are_array_columns() -> None:
+    columns = {f.name: f.dataType for f in schema.EVENT_SCHEMA.fields}
+    assert columns["acquired"] == ArrayType(StringType(), containsNull=False)
+    nullable_items = {"type": "array", "items": {"type": ["integer", "null"]}}
+    struct = schema.struct_from_json_schema({"properties": {"ids": nullable_items}})
+    assert struct["ids"].dataType == ArrayType(LongType(), containsNull=True)
+    with pytest.raises(schema.SchemaError, match="unsupported"):
+        schema.struct_from_json_schema({"properties": {"m": {"type": "array", "items": {"type": "array"}}}})
+
+
 def test_event_types_come_from_x_events() -> None:
     assert {
         "conn.accepted",
@@ -87,6 +101,10 @@ def test_event_types_come_from_x_events() -> None:
         "conn.rejected",
         "conn.closed",
         "request",
+        "connector.batch",
+        "connector.lag",
+        "connector.dead_letter",
+        "connector.error",
     } <= schema.EVENT_TYPES
 
 
@@ -106,6 +124,25 @@ def test_generated_events_validate_against_the_json_schema() -> None:
         errors = [e.message for e in validator.iter_errors(line)]
         assert errors == [], (line, errors)
         assert line["ts"].endswith("Z")
+
+
+def test_generated_connector_events_validate_against_the_json_schema() -> None:
+    validator = Draft202012Validator(JSON_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    opts = synthetic.CorpusOptions(connector_rules=2, error_ratio=0.3, seed=5)
+    events = list(synthetic.iter_events(0, opts))
+    assert {e["event"] for e in events} == {
+        "connector.started",
+        "connector.queues",
+        "connector.batch",
+        "connector.lag",
+        "connector.dead_letter",
+        "connector.error",
+        "connector.stopped",
+    }
+    for event in events:
+        line = json.loads(synthetic.encode(event))
+        errors = [e.message for e in validator.iter_errors(line)]
+        assert errors == [], (line, errors)
 
 
 def test_malformed_lines_are_invalid_json_or_invalid_events() -> None:

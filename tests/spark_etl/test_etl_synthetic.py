@@ -110,6 +110,44 @@ def test_reference_rollup_on_a_hand_made_minute() -> None:
     assert (row["conn_bytes_in"], row["conn_bytes_out"]) == (7, 3)
 
 
+def test_reference_replication_minute_on_a_hand_made_minute() -> None:
+    t = datetime(2026, 11, 22, 14, 5, 0, tzinfo=UTC)
+    rule = {"connector": "c", "rule": "a->b:T"}
+    events = [
+        *(
+            {"ts": t + timedelta(seconds=i % 50), "event": "connector.batch", **rule}
+            | {"messages": 2, "bytes": 30, "delay_ms_max": i, "delay_ms_min": 0}
+            for i in range(1, 101)
+        ),
+        {"ts": t, "event": "connector.lag", **rule, "lag": 7, "last_copied_ms": None},
+        {"ts": t, "event": "connector.lag", **rule, "lag": 9, "last_copied_ms": 1_500},
+        {"ts": t, "event": "connector.dead_letter", **rule},
+        {"ts": t, "event": "connector.error", "connector": "c", "rule": None},
+        {"ts": t + timedelta(minutes=1), "event": "connector.lag", **rule, "lag": 3, "last_copied_ms": None},
+        {"ts": t, "event": "connector.started", "connector": "c", "rules": 1},
+    ]
+    got = synthetic.expected_replication_minute(events)
+    minute = datetime(2026, 11, 22, 14, 5)
+    assert set(got) == {
+        (minute, "c", "a->b:T"),
+        (minute, "c", "(unknown)"),
+        (minute.replace(minute=6), "c", "a->b:T"),
+    }
+    row = got[(minute, "c", "a->b:T")]
+    assert (row["batches"], row["messages"], row["bytes"]) == (100, 200, 3000)
+    assert (row["delay_p50"], row["delay_p95"], row["delay_p99"], row["delay_max"]) == (50, 95, 99, 100)
+    assert (row["dead_letters"], row["errors"], row["lag_max"]) == (1, 0, 9)
+    assert row["last_copied_at"] == datetime(1970, 1, 1, 0, 0, 1, 500_000)
+    assert got[(minute, "c", "(unknown)")]["errors"] == 1
+    stalled = got[(minute.replace(minute=6), "c", "a->b:T")]
+    assert (stalled["batches"], stalled["delay_p99"], stalled["lag_max"], stalled["last_copied_at"]) == (
+        0,
+        None,
+        3,
+        None,
+    )
+
+
 def test_reference_top_clients_orders_by_requests_then_id() -> None:
     t = datetime(2026, 11, 22, tzinfo=UTC)
     events = [
