@@ -87,11 +87,22 @@ class _EagerFrameBuffer(FrameBuffer):
     """
 
     _settings_seen = False
+    #: Frames taken whole from the buffer so far.
+    frames = 0
+
+    @property
+    def incomplete(self) -> bool:
+        """Part of the preface, of a frame or of a header block has arrived, but not all of it (or the
+        preface has, but not the SETTINGS that must follow it)."""
+        return bool(self._preamble_len or not self._settings_seen or self._data or self._headers_buffer)
 
     def __next__(self) -> Frame:
         head = self._data[:9]
         if len(head) == 9:
-            self._validate_frame_length(int.from_bytes(head[:3], "big"))
+            length = int.from_bytes(head[:3], "big")
+            self._validate_frame_length(length)
+            if len(self._data) >= 9 + length:
+                self.frames += 1
             if not self._settings_seen:
                 if head[3] != _SETTINGS_FRAME_TYPE:
                     raise h2.exceptions.ProtocolError(f"first frame has type {head[3]}, not SETTINGS")
@@ -108,6 +119,8 @@ class _ServerH2Connection(h2.connection.H2Connection):
 
     #: Set by :meth:`GrpcServerConnection.shutdown`: every new stream is refused.
     draining = False
+
+    incoming_buffer: _EagerFrameBuffer
 
     def __init__(self, config: h2.config.H2Configuration) -> None:
         super().__init__(config)
@@ -393,6 +406,17 @@ class GrpcServerConnection:
         self._streams.clear()
         self._buffered = 0
         self._h2.close_connection(error_code, last_stream_id=self._h2.highest_inbound_stream_id)
+
+    @property
+    def frame_incomplete(self) -> bool:
+        """A frame (or the preface and its SETTINGS) has begun arriving but is not whole yet: the I/O layer
+        bounds how long that may last."""
+        return self._h2.incoming_buffer.incomplete
+
+    @property
+    def frames_received(self) -> int:
+        """Whole frames read from the client so far (advances as incomplete frames complete)."""
+        return self._h2.incoming_buffer.frames
 
     @property
     def open_streams(self) -> int:

@@ -4,12 +4,15 @@ idle timeout (regressions found by probing: issue 19)."""
 from __future__ import annotations
 
 import random
+import struct
 from typing import Any
 
 import pytest
 import trio
 from h2.errors import ErrorCodes
 from hyperframe.frame import Frame, GoAwayFrame, SettingsFrame
+
+from mqproxy.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("log_sink")
 
@@ -74,3 +77,51 @@ async def test_h2_oversized_or_malformed_frame_gets_goaway_at_once(
     (closed,) = log_sink.named("conn.closed")
     assert (closed["protocol"], closed["error"]) == ("grpc", "protocol_error")
     assert closed["detail"]
+
+
+#: Openings of a request or frame that never complete (each is enough for the sniffer to pick the protocol).
+STALLED = {
+    "half-http-request": (b"GET /healthz HTTP/1.1\r\nHost: x\r\nAcc", "http"),
+    "half-websocket-upgrade": (b"GET /mqtt HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConne", "http"),
+    "half-remoting-frame": (struct.pack(">ii", 200, 60) + b'{"code":105,"flag":0,"opaque":1,', "remoting"),
+    "h2-preface-without-settings": (H2_PREFACE, "grpc"),
+    "half-h2-frame": (H2_PREFACE + EMPTY_SETTINGS + b"\x00\x00\x08\x06\x00", "grpc"),
+}
+
+
+async def _keep_alive_healthz(stream: trio.abc.Stream) -> bytes:
+    await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    reply = bytearray()
+    with trio.fail_after(10):
+        while not reply.endswith(b"}"):
+            reply += await stream.receive_some(65536)
+    return bytes(reply)
+
+
+@pytest.mark.parametrize("name", list(STALLED))
+async def test_request_stalled_mid_frame_is_closed_at_the_frame_timeout(
+    start_server: Any, log_sink: Any, wait_for: Any, name: str
+) -> None:
+    """A started request or frame that stops arriving is closed after ``server.frame_timeout_s`` (HTTP with
+    a 408, gRPC with a GOAWAY), logged as ``conn.closed`` error ``frame_timeout``; a connection idle between
+    requests since before it is still served (the idle timeout is untouched)."""
+    opening, protocol = STALLED[name]
+    settings = Settings.for_tests(server={"frame_timeout_s": 0.3, "idle_timeout_s": 60.0})
+    async with start_server(settings) as handle:
+        idle = await trio.open_tcp_stream(*handle.address)
+        assert (await _keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
+        stalled = await trio.open_tcp_stream(*handle.address)
+        await stalled.send_all(opening)
+        reply = await _read_until_eof(stalled)
+        if protocol == "http":
+            assert reply.startswith(b"HTTP/1.1 408 ")
+        elif protocol == "grpc":
+            goaway = _h2_frames(reply)[-1]
+            assert isinstance(goaway, GoAwayFrame)
+            assert goaway.error_code == ErrorCodes.PROTOCOL_ERROR
+        else:
+            assert reply == b""
+        await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
+        (closed,) = log_sink.named("conn.closed")
+        assert (closed["protocol"], closed["error"]) == (protocol, "frame_timeout")
+        assert (await _keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
