@@ -134,12 +134,13 @@ async def _upgrade_to_mqtt(
             return
         if next_event is h11.NEED_DATA:  # the rest of a started request: under the frame timeout
             frame_s = server.settings.server.frame_timeout_s
-            data = await receive_unless_draining(stream, READ_CHUNK, server, frame_s)
+            data: bytes | bytearray | None = None
+            with trio.move_on_after(frame_s):
+                data = await stream.receive_some(READ_CHUNK)
             if data is None:
-                if not server.draining.is_set():
-                    ctx.error, ctx.detail = "frame_timeout", f"request incomplete after {frame_s:g} s"
+                ctx.error, ctx.detail = "frame_timeout", f"request incomplete after {frame_s:g} s"
                 return
-            conn.receive_data(data)
+            conn.receive_data(bytes(data))
             continue
         if next_event is h11.PAUSED or isinstance(next_event, h11.EndOfMessage):
             break
@@ -194,7 +195,9 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: Se
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
     idle_s = server.settings.server.idle_timeout_s
     frame_s = server.settings.server.frame_timeout_s
-    request_deadline: float | None = None  # set by a request's first byte, cleared at its end
+    # Set by a request's first byte (the sniffed bytes began the first one), cleared at its end. A started
+    # request is read to its end even while the server drains; an idle keep-alive connection is not.
+    request_deadline: float | None = trio.current_time() + frame_s
     while True:
         try:
             event = conn.next_event()
@@ -206,16 +209,20 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: Se
                 await _respond(stream, conn, status, "text/plain; charset=utf-8", b"bad request\n", True)
             return
         if event is h11.NEED_DATA:
-            now = trio.current_time()
-            timeout_s = idle_s if request_deadline is None else max(0.0, request_deadline - now)
-            data = await receive_unless_draining(stream, READ_CHUNK, server, timeout_s)
-            if data is None:
-                if request_deadline is not None and not server.draining.is_set():
-                    await _request_timeout(stream, conn, ctx, frame_s)
-                return
-            if data and request_deadline is None:
+            data: bytes | bytearray | None
+            if request_deadline is None:
+                data = await receive_unless_draining(stream, READ_CHUNK, server, idle_s)
+                if data is None:
+                    return
                 request_deadline = trio.current_time() + frame_s
-            conn.receive_data(data)
+            else:
+                data = None
+                with trio.move_on_at(request_deadline):
+                    data = await stream.receive_some(READ_CHUNK)
+                if data is None:
+                    await _request_timeout(stream, conn, ctx, frame_s)
+                    return
+            conn.receive_data(bytes(data))
             continue
         if isinstance(event, h11.Request):
             if _wants_mqtt(event):

@@ -235,8 +235,9 @@ async def serve_remoting(
 ) -> ConnectionStats:
     """Serve remoting requests on ``stream`` until it ends; see the module docstring.
 
-    When ``draining`` is set (server shutdown) no further frames are read; requests already in flight
-    run to completion (the server bounds that with its grace period), then the call returns.
+    When ``draining`` is set (server shutdown) no further frames are read; held long polls are answered at
+    once (PULL_NOT_FOUND / POLLING_TIMEOUT), other requests already in flight run to completion (the server
+    bounds that with its grace period), then the call returns.
     """
     stats = ConnectionStats() if stats is None else stats
     limits = ConnectionLimits() if limits is None else limits
@@ -250,8 +251,9 @@ async def serve_remoting(
     read_scope: trio.CancelScope | None = None
     frame_started = math.inf  # when the first byte of the incomplete frame in the decoder arrived
 
-    async def stop_reading_on_drain(event: trio.Event) -> None:
+    async def stop_reading_on_drain(event: trio.Event, session: RemotingSession) -> None:
         await event.wait()
+        session.holds.drain()  # held long polls are answered now
         if read_scope is not None:
             read_scope.cancel()
 
@@ -289,7 +291,7 @@ async def serve_remoting(
             session = RemotingSession(broker, ctx, conn=connection, peer=peer, log=log)
             connection.session = session
             if draining is not None:
-                nursery.start_soon(stop_reading_on_drain, draining)
+                nursery.start_soon(stop_reading_on_drain, draining, session)
             data: bytes | bytearray = initial
             while True:
                 if data:
