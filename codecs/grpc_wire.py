@@ -25,10 +25,11 @@ Contracts:
 * :meth:`~GrpcServerConnection.shutdown` is the graceful close (GOAWAY NO_ERROR, in-flight calls finish, new
   streams refused); :meth:`~GrpcServerConnection.close` is the hard one.
 
-Two deliberate deviations from stock ``h2`` (see :class:`_ServerH2Connection`): a client GOAWAY does not
-close the connection (python-hyper/h2 #1181; in-flight streams still finish), and a HEADERS frame over
+Three deliberate deviations from stock ``h2`` (see :class:`_ServerH2Connection`): a client GOAWAY does not
+close the connection (python-hyper/h2 #1181; in-flight streams still finish), a HEADERS frame over
 ``SETTINGS_MAX_CONCURRENT_STREAMS`` is refused with RST_STREAM(REFUSED_STREAM) (RFC 9113 §5.1.2) instead of
-h2's connection-wide PROTOCOL_ERROR.
+h2's connection-wide PROTOCOL_ERROR, and a frame header is judged as soon as its 9 bytes arrive (see
+:class:`_EagerFrameBuffer`), so an oversized or malformed frame gets its GOAWAY before any body is awaited.
 
 The h2-independent vocabulary (status codes, events, header validation, message framing) lives in
 :mod:`mqproxy.codecs.grpc_framing`.
@@ -45,6 +46,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
+from h2.frame_buffer import FrameBuffer
 from h2.stream import StreamClosedBy
 from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
@@ -71,15 +73,58 @@ __all__ = ["GrpcServerConnection"]
 # ------------------------------------------------------------------------------------ h2 subclass
 
 
-class _ServerH2Connection(h2.connection.H2Connection):
-    """``H2Connection`` with the two server-side fixes described in the module docstring.
+_SETTINGS_FRAME_TYPE = 0x04
 
-    Relies on h2 4.x internals (``_receive_goaway_frame``, ``_receive_headers_frame``, ``_closed_streams``),
-    exercised by ``tests/codecs/test_grpc_wire.py``.
+
+class _EagerFrameBuffer(FrameBuffer):
+    """h2's server ``FrameBuffer`` that judges each frame header as soon as its 9 bytes are buffered.
+
+    Stock h2 checks a frame's length against ``max_frame_size`` only once the whole body has arrived, so
+    a header declaring 16 MiB (or random bytes read as one) leaves the connection waiting for a body that
+    never comes. Here the length is checked at once (FRAME_SIZE_ERROR), and the client's first frame must be
+    SETTINGS (RFC 9113 §3.4; PROTOCOL_ERROR otherwise). Relies on h2 4.x's ``_data`` and
+    ``_validate_frame_length``.
+    """
+
+    _settings_seen = False
+    #: Frames taken whole from the buffer so far.
+    frames = 0
+
+    @property
+    def incomplete(self) -> bool:
+        """Part of the preface, of a frame or of a header block has arrived, but not all of it (or the
+        preface has, but not the SETTINGS that must follow it)."""
+        return bool(self._preamble_len or not self._settings_seen or self._data or self._headers_buffer)
+
+    def __next__(self) -> Frame:
+        head = self._data[:9]
+        if len(head) == 9:
+            length = int.from_bytes(head[:3], "big")
+            self._validate_frame_length(length)
+            if len(self._data) >= 9 + length:
+                self.frames += 1
+            if not self._settings_seen:
+                if head[3] != _SETTINGS_FRAME_TYPE:
+                    raise h2.exceptions.ProtocolError(f"first frame has type {head[3]}, not SETTINGS")
+                self._settings_seen = True
+        return super().__next__()
+
+
+class _ServerH2Connection(h2.connection.H2Connection):
+    """``H2Connection`` with the server-side fixes described in the module docstring.
+
+    Relies on h2 4.x internals (``_receive_goaway_frame``, ``_receive_headers_frame``, ``_closed_streams``,
+    ``incoming_buffer``), exercised by ``tests/codecs/test_grpc_wire.py``.
     """
 
     #: Set by :meth:`GrpcServerConnection.shutdown`: every new stream is refused.
     draining = False
+
+    incoming_buffer: _EagerFrameBuffer
+
+    def __init__(self, config: h2.config.H2Configuration) -> None:
+        super().__init__(config)
+        self.incoming_buffer = _EagerFrameBuffer(server=True)
 
     def _receive_goaway_frame(self, frame: GoAwayFrame) -> tuple[list[Frame], list[h2.events.Event]]:
         event = h2.events.ConnectionTerminated()
@@ -361,6 +406,17 @@ class GrpcServerConnection:
         self._streams.clear()
         self._buffered = 0
         self._h2.close_connection(error_code, last_stream_id=self._h2.highest_inbound_stream_id)
+
+    @property
+    def frame_incomplete(self) -> bool:
+        """A frame (or the preface and its SETTINGS) has begun arriving but is not whole yet: the I/O layer
+        bounds how long that may last."""
+        return self._h2.incoming_buffer.incomplete
+
+    @property
+    def frames_received(self) -> int:
+        """Whole frames read from the client so far (advances as incomplete frames complete)."""
+        return self._h2.incoming_buffer.frames
 
     @property
     def open_streams(self) -> int:

@@ -18,7 +18,9 @@ never cut a frame in half), and one task per call. Per call:
 * one ``request`` event is logged when it ends.
 
 The connection ends on EOF, a wire error (GOAWAY already queued and flushed), a client GOAWAY once its calls
-are done, idleness (no call and no byte for ``ConnectionLimits.idle_timeout_s``), or the server draining:
+are done, idleness (no call and no byte for ``ConnectionLimits.idle_timeout_s``), a frame (or the preface
+and its SETTINGS) left incomplete for ``ConnectionLimits.frame_timeout_s`` (GOAWAY PROTOCOL_ERROR, error
+``frame_timeout``), or the server draining:
 then a GOAWAY(NO_ERROR) is sent, calls in flight finish (long polls and Telemetry end early) and the
 connection closes when none is left. Everything else is cancelled when the connection goes.
 """
@@ -50,6 +52,8 @@ RECEIVE_BYTES = 65_536
 STREAM_HIGH_WATER = 256 * 1024
 #: Request messages buffered per call before it is failed (Telemetry is the only multi-message call).
 INBOUND_QUEUE = 16
+#: The HTTP/2 error code (RFC 9113 §7) of the GOAWAY that ends a connection stalled mid-frame.
+H2_PROTOCOL_ERROR = 0x1
 #: How long the final GOAWAY/trailers may take to flush once the connection is ending.
 CLOSE_FLUSH_S = 2.0
 
@@ -157,10 +161,13 @@ class GrpcConnectionDriver:
             scope.deadline = min(scope.deadline, trio.current_time() + self._limits.idle_timeout_s)
 
     async def _read_loop(self) -> None:
+        frame_started = trio.current_time()  # the sniffed preface began the first "frame"
+        frames_before = 0
         while not self._broken and not self._should_close():
             idle = self._limits.idle_timeout_s if not self._calls else math.inf
+            frame_deadline = frame_started + self._limits.frame_timeout_s
             data: bytes | bytearray | None = None
-            with trio.CancelScope(deadline=trio.current_time() + idle) as scope:
+            with trio.CancelScope(deadline=min(trio.current_time() + idle, frame_deadline)) as scope:
                 self._read_scope = scope
                 try:
                     data = await self._stream.receive_some(RECEIVE_BYTES)
@@ -171,9 +178,15 @@ class GrpcConnectionDriver:
             self._read_scope = None
             if data is None:
                 if scope.cancelled_caught and not self._should_close() and not self._broken:
-                    self._conn.shutdown()  # idle: say goodbye properly
+                    if trio.current_time() >= frame_deadline:
+                        self._conn.close(H2_PROTOCOL_ERROR)
+                        self._ctx.error = self._ctx.error or "frame_timeout"
+                        limit = self._limits.frame_timeout_s
+                        self._ctx.detail = self._ctx.detail or f"a frame stayed incomplete for {limit:g} s"
+                    else:
+                        self._conn.shutdown()  # idle: say goodbye properly
+                        self._ctx.detail = self._ctx.detail or "idle timeout"
                     self._kick()
-                    self._ctx.detail = self._ctx.detail or "idle timeout"
                 return
             if not data:
                 return  # EOF
@@ -184,6 +197,11 @@ class GrpcConnectionDriver:
                 self._ctx.detail = self._ctx.detail or err.reason
                 self._kick()
                 return
+            if not self._conn.frame_incomplete:
+                frame_started = math.inf
+            elif self._conn.frames_received != frames_before or math.isinf(frame_started):
+                frame_started = trio.current_time()  # this read began the frame now incomplete
+            frames_before = self._conn.frames_received
             for event in events:
                 self._on_event(event)
             self._progress.set()

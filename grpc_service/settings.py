@@ -22,11 +22,13 @@ REQUEST_ENVELOPE_BYTES = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
     """Per-connection limits: largest request message, concurrent calls (more are refused with
-    REFUSED_STREAM), and how long a connection without calls may stay silent."""
+    REFUSED_STREAM), how long a connection without calls may stay silent, and how long a frame (or the
+    client preface with its SETTINGS) may take to arrive whole once it has begun."""
 
     max_message_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 1000
     idle_timeout_s: float = 120.0
+    frame_timeout_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,5 +60,6 @@ class GrpcSettings:
             limits=ConnectionLimits(
                 max_message_bytes=max_body + REQUEST_ENVELOPE_BYTES,
                 idle_timeout_s=config.server.idle_timeout_s,
+                frame_timeout_s=config.server.frame_timeout_s,
             ),
         )

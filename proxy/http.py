@@ -6,7 +6,8 @@ backend reports itself unavailable, e.g. a RocketMQ cluster it cannot reach) and
 over WebSocket (see :mod:`mqproxy.websocket`); a refused upgrade gets its 400/426 and the connection
 closes. Anything else is a 404 (405 for a wrong method on a known path). A malformed request, or headers
 beyond :data:`MAX_HEADER_BYTES`, gets a 400/431 and the connection closes. Keep-alive is honoured up to
-``server.idle_timeout_s`` between requests.
+``server.idle_timeout_s`` between requests; a request whose first byte arrived must be whole within
+``server.frame_timeout_s`` (else 408 and ``conn.closed`` error ``frame_timeout``).
 """
 
 from __future__ import annotations
@@ -131,12 +132,15 @@ async def _upgrade_to_mqtt(
         except h11.RemoteProtocolError as exc:
             ctx.error, ctx.detail = "bad_http_request", str(exc)
             return
-        if next_event is h11.NEED_DATA:
-            idle_s = server.settings.server.idle_timeout_s
-            data = await receive_unless_draining(stream, READ_CHUNK, server, idle_s)
+        if next_event is h11.NEED_DATA:  # the rest of a started request: under the frame timeout
+            frame_s = server.settings.server.frame_timeout_s
+            data: bytes | bytearray | None = None
+            with trio.move_on_after(frame_s):
+                data = await stream.receive_some(READ_CHUNK)
             if data is None:
+                ctx.error, ctx.detail = "frame_timeout", f"request incomplete after {frame_s:g} s"
                 return
-            conn.receive_data(data)
+            conn.receive_data(bytes(data))
             continue
         if next_event is h11.PAUSED or isinstance(next_event, h11.EndOfMessage):
             break
@@ -162,6 +166,16 @@ async def _upgrade_to_mqtt(
         await websocket.finish()
 
 
+async def _request_timeout(
+    stream: trio.abc.Stream, conn: h11.Connection, ctx: ConnectionContext, frame_s: float
+) -> None:
+    """A started request stayed incomplete for ``frame_s``: 408 (if no response began) and close."""
+    ctx.error, ctx.detail = "frame_timeout", f"request incomplete after {frame_s:g} s"
+    if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        body = b"request timeout\n"
+        await _respond(stream, conn, 408, "text/plain; charset=utf-8", body, True)
+
+
 class HttpService:
     """HTTP/1.1 as a :class:`~mqproxy.runtime.handlers.ProtocolService` of the server core: health and metrics
     read the server's state; a WebSocket upgrade hands the connection to the server's MQTT service."""
@@ -180,6 +194,10 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: Se
     """Serve HTTP/1.1 requests on ``stream`` until the peer closes, the server drains or an upgrade ends."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
     idle_s = server.settings.server.idle_timeout_s
+    frame_s = server.settings.server.frame_timeout_s
+    # Set by a request's first byte (the sniffed bytes began the first one), cleared at its end. A started
+    # request is read to its end even while the server drains; an idle keep-alive connection is not.
+    request_deadline: float | None = trio.current_time() + frame_s
     while True:
         try:
             event = conn.next_event()
@@ -191,10 +209,20 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: Se
                 await _respond(stream, conn, status, "text/plain; charset=utf-8", b"bad request\n", True)
             return
         if event is h11.NEED_DATA:
-            data = await receive_unless_draining(stream, READ_CHUNK, server, idle_s)
-            if data is None:
-                return
-            conn.receive_data(data)
+            data: bytes | bytearray | None
+            if request_deadline is None:
+                data = await receive_unless_draining(stream, READ_CHUNK, server, idle_s)
+                if data is None:
+                    return
+                request_deadline = trio.current_time() + frame_s
+            else:
+                data = None
+                with trio.move_on_at(request_deadline):
+                    data = await stream.receive_some(READ_CHUNK)
+                if data is None:
+                    await _request_timeout(stream, conn, ctx, frame_s)
+                    return
+            conn.receive_data(bytes(data))
             continue
         if isinstance(event, h11.Request):
             if _wants_mqtt(event):
@@ -220,6 +248,8 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: Se
                 return
             continue
         if isinstance(event, (h11.Data, h11.EndOfMessage)):
+            if isinstance(event, h11.EndOfMessage):
+                request_deadline = None
             if isinstance(event, h11.EndOfMessage) and conn.our_state is h11.DONE:
                 try:
                     conn.start_next_cycle()

@@ -1,9 +1,14 @@
 """The server: bind, open the backend, accept, and stop gracefully.
 
-``serve`` owns the listener, the connection nursery and the shutdown sequence:
-SIGINT/SIGTERM (or cancelling ``stop``) → stop accepting → ``proxy.stopping`` → set the drain event so
-handlers finish in-flight requests and close → wait up to ``server.shutdown_grace_s`` → cancel what is
-left → close the backend → ``proxy.stopped``.
+``serve`` owns the listener, the connection nursery and the shutdown sequence. SIGINT/SIGTERM (or
+``handle.stop()``) → ``proxy.stopping`` → the drain: the drain event is set, so ``/healthz`` answers 503
+"draining", held long polls are answered at once, in-flight requests finish and each protocol closes its
+connections politely (remoting after its last response, MQTT 5 with DISCONNECT 0x8B, gRPC with GOAWAY, HTTP
+with ``Connection: close``); the listener stays open meanwhile, so a load balancer's health checks see the
+503 and new connections get the same polite close. The drain lasts at least ``server.drain_window_s`` and
+until no connection is open, at most ``max(drain_window_s, shutdown_grace_s)``; a second signal ends it at
+once. Then ``proxy.drained`` → the listener closes → what is left is cancelled → the backend closes (the
+store flushes) → ``proxy.stopped``.
 """
 
 from __future__ import annotations
@@ -46,8 +51,13 @@ class ServerHandle:
     state: ServerState
     store: MessageStore | None
     _stop: trio.Event = field(default_factory=trio.Event)
+    _hurry: trio.Event = field(default_factory=trio.Event)
 
     def stop(self, reason: str = "requested") -> None:
+        """Start the graceful shutdown; called again once it started, end its drain at once."""
+        if self._stop.is_set():
+            self._hurry.set()
+            return
         self.reason = reason
         self._stop.set()
 
@@ -74,11 +84,29 @@ async def _accept_loop(
         nursery.start_soon(handle_connection, stream, state, ssl_context)
 
 
+async def _drain(state: ServerState, settings: Settings, hurry: trio.Event) -> None:
+    """Return once ``server.drain_window_s`` has passed and no connection is open (new ones included),
+    after ``max(drain_window_s, shutdown_grace_s)`` at the latest, or at once when ``hurry`` is set."""
+    window_s, grace_s = settings.server.drain_window_s, settings.server.shutdown_grace_s
+    start = trio.current_time()
+    with trio.move_on_at(start + max(window_s, grace_s)):
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_hurry() -> None:
+                await hurry.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_on_hurry)
+            await trio.sleep_until(start + window_s)
+            while state.open_connections:
+                await state.all_closed.wait()
+            nursery.cancel_scope.cancel()
+
+
 async def _watch_signals(handle: ServerHandle, signals: tuple[int, ...]) -> None:
     with trio.open_signal_receiver(*signals) as received:
-        async for signum in received:
+        async for signum in received:  # the first starts the shutdown, a second one hurries it
             handle.stop(signal.Signals(signum).name)
-            return
 
 
 async def serve(
@@ -152,14 +180,18 @@ async def _serve_state(
                 state.ready = True
                 task_status.started(handle)
                 await handle._stop.wait()
+                state.ready = False
+                _log.info("proxy.stopping", reason=handle.reason, open_connections=state.open_connections)
+                state.draining.set()
+                started = trio.current_time()
+                await _drain(state, settings, handle._hurry)
                 accepting.cancel_scope.cancel()
             await listener.aclose()
-            state.ready = False
-            _log.info("proxy.stopping", reason=handle.reason, open_connections=state.open_connections)
-            state.draining.set()
-            if state.open_connections:
-                with trio.move_on_after(settings.server.shutdown_grace_s):
-                    await state.all_closed.wait()
+            _log.info(
+                "proxy.drained",
+                open_connections=state.open_connections,
+                duration_ms=round((trio.current_time() - started) * 1000, 3),
+            )
             connections.cancel_scope.cancel()
         root.cancel_scope.cancel()
     _log.info(

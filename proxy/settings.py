@@ -37,7 +37,9 @@ class ServerSettings:
     max_sniff_bytes: int = field(default=4096, metadata=_range(2112, 1 << 20))
     tls_handshake_timeout_s: float = field(default=10.0, metadata=_range(0.05, 300))
     shutdown_grace_s: float = field(default=10.0, metadata=_range(0, 3600))
+    drain_window_s: float = field(default=0.0, metadata=_range(0, 3600))
     idle_timeout_s: float = field(default=120.0, metadata=_range(1, 86400))
+    frame_timeout_s: float = field(default=10.0, metadata=_range(0.05, 3600))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ connections. Entry point (what :class:`~mqproxy.remoting.service.RemotingService
     ) -> ConnectionStats
 
 It returns when the peer closes the stream, sends an undecodable frame (``stats.error`` = the codec's
-reason, e.g. ``bad_json_header``), stays idle too long (``idle_timeout``) or stops reading our writes
-(``write_timeout``). It never closes ``stream``; the caller does, then logs ``conn.closed`` from
-``stats``. Cancelling it is safe.
+reason, e.g. ``bad_json_header``), stays idle too long (``idle_timeout``), leaves a frame incomplete too
+long (``frame_timeout``) or stops reading our writes (``write_timeout``). It never closes ``stream``; the
+caller does, then logs ``conn.closed`` from ``stats``. Cancelling it is safe.
 
 Behaviour: every request frame runs in its own task (long polls do not block other requests;
 responses may go out of order); responses are queued whole in the connection's
@@ -75,6 +75,9 @@ class ConnectionLimits:
     #: Close after this long without reading or writing anything (Java: 120 s; clients heartbeat
     #: every 30 s).
     idle_timeout_s: float = 120.0
+    #: Close when a frame whose first byte arrived is still incomplete this long after (a stalled or
+    #: slow-loris peer); the idle timeout only counts silence between frames.
+    frame_timeout_s: float = 10.0
     #: Close when one write (the frames queued at its start) is not taken within this time (the peer
     #: stopped reading).
     write_timeout_s: float = 30.0
@@ -232,8 +235,9 @@ async def serve_remoting(
 ) -> ConnectionStats:
     """Serve remoting requests on ``stream`` until it ends; see the module docstring.
 
-    When ``draining`` is set (server shutdown) no further frames are read; requests already in flight
-    run to completion (the server bounds that with its grace period), then the call returns.
+    When ``draining`` is set (server shutdown) no further frames are read; held long polls are answered at
+    once (PULL_NOT_FOUND / POLLING_TIMEOUT), other requests already in flight run to completion (the server
+    bounds that with its grace period), then the call returns.
     """
     stats = ConnectionStats() if stats is None else stats
     limits = ConnectionLimits() if limits is None else limits
@@ -245,9 +249,11 @@ async def serve_remoting(
     oneways_done: trio.Event | None = None  # set when the last one ends after the peer closed
     connection: RemotingConnection | None = None
     read_scope: trio.CancelScope | None = None
+    frame_started = math.inf  # when the first byte of the incomplete frame in the decoder arrived
 
-    async def stop_reading_on_drain(event: trio.Event) -> None:
+    async def stop_reading_on_drain(event: trio.Event, session: RemotingSession) -> None:
         await event.wait()
+        session.holds.drain()  # held long polls are answered now
         if read_scope is not None:
             read_scope.cancel()
 
@@ -285,7 +291,7 @@ async def serve_remoting(
             session = RemotingSession(broker, ctx, conn=connection, peer=peer, log=log)
             connection.session = session
             if draining is not None:
-                nursery.start_soon(stop_reading_on_drain, draining)
+                nursery.start_soon(stop_reading_on_drain, draining, session)
             data: bytes | bytearray = initial
             while True:
                 if data:
@@ -309,11 +315,15 @@ async def serve_remoting(
                         # exact for one frame per read; pipelined frames share the read's bytes evenly
                         size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
                         nursery.start_soon(serve_request, connection, session, command, size, busy)
+                    if not decoder.buffered:
+                        frame_started = math.inf
+                    elif commands or math.isinf(frame_started):  # this read began the frame
+                        frame_started = trio.current_time()
                 if draining is not None and draining.is_set():
                     break
                 data = b""
                 with trio.CancelScope() as read_scope:
-                    data = await _receive(connection)
+                    data = await _receive(connection, frame_started + limits.frame_timeout_s)
                 read_scope = None
                 if not data:
                     break
@@ -340,19 +350,23 @@ async def serve_remoting(
     return stats
 
 
-async def _receive(conn: RemotingConnection) -> bytes | bytearray:
-    """The next bytes from the peer; b"" at EOF, at idle timeout or when the connection failed."""
+async def _receive(conn: RemotingConnection, frame_deadline: float) -> bytes | bytearray:
+    """The next bytes from the peer; b"" at EOF, at idle timeout, when an incomplete frame is still
+    incomplete at ``frame_deadline`` or when the connection failed."""
     idle = conn.limits.idle_timeout_s
     while not conn.closed:
         deadline = conn.last_activity + idle if math.isfinite(idle) else math.inf
-        with trio.move_on_at(deadline):
+        with trio.move_on_at(min(deadline, frame_deadline)):
             try:
                 return await conn.stream.receive_some(_RECEIVE_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 if conn.stats.error is None:
                     conn.stats.error, conn.stats.detail = "connection_lost", str(exc) or None
                 return b""
-        if trio.current_time() >= conn.last_activity + idle:
+        if trio.current_time() >= frame_deadline:
+            limit = conn.limits.frame_timeout_s
+            conn.fail("frame_timeout", f"a frame stayed incomplete for {limit:g} s")
+        elif trio.current_time() >= conn.last_activity + idle:
             conn.fail("idle_timeout", f"nothing read or written for {idle:g} s")
     return b""
 

@@ -11,13 +11,15 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
   compile, or another type, is SUBSCRIPTION_PARSE_FAILED (23).
 * Commit: with the commit bit (0x1) a non-negative ``commitOffset`` is stored for the group first.
 * Long polling: with the suspend bit (0x2) a pull that finds nothing is held by the facade for up to
-  ``suspendTimeoutMillis`` (capped by ``ServerContext.long_poll_max_s``). Expiry answers PULL_NOT_FOUND (19).
+  ``suspendTimeoutMillis`` (capped by ``ServerContext.long_poll_max_s``). Expiry answers PULL_NOT_FOUND (19);
+  so does a server drain, at once (the hold is cancelled and the queue read again without one).
 * Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.
   SUCCESS bodies are concatenated V1 records (IPv4 hosts) as every legacy client decodes them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Final
 
 from mqproxy.codecs.message_record import encode_records
@@ -64,19 +66,22 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
     hold_s = 0.0
     if header.suspend and header.suspend_timeout_ms > 0:
         hold_s = min(header.suspend_timeout_ms / 1000.0, ctx.long_poll_max_s)
-    result = await broker.pull(
-        PullRequest(
-            header.consumer_group,
-            header.topic,
-            header.queue_id,
-            header.queue_offset,
-            max_count,
-            max_bytes=max_bytes,
-            message_filter=message_filter,
-            hold_s=hold_s,
-            commit_offset=header.commit_offset if header.has_commit_offset else -1,
-        )
+    request = PullRequest(
+        header.consumer_group,
+        header.topic,
+        header.queue_id,
+        header.queue_offset,
+        max_count,
+        max_bytes=max_bytes,
+        message_filter=message_filter,
+        hold_s=hold_s,
+        commit_offset=header.commit_offset if header.has_commit_offset else -1,
     )
+    result: PullResult | None = None
+    with session.holds.until_drain():
+        result = await broker.pull(request)
+    if result is None:  # the server drains: answer at once with what is there, unheld
+        result = await broker.pull(dataclasses.replace(request, hold_s=0.0, commit_offset=-1))
     ctx.pull_offsets.record(header.consumer_group, header.topic, header.queue_id, result.next_offset)
     return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
 

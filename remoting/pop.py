@@ -147,7 +147,8 @@ async def pop_message(session: RemotingSession, request: RemotingCommand, note: 
         if not ctx.polls.try_hold(key):
             raise RequestError(ResponseCode.POLLING_FULL, "too many pop requests are held for this queue")
         try:
-            result = await pop(hold_s)
+            with session.holds.until_drain():  # a drain leaves the empty result: answered at once
+                result = await pop(hold_s)
         finally:
             ctx.polls.release(key)
     ext = {
@@ -383,7 +384,8 @@ async def notification(session: RemotingSession, request: RemotingCommand, note:
         key = (header.topic, header.consumer_group, header.queue_id)
         if ctx.polls.try_hold(key):
             try:
-                await _wait_any(session, header.consumer_group, targets, hold_s)
+                with session.holds.until_drain():
+                    await _wait_any(session, header.consumer_group, targets, hold_s)
             finally:
                 ctx.polls.release(key)
             has = await session.broker.has_message(header.consumer_group, header.topic, queue_id)

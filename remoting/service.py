@@ -60,7 +60,9 @@ class RemotingService:
             long_poll_max_s=settings.remoting.long_poll_max_s,
         )
         limits = ConnectionLimits(
-            max_frame_bytes=settings.remoting.max_frame_bytes, idle_timeout_s=settings.server.idle_timeout_s
+            max_frame_bytes=settings.remoting.max_frame_bytes,
+            idle_timeout_s=settings.server.idle_timeout_s,
+            frame_timeout_s=settings.server.frame_timeout_s,
         )
         return cls(broker, ctx, limits)
 

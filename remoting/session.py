@@ -70,6 +70,7 @@ from mqproxy.remoting import (
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.reply import Note, Reply
+from mqproxy.runtime.holds import Holds
 
 __all__ = ["HANDLERS", "Handled", "RemotingSession"]
 
@@ -252,6 +253,8 @@ class RemotingSession:
         self.producer_groups: set[str] = set()
         #: Retry topics already ensured by this session (avoids a create per heartbeat).
         self.ensured_topics: set[str] = set()
+        #: Long polls (held PULL, POP, NOTIFICATION): ended at once when the server drains.
+        self.holds = Holds()
         self._next_opaque = 0
         self._closed = False
 

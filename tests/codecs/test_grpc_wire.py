@@ -339,6 +339,32 @@ def test_garbage_preface_is_a_wire_error_with_goaway_queued() -> None:
     assert server.data_to_send()[3] == 0x7  # a GOAWAY frame is queued
 
 
+SETTINGS_EMPTY = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+@pytest.mark.parametrize(
+    ("after_preface", "error_code"),
+    [
+        (SETTINGS_EMPTY + b"\xff\xff\xff\x00\x00\x00\x00\x00\x01", ErrorCodes.FRAME_SIZE_ERROR),
+        (b"\x00\x00\x08\x06\x00\x00\x00\x00\x00", ErrorCodes.PROTOCOL_ERROR),  # PING first, not SETTINGS
+    ],
+    ids=["16mib-data-header", "first-frame-not-settings"],
+)
+def test_bad_frame_header_is_a_wire_error_before_its_body(
+    after_preface: bytes, error_code: ErrorCodes
+) -> None:
+    server = GrpcServerConnection()
+    server.initiate()
+    server.data_to_send()
+    with pytest.raises(GrpcWireError) as info:
+        server.receive_data(PREFACE + after_preface)  # the 9-byte header only: no body follows
+    assert info.value.error_code == error_code
+    sent = server.data_to_send()  # (a SETTINGS ACK first when the client's SETTINGS came)
+    goaway = sent[-17:]
+    assert goaway[:4] == b"\x00\x00\x08\x07"  # the last frame is GOAWAY with the error code
+    assert int.from_bytes(goaway[-4:], "big") == error_code
+
+
 def test_hpack_bomb_over_header_list_limit_is_enhance_your_calm() -> None:
     peer = Peer(max_header_list_size=16 * 1024)
     peer.pump()
