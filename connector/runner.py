@@ -60,6 +60,7 @@ class RuleRunner:
         self.copiers: dict[SourceQueue, QueueCopier] = {}
         self._initial: set[str] | None = None
         self._failures = 0
+        self._known_targets: set[str] | None = None
 
     @property
     def src(self) -> ClusterClient:
@@ -74,9 +75,15 @@ class RuleRunner:
             return [self.rule.topic]
         return [t for t in await self.src.topics() if self.rule.matches_topic(t)]
 
+    async def _target_topics(self) -> set[str]:
+        if self._known_targets is None:
+            self._known_targets = set(await self.dst.topics())
+        return self._known_targets
+
     async def _layout(self) -> dict[SourceQueue, tuple[str, str, int]]:
         """Source queue → (target topic, target broker, target queue id)."""
         layout: dict[SourceQueue, tuple[str, str, int]] = {}
+        self._known_targets = None
         for topic in await self._topics():
             route = await self.src.route(topic)
             if route is None:
@@ -90,7 +97,8 @@ class RuleRunner:
             if not sources:
                 continue
             target_topic = self.rule.target_of(topic)
-            troute = await self.dst.route(target_topic)
+            # the topic list, not the route: an mqproxy node creates a topic a route is asked for
+            troute = await self.dst.route(target_topic) if target_topic in await self._target_topics() else None
             if troute is None:
                 masters = await self.dst.masters()
                 per_broker = max(1, math.ceil(len(sources) / max(1, len(masters))))
