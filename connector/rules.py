@@ -189,7 +189,7 @@ def _cluster(reader: _Reader, name: str, data: Any) -> ClusterSpec:
         raise reader.fail(table, "id", "must be non-empty and without ','")
     access, secret = data.get("access_key"), data.get("secret_key")
     if (access is None) != (secret is None):
-        raise reader.fail(table, "access_key" if access is None else "secret_key", "keys go in pairs")
+        raise reader.fail(table, "secret_key" if access is None else "access_key", "keys go in pairs")
     return ClusterSpec(name, addrs, cluster_id, access, secret)
 
 
