@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Final
 
@@ -96,7 +96,6 @@ class ConnectorConfig:
     lag_interval_s: float = 5.0
     recovery_scan: int = 2000
     dlq_topic: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _Lines:

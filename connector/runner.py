@@ -98,7 +98,9 @@ class RuleRunner:
                 continue
             target_topic = self.rule.target_of(topic)
             # the topic list, not the route: an mqproxy node creates a topic a route is asked for
-            troute = await self.dst.route(target_topic) if target_topic in await self._target_topics() else None
+            troute = (
+                await self.dst.route(target_topic) if target_topic in await self._target_topics() else None
+            )
             if troute is None:
                 masters = await self.dst.masters()
                 per_broker = max(1, math.ceil(len(sources) / max(1, len(masters))))

@@ -66,8 +66,15 @@ async def cluster(addr: str) -> AsyncIterator[ClusterClient]:
 
 
 async def produce(
-    addr: str, topic: str, count: int, *, queues: int = 4, tag: str = "TagA", props: dict[str, str] | None = None,
-    body: bytes | None = None, start: int = 0,
+    addr: str,
+    topic: str,
+    count: int,
+    *,
+    queues: int = 4,
+    tag: str = "TagA",
+    props: dict[str, str] | None = None,
+    body: bytes | None = None,
+    start: int = 0,
 ) -> None:
     """``count`` messages round-robin over the topic's queues (created with ``queues`` if missing)."""
     async with cluster(addr) as c:
@@ -77,7 +84,13 @@ async def produce(
         assert route is not None
         share = next(iter(route.brokers.values()))
         for n in range(start, start + count):
-            properties = {"TAGS": tag, "KEYS": f"k{n}", "UNIQ_KEY": f"U{n:08d}", "seq": str(n), **(props or {})}
+            properties = {
+                "TAGS": tag,
+                "KEYS": f"k{n}",
+                "UNIQ_KEY": f"U{n:08d}",
+                "seq": str(n),
+                **(props or {}),
+            }
             message = Message(topic, body if body is not None else f"m{n}".encode(), properties=properties)
             await c.send(share.broker, n % share.write_queues, [message], "test-producer")
 
@@ -103,7 +116,8 @@ async def read_all(addr: str, topic: str) -> list[StoredMessage]:
 
 def rules_text(a: str, b: str, rules: str, connector: str = "") -> str:
     return (
-        f'[connector]\nname = "c1"\nrefresh_s = 0.3\nlag_interval_s = 0.5\nrequest_timeout_s = 2.0\n{connector}\n'
+        '[connector]\nname = "c1"\nrefresh_s = 0.3\nlag_interval_s = 0.5\nrequest_timeout_s = 2.0\n'
+        f"{connector}\n"
         f'[clusters.a]\nnamesrv = "{a}"\n[clusters.b]\nnamesrv = "{b}"\n{rules}'
     )
 
@@ -112,7 +126,9 @@ def rules_text(a: str, b: str, rules: str, connector: str = "") -> str:
 async def running(config: ConnectorConfig) -> AsyncIterator[trio.Event]:
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: run_connector(config, None, stop=stop, task_status=task_status))
+        await nursery.start(
+            lambda task_status: run_connector(config, None, stop=stop, task_status=task_status)
+        )
         yield stop
         stop.set()
 
@@ -129,7 +145,9 @@ class ConnectProcess:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "mqproxy", "connect", "--config", str(rules), *extra],
-                stdout=out, stderr=subprocess.PIPE, env=dict(os.environ),
+                stdout=out,
+                stderr=subprocess.PIPE,
+                env=dict(os.environ),
             )
 
     def events(self, name: str) -> list[dict[str, Any]]:

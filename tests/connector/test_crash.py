@@ -36,7 +36,7 @@ def test_kill_9_twice_during_a_copy_of_600_neither_loses_nor_duplicates(
         proc = ConnectProcess(rules, tmp_path / f"run{run}.log")
         try:
             proc.wait_started()
-            wait_until_sync(lambda p=proc: target_count(b) >= kill_after, poll_s=0.005)  # type: ignore[misc]
+            wait_until_sync(lambda n=kill_after: target_count(b) >= n, poll_s=0.005)  # type: ignore[misc]
             proc.kill()
         finally:
             proc.close()

@@ -18,7 +18,9 @@ def seqs(messages: list[Any]) -> Counter[str]:
 async def test_copy_keeps_content_and_adds_origin(two_nodes: tuple[Node, Node], log_sink: Any) -> None:
     a, b = two_nodes
     await produce(a.addr, "Orders", 20)
-    text = rules_text(a.addr, b.addr, '[[rules]]\nsource = "a"\ntarget = "b"\ntopic = "Orders"\nstart = "earliest"\n')
+    text = rules_text(
+        a.addr, b.addr, '[[rules]]\nsource = "a"\ntarget = "b"\ntopic = "Orders"\nstart = "earliest"\n'
+    )
     async with running(config(text)):
         await produce(a.addr, "Orders", 20, start=20)
 
@@ -29,12 +31,17 @@ async def test_copy_keeps_content_and_adds_origin(two_nodes: tuple[Node, Node], 
     copied = await read_all(b.addr, "Orders")
     assert seqs(copied) == Counter(str(n) for n in range(40))
     one = next(m for m in copied if m.properties["seq"] == "7")
-    assert one.body == b"m7" and one.tags == "TagA" and one.properties["KEYS"] == "k7"
-    assert one.properties["UNIQ_KEY"] == "U00000007" and one.queue_id == 7 % 4
-    assert one.properties[ORIGIN_OFFSET] == str(7 // 4) and one.properties[PATH] == a.addr
+    assert one.body == b"m7"
+    assert one.tags == "TagA"
+    assert one.properties["KEYS"] == "k7"
+    assert one.properties["UNIQ_KEY"] == "U00000007"
+    assert one.queue_id == 7 % 4
+    assert one.properties[ORIGIN_OFFSET] == str(7 // 4)
+    assert one.properties[PATH] == a.addr
     batches = log_sink.named("connector.batch")
     assert sum(e["messages"] for e in batches) == 40
-    assert log_sink.named("connector.started") and log_sink.named("connector.stopped")
+    assert log_sink.named("connector.started")
+    assert log_sink.named("connector.stopped")
 
 
 async def test_tag_and_sql_filters(two_nodes: tuple[Node, Node], log_sink: Any) -> None:
@@ -63,7 +70,9 @@ async def test_tag_and_sql_filters(two_nodes: tuple[Node, Node], log_sink: Any) 
     assert seqs(await read_all(b.addr, "T2")) == Counter(str(n) for n in range(10, 20))
 
 
-async def test_regex_rule_picks_up_new_topic_and_target_topic(two_nodes: tuple[Node, Node], log_sink: Any) -> None:
+async def test_regex_rule_picks_up_new_topic_and_target_topic(
+    two_nodes: tuple[Node, Node], log_sink: Any
+) -> None:
     a, b = two_nodes
     await produce(a.addr, "Evt-1", 5)
     rules = '[[rules]]\nsource = "a"\ntarget = "b"\ntopic = "re:Evt-.*"\nstart = "earliest"\n'
@@ -152,11 +161,15 @@ async def test_refused_message_goes_to_dead_letter_topic(node_factory: Any, log_
     async with running(config(rules_text(a.addr, b.addr, rules))):
 
         async def copied() -> bool:
-            return len(await read_all(b.addr, "D")) >= 5 and len(await read_all(b.addr, "CONNECTOR_DLQ_c1")) >= 1
+            return (
+                len(await read_all(b.addr, "D")) >= 5 and len(await read_all(b.addr, "CONNECTOR_DLQ_c1")) >= 1
+            )
 
         await wait_until(copied)
     assert seqs(await read_all(b.addr, "D")) == Counter(["0", "1", "2", "4", "5"])
     [dead] = await read_all(b.addr, "CONNECTOR_DLQ_c1")
-    assert dead.properties["seq"] == "3" and "CONNECTOR_DLQ_REASON" in dead.properties
+    assert dead.properties["seq"] == "3"
+    assert "CONNECTOR_DLQ_REASON" in dead.properties
     [event] = log_sink.named("connector.dead_letter")
-    assert event["offset"] == 3 and event["dlq_topic"] == "CONNECTOR_DLQ_c1"
+    assert event["offset"] == 3
+    assert event["dlq_topic"] == "CONNECTOR_DLQ_c1"

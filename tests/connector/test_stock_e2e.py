@@ -15,7 +15,7 @@ from ..conftest import wait_until  # type: ignore[import-not-found]
 from .conftest import Node, config, produce, read_all, running
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import stock_rocketmq  # noqa: E402  (scripts/ is not a package)
+import stock_rocketmq
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,10 @@ async def test_mqproxy_to_stock_and_back_exactly_once(
     async with running(config(text)):
 
         async def copied() -> bool:
-            return len(await read_all(namesrv, "ToStock")) >= 50 and len(await read_all(node.addr, "FromStock")) >= 30
+            return (
+                len(await read_all(namesrv, "ToStock")) >= 50
+                and len(await read_all(node.addr, "FromStock")) >= 30
+            )
 
         await wait_until(copied, 120)
         await produce(namesrv, "FromStock", 10, tag="y", start=30)
@@ -57,7 +60,9 @@ async def test_mqproxy_to_stock_and_back_exactly_once(
 
         await wait_until(more, 60)
         marker = len(log_sink.lines)
-        await wait_until(lambda: len([e for e in log_sink.events[marker:] if e["event"] == "connector.lag"]) >= 8)
+        await wait_until(
+            lambda: len([e for e in log_sink.events[marker:] if e["event"] == "connector.lag"]) >= 8
+        )
     on_stock = await read_all(namesrv, "ToStock")
     assert Counter(m.properties["seq"] for m in on_stock) == Counter(str(n) for n in range(50))
     assert all(m.properties["k"] == "1" and m.properties["CONNECTOR_PATH"] == node.addr for m in on_stock)
@@ -65,4 +70,5 @@ async def test_mqproxy_to_stock_and_back_exactly_once(
     assert Counter(m.properties["seq"] for m in back) == Counter(str(n) for n in range(40))
     # the copies on the stock cluster came from the node: never copied back there
     assert Counter(m.properties["seq"] for m in await read_all(node.addr, "ToStock")) == Counter(
-        str(n) for n in range(50))
+        str(n) for n in range(50)
+    )
