@@ -91,7 +91,7 @@ class ClusterClient:
                 continue
             self._next = n
             return response
-        raise ClusterUnavailable("; ".join(errors))
+        raise ClusterUnavailable(f"{self.name}: " + "; ".join(errors))
 
     async def route(self, topic: str) -> TopicRoute | None:
         """The topic's route (None: no broker has it)."""

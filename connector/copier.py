@@ -38,8 +38,9 @@ from mqproxy.connector.origin import (
     message_id,
     translate,
 )
-from mqproxy.connector.progress import copies, newest_origin, resume_offset
+from mqproxy.connector.progress import copies, resume_offset
 from mqproxy.connector.rules import ConnectorConfig, Rule, Start
+from mqproxy.connector.tail import newest_copy_of
 from mqproxy.connector.telemetry import BatchReport, ConnectorMetrics
 from mqproxy.model.errors import BrokerRefused, ClusterUnavailable
 from mqproxy.model.types import Message, StoredMessage
@@ -48,7 +49,6 @@ __all__ = ["QueueCopier", "Runtime", "Stopped"]
 
 #: Answers after which a message will never be stored by the target: it becomes a dead letter.
 PERMANENT: Final = frozenset({ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION})
-_SCAN_WINDOW: Final = 32
 _HOLD_S: Final = 1.0
 _BACKOFF: Final = (0.2, 10.0)
 
@@ -119,26 +119,8 @@ class QueueCopier:
 
     async def _scan(self, topic: str, broker: str, queue_id: int) -> int | None:
         """The newest origin offset of this source queue in a target queue (bounded by recovery_scan)."""
-        dst = self.dst
-        high = await dst.max_offset(topic, broker, queue_id)
-        low = await dst.min_offset(topic, broker, queue_id)
-        pos, scanned = high, 0
-        while pos > low and scanned < self.rt.config.recovery_scan:
-            begin = max(low, pos - _SCAN_WINDOW)
-            window: list[StoredMessage] = []
-            offset = begin
-            while offset < pos:
-                pulled = await dst.pull(self.group, topic, broker, queue_id, offset, pos - offset)
-                if not pulled.messages:
-                    break
-                window.extend(m for m in pulled.messages if m.queue_offset < pos)
-                offset = pulled.next_offset
-            found = newest_origin(reversed(window), self.source)
-            if found is not None:
-                return found
-            scanned += pos - begin
-            pos = begin
-        return None
+        limit = self.rt.config.recovery_scan
+        return await newest_copy_of(self.dst, self.group, topic, broker, queue_id, self.source, limit)
 
     async def _dlq_queue(self) -> tuple[str, int] | None:
         route = await self.dst.route(self.rt.config.dlq_topic)

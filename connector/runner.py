@@ -193,7 +193,11 @@ class RuleRunner:
                     except (ClusterUnavailable, BrokerRefused) as exc:
                         self._failures += 1
                         wait = min(period, 0.2 * 2 ** (self._failures - 1), 10.0)
-                        cluster = self.rule.target if self.rule.target in str(exc) else self.rule.source
+                        cluster = (
+                            self.rule.target
+                            if str(exc).startswith(f"{self.rule.target}:")
+                            else self.rule.source
+                        )
                         self.rt.metrics.error(self.rule.label, cluster, "rebalance", str(exc), wait)
                     with trio.move_on_after(wait):
                         async with trio.open_nursery() as waiter:
