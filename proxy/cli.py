@@ -1,4 +1,5 @@
-"""``mqproxy serve``: the command-line entry point."""
+"""``mqproxy serve`` and ``mqproxy connect`` (the Message Connector, :mod:`mqproxy.connector`): the
+command-line entry point."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import structlog
 import trio
 
 from mqproxy import __version__
+from mqproxy.connector import cli as connector_cli
 from mqproxy.log import configure_logging
-from mqproxy.settings import SettingsError, load_settings
+from mqproxy.settings import LogSettings, SettingsError, load_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", metavar="HOST:PORT", help="listen address; port 0 picks a free port")
     serve.add_argument("--data-dir", metavar="DIR", help="embedded store directory")
     serve.add_argument("--log-format", choices=("json", "console"), help="log rendering")
+    connector_cli.add_parser(sub)
     return parser
 
 
@@ -40,8 +43,18 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _connect(args: argparse.Namespace) -> int:
+    prepared = connector_cli.prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    configure_logging(LogSettings(format=args.log_format))
+    return connector_cli.connect(*prepared)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "connect":
+        return _connect(args)
     try:
         settings = load_settings(args.config, os.environ, _overrides(args))
     except SettingsError as exc:

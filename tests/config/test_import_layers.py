@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "mqproxy.mqtt": 4,
     "mqproxy.grpc_service": 4,
     "mqproxy.spark_etl": 4,
+    "mqproxy.connector": 4,
     "mqproxy": 5,
 }
 #: Packages of one layer that must not import each other (no protocol reaches into another).
