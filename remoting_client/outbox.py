@@ -12,7 +12,10 @@ Contracts:
 * :meth:`FrameOutbox.put` appends a whole encoded frame. If no write is under way the caller becomes the
   writer: it takes everything queued, joins it, sends it with one ``send_all``, and repeats until nothing
   is queued; otherwise it returns at once (its frame goes out with the writer's next ``send_all``). Frames
-  leave in the order they were put; no schedule point separates the check and the append.
+  leave in the order they were put; no schedule point separates the check and the append. An outbox with
+  a ``nursery`` has its new writer yield once before its first write, so the frames other tasks put in
+  the same scheduling round (e.g. the answers to the requests of one read) leave in that same
+  ``send_all``: one ``send`` syscall for them rather than two.
 * Back-pressure: while ``max_bytes`` or more are queued (not yet taken by the writer), callers wait until
   the writer takes them (one :class:`trio.Event` wakes them all; no queue of waiters).
 * A write that fails (``trio.BrokenResourceError``, ``ClosedResourceError``, ``OSError``), takes longer than
@@ -124,6 +127,10 @@ class FrameOutbox:
         if self._writing:
             return
         self._writing = True
+        if self.nursery is not None:
+            # Let the callers of this scheduling round queue theirs first: one send_all for them all. A
+            # writer cancelled meanwhile hands its frames over before writing anything (see below).
+            await trio.lowlevel.cancel_shielded_checkpoint()
         await self._write_queued(may_hand_off=True)
 
     async def flush(self) -> None:
