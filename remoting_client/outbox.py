@@ -161,9 +161,10 @@ class FrameOutbox:
                     self._room = None
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 self.writes += 1
-                with trio.CancelScope(shield=self._shield_writes):
-                    with trio.move_on_after(self._write_timeout_s) as scope:
-                        await self._stream.send_all(data)
+                # one scope for both: its own deadline ends it even when it is shielded
+                deadline = trio.current_time() + self._write_timeout_s
+                with trio.CancelScope(shield=self._shield_writes, deadline=deadline) as scope:
+                    await self._stream.send_all(data)
                 if scope.cancelled_caught:
                     self._give_up(
                         "write_timeout", f"{size} bytes not taken within {self._write_timeout_s:g} s"
