@@ -104,11 +104,12 @@ class FrameOutbox:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    async def put(self, frame: bytes | bytearray) -> None:
+    async def put(self, frame: bytes | bytearray, *, deadline: float = math.inf) -> None:
         """Queue ``frame`` and, if no write is under way, write until nothing is queued.
 
         Raises :class:`OutboxBroken` if the outbox ended before the frame was queued, or while this
-        caller was the writer (its frame may or may not have gone out)."""
+        caller was the writer (its frame may or may not have gone out); :class:`trio.TooSlowError` if
+        ``deadline`` (trio time) passed while waiting for room (the frame was not queued)."""
         while True:
             if self._error is not None:
                 raise self._error
@@ -116,7 +117,10 @@ class FrameOutbox:
                 break
             if self._room is None:
                 self._room = trio.Event()
-            await self._room.wait()
+            with trio.CancelScope(deadline=deadline) as waiting:
+                await self._room.wait()
+            if waiting.cancelled_caught:
+                raise trio.TooSlowError
         if not self._writing:
             # A caller already cancelled fails here, before its frame is queued. From this check to the
             # first send_all there is no schedule point, so that send_all cannot be cancelled before

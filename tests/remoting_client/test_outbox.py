@@ -257,3 +257,19 @@ async def test_a_writer_cancelled_before_its_first_write_hands_its_frames_over()
     (write,) = stream.writes
     assert sorted(unframe(write)) == [(1, 0), (2, 0)]
     assert outbox.broken is None
+
+
+async def test_a_caller_waiting_for_room_gives_up_at_its_deadline(autojump_clock: object) -> None:
+    stream = RecordingStream()
+    stream.hold = True
+    outbox = FrameOutbox(stream, max_bytes=len(frame(0, 0)))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.put, frame(0, 0))  # the writer, held in its write
+        await wait_until(lambda: len(stream.writes) == 1)
+        await outbox.put(frame(1, 0))  # fills the queue
+        with pytest.raises(trio.TooSlowError):
+            await outbox.put(frame(2, 0), deadline=trio.current_time() + 2.0)
+        assert trio.current_time() == pytest.approx(2.0, abs=0.1)
+        stream.release.set()
+    assert unframe(b"".join(stream.writes)) == [(0, 0), (1, 0)]
+    assert outbox.broken is None
