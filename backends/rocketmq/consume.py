@@ -167,11 +167,16 @@ class ConsumingRole:
         them, rewritten in place (:mod:`mqproxy.codecs.record_patch`); None if a record needs the
         decoding path (another topic's record, or a form a re-encoding changes)."""
 
+        seen: dict[int, int] = {}  # a pull's records are all of one queue
+
         def virtual(record_topic: str, real: int) -> int | None:
             if record_topic != topic:
                 return None
-            found = view.queues.virtual(broker, real) if view is not None else None
-            return real if found is None else found
+            known = seen.get(real)
+            if known is None:
+                found = view.queues.virtual(broker, real) if view is not None else None
+                known = seen[real] = real if found is None else found
+            return known
 
         data = relocate_records(
             body,
