@@ -33,7 +33,7 @@ from _vs_targets import Target, produced, remoting_request, route_queue_counts
 
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 
-__all__ = ["BROKERS", "NODES", "ClusterBed", "Via"]
+__all__ = ["BROKERS", "NODES", "VIA_NAMES", "ClusterBed", "Via"]
 
 BROKERS = 2
 NODES = 2

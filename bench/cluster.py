@@ -47,6 +47,7 @@ short, or a row has no figures.
 
     python bench/cluster.py [--seconds 20] [--warmup 5] [--threads 16] [--size 128] [--queues 4]
     python bench/cluster.py --quick     # the smoke test's sizes: a few seconds per row
+    python bench/cluster.py --paths direct,proxy,mq1 --no-mqtt    # some paths only (e.g. to profile a node)
 
 Needs Java 17 and Maven (jars fetched once into ``$MQTEST_CACHE``, default ``.cache``).
 """
@@ -66,7 +67,7 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "scripts"))
 import stock_rocketmq as rmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 from _cluster_cases import MQTT_CASE, MqttFigures, drain_row, mqtt_rows, producer_row  # noqa: E402
-from _cluster_paths import BROKERS, ClusterBed, Via  # noqa: E402
+from _cluster_paths import BROKERS, VIA_NAMES, ClusterBed, Via  # noqa: E402
 from _figures import uptime  # noqa: E402
 from _mqtt_ladder import RATES_QOS1, Step  # noqa: E402
 from _vs_cases import PRODUCER_WINDOW_S, Row  # noqa: E402
@@ -95,9 +96,11 @@ def ratio_lines(case: str, rows: dict[str, Row]) -> list[str]:
     """Each path's TPS over RocketMQ proxy's and over direct's; mqproxy's against the issue's targets."""
     out = []
     for key in ("proxy", "mq1", "mq2"):
+        if key not in rows:
+            continue
         parts = []
         for label, over, target in RATIOS:
-            if over == key:
+            if over == key or over not in rows:
                 continue
             r = ratio(rows, key, over)
             verdict = ""
@@ -116,7 +119,11 @@ def summary_table(by_case: dict[str, dict[str, Row]], mqtt: MqttFigures | None) 
     ]
     for case, rows in by_case.items():
         cells = [summary_cell(rows[key]) for key in names]
-        ratios = [ratio(rows, mq, over) for over in ("proxy", "direct") for mq in ("mq1", "mq2")]
+        ratios = [
+            ratio(rows, mq, over) if mq in rows and over in rows else math.nan
+            for over in ("proxy", "direct")
+            for mq in ("mq1", "mq2")
+        ]
         out.append(f"| {case} | " + " | ".join(cells) + " | " + " | ".join(f"{r:.2f}" for r in ratios) + " |")
     if mqtt is not None:
         out += ["", "| MQTT | embedded mqproxy | cluster (mqproxy node) |", "|---|---|---|"]
@@ -145,10 +152,18 @@ def parse_args() -> argparse.Namespace:
         "--queues", type=int, default=4, help=f"queues per broker ({BROKERS} brokers) of every topic"
     )
     parser.add_argument("--drain-timeout", type=float, default=120.0, help="seconds a drain may take at most")
+    parser.add_argument(
+        "--paths",
+        default=",".join(VIA_NAMES),
+        help=f"comma-separated paths to run, in their fixed order (default all: {','.join(VIA_NAMES)})",
+    )
     parser.add_argument("--no-mqtt", dest="mqtt", action="store_false", help="skip the MQTT fan-in row")
     parser.add_argument("--quick", action="store_true", help="a few seconds per row (the smoke test)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     opts = parser.parse_args()
+    opts.paths = {key.strip() for key in opts.paths.split(",") if key.strip()}
+    if not opts.paths or opts.paths - set(VIA_NAMES):
+        parser.error(f"--paths: choose among {', '.join(VIA_NAMES)}")
     opts.mqtt_warmup, opts.mqtt_seconds, opts.mqtt_drain, opts.mqtt_rates = 0.5, 1.5, 3.0, RATES_QOS1
     if opts.quick:
         opts.seconds, opts.warmup, opts.drain_timeout = 2.0, 1.0, 60.0
@@ -179,7 +194,7 @@ def main() -> int:
         started = time.monotonic()
         clients = Clients(tmp / "clients")
         bed.start()
-        vias: list[Via] = bed.vias()
+        vias: list[Via] = [via for via in bed.vias() if via.key in opts.paths]
         for via in vias:
             bed.create_topic(via.topic)
         routes = {via.name: bed.check_route(via) for via in vias}

@@ -69,6 +69,7 @@ _I16_MAX = 2**15 - 1
 _LANGUAGE_BY_NAME: dict[str, str] = {m.name: m.name for m in LanguageCode}
 _LANGUAGE_BY_ORDINAL: dict[int, str] = {m.value: m.name for m in LanguageCode}
 _ORDINAL_BY_LANGUAGE: dict[str, int] = {m.name: m.value for m in LanguageCode}
+_OTHER_ORDINAL = LanguageCode.OTHER.value
 _SERIALIZE_NAMES = {SERIALIZE_JSON: "JSON", SERIALIZE_ROCKETMQ: "ROCKETMQ"}
 
 
@@ -335,11 +336,8 @@ def _decode_binary_header(header: bytes | bytearray | memoryview, body: bytes) -
     pos += 4
     if ext_len < 0 or ext_len > size - pos:
         raise RemotingCodecError("bad_binary_header", f"extFields length {ext_len} past the header end")
-    ext: dict[str, str] = {}
     stop = pos + ext_len
-    while pos < stop:
-        key, pos = _prefixed_text(header, pos, _I16, stop, "extFields key")
-        ext[key], pos = _prefixed_text(header, pos, _I32, stop, "extFields value")
+    ext = _binary_ext_fields(header, pos, stop)
     return RemotingCommand(
         code=code,
         opaque=opaque,
@@ -351,6 +349,42 @@ def _decode_binary_header(header: bytes | bytearray | memoryview, body: bytes) -
         body=body,
         serialize_type=SERIALIZE_ROCKETMQ,
     )
+
+
+def _binary_ext_fields(header: bytes, pos: int, stop: int) -> dict[str, str]:
+    """The key/value pairs of ``header[pos:stop]`` (i16 key length + key, i32 value length + value)."""
+    ext: dict[str, str] = {}
+    start = pos
+    key_length, value_length = _I16.unpack_from, _I32.unpack_from
+    try:
+        while pos < stop:  # the hot loop of a binary header: inline, no call per field
+            if stop - pos < 2:
+                break
+            (k,) = key_length(header, pos)
+            pos += 2
+            if k < 0 or k > stop - pos - 4:
+                break
+            key_end = pos + k
+            (v,) = value_length(header, key_end)
+            value_at = key_end + 4
+            if v < 0 or v > stop - value_at:
+                break
+            ext[header[pos:key_end].decode("utf-8")] = header[value_at : value_at + v].decode("utf-8")
+            pos = value_at + v
+        else:
+            return ext
+    except UnicodeDecodeError:
+        pass
+    # A malformed field: walk again with the checks that name it (and raise).
+    return _binary_ext_fields_checked(header, start, stop)
+
+
+def _binary_ext_fields_checked(header: bytes, pos: int, stop: int) -> dict[str, str]:
+    ext: dict[str, str] = {}
+    while pos < stop:
+        key, pos = _prefixed_text(header, pos, _I16, stop, "extFields key")
+        ext[key], pos = _prefixed_text(header, pos, _I32, stop, "extFields value")
+    return ext
 
 
 def _prefixed_text(buf: bytes, pos: int, prefix: struct.Struct, stop: int, what: str) -> tuple[str, int]:
@@ -398,24 +432,20 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
-    language = _ORDINAL_BY_LANGUAGE.get(_language_name(cmd.language), LanguageCode.OTHER.value)
+    language = _ORDINAL_BY_LANGUAGE.get(_language_name(cmd.language), _OTHER_ORDINAL)
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
-    parts = [
-        _BIN_FIXED.pack(int(cmd.code), language, int(cmd.version), int(cmd.opaque), int(cmd.flag)),
-        _I32.pack(len(remark)),
-        remark,
-        b"",  # extFields length, filled in below
-    ]
-    ext_size = 0
+    fields = bytearray()
     for key, value in normalise_ext_fields(cmd.ext_fields).items():
         key_bytes = key.encode("utf-8")
         value_bytes = value.encode("utf-8")
         if len(key_bytes) > _I16_MAX:
             raise RemotingCodecError("bad_command", "extFields key longer than 32767 bytes")
-        parts += (_I16.pack(len(key_bytes)), key_bytes, _I32.pack(len(value_bytes)), value_bytes)
-        ext_size += 6 + len(key_bytes) + len(value_bytes)
-    parts[3] = _I32.pack(ext_size)
-    return b"".join(parts)
+        fields += len(key_bytes).to_bytes(2, "big")
+        fields += key_bytes
+        fields += len(value_bytes).to_bytes(4, "big")
+        fields += value_bytes
+    head = _BIN_FIXED.pack(int(cmd.code), language, int(cmd.version), int(cmd.opaque), int(cmd.flag))
+    return b"".join((head, _I32.pack(len(remark)), remark, _I32.pack(len(fields)), fields))
 
 
 def _fits_binary(cmd: RemotingCommand) -> bool:

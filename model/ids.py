@@ -57,7 +57,13 @@ def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
     port, offset = _PORT_OFFSET.unpack_from(raw, ip_len)
     if not 0 <= port <= 0xFFFF or offset < 0:
         raise MessageIdError(f"port {port} or offset {offset} out of range in {msg_id!r}")
-    return (str(ipaddress.ip_address(raw[:ip_len])), port), offset
+    return (_ip_text(raw[:ip_len]), port), offset
+
+
+@functools.lru_cache(maxsize=4096)
+def _ip_text(packed: bytes) -> str:
+    """The text of a 4- or 16-byte address. Cached: hosts repeat (a node parses one id per send)."""
+    return str(ipaddress.ip_address(packed))
 
 
 def _start_of_month_ms(timestamp_ms: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 #: Property keys with a fixed meaning (RocketMQ ``MessageConst``); stored in ``Message.properties``.
 PROPERTY_TAGS = "TAGS"
@@ -98,13 +99,76 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = "offset_illegal"  # offset < min or > max; next_offset says where to resume
 
 
-@dataclass(slots=True, frozen=True)
+class EncodedRecords(Protocol):
+    """Messages kept as a remoting pull body (e.g. a RocketMQ broker's records rewritten in place,
+    :class:`mqproxy.codecs.record_patch.RecordBody`)."""
+
+    @property
+    def data(self) -> bytes:
+        """The records as a remoting client gets them: byte for byte what
+        :func:`mqproxy.codecs.message_record.encode_records` gives for :meth:`messages` (V1 records, IPv4
+        hosts, so the same with either ``legacy`` setting), properties strings as stored."""
+        ...
+
+    def messages(self) -> tuple[StoredMessage, ...]:
+        """The records decoded."""
+        ...
+
+
 class PullResult:
-    status: PullStatus
-    messages: tuple[StoredMessage, ...]
-    next_offset: int
-    min_offset: int
-    max_offset: int
+    """What a pull found: ``messages`` in queue order, and where to go on.
+
+    A backend that has the messages as a pull body passes ``records`` instead of ``messages``
+    (:meth:`of_records`): a remoting pull sends ``records.data`` as it is, and ``messages`` decodes it on
+    first use (then keeps the tuple). Immutable by convention; compares by value (``records`` aside).
+    """
+
+    __slots__ = ("_messages", "max_offset", "min_offset", "next_offset", "records", "status")
+
+    def __init__(
+        self,
+        status: PullStatus,
+        messages: tuple[StoredMessage, ...],
+        next_offset: int,
+        min_offset: int,
+        max_offset: int,
+    ) -> None:
+        self.status = status
+        self._messages: tuple[StoredMessage, ...] | None = messages
+        self.next_offset = next_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.records: EncodedRecords | None = None
+
+    @classmethod
+    def of_records(
+        cls, status: PullStatus, records: EncodedRecords, next_offset: int, min_offset: int, max_offset: int
+    ) -> PullResult:
+        result = cls(status, (), next_offset, min_offset, max_offset)
+        result._messages, result.records = None, records
+        return result
+
+    @property
+    def messages(self) -> tuple[StoredMessage, ...]:
+        if self._messages is None:
+            assert self.records is not None
+            self._messages = self.records.messages()
+        return self._messages
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.status, self.messages, self.next_offset, self.min_offset, self.max_offset)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PullResult) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        kept = "records" if self._messages is None else f"{len(self._messages)} messages"
+        return (
+            f"PullResult({self.status!r}, {kept}, next_offset={self.next_offset}, "
+            f"min_offset={self.min_offset}, max_offset={self.max_offset})"
+        )
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,6 +8,7 @@ completed files (rotated names carry a UTC timestamp and never change again).
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import sys
@@ -73,6 +74,25 @@ class RotatingFile:
             self._fh.close()
 
 
+class UtcIsoStamper:
+    """The ``ts`` field exactly as ``structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts")``
+    writes it (``datetime.isoformat`` in UTC with ``Z``: ``2025-01-02T03:04:05.678901Z``, no fraction at
+    a whole second), with the date and time of day formatted once per second, not once per event."""
+
+    def __init__(self) -> None:
+        #: (second, its "YYYY-MM-DDTHH:MM:SS" text); one attribute, so threads read a matching pair.
+        self._second: tuple[int, str] = (-1, "")
+
+    def __call__(self, _logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+        second, micro = divmod(time.time_ns() // 1000, 1_000_000)
+        cached, text = self._second
+        if cached != second:
+            text = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat()[:19]
+            self._second = (second, text)
+        event["ts"] = f"{text}.{micro:06d}Z" if micro else f"{text}Z"
+        return event
+
+
 def _orjson_dumps(_logger: Any, _method: str, event: dict[str, Any]) -> bytes:
     return orjson.dumps(event, default=str) + b"\n"
 
@@ -99,7 +119,7 @@ def configure_logging(settings: LogSettings, *, stream: Any = None, cache: bool 
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+        UtcIsoStamper(),
         structlog.processors.format_exc_info,
     ]
     if settings.format == "console":

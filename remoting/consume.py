@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
-from mqproxy.facade.api import PullRequest
+from mqproxy.facade.api import BrokerFacade, PullRequest
 from mqproxy.model.sql92 import Sql92Error, compile_sql92
 from mqproxy.model.types import FilterExpression, PullResult, PullStatus, Subscription
 from mqproxy.remoting.errors import RequestError
@@ -95,6 +95,8 @@ def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
     }
     remark = _STATUS_REMARK[result.status]
     if result.status is PullStatus.FOUND:
+        if result.records is not None:  # already in the form every client decodes (see PullResult)
+            return Reply(ResponseCode.SUCCESS, ext, result.records.data, remark)
         return Reply(ResponseCode.SUCCESS, ext, encode_records(result.messages, legacy=legacy), remark)
     if result.status is PullStatus.OFFSET_ILLEGAL:
         return Reply(ResponseCode.PULL_OFFSET_MOVED, ext, remark=remark)
@@ -133,14 +135,26 @@ async def _registered_subscription(session: RemotingSession, group: str, topic: 
     """The subscription to ``topic`` from the group's heartbeats (this connection first)."""
     own = [cid for g, cid in sorted(session.memberships) if g == group]
     broker = session.broker
-    for client_id in own + [c for c in await broker.consumer_ids(group) if c not in own]:
-        info = await broker.consumer_info(group, client_id)
-        if info is None:
-            continue
-        for subscription in info.subscriptions:
-            if subscription.topic == topic:
-                return subscription
+    for client_id in own:
+        found = await _subscription_of(broker, group, client_id, topic)
+        if found is not None:
+            return found
+    for client_id in await broker.consumer_ids(group):  # only when this connection's own have none
+        found = None if client_id in own else await _subscription_of(broker, group, client_id, topic)
+        if found is not None:
+            return found
     raise RequestError(
         ResponseCode.SUBSCRIPTION_NOT_EXIST,
         f"the consumer's subscription not exist, group: {group[:255]} topic: {topic[:255]}",
     )
+
+
+async def _subscription_of(
+    broker: BrokerFacade, group: str, client_id: str, topic: str
+) -> Subscription | None:
+    info = await broker.consumer_info(group, client_id)
+    if info is not None:
+        for subscription in info.subscriptions:
+            if subscription.topic == topic:
+                return subscription
+    return None

@@ -17,6 +17,7 @@ sign) but range-checked as Java ``int``/``long``; booleans accept ``true/false/1
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -157,16 +158,23 @@ def choice(name: str, options: tuple[str, ...]) -> Any:
     return _key(name, read, None)
 
 
+@functools.cache
+def _plan(header: type, short_keys: bool) -> tuple[tuple[str, Callable[[Fields, str], Any], str], ...]:
+    """(field name, reader, key) for each declared field of ``header``, in declaration order."""
+    plan = []
+    for item in dataclasses.fields(header):
+        key: _Key | None = item.metadata.get(_SPEC)
+        if key is not None:
+            plan.append((item.name, key.read, key.short if short_keys and key.short else key.name))
+    return tuple(plan)
+
+
 def parse_header(header: type[H], ext: Mapping[str, str] | None, *, short_keys: bool = False) -> H:
     """``header`` read from ``ext``; with ``short_keys`` the SEND_MESSAGE_V2 keys (``a``..``n``) are read.
     Fields without a declared key keep their defaults."""
     fields = Fields(ext)
-    values = {}
-    for item in dataclasses.fields(header):  # type: ignore[arg-type]
-        key: _Key | None = item.metadata.get(_SPEC)
-        if key is not None:
-            values[item.name] = key.read(fields, key.short if short_keys and key.short else key.name)
-    return header(**values)
+    plan = _plan(header, short_keys)  # type: ignore[arg-type]
+    return header(**{name: read(fields, key) for name, read, key in plan})
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,10 @@ Contracts:
 * :meth:`FrameOutbox.put` appends a whole encoded frame. If no write is under way the caller becomes the
   writer: it takes everything queued, joins it, sends it with one ``send_all``, and repeats until nothing
   is queued; otherwise it returns at once (its frame goes out with the writer's next ``send_all``). Frames
-  leave in the order they were put; no schedule point separates the check and the append.
+  leave in the order they were put; no schedule point separates the check and the append. An outbox with
+  a ``nursery`` has its new writer yield once before its first write, so the frames other tasks put in
+  the same scheduling round (e.g. the answers to the requests of one read) leave in that same
+  ``send_all``: one ``send`` syscall for them rather than two.
 * Back-pressure: while ``max_bytes`` or more are queued (not yet taken by the writer), callers wait until
   the writer takes them (one :class:`trio.Event` wakes them all; no queue of waiters).
 * A write that fails (``trio.BrokenResourceError``, ``ClosedResourceError``, ``OSError``), takes longer than
@@ -101,11 +104,12 @@ class FrameOutbox:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    async def put(self, frame: bytes | bytearray) -> None:
+    async def put(self, frame: bytes | bytearray, *, deadline: float = math.inf) -> None:
         """Queue ``frame`` and, if no write is under way, write until nothing is queued.
 
         Raises :class:`OutboxBroken` if the outbox ended before the frame was queued, or while this
-        caller was the writer (its frame may or may not have gone out)."""
+        caller was the writer (its frame may or may not have gone out); :class:`trio.TooSlowError` if
+        ``deadline`` (trio time) passed while waiting for room (the frame was not queued)."""
         while True:
             if self._error is not None:
                 raise self._error
@@ -113,7 +117,10 @@ class FrameOutbox:
                 break
             if self._room is None:
                 self._room = trio.Event()
-            await self._room.wait()
+            with trio.CancelScope(deadline=deadline) as waiting:
+                await self._room.wait()
+            if waiting.cancelled_caught:
+                raise trio.TooSlowError
         if not self._writing:
             # A caller already cancelled fails here, before its frame is queued. From this check to the
             # first send_all there is no schedule point, so that send_all cannot be cancelled before
@@ -124,6 +131,10 @@ class FrameOutbox:
         if self._writing:
             return
         self._writing = True
+        if self.nursery is not None:
+            # Let the callers of this scheduling round queue theirs first: one send_all for them all. A
+            # writer cancelled meanwhile hands its frames over before writing anything (see below).
+            await trio.lowlevel.cancel_shielded_checkpoint()
         await self._write_queued(may_hand_off=True)
 
     async def flush(self) -> None:
@@ -154,9 +165,10 @@ class FrameOutbox:
                     self._room = None
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 self.writes += 1
-                with trio.CancelScope(shield=self._shield_writes):
-                    with trio.move_on_after(self._write_timeout_s) as scope:
-                        await self._stream.send_all(data)
+                # one scope for both: its own deadline ends it even when it is shielded
+                deadline = trio.current_time() + self._write_timeout_s
+                with trio.CancelScope(shield=self._shield_writes, deadline=deadline) as scope:
+                    await self._stream.send_all(data)
                 if scope.cancelled_caught:
                     self._give_up(
                         "write_timeout", f"{size} bytes not taken within {self._write_timeout_s:g} s"

@@ -33,7 +33,8 @@ from mqproxy.backends.rocketmq.cluster import Cluster, TopicView
 from mqproxy.backends.rocketmq.lmq import READER_GROUP, wait_answer
 from mqproxy.backends.rocketmq.messages import to_client
 from mqproxy.backends.rocketmq.topology import loads_java_json
-from mqproxy.backends.rocketmq.vqueues import RealQueue, unpack_offset
+from mqproxy.backends.rocketmq.vqueues import RealQueue, pack_offset, unpack_offset
+from mqproxy.codecs.record_patch import RecordBody, relocate_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.api import MessageQuery, PullRequest, QueueSpan
@@ -144,19 +145,46 @@ class ConsumingRole:
             wire.check(response)
             status = PullStatus.NO_NEW_MSG
         ext = response.ext_fields
+        next_offset = int(ext.get("nextBeginOffset", request.offset))
+        min_offset, max_offset = int(ext.get("minOffset", 0)), int(ext.get("maxOffset", 0))
         messages: tuple[StoredMessage, ...] = ()
         if status is PullStatus.FOUND:
             index = await self.cluster.broker_index(broker)
+            if not is_lmq(request.topic):
+                view = await self._own_view(request.topic)
+                passed = self._relocated(response.body, request.topic, broker, index, view)
+                if passed is not None:
+                    return PullResult.of_records(status, passed, next_offset, min_offset, max_offset)
             found = wire.records(response.body)
             views = {t: await self._own_view(t) for t in {m.topic for m in found}}
             messages = tuple(to_client(m, broker, index, views[m.topic], self.advertised) for m in found)
-        return PullResult(
-            status,
-            messages,
-            int(ext.get("nextBeginOffset", request.offset)),
-            int(ext.get("minOffset", 0)),
-            int(ext.get("maxOffset", 0)),
+        return PullResult(status, messages, next_offset, min_offset, max_offset)
+
+    def _relocated(
+        self, body: bytes, topic: str, broker: str, index: int, view: TopicView | None
+    ) -> RecordBody | None:
+        """The records pulled from ``topic`` (whose view is ``view``) as :func:`to_client` presents
+        them, rewritten in place (:mod:`mqproxy.codecs.record_patch`); None if a record needs the
+        decoding path (another topic's record, or a form a re-encoding changes)."""
+
+        seen: dict[int, int] = {}  # a pull's records are all of one queue
+
+        def virtual(record_topic: str, real: int) -> int | None:
+            if record_topic != topic:
+                return None
+            known = seen.get(real)
+            if known is None:
+                found = view.queues.virtual(broker, real) if view is not None else None
+                known = seen[real] = real if found is None else found
+            return known
+
+        data = relocate_records(
+            body,
+            queue_id=virtual,
+            commitlog_offset=lambda real: pack_offset(index, real),
+            store_host=self.advertised,
         )
+        return None if data is None else RecordBody(data)
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         broker, real_queue = await self._target(topic, queue_id)

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 
-from mqproxy.log import RotatingFile, configure_logging
+from mqproxy.log import RotatingFile, UtcIsoStamper, configure_logging
 from mqproxy.settings import LogSettings
 
 
@@ -61,3 +64,17 @@ def test_log_file_setting_writes_json_lines(tmp_path: Path) -> None:
         sink.close()
         structlog.reset_defaults()
     assert json.loads(path.read_bytes())["event"] == "proxy.failed"
+
+
+@pytest.mark.parametrize(
+    "micros", [1_700_000_000_123_456, 1_700_000_000_000_000, 1_700_000_000_000_001, 86_399_999_999]
+)
+def test_the_timestamp_is_structlogs_iso_utc_form(monkeypatch: pytest.MonkeyPatch, micros: int) -> None:
+    monkeypatch.setattr(time, "time_ns", lambda: micros * 1000 + 999)
+    now = datetime.datetime.fromtimestamp(micros // 1_000_000, datetime.UTC).replace(
+        microsecond=micros % 1_000_000
+    )
+    expected = now.isoformat().replace("+00:00", "Z")  # what TimeStamper(fmt="iso", utc=True) writes
+    stamper = UtcIsoStamper()
+    assert stamper(None, "info", {})["ts"] == expected
+    assert stamper(None, "info", {})["ts"] == expected  # from the cached second

@@ -229,3 +229,47 @@ async def test_flush_waits_until_every_frame_put_so_far_was_written() -> None:
     assert flushed.is_set()
     assert unframe(b"".join(stream.writes)) == [(0, 0), (1, 0)]
     await outbox.flush()  # nothing under way: returns at once
+
+
+async def test_with_a_nursery_the_frames_of_one_scheduling_round_leave_in_one_write() -> None:
+    stream = RecordingStream()
+    async with trio.open_nursery() as nursery:
+        outbox = FrameOutbox(stream, max_bytes=1 << 20, nursery=nursery)
+        for n in range(5):
+            nursery.start_soon(outbox.put, frame(n, 0))
+    (write,) = stream.writes  # trio runs a round's tasks in either order
+    assert sorted(unframe(write)) == [(n, 0) for n in range(5)]
+    assert outbox.writes == 1
+
+
+async def test_a_writer_cancelled_before_its_first_write_hands_its_frames_over() -> None:
+    stream = RecordingStream()
+    scope = trio.CancelScope()
+
+    async def cancels_the_other_and_puts() -> None:
+        scope.cancel()  # run after the other became the writer: it is cancelled in its yield
+        await outbox.put(frame(2, 0))
+
+    async with trio.open_nursery() as nursery:
+        outbox = FrameOutbox(stream, max_bytes=1 << 20, nursery=nursery)
+        nursery.start_soon(_in_scope, scope, outbox.put(frame(1, 0)))
+        nursery.start_soon(cancels_the_other_and_puts)  # same round, either order: the same outcome
+    (write,) = stream.writes
+    assert sorted(unframe(write)) == [(1, 0), (2, 0)]
+    assert outbox.broken is None
+
+
+async def test_a_caller_waiting_for_room_gives_up_at_its_deadline(autojump_clock: object) -> None:
+    stream = RecordingStream()
+    stream.hold = True
+    outbox = FrameOutbox(stream, max_bytes=len(frame(0, 0)))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.put, frame(0, 0))  # the writer, held in its write
+        await wait_until(lambda: len(stream.writes) == 1)
+        await outbox.put(frame(1, 0))  # fills the queue
+        with pytest.raises(trio.TooSlowError):
+            await outbox.put(frame(2, 0), deadline=trio.current_time() + 2.0)
+        assert trio.current_time() == pytest.approx(2.0, abs=0.1)
+        stream.release.set()
+    assert unframe(b"".join(stream.writes)) == [(0, 0), (1, 0)]
+    assert outbox.broken is None

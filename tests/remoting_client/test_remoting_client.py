@@ -118,6 +118,46 @@ async def test_a_silent_server_times_out_and_a_late_answer_is_dropped(autojump_c
     assert await _with_connection(server, body) == "2"
 
 
+async def test_each_request_times_out_at_its_own_deadline_among_answered_ones(autojump_clock: Any) -> None:
+    async def server(stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
+        while True:  # answers only the requests marked "answer", at once
+            for request in await _frames(stream, decoder, 1):
+                if request.ext_fields.get("answer"):
+                    await stream.send_all(
+                        encode_command(RemotingCommand.response_to(request, ResponseCode.SUCCESS))
+                    )
+
+    async def body(connection: RemotingConnection) -> dict[str, float]:
+        ended: dict[str, float] = {}
+        start = trio.current_time()
+
+        async def ask(name: str, timeout_s: float, delay_s: float, answer: bool) -> None:
+            await trio.sleep(delay_s)
+            ext = {"answer": "1"} if answer else {}
+            try:
+                await connection.request(
+                    RemotingCommand(code=RequestCode.HEART_BEAT, ext_fields=ext), timeout_s
+                )
+                ended[name] = -1.0
+            except RemotingTimeout:
+                ended[name] = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "long", 10.0, 0.0, False)
+            for n in range(20):  # answered: their deadlines are dropped, none fires
+                nursery.start_soon(ask, f"answered{n}", 2.0, n * 0.1, True)
+            nursery.start_soon(ask, "short", 1.0, 0.5, False)  # due before the long one
+            nursery.start_soon(ask, "later", 3.0, 4.0, False)
+        assert connection.outstanding == 0
+        return ended
+
+    ended = await _with_connection(server, body)
+    assert ended.pop("long") == pytest.approx(10.0)
+    assert ended.pop("short") == pytest.approx(1.5)
+    assert ended.pop("later") == pytest.approx(7.0)
+    assert set(ended.values()) == {-1.0}
+
+
 async def test_a_closed_connection_fails_pending_and_later_requests() -> None:
     async def server(stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
         await _frames(stream, decoder, 1)

@@ -8,7 +8,10 @@ import itertools
 import pytest
 import trio
 
+from mqproxy.backends.rocketmq import wire
+from mqproxy.backends.rocketmq.messages import to_client
 from mqproxy.backends.rocketmq.vqueues import unpack_offset
+from mqproxy.codecs.message_record import encode_records
 from mqproxy.facade.api import EndTransaction, PopRequest, PullRequest, SendRequest
 from mqproxy.facade.types import QueueRef, Resolution, TransactionCheck
 from mqproxy.model.errors import ClusterUnavailable
@@ -54,6 +57,46 @@ async def test_two_nodes_number_queues_alike_and_read_each_others_messages(stock
             found = await b.get_message(result.commitlog_offset)
             assert found is not None
             assert found.body == f"m{vq}".encode()
+
+
+async def test_pulled_records_pass_through_as_the_reencoding_of_the_client_view(stock2) -> None:
+    """A real broker's records, patched in place by the node, are byte for byte the re-encoding of what
+    the decoding path (decode, to_client) gives: the same messages, with the node's coordinates."""
+    topic = _topic("Passed")
+    properties = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "7F00000100002A9F0000000000000001", "p": "v"}
+    async with open_node(stock2.namesrv_addr, 1001) as a:
+        await a.create_topic(topic, 2)
+        for vq in range(4):
+            for n in range(3):
+                message = Message(topic, f"m{vq}-{n}".encode() * 20, queue_id=vq, properties=dict(properties))
+                await a.send(SendRequest(message, "pg"))
+        view = await a.cluster.view(topic)
+        assert view is not None
+        for vq in range(4):
+            pulled = await a.pull(PullRequest("g-pass", topic, vq, 0, 8))
+            assert pulled.records is not None, "the broker's records passed through"
+            real = view.real(vq)
+            assert real is not None
+            command = a._pull_command(
+                "g-pass",
+                topic,
+                real.broker,
+                real.queue_id,
+                0,
+                8,
+                sysFlag=4,
+                subscription="*",
+                expressionType="TAG",
+            )  # the same records, read straight from the broker
+            raw = await a.cluster.broker_call(real.broker, command)
+            index = await a.cluster.broker_index(real.broker)
+            decoded = tuple(
+                to_client(m, real.broker, index, view, a.advertised) for m in wire.records(raw.body)
+            )
+            assert pulled.messages == decoded
+            assert [m.queue_id for m in decoded] == [vq] * 3
+            for legacy in (True, False):
+                assert pulled.records.data == encode_records(decoded, legacy=legacy)
 
 
 async def test_offsets_committed_through_one_node_are_read_through_the_other(stock2) -> None:
