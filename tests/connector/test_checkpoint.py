@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from mqproxy.connector.checkpoint import TailScan, advances, merge_target, translate_offset
+from mqproxy.connector.checkpointer import Checkpointer
 from mqproxy.connector.origin import SourceQueue, translate
 from mqproxy.connector.rules import RulesError, parse_rules
 from mqproxy.model.types import StoredMessage
@@ -131,3 +135,23 @@ def test_groups_option() -> None:
         parse_rules(RULES.format(groups='groups = ["re:("]'), "rules.toml")
     with pytest.raises(RulesError, match=r"rules\[0\].groups: expected a list"):
         parse_rules(RULES.format(groups="groups = [1]"), "rules.toml")
+
+
+class _Source:
+    async def groups_of(self, topic: str) -> list[str]:
+        return ["app-1", "c", "other", "app-2"]
+
+
+async def test_checkpointer_handles_target_queues_of_its_first_sources_and_picks_groups() -> None:
+    config = parse_rules(RULES.format(groups='groups = ["G1", "re:app-.*", "re:c"]'))
+    rt: Any = SimpleNamespace(config=config, clusters={"a": _Source()})
+    a0, a1, a2 = (SourceQueue("a", "T", "broker-a", q) for q in range(3))
+    layout = {a0: ("T", "b", 0), a1: ("T", "b", 0), a2: ("T", "b", 1)}
+    owned = {a1, a2}
+    cp = Checkpointer(rt, config.rules[0], lambda: layout, lambda: owned)
+    # target queue 0 is fed by a0 and a1: the owner of a0 translates it; a2 alone feeds queue 1
+    assert cp._mine() == {("T", "b", 1): [a2]}
+    owned.add(a0)
+    assert cp._mine() == {("T", "b", 0): [a0, a1], ("T", "b", 1): [a2]}
+    # exact names as given, regex entries against the listed groups, never the connector's own group ("c")
+    assert await cp._groups("T") == ["G1", "app-1", "app-2"]
