@@ -14,7 +14,8 @@ the same source topics (4 queues, ``--size`` byte bodies, default 1 KB):
     to the same target queue with the same cluster client (``mqproxy.connector.client`` over
     ``mqproxy.remoting_client``); nothing else.
 
-Rows, for each copier:
+First ``--warmup`` messages (default 20,000) are copied by the baseline, unmeasured: whichever copier ran
+first would otherwise meet a cold target JVM. Then rows, for each copier:
 
 ``backlog``
     ``--backlog`` messages are stored in the source before the copier starts; copy rate = copies / (last
@@ -29,7 +30,7 @@ Ratios: connector / baseline (backlog rate; live delay p99). The issue's targets
 is printed with every row. Exit status 1 (and a ``FAILED`` line) if the set-up failed or a copier did not
 copy everything within ``--timeout``.
 
-    python bench/connector.py [--backlog 50000] [--rate 5000] [--seconds 10] [--size 1024]
+    python bench/connector.py [--backlog 50000] [--rate 5000] [--seconds 10] [--size 1024] [--warmup 20000]
     python bench/connector.py --quick       # the smoke test's sizes: a few seconds per row
 
 Needs Java 17 and Maven for the stock cluster (jars fetched once into ``$MQTEST_CACHE``, default ``.cache``).
@@ -98,9 +99,9 @@ def store_rate(stamps: list[int]) -> float:
 class Copier:
     """A copier child process (the connector or the baseline) over the given topics."""
 
-    def __init__(self, kind: str, src: str, dst: str, topics: list[str], work: Path) -> None:
+    def __init__(self, kind: str, src: str, dst: str, topics: list[str], work: Path, name: str = "") -> None:
         self.kind = kind
-        log = work / f"{kind}.log"
+        log = work / f"{name or kind}.log"
         if kind == "connector":
             rules = work / "rules.toml"
             text = f'[connector]\nname = "bench"\n[clusters.src]\nnamesrv = "{src}"\n'
@@ -171,6 +172,20 @@ class CopyFailed(Exception):
     pass
 
 
+def warm_up(src: str, dst: str, opts: argparse.Namespace, work: Path) -> float:
+    """Copy ``--warmup`` messages with the baseline, unmeasured, so that neither copier meets a cold target
+    JVM (JIT) or cold caches; returns the seconds it took."""
+    started = time.monotonic()
+    trio.run(produce, src, "Warmup", QUEUES, opts.warmup, opts.size, None)
+    copier = Copier("baseline", src, dst, ["Warmup"], work, "warmup")
+    try:
+        if not wait_copied(dst, "Warmup", opts.warmup, opts.timeout, copier):
+            raise CopyFailed(f"the warm-up copy did not finish within {opts.timeout:g} s (log {copier.log})")
+    finally:
+        copier.stop()
+    return time.monotonic() - started
+
+
 def verdict(value: float, target: float, higher: bool) -> str:
     good = value >= target if higher else value <= target
     return "met" if good else "below"
@@ -182,12 +197,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=5000.0, help="live producer rate, msg/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="live producer duration")
     parser.add_argument("--size", type=int, default=1024, help="message body bytes")
+    parser.add_argument("--warmup", type=int, default=20000, help="messages copied unmeasured first")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a copy may take at most")
     parser.add_argument("--quick", action="store_true", help="a few seconds per row (the smoke test)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     opts = parser.parse_args()
     if opts.quick:
-        opts.backlog, opts.rate, opts.seconds, opts.timeout = 2000, 500.0, 2.0, 120.0
+        opts.backlog, opts.rate, opts.seconds, opts.timeout, opts.warmup = 2000, 500.0, 2.0, 120.0, 500
     return opts
 
 
@@ -213,6 +229,11 @@ def main() -> int:
         src, dst = f"127.0.0.1:{node.port}", stock.namesrv_addr
         print(
             f"set-up: {time.monotonic() - started:.1f} s (source {src}, target name server {dst})", flush=True
+        )
+        print(
+            f"warm-up: {opts.warmup} msgs copied by the baseline in {warm_up(src, dst, opts, work):.1f} s "
+            "(unmeasured)",
+            flush=True,
         )
         for kind in ("baseline", "connector"):
             results[kind] = run_copier(kind, src, dst, opts, work)
