@@ -25,6 +25,10 @@ first would otherwise meet a cold target JVM. Then rows, for each copier:
     copy's target store time - the message's source store time, read back from the target (ms, p50 / p99 /
     max), and the rate the copies were stored at.
 
+Every row also gives the copier process's CPU time per message copied (user + system, from /proc, from
+its start-up done to the row's end; µs/msg): on a machine shared with other jobs the rates follow the
+load, the CPU per message much less.
+
 Ratios: connector / baseline (backlog rate; live delay p99). The issue's targets, printed as met or below
 (they do not set the exit status): copy rate >= 5,000 msg/s and delay p99 <= 1 s. The 1-minute load average
 is printed with every row. Exit status 1 (and a ``FAILED`` line) if the set-up failed or a copier did not
@@ -57,7 +61,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import stock_rocketmq as rmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 from _connector_io import SRC_STORE_MS, produce, read_back, stored  # noqa: E402
 from _figures import percentile, uptime  # noqa: E402
-from _remoting_client import start_proxy  # noqa: E402
+from _remoting_client import cpu_seconds, start_proxy  # noqa: E402
 
 from mqproxy.connector.origin import ORIGIN_STORE_MS  # noqa: E402
 
@@ -75,6 +79,7 @@ class Figures:
     rate: float
     delays_ms: list[float]
     load: float
+    cpu_s: float
 
     def line(self, size: int) -> str:
         mb = self.rate * size / 1e6
@@ -85,7 +90,8 @@ class Figures:
         if self.delays_ms:
             p50, p99 = percentile(self.delays_ms, 50), percentile(self.delays_ms, 99)
             head += f"  delay p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(self.delays_ms):.0f} ms"
-        return head + f"  load {self.load:.2f}"
+        per = self.cpu_s / self.copies * 1e6 if self.copies else float("nan")
+        return head + f"  copier CPU {per:.0f} us/msg  load {self.load:.2f}"
 
 
 def store_rate(stamps: list[int]) -> float:
@@ -115,6 +121,18 @@ class Copier:
         with log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         self.log = log
+        self.marker = "connector.started" if kind == "connector" else "baseline.started"
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the copier has started (imports done), so its CPU time counts copying only."""
+        deadline = time.monotonic() + timeout
+        while self.marker not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise CopyFailed(f"{self.kind} did not start (log {self.log})")
+            time.sleep(0.05)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -146,21 +164,24 @@ def run_copier(kind: str, src: str, dst: str, opts: argparse.Namespace, work: Pa
     copier = Copier(kind, src, dst, [backlog_topic, live_topic], work)
     ok = True
     try:
-        load = os.getloadavg()[0]
+        copier.wait_ready(60)
+        load, cpu = os.getloadavg()[0], copier.cpu()
         ok = wait_copied(dst, backlog_topic, opts.backlog, opts.timeout, copier)
+        cpu_s = copier.cpu() - cpu
         copies = trio.run(read_back, dst, backlog_topic)
         stamps = [m.store_timestamp_ms for m in copies]
-        rows.append(Figures(kind, "backlog", len(copies), opts.backlog, store_rate(stamps), [], load))
+        rows.append(Figures(kind, "backlog", len(copies), opts.backlog, store_rate(stamps), [], load, cpu_s))
         live = int(opts.rate * opts.seconds)
-        load = os.getloadavg()[0]
+        load, cpu = os.getloadavg()[0], copier.cpu()
         if ok:
             trio.run(produce, src, live_topic, QUEUES, live, opts.size, opts.rate)
             ok = wait_copied(dst, live_topic, live, opts.timeout, copier)
+        cpu_s = copier.cpu() - cpu
         copies = trio.run(read_back, dst, live_topic)
         key = ORIGIN_STORE_MS if kind == "connector" else SRC_STORE_MS
         delays = [float(m.store_timestamp_ms - int(m.properties[key])) for m in copies if key in m.properties]
         stamps = [m.store_timestamp_ms for m in copies]
-        rows.append(Figures(kind, "live", len(copies), live, store_rate(stamps), delays, load))
+        rows.append(Figures(kind, "live", len(copies), live, store_rate(stamps), delays, load, cpu_s))
     finally:
         copier.stop()
     if not ok:

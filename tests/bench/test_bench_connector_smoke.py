@@ -26,7 +26,8 @@ def test_connector_bench_prints_figures_for_both_copiers() -> None:
     assert re.search(r"^uptime before: .*load average", out, re.M), out
     for copier in ("baseline", "connector"):
         backlog = re.search(
-            rf"^backlog +{copier} +copied (\d+)/(\d+)  rate ({NUM}) msg/s \({NUM} MB/s\)  load {NUM}$",
+            rf"^backlog +{copier} +copied (\d+)/(\d+)  rate ({NUM}) msg/s \({NUM} MB/s\)"
+            rf"  copier CPU {NUM} us/msg  load {NUM}$",
             out,
             re.M,
         )
@@ -35,7 +36,7 @@ def test_connector_bench_prints_figures_for_both_copiers() -> None:
         assert float(backlog.group(3).replace(",", "")) > 0
         live = re.search(
             rf"^live +{copier} +copied (\d+)/(\d+)  rate ({NUM}) msg/s \({NUM} MB/s\)"
-            rf"  delay p50 ({NUM}) ms  p99 ({NUM}) ms  max {NUM} ms  load {NUM}$",
+            rf"  delay p50 ({NUM}) ms  p99 ({NUM}) ms  max {NUM} ms  copier CPU {NUM} us/msg  load {NUM}$",
             out,
             re.M,
         )
