@@ -293,6 +293,19 @@ class ClusterClient:
             body = wire.lock_body(group, client_id, wanted)
             wire.check(await self.call(broker, wire.command(RequestCode.UNLOCK_BATCH_MQ, body=body)))
 
+    async def groups_of(self, topic: str) -> list[str]:
+        """Groups consuming ``topic`` or with offsets on it, on any master (QUERY_TOPIC_CONSUME_BY_WHO)."""
+        found: set[str] = set()
+        for broker in await self.masters():
+            request = wire.command(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            response = await self.call(broker, request)
+            if response.code != ResponseCode.SUCCESS:
+                continue
+            data = loads_java_json(response.body) if response.body else {}
+            listed = data.get("groupList") if isinstance(data, dict) else None
+            found.update(str(g) for g in listed or ())
+        return sorted(found)
+
     async def query_offset(self, group: str, topic: str, broker: str, queue_id: int) -> int | None:
         fields = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "setZeroIfNotFound": False}
         request = wire.command(RequestCode.QUERY_CONSUMER_OFFSET, {**fields, "bname": broker})

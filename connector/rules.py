@@ -12,6 +12,8 @@ Contracts:
   (:class:`_Lines`); a missing key is reported at its table's header.
 * A cluster's ``id`` (what the origin properties and loop prevention name it by) defaults to its name
   servers, sorted and joined by ``;``: two rules files that name the same cluster differently agree on it.
+* ``groups`` lists the consumer groups whose committed offsets are translated to the target (exact names or
+  ``re:<regex>`` full matches); none by default, since writing a group's offsets on the target is a choice.
 * ``topic = "re:<regex>"`` is a pattern matched in full against source topic names; ``target_topic`` is
   only allowed with an exact ``topic``. ``filter`` (tags) and ``sql`` (SQL92) exclude each other.
 """
@@ -34,6 +36,7 @@ _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _TOPIC: Final = re.compile(r"[%|A-Za-z0-9_-]+")
 _ADDR: Final = re.compile(r"[^\s:;]+:\d{1,5}")
 _HEADER: Final = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_RULE_KEYS: Final = ("name", "source", "target", "topic", "target_topic", "filter", "sql", "start", "groups")
 _KEY: Final = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
 
 
@@ -71,6 +74,18 @@ class Rule:
     tags: TagFilter | None
     sql: Sql92Filter | None
     start: Start
+    #: consumer groups whose committed offsets are translated to the target (exact or ``re:`` patterns)
+    groups: tuple[str, ...] = ()
+
+    def matches_group(self, group: str) -> bool:
+        """True when ``group``'s offsets are translated (an entry is the exact name or ``re:<regex>``)."""
+        for entry in self.groups:
+            if entry.startswith("re:"):
+                if re.fullmatch(entry[3:], group):
+                    return True
+            elif entry == group:
+                return True
+        return False
 
     def matches_topic(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -95,6 +110,8 @@ class ConnectorConfig:
     refresh_s: float = 10.0
     lag_interval_s: float = 5.0
     recovery_scan: int = 2000
+    checkpoint_interval_s: float = 5.0
+    checkpoint_scan: int = 10000
     dlq_topic: str = ""
 
 
@@ -196,7 +213,7 @@ def _rule(reader: _Reader, n: int, data: Any, clusters: dict[str, ClusterSpec]) 
     table = f"rules[{n}]"
     if not isinstance(data, dict):
         raise reader.fail(table, None, "expected a table")
-    reader.only(data, table, {"name", "source", "target", "topic", "target_topic", "filter", "sql", "start"})
+    reader.only(data, table, set(_RULE_KEYS))
     ends = {}
     for key in ("source", "target"):
         ends[key] = reader.get(data, table, key, str)
@@ -231,7 +248,22 @@ def _rule(reader: _Reader, n: int, data: Any, clusters: dict[str, ClusterSpec]) 
             raise reader.fail(table, "sql", f"bad SQL92 expression: {exc}") from None
     start = _start(reader, table, reader.get(data, table, "start", str, "latest"))
     label = reader.get(data, table, "name", str, f"{ends['source']}->{ends['target']}:{topic}")
-    return Rule(label, ends["source"], ends["target"], topic, pattern, target_topic, tags, sql, start)
+    groups = _groups(reader, table, reader.get(data, table, "groups", list, []))
+    return Rule(label, ends["source"], ends["target"], topic, pattern, target_topic, tags, sql, start, groups)
+
+
+def _groups(reader: _Reader, table: str, entries: list[Any]) -> tuple[str, ...]:
+    for entry in entries:
+        if not isinstance(entry, str) or not entry:
+            raise reader.fail(table, "groups", "expected a list of group names or 're:<regex>' strings")
+        if entry.startswith("re:"):
+            try:
+                re.compile(entry[3:])
+            except re.error as exc:
+                raise reader.fail(table, "groups", f"bad regular expression {entry!r}: {exc}") from None
+        elif not _NAME.fullmatch(entry) and not _TOPIC.fullmatch(entry):
+            raise reader.fail(table, "groups", f"illegal group name {entry!r}")
+    return tuple(entries)
 
 
 def parse_rules(text: str, path: str = "<rules>") -> ConnectorConfig:
@@ -254,6 +286,8 @@ def parse_rules(text: str, path: str = "<rules>") -> ConnectorConfig:
         "refresh_s": float,
         "lag_interval_s": float,
         "recovery_scan": int,
+        "checkpoint_interval_s": float,
+        "checkpoint_scan": int,
     }
     reader.only(connector, table, {"name", "dlq_topic", *tunables})
     name = reader.get(connector, table, "name", str)

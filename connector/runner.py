@@ -14,6 +14,8 @@ Contracts:
   share (LOCK_BATCH_MQ, client id per process). A queue is copied only while its lock is known to be held
   (renewed before ``lock_ttl_s``); a queue no longer held or no longer assigned is released after its
   batch in flight, then unlocked.
+* A rule with ``groups`` also runs a :class:`~.checkpointer.Checkpointer` (consumer-offset translation)
+  over the same layout and the queues this process owns.
 * A topic a regex rule finds after its first listing starts at ``earliest`` (it is new: all of it is to be
   copied); topics present at the first listing start at the rule's ``start``.
 * :func:`run_connector` runs until SIGTERM/SIGINT (or ``stop`` set): copiers finish their batch in flight
@@ -35,6 +37,7 @@ import trio
 
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode
+from mqproxy.connector.checkpointer import Checkpointer
 from mqproxy.connector.client import ClusterClient
 from mqproxy.connector.copier import QueueCopier, Runtime
 from mqproxy.connector.origin import SourceQueue
@@ -61,6 +64,7 @@ class RuleRunner:
         self._initial: set[str] | None = None
         self._failures = 0
         self._known_targets: set[str] | None = None
+        self.layout: dict[SourceQueue, tuple[str, str, int]] = {}
 
     @property
     def src(self) -> ClusterClient:
@@ -127,7 +131,7 @@ class RuleRunner:
         return layout
 
     async def _balance(self, nursery: trio.Nursery) -> None:
-        layout = await self._layout()
+        layout = self.layout = await self._layout()
         topics = sorted({q.topic for q in layout})
         if self._initial is None:
             self._initial = set(topics)
@@ -185,6 +189,11 @@ class RuleRunner:
         async with trio.open_nursery() as copiers:
             async with trio.open_nursery() as side:
                 side.start_soon(self._report_lag)
+                if self.rule.groups:
+                    checkpointer = Checkpointer(
+                        self.rt, self.rule, lambda: self.layout, lambda: set(self.copiers)
+                    )
+                    side.start_soon(checkpointer.run)
                 while not self.rt.stopping.is_set():
                     wait = period
                     try:

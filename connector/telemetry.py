@@ -8,7 +8,8 @@ The connector's Prometheus metrics and its ``connector.*`` events, and the small
 Contracts:
 
 * One :class:`ConnectorMetrics` per process, with its own registry; every series is labelled by ``rule``.
-* :meth:`ConnectorMetrics.batch` / :meth:`~ConnectorMetrics.dead_letter` / :meth:`~ConnectorMetrics.error`
+* :meth:`ConnectorMetrics.batch` / :meth:`~ConnectorMetrics.dead_letter` / :meth:`~ConnectorMetrics.error` /
+  :meth:`~ConnectorMetrics.checkpoint`
   update the metrics and log the event of the same name with exactly the fields of the connector event
   schema (README, log events).
 * :func:`serve_metrics` listens on ``host:port`` (port 0: any), reports the bound address through
@@ -26,7 +27,7 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["BatchReport", "ConnectorMetrics", "serve_metrics"]
+__all__ = ["BatchReport", "Checkpoint", "ConnectorMetrics", "serve_metrics"]
 
 log = structlog.get_logger("mqproxy.connector")
 DELAY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -48,6 +49,20 @@ class BatchReport:
     first_offset: int
     last_offset: int
     store_ms: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One translated consumer offset written on the target, for ``connector.checkpoint``."""
+
+    rule: str
+    group: str
+    topic: str
+    source_queue: str
+    source_offset: int
+    target_topic: str
+    target_queue: str
+    target_offset: int
 
 
 class ConnectorMetrics:
@@ -80,6 +95,12 @@ class ConnectorMetrics:
         )
         self.owned = Gauge(
             "mqproxy_connector_owned_queues", "Source queues this process owns", ["rule"], registry=r
+        )
+        self.checkpoints = Counter(
+            "mqproxy_connector_checkpoints",
+            "Consumer offsets translated and written on the target",
+            ["rule"],
+            registry=r,
         )
         self._lags: dict[tuple[str, str, str], int] = {}
 
@@ -155,6 +176,21 @@ class ConnectorMetrics:
             op=op,
             detail=detail[:500],
             retry_in_s=round(retry_in_s, 3),
+        )
+
+    def checkpoint(self, c: Checkpoint) -> None:
+        self.checkpoints.labels(c.rule).inc()
+        log.info(
+            "connector.checkpoint",
+            connector=self.connector,
+            rule=c.rule,
+            group=c.group,
+            topic=c.topic,
+            source_queue=c.source_queue,
+            source_offset=c.source_offset,
+            target_topic=c.target_topic,
+            target_queue=c.target_queue,
+            target_offset=c.target_offset,
         )
 
     def queues(self, rule: str, owned: int, acquired: list[str], released: list[str]) -> None:
