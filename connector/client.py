@@ -133,15 +133,20 @@ class ClusterClient:
 
     # --- brokers --------------------------------------------------------------------------------
 
-    async def call(
-        self, broker: str, request: RemotingCommand, timeout_s: float | None = None
-    ) -> RemotingCommand:
+    async def _master(self, broker: str) -> str:
+        """The address of ``broker``'s master, asking the name servers again when it is not known."""
         addr = self._masters.get(broker)
         if addr is None:
             await self.masters()
             addr = self._masters.get(broker)
         if addr is None:
             raise ClusterUnavailable(f"{self.name}: broker {broker} has no live master")
+        return addr
+
+    async def call(
+        self, broker: str, request: RemotingCommand, timeout_s: float | None = None
+    ) -> RemotingCommand:
+        addr = await self._master(broker)
         try:
             return await self.pool.request(addr, request, timeout_s=timeout_s or self.timeout_s)
         except RemotingClientError as exc:
@@ -228,12 +233,7 @@ class ClusterClient:
             request = wire.send_request(batch, broker, queue_id, group, None, 4)
             request.code = RequestCode.SEND_BATCH_MESSAGE
             request.ext_fields["m"] = "true"
-        addr = self._masters.get(broker)
-        if addr is None:
-            await self.masters()
-            addr = self._masters.get(broker)
-        if addr is None:
-            raise ClusterUnavailable(f"{self.name}: broker {broker} has no live master")
+        addr = await self._master(broker)
         try:
             response = await self.pool.request(addr, request, timeout_s=self.timeout_s)
         except AddressUnreachable as exc:  # never connected: nothing was written

@@ -81,6 +81,22 @@ def _not_met(predicate: Callable[[], Any], limit_s: float) -> AssertionError:
     return AssertionError(f"condition {name} still false after {limit_s} s")
 
 
+async def read_until_eof(stream: trio.abc.Stream, limit_s: float = 5.0) -> bytes:
+    """Everything the peer sends until it closes (or resets) the connection; ``limit_s`` only turns a hang
+    into a failure."""
+    buf = bytearray()
+    with trio.fail_after(limit_s):
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                break
+            if not data:
+                break
+            buf += data
+    return bytes(buf)
+
+
 class CountingStream(trio.abc.Stream):
     """``inner`` with its writes counted; with ``cut`` a write sends its first half, then blocks."""
 

@@ -21,25 +21,13 @@ import trustme
 
 from mqproxy.settings import Settings
 
+from ..conftest import read_until_eof  # type: ignore[import-not-found]
+
 pytestmark = pytest.mark.usefixtures("log_sink")
 
 
 async def _connect(handle: Any) -> trio.SocketStream:
     return await trio.open_tcp_stream(*handle.address)
-
-
-async def _read_all(stream: trio.abc.Stream, timeout: float = 5.0) -> bytes:
-    buf = bytearray()
-    with trio.fail_after(timeout):
-        while True:
-            try:
-                data = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
-                break
-            if not data:
-                break
-            buf += data
-    return bytes(buf)
 
 
 def _remoting_frame(header: dict[str, Any], body: bytes = b"") -> bytes:
@@ -51,7 +39,7 @@ async def _http_get(stream: trio.abc.Stream, path: str, close: bool = True) -> b
     conn = "Connection: close\r\n" if close else ""
     await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n{conn}\r\n".encode())
     if close:
-        return await _read_all(stream)
+        return await read_until_eof(stream)
     buf = bytearray()
     with trio.fail_after(5):
         while b"\r\n\r\n" not in buf or len(buf.split(b"\r\n\r\n", 1)[1]) < _content_length(buf):
@@ -101,7 +89,7 @@ async def test_metrics_endpoint_counts_connections(server: Any) -> None:
     await _http_get(s, "/healthz")
     s = await _connect(server)
     await s.send_all(b"\xff\xfe garbage")
-    await _read_all(s)
+    await read_until_eof(s)
     s = await _connect(server)
     text = (await _http_get(s, "/metrics")).decode()
     assert 'mqproxy_connections_total{protocol="http"}' in text
@@ -153,7 +141,7 @@ async def test_tls_on_the_same_port(start_server: Any, tls_files: Any, log_sink:
         # garbage after a ClientHello-looking record header: handshake fails, server keeps serving
         s = await _connect(handle)
         await s.send_all(b"\x16\x03\x01\x00\x40\x01" + b"\x00" * 64)
-        await _read_all(s)
+        await read_until_eof(s)
         s = await _connect(handle)
         assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
         await wait_for(lambda: len(log_sink.named("conn.rejected")) == 1)
@@ -194,7 +182,7 @@ async def test_bad_first_bytes_are_rejected_once(
             pass
     if reason != "unknown_protocol":
         await s.send_eof()
-    await _read_all(s)
+    await read_until_eof(s)
     await wait_for(lambda: len(_closed_events(log_sink)) == 1)
     rejected = log_sink.named("conn.rejected")
     assert len(rejected) == 1 and rejected[0]["reason"] == reason
@@ -210,8 +198,8 @@ async def test_silence_and_one_byte_hit_the_sniff_timeout(
         silent = await _connect(handle)
         one = await _connect(handle)
         await one.send_all(b"\x00")
-        assert await _read_all(silent) == b""
-        assert await _read_all(one) == b""
+        assert await read_until_eof(silent) == b""
+        assert await read_until_eof(one) == b""
         await wait_for(lambda: len(log_sink.named("conn.rejected")) == 2)
     assert {e["reason"] for e in log_sink.named("conn.rejected")} == {"sniff_timeout"}
 
@@ -219,7 +207,7 @@ async def test_silence_and_one_byte_hit_the_sniff_timeout(
 async def test_huge_remoting_length_closes_cleanly(server: Any, log_sink: Any, wait_for: Any) -> None:
     s = await _connect(server)
     await s.send_all(struct.pack(">ii", 0x7FFFFFF0, 20) + b'{"code":105,"flag":0}')
-    assert await _read_all(s) == b""
+    assert await read_until_eof(s) == b""
     await wait_for(lambda: len(_closed_events(log_sink)) == 1)
     (event,) = _closed_events(log_sink)
     assert (event.get("error") or event.get("reason")) == "frame_too_large"
@@ -232,7 +220,7 @@ async def test_http_header_of_one_megabyte_gets_431(server: Any, log_sink: Any, 
         await s.send_all(request)
     except trio.BrokenResourceError:
         pass
-    reply = await _read_all(s)
+    reply = await read_until_eof(s)
     assert reply.startswith(b"HTTP/1.1 431 ")
     await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
     assert log_sink.named("conn.closed")[0]["error"] == "bad_http_request"
@@ -246,7 +234,7 @@ async def test_graceful_stop_closes_idle_connections_and_logs(
         assert (await _http_get(idle, "/healthz", close=False)).startswith(b"HTTP/1.1 200")
         with trio.fail_after(3):
             handle.stop("test")
-            assert await _read_all(idle) == b""
+            assert await read_until_eof(idle) == b""
     names = [e["event"] for e in log_sink.events]
     assert names.index("proxy.stopping") < names.index("proxy.stopped")
     stopping = log_sink.named("proxy.stopping")[0]
@@ -356,7 +344,7 @@ async def test_graceful_stop_answers_a_held_long_poll_at_once(start_server: Any,
         await trio.testing.wait_all_tasks_blocked()  # the pull is now held by the long poll
         handle.stop("test")
         started = trio.current_time()
-        reply = await _read_all(s)
+        reply = await read_until_eof(s)
         waited = trio.current_time() - started
     total, header_len = struct.unpack_from(">ii", reply)
     header = json.loads(reply[8 : 8 + (header_len & 0xFFFFFF)])
@@ -390,7 +378,7 @@ async def test_mqtt_connect_is_routed_to_the_mqtt_gateway(server: Any, log_sink:
         connack = await s.receive_some(4)
     assert connack == b"\x20\x02\x00\x00"  # CONNACK, session not present, accepted
     await s.send_all(b"\xe0\x00")  # DISCONNECT
-    await _read_all(s)
+    await read_until_eof(s)
     await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
     assert log_sink.named("conn.negotiated")[0]["protocol"] == "mqtt"
     assert log_sink.named("conn.closed")[0]["error"] is None
@@ -413,7 +401,7 @@ async def test_metrics_report_the_mqtt_gateway(server: Any) -> None:
     assert 'mqproxy_mqtt_read_cache_requests_total{result="miss"}' in text
     assert "mqproxy_mqtt_pushed_deliveries_total 0.0" in text
     await mqtt.send_all(b"\xe0\x00")
-    await _read_all(mqtt)
+    await read_until_eof(mqtt)
 
 
 async def test_h2_preface_is_routed_to_the_grpc_service(server: Any, log_sink: Any, wait_for: Any) -> None:

@@ -14,26 +14,12 @@ from hyperframe.frame import Frame, GoAwayFrame, SettingsFrame
 
 from mqproxy.settings import Settings
 
+from ..conftest import read_until_eof  # type: ignore[import-not-found]
+
 pytestmark = pytest.mark.usefixtures("log_sink")
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 EMPTY_SETTINGS = SettingsFrame(0).serialize()
-
-
-async def _read_until_eof(stream: trio.abc.Stream) -> bytes:
-    """Everything the server sends until it closes; the limit only turns a hang into a failure (the idle
-    timeout these regressions fell back to is 120 s)."""
-    buf = bytearray()
-    with trio.fail_after(10):
-        while True:
-            try:
-                data = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
-                break
-            if not data:
-                break
-            buf += data
-    return bytes(buf)
 
 
 def _h2_frames(data: bytes) -> list[Frame]:
@@ -67,7 +53,7 @@ async def test_h2_oversized_or_malformed_frame_gets_goaway_at_once(
     """SETTINGS, then GOAWAY with the error and a clean close, before any body arrives."""
     stream = await trio.open_tcp_stream(*server.address)
     await stream.send_all(H2_PREFACE + after_preface)
-    frames = _h2_frames(await _read_until_eof(stream))
+    frames = _h2_frames(await read_until_eof(stream, 10))
     goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
     assert len(goaways) == 1, frames
     assert frames[-1] is goaways[0]
@@ -112,7 +98,7 @@ async def test_request_stalled_mid_frame_is_closed_at_the_frame_timeout(
         assert (await _keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
         stalled = await trio.open_tcp_stream(*handle.address)
         await stalled.send_all(opening)
-        reply = await _read_until_eof(stalled)
+        reply = await read_until_eof(stalled, 10)
         if protocol == "http":
             assert reply.startswith(b"HTTP/1.1 408 ")
         elif protocol == "grpc":
