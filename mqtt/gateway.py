@@ -22,7 +22,6 @@ import trio
 
 from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
 from mqproxy.model.errors import BackendError
-from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.cluster_sync import ClusterSync, NodeDirectory
@@ -35,7 +34,7 @@ from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import Session
 from mqproxy.mqtt.shared import SharedGroup
 from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec, WillRecord
-from mqproxy.mqtt.store import LightStore
+from mqproxy.mqtt.store import LightStore, queue_ids
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 from mqproxy.mqtt.timers import Timers
 
@@ -331,7 +330,7 @@ class Gateway:
         LMQ the read cache holds segments of: the store's idle-queue sweep must not delete these."""
         names = {RETAINED_LMQ}
         for session in self.sessions.values():
-            names.update(cursor.lmq for cursor in session.cursors.values())
+            names.update(cursor.lmq for cursor in session.cursors.values())  # (every lane: same LMQ)
         names.update(group.cursor.lmq for group in self.shared_groups.values())
         names |= self.read_cache.cached_topics()
         return names
@@ -392,17 +391,34 @@ class Gateway:
             session.shared[spec.topic_filter] = group
             return
         lmq = lmq_name(inner)
-        offset: int | None = None
-        if resume:
-            offset = await self.backend.query_consumer_offset(session.group, lmq, LMQ_QUEUE_ID)
-        if offset is None:
-            offset = await self.backend.max_offset(lmq, LMQ_QUEUE_ID)
-            if session.persistent:
-                await self.backend.commit_consumer_offset(session.group, lmq, LMQ_QUEUE_ID, offset)
-        cursor = Cursor(lmq, offset, session.group)
-        cursor.durable = session.persistent
+        queues = await queue_ids(self.backend, lmq)
+        lanes = tuple(Cursor(lmq, -1, session.group, queue) for queue in queues)
+        for cursor in lanes:
+            cursor.durable = session.persistent
+            cursor.resume = resume
+            try:
+                await self.position(cursor)
+            except BackendError:
+                if len(lanes) == 1:
+                    raise
+                # that broker is down: its reader positions the cursor when it answers again (nothing
+                # is stored there meanwhile, so starting at its end then misses nothing new)
         session.subscriptions[spec.topic_filter] = spec
-        session.cursors[spec.topic_filter] = cursor
+        session.cursors[spec.topic_filter] = lanes[0]
+        session.lanes[spec.topic_filter] = lanes
+
+    async def position(self, cursor: Cursor) -> None:
+        """Position a cursor that is not: at its committed offset (``resume``) if one is stored, else at
+        the queue's end (committed there for a durable cursor)."""
+        backend = self.backend
+        offset: int | None = None
+        if cursor.resume:
+            offset = await backend.query_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id)
+        if offset is None:
+            offset = await backend.max_offset(cursor.lmq, cursor.queue_id)
+            if cursor.durable:
+                await backend.commit_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id, offset)
+        cursor.position(offset)
 
     async def _hold_groups(self, session: Session, snapshot: SessionSnapshot) -> None:
         """Open the groups of shared QoS 2 deliveries whose filter the session no longer subscribes."""
@@ -435,6 +451,7 @@ class Gateway:
     def _forget_subscription(self, session: Session, topic_filter: str) -> None:
         session.subscriptions.pop(topic_filter, None)
         session.cursors.pop(topic_filter, None)
+        session.lanes.pop(topic_filter, None)
         group = session.shared.pop(topic_filter, None)
         if group is not None:
             if any(e.shared is not None and e.shared[0] is group for e in session.inflight.values()):

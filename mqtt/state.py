@@ -97,8 +97,11 @@ class OutboundQos2(NamedTuple):
     yet (after a restart the reader must skip it, not deliver it again). ``offset`` is the position in the
     LMQ read by the subscription ``topic_filter`` (for a shared subscription, the group's LMQ). A
     ``retained`` delivery is a retained message sent at SUBSCRIBE to ``topic_filter``: ``offset`` is then
-    its commit-log offset, and it is never ``COMPLETE`` (no read position waits for it). On the wire:
-    ``[packet_id, topic_filter, offset, phase]``, plus a fifth item ``1`` when ``retained``.
+    its commit-log offset, and it is never ``COMPLETE`` (no read position waits for it). ``queue_id`` is
+    the LMQ's queue the offset is in (a cluster has one per broker; always 0 in the embedded store). On
+    the wire: ``[packet_id, topic_filter, offset, phase]``, plus a fifth item ``1`` when ``retained``,
+    plus, only when ``queue_id`` is not 0, a fifth item ``0`` or ``1`` (retained) and a sixth,
+    ``queue_id`` (records of earlier versions are queue 0).
     """
 
     packet_id: int
@@ -106,19 +109,29 @@ class OutboundQos2(NamedTuple):
     offset: int
     phase: int = SENT
     retained: bool = False
+    queue_id: int = 0
 
     def to_list(self) -> list[Any]:
         head: list[Any] = [self.packet_id, self.topic_filter, self.offset, self.phase]
+        if self.queue_id:
+            return [*head, int(self.retained), self.queue_id]
         return [*head, 1] if self.retained else head
 
     @classmethod
     def from_list(cls, raw: Any) -> OutboundQos2:
         """Raises ValueError unless ``raw`` is ``[id 0..65535, str, offset >= 0, phase 0..2]`` with an
-        optional fifth item ``1`` (retained)."""
-        if not isinstance(raw, list) or len(raw) not in (4, 5):
-            raise ValueError(f"outbound QoS 2 entry: expected 4 or 5 items, got {raw!r}")
+        optional fifth item ``1`` (retained), or a fifth ``0``/``1`` and a sixth queue id > 0."""
+        if not isinstance(raw, list) or len(raw) not in (4, 5, 6):
+            raise ValueError(f"outbound QoS 2 entry: expected 4 to 6 items, got {raw!r}")
         packet_id, topic_filter, offset, phase = raw[:4]
-        retained = len(raw) == 5
+        queue_id = 0
+        if len(raw) == 6:
+            queue_id = raw[5]
+            if type(queue_id) is not int or queue_id <= 0 or raw[4] not in (0, 1):
+                raise ValueError(f"outbound QoS 2 entry: bad queue {raw!r}")
+            retained = raw[4] == 1
+        else:
+            retained = len(raw) == 5
         if (
             type(packet_id) is not int
             or not 0 <= packet_id <= 0xFFFF
@@ -129,7 +142,7 @@ class OutboundQos2(NamedTuple):
             or (retained and (raw[4] != 1 or phase == COMPLETE))
         ):
             raise ValueError(f"outbound QoS 2 entry: bad values {raw!r}")
-        return cls(packet_id, topic_filter, offset, phase, retained)
+        return cls(packet_id, topic_filter, offset, phase, retained, queue_id)
 
 
 class WillRecord(NamedTuple):

@@ -76,6 +76,20 @@ def test_old_record_format_still_loads() -> None:
     assert snapshot.outbound == []
 
 
+def test_outbound_records_name_a_queue_other_than_0_compatibly() -> None:
+    """A cluster's LMQ has a queue per broker: a record of queue 0 keeps the earlier wire form."""
+    records = [
+        OutboundQos2(1, "a", 2),
+        OutboundQos2(2, "a", 3, RELEASED, queue_id=1),
+        OutboundQos2(3, "r", 9, SENT, True, queue_id=2),
+        OutboundQos2(0, "a", 4, COMPLETE, queue_id=1),
+    ]
+    wire = [r.to_list() for r in records]
+    assert wire == [[1, "a", 2, 0], [2, "a", 3, 1, 0, 1], [3, "r", 9, 0, 1, 2], [0, "a", 4, 2, 0, 1]]
+    assert [OutboundQos2.from_list(w) for w in wire] == records
+    assert OutboundQos2.from_list([1, "a", 2, 0, 1]) == OutboundQos2(1, "a", 2, SENT, True)
+
+
 @pytest.mark.parametrize(
     "extra",
     [
@@ -93,7 +107,9 @@ def test_old_record_format_still_loads() -> None:
         {"outbound": [[1, 5, 2, 0]]},
         {"outbound": [[1, "a", 2, 0, 0]]},
         {"outbound": [[1, "a", 2, 2, 1]]},  # a retained delivery is never COMPLETE
-        {"outbound": [[1, "a", 2, 0, 1, 1]]},
+        {"outbound": [[1, "a", 2, 0, 1, 0]]},  # the queue item comes only for a queue other than 0
+        {"outbound": [[1, "a", 2, 0, 2, 3]]},
+        {"outbound": [[1, "a", 2, 0, 1, 2, 7]]},
     ],
 )
 def test_bad_qos2_fields_are_refused(extra: dict[str, Any]) -> None:
