@@ -117,7 +117,7 @@ class Gateway:
         snapshots = await self._state.load()
         if self.cluster is not None:  # sessions are taken up by the CONNECT that resumes them
             await self.cluster.join()
-            self.cluster.start(snapshots, self._state.end, self.retained.end)
+            self.cluster.start(snapshots, self._state.ends, self.retained.ends)
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
             return
         now = now_ms()

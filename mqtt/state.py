@@ -14,6 +14,11 @@ awaiting PUBREL (``awaiting_rel``, see :class:`InboundQos2`) and the outbound Qo
 (``outbound``, see :class:`OutboundQos2`). Records written before these fields existed load with both empty.
 Writes of one client go through :meth:`SessionStateStore.write`, which serializes them (the last record
 in the topic is the newest state) and lets concurrent callers share one append.
+
+Cluster mode (``node`` set): the topic has one queue per broker and a record goes to queue 0 or, when
+its broker fails, to another broker's queue; readers read every queue. Each record then carries a
+``version`` (microseconds since the epoch, above every version this node has seen for the client), and
+the highest version of a client is its newest state whichever queue holds it.
 """
 
 from __future__ import annotations
@@ -22,20 +27,24 @@ import base64
 import binascii
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
+import structlog
 import trio
 
 from mqproxy.codecs.mqtt import QoS, Will
 from mqproxy.codecs.mqtt.encoding import Reader
 from mqproxy.codecs.mqtt.properties import PropertyContext, decode_properties, encode_properties
 from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
-from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.errors import BackendError, StoreUnavailable
 from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-from mqproxy.mqtt.store import LightStore
+from mqproxy.mqtt.store import LightStore, queue_ids
+
+_log = structlog.get_logger("mqproxy.mqtt")
 
 _QUEUE = 0
 #: Longest wait for a record written in cluster mode to become readable by the other nodes.
@@ -208,6 +217,9 @@ class SessionSnapshot:
     outbound: list[OutboundQos2] = field(default_factory=list)
     node: str | None = None  # cluster mode: the node that wrote the record (None: single server)
     will: WillRecord | None = None  # cluster mode, while connected: the client's Will
+    #: Cluster mode: orders the records of one client across the log's queues (one per broker): a higher
+    #: version is newer. 0: written without one (a single queue's log order decides).
+    version: int = 0
 
     def to_json(self) -> bytes:
         raw: dict[str, Any] = {
@@ -225,6 +237,8 @@ class SessionSnapshot:
             raw["node"] = self.node
         if self.will is not None:
             raw["will"] = self.will.to_list()
+        if self.version:
+            raw["version"] = self.version
         return json.dumps(raw, separators=(",", ":")).encode()
 
     @classmethod
@@ -250,6 +264,7 @@ class SessionSnapshot:
             outbound=[OutboundQos2.from_list(entry) for entry in outbound],
             node=str(raw["node"]) if raw.get("node") is not None else None,
             will=WillRecord.from_list(raw["will"]) if raw.get("will") is not None else None,
+            version=int(raw.get("version", 0)),
         )
 
     @property
@@ -304,24 +319,59 @@ class SessionStateStore:
         self.compacts = compacts
         #: Cluster mode: the newest live record of each client and when it was stored.
         self._newest: dict[str, tuple[SessionSnapshot, int]] = {}
+        #: Cluster mode: the highest record version seen per client (tombstones included).
+        self._versions: dict[str, int] = {}
         self.end = 0
+        #: Cluster mode: per queue of the log, the offset one past the last record :meth:`load` read.
+        self.ends: dict[int, int] = {}
 
     async def load(self) -> dict[str, SessionSnapshot]:
         """The live snapshot of every persistent session (creates the internal topic if missing);
         compacts the log first if it is mostly superseded records."""
         backend = self._backend
         await backend.create_topic(SESSION_STATE_TOPIC, 1)
+        if self.node is not None:
+            return await self._load_queues()
         found = await replay(backend, SESSION_STATE_TOPIC, _QUEUE, _snapshot_key)
         self.end = found.end
         latest = {}
         for message in found.live():
             snapshot = SessionSnapshot.from_json(message.body)
             latest[snapshot.client_id] = snapshot
-            if self.node is not None:
-                self._newest[snapshot.client_id] = (snapshot, message.store_timestamp_ms)
         self._live = set(latest)
         await self._compact(found)
         return latest
+
+    async def _load_queues(self) -> dict[str, SessionSnapshot]:
+        """Cluster mode: the newest record per client over every queue of the log (highest version). A
+        queue whose broker does not answer is skipped; the follower reads it from its start later."""
+        newest: dict[str, tuple[SessionSnapshot, int]] = {}
+        for queue in await queue_ids(self._backend, SESSION_STATE_TOPIC):
+            try:
+                found = await replay(self._backend, SESSION_STATE_TOPIC, queue, _snapshot_key)
+            except BackendError as exc:
+                _log.warning("mqtt.state_queue_unreadable", queue_id=queue, detail=str(exc))
+                self.ends[queue] = 0
+                continue
+            self.ends[queue] = found.end
+            for _, _, message in found.newest.values():
+                snapshot = SessionSnapshot.from_json(message.body)
+                known = newest.get(snapshot.client_id)
+                if known is None or known[0].version < snapshot.version:
+                    newest[snapshot.client_id] = (snapshot, message.store_timestamp_ms)
+        latest = {}
+        for client_id, (snapshot, stored_ms) in newest.items():
+            self._versions[client_id] = snapshot.version
+            if not snapshot.deleted:
+                latest[client_id] = snapshot
+                self._newest[client_id] = (snapshot, stored_ms)
+        self._live = set(latest)
+        return latest
+
+    def newer(self, snapshot: SessionSnapshot) -> bool:
+        """Cluster mode: whether another node's ``snapshot`` is newer than every record of its client seen
+        so far (a record without a version counts as newer: log order)."""
+        return not snapshot.version or snapshot.version > self._versions.get(snapshot.client_id, 0)
 
     def compaction_due(self) -> bool:
         return self.compacts and worth_compacting(self._records, len(self._live), self._min_garbage)
@@ -342,14 +392,16 @@ class SessionStateStore:
     async def save(self, snapshot: SessionSnapshot) -> None:
         if self.node is not None:
             snapshot.node = self.node
+            client_id = snapshot.client_id
+            snapshot.version = max(time.time_ns() // 1000, self._versions.get(client_id, 0) + 1)
         message = Message(topic=SESSION_STATE_TOPIC, body=snapshot.to_json(), queue_id=_QUEUE)
         result = await self._backend.send(message)
         if self.node is not None:
-            if result.queue_id != _QUEUE:  # a cluster moved it to another broker: no node would read it
-                raise StoreUnavailable(f"queue {_QUEUE} of {SESSION_STATE_TOPIC} is not writable now")
             # Acknowledged only once other nodes can read it (a broker indexes a stored message shortly
-            # after it answers the send).
-            await self._backend.wait_for_message(SESSION_STATE_TOPIC, _QUEUE, result.queue_offset, _VISIBLE_S)
+            # after it answers the send). Another broker's queue than 0 is fine: readers read every one.
+            await self._backend.wait_for_message(
+                SESSION_STATE_TOPIC, result.queue_id, result.queue_offset, _VISIBLE_S
+            )
         self._note(snapshot, result.store_timestamp_ms)
 
     def noted(self, snapshot: SessionSnapshot, stored_ms: int) -> None:
@@ -359,6 +411,8 @@ class SessionStateStore:
     def _note(self, snapshot: SessionSnapshot, stored_ms: int) -> None:
         self._records += 1
         client_id = snapshot.client_id
+        if snapshot.version:
+            self._versions[client_id] = max(self._versions.get(client_id, 0), snapshot.version)
         if snapshot.deleted:
             self._live.discard(client_id)
             self._newest.pop(client_id, None)
