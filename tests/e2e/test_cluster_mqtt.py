@@ -94,7 +94,8 @@ def test_a_connection_on_the_other_node_takes_the_session_over(
 ) -> None:
     tag = _tag()
     device = f"twin-{tag}"
-    first = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600)
+    # reconnect=False: paho would connect again a second later and take the session back (and so on)
+    first = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600, reconnect=False)
     clients.append(first)
     assert first.subscribe((f"twin/{tag}", 1)) == [1]
     second = PahoClient(_port(rmq, "B"), device, V5, clean=False, expiry=600)
