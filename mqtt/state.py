@@ -39,14 +39,15 @@ from mqproxy.codecs.mqtt import QoS, Will
 from mqproxy.codecs.mqtt.encoding import Reader
 from mqproxy.codecs.mqtt.properties import PropertyContext, decode_properties, encode_properties
 from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
-from mqproxy.model.errors import BackendError, StoreUnavailable
-from mqproxy.model.types import Message, StoredMessage
+from mqproxy.model.errors import BackendError
+from mqproxy.model.types import Message, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 from mqproxy.mqtt.store import LightStore, queue_ids
 
 _log = structlog.get_logger("mqproxy.mqtt")
 
 _QUEUE = 0
+_BATCH = 64
 #: Longest wait for a record written in cluster mode to become readable by the other nodes.
 _VISIBLE_S = 5.0
 
@@ -292,6 +293,34 @@ def _snapshot_key(message: StoredMessage) -> tuple[str, bool] | None:
     return snapshot.client_id, not snapshot.deleted
 
 
+async def _highest_versions(
+    backend: LightStore, queue: int
+) -> tuple[int, dict[str, tuple[SessionSnapshot, int]]]:
+    """One pass over ``queue`` of the cluster-mode log: the offset one past its last record and, per client,
+    the record with the highest version (the later of equal ones) and its store time. Not the last record
+    by log order: a record stored after the newest one may carry a lower version (a write of a node that
+    lost the session, stored just after the takeover), and the follower (:meth:`SessionStateStore.newer`)
+    ignores it; so must a node that loads the log."""
+    offset = await backend.min_offset(SESSION_STATE_TOPIC, queue)
+    found: dict[str, tuple[SessionSnapshot, int]] = {}
+    while True:
+        result = await backend.pull(SESSION_STATE_TOPIC, queue, offset, _BATCH)
+        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != offset:
+            offset = result.next_offset
+            continue
+        if not result.messages or result.next_offset <= offset:
+            return offset, found
+        for message in result.messages:
+            try:
+                snapshot = SessionSnapshot.from_json(message.body)
+            except (ValueError, TypeError, KeyError):
+                continue  # not ours (someone else wrote to the topic)
+            known = found.get(snapshot.client_id)
+            if known is None or known[0].version <= snapshot.version:
+                found[snapshot.client_id] = (snapshot, message.store_timestamp_ms)
+        offset = result.next_offset
+
+
 class SessionStateStore:
     """The session-state log: appends snapshots, replays the newest per client, compacts itself.
 
@@ -348,17 +377,15 @@ class SessionStateStore:
         newest: dict[str, tuple[SessionSnapshot, int]] = {}
         for queue in await queue_ids(self._backend, SESSION_STATE_TOPIC):
             try:
-                found = await replay(self._backend, SESSION_STATE_TOPIC, queue, _snapshot_key)
+                self.ends[queue], found = await _highest_versions(self._backend, queue)
             except BackendError as exc:
                 _log.warning("mqtt.state_queue_unreadable", queue_id=queue, detail=str(exc))
                 self.ends[queue] = 0
                 continue
-            self.ends[queue] = found.end
-            for _, _, message in found.newest.values():
-                snapshot = SessionSnapshot.from_json(message.body)
-                known = newest.get(snapshot.client_id)
+            for client_id, (snapshot, stored_ms) in found.items():
+                known = newest.get(client_id)
                 if known is None or known[0].version < snapshot.version:
-                    newest[snapshot.client_id] = (snapshot, message.store_timestamp_ms)
+                    newest[client_id] = (snapshot, stored_ms)
         latest = {}
         for client_id, (snapshot, stored_ms) in newest.items():
             self._versions[client_id] = snapshot.version

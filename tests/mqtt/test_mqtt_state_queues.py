@@ -73,9 +73,31 @@ async def test_retained_copies_on_two_queues_are_ordered_by_store_time() -> None
     await store.load(backend)
     assert store.ends == {0: 2, 1: 0}
     kept = store.get("r/t")
-    assert kept is not None and kept.payload == b"new"
+    assert kept is not None
+    assert kept.payload == b"new"
     older = (await backend.pull(RETAINED_LMQ, 0, 0, 1)).messages[0]
     older = dataclasses.replace(older, store_timestamp_ms=kept.store_timestamp_ms - 1)
     store.apply_newest(older)  # read late from another broker's queue: stored before, so ignored
     kept = store.get("r/t")
-    assert kept is not None and kept.payload == b"new"
+    assert kept is not None
+    assert kept.payload == b"new"
+
+
+async def test_loading_keeps_the_highest_version_even_when_a_lower_one_was_stored_after_it() -> None:
+    """Node a loses "twin" to node b but its late write (a lower version: computed before it saw b's) lands
+    after b's record in the same queue. The follower ignores that record (:meth:`newer`); a node that loads
+    the log must too, and see the session held by b (not disconnected by a), tombstones alike."""
+    backend = TwoBrokers()
+    await backend.create_topic(SESSION_STATE_TOPIC, 2)
+    await _record(backend, 0, SessionSnapshot("twin", 600, node="a", version=100))
+    await _record(backend, 0, SessionSnapshot("twin", 600, node="b", version=300))
+    await _record(backend, 0, SessionSnapshot("twin", 600, disconnected_at_ms=5, node="a", version=200))
+    await _record(backend, 1, SessionSnapshot("ended", 0, deleted=True, node="b", version=300))
+    await _record(backend, 1, SessionSnapshot("ended", 600, node="a", version=200))
+    state = SessionStateStore(backend, node="c", compacts=False)
+    loaded = await state.load()
+    assert list(loaded) == ["twin"]
+    assert (loaded["twin"].node, loaded["twin"].connected, loaded["twin"].version) == ("b", True, 300)
+    assert state.ends == {0: 3, 1: 2}
+    assert not state.newer(SessionSnapshot("twin", 600, disconnected_at_ms=5, node="a", version=200))
+    assert not state.newer(SessionSnapshot("ended", 600, node="a", version=200))
