@@ -66,7 +66,7 @@ from mqproxy.model.types import ConsumerInfo, Message
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.retained import RetainedMessage
-from mqproxy.mqtt.state import SessionSnapshot
+from mqproxy.mqtt.session_record import SessionSnapshot
 from mqproxy.mqtt.store import queue_ids
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
@@ -340,7 +340,7 @@ class ClusterSync:
                 message = will.will()
             except MqttCodecError:
                 return
-            await gateway.publish(
+            await gateway.publisher.publish(
                 message.topic,
                 message.payload,
                 int(message.qos),

@@ -32,7 +32,7 @@ from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import InFlight, Session
-from mqproxy.mqtt.state import SubscriptionSpec
+from mqproxy.mqtt.session_record import SubscriptionSpec
 
 __all__ = ["Deliveries"]
 
@@ -145,9 +145,7 @@ class Deliveries:
                 if not several:
                     self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
                     return
-                _log.warning(
-                    "mqtt.lane_failed", lmq=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc)
-                )
+                _log.warning("mqtt.lane_failed", lmq=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
                 await trio.sleep(config.poll_interval_s)
 
     async def _read_lane(self, topic_filter: str, cursor: Cursor) -> None:
@@ -245,11 +243,7 @@ class Deliveries:
         """The push hub's callback (see :mod:`.push_hub`): handle the leading ``messages`` (the first at
         ``offset``) that need no waiting, with one write; how many, the cursor moved past them."""
         session = self.session
-        if (
-            session is None
-            or session.connection is not self
-            or cursor not in session.lanes_of(topic_filter)
-        ):
+        if session is None or session.connection is not self or cursor not in session.lanes_of(topic_filter):
             return 0
         spec = session.subscriptions.get(topic_filter)
         if spec is None or cursor.restored:

@@ -4,9 +4,9 @@ One :class:`Gateway` per server, owned by its :class:`~mqproxy.mqtt.service.Mqtt
 lazily by the first MQTT connection (or the idle-LMQ sweep): persistent sessions and retained messages
 are replayed from the store.
 
-Publishing (:meth:`Gateway.publish`) stores a message once in its parent topic and dispatches it into the
-topic's LMQ, the LMQ of every subscribed wildcard filter that matches, and the retained queue when RETAIN
-is set (RIP-28). Readers are woken by the store's long-poll (RIP-33 notify → pull → push).
+Publishing is :attr:`Gateway.publisher` (:mod:`mqproxy.mqtt.publishing`): a message is stored once and
+dispatched into the LMQ of every subscription that matches (RIP-28), readers are woken by the store's
+long-poll (RIP-33 notify → pull → push).
 """
 
 from __future__ import annotations
@@ -14,26 +14,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 import trio
 
-from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
+from mqproxy.codecs.mqtt import MqttCodecError, parse_topic_filter
 from mqproxy.model.errors import BackendError
-from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.cluster_sync import ClusterSync, NodeDirectory
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.cursor import Cursor
-from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
+from mqproxy.mqtt.mapping import RETAINED_LMQ, lmq_name
+from mqproxy.mqtt.publishing import Publisher
 from mqproxy.mqtt.push_hub import PushHubs
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import Session
+from mqproxy.mqtt.session_record import SessionSnapshot, SubscriptionSpec, WillRecord
 from mqproxy.mqtt.shared import SharedGroup
-from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec, WillRecord
+from mqproxy.mqtt.state import SessionStateStore
 from mqproxy.mqtt.store import LightStore, queue_ids
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 from mqproxy.mqtt.timers import Timers
@@ -41,10 +42,6 @@ from mqproxy.mqtt.timers import Timers
 _log = structlog.get_logger("mqproxy.mqtt")
 #: Seconds between checks whether a state log is worth compacting.
 HOUSEKEEPING_INTERVAL_S = 60.0
-#: Most client PUBLISHes written in one batch.
-MAX_BATCH = 64
-#: One MQTT publish to store: ``(topic, payload, qos, retain, properties)``.
-PublishItem = tuple[str, bytes, int, bool, Properties]
 
 
 def now_ms() -> int:
@@ -90,6 +87,7 @@ class Gateway:
         self._loaded = False
         self._load_lock = trio.Lock()
         self.timers = Timers(self._draining)
+        self.publisher = Publisher(self)
 
     # --- start-up -----------------------------------------------------------------------------
     async def ready(self) -> None:
@@ -153,97 +151,6 @@ class Gateway:
                 await self._state.compact()
         finally:
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
-
-    # --- publishing ---------------------------------------------------------------------------
-    def rocketmq_dispatch(self, properties: Mapping[str, str]) -> tuple[str, ...]:
-        """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property is dispatched to when its
-        producer named none (``INNER_MULTI_DISPATCH``): the topic's LMQ plus every matching subscribed
-        wildcard filter's (empty if the property is absent or not a valid MQTT topic name)."""
-        topic = _dispatch_topic(properties)
-        return self.dispatch_targets(topic, retain=False) if topic else ()
-
-    def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
-        targets = [lmq_name(topic)]
-        local = self.index.match(topic)
-        targets.extend(lmq_name(f) for f in local)
-        if self.cluster is not None:
-            targets.extend(lmq_name(f) for f in self.cluster.match(topic) if f not in local)
-        if retain:
-            targets.append(RETAINED_LMQ)
-        return tuple(targets)
-
-    def _message(self, item: PublishItem, client_id: str, born_host: tuple[str, int]) -> Message:
-        topic, payload, qos, retain, properties = item
-        return Message(
-            topic=parent_topic(topic),
-            body=payload,
-            properties=encode_properties(topic, qos, client_id, retain, properties),
-            born_timestamp_ms=now_ms(),
-            born_host=born_host,
-            dispatch=self.dispatch_targets(topic, retain),
-        )
-
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        properties: Properties,
-        client_id: str,
-        born_host: tuple[str, int] = ("127.0.0.1", 0),
-    ) -> SendResult:
-        """Store one MQTT publish once and dispatch it to every LMQ that serves a matching subscription."""
-        item = (topic, payload, qos, retain, properties)
-        result = await self.backend.send(self._message(item, client_id, born_host))
-        if retain:
-            await self._readable(result)
-            self.retained.set(
-                topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
-            )
-        return result
-
-    async def publish_many(
-        self,
-        items: list[PublishItem],
-        client_id: str,
-        born_host: tuple[str, int] = ("127.0.0.1", 0),
-    ) -> list[SendResult | BackendError]:
-        """Store ``(topic, payload, qos, retain, properties)`` publishes in order, one batch write per run
-        of the same parent topic; a refused batch is retried message by message, so each item gets its own
-        result or error."""
-        messages = [self._message(item, client_id, born_host) for item in items]
-        out: list[SendResult | BackendError] = []
-        start = 0
-        while start < len(messages):
-            end = start + 1
-            parent = messages[start].topic
-            while end < len(messages) and end - start < MAX_BATCH and messages[end].topic == parent:
-                end += 1
-            chunk = messages[start:end]
-            try:
-                out.extend(await self.backend.send_batch(chunk))
-            except BackendError:
-                for message in chunk:
-                    try:
-                        out.append(await self.backend.send(message))
-                    except BackendError as exc:
-                        out.append(exc)
-            start = end
-        for (topic, payload, qos, retain, props), result in zip(items, out, strict=True):
-            if retain and isinstance(result, SendResult):
-                await self._readable(result)
-                self.retained.set(
-                    topic, payload, qos, props, result.store_timestamp_ms, result.commitlog_offset
-                )
-        return out
-
-    async def _readable(self, result: SendResult) -> None:
-        """Cluster mode: wait until a retained message just stored is readable by every node (a broker
-        indexes a stored message shortly after it answers the send), so a client that connects anywhere
-        after the PUBACK gets it."""
-        if self.cluster is not None:
-            await self.backend.wait_for_message(result.topic, result.queue_id, result.queue_offset, 5.0)
 
     # --- sessions -----------------------------------------------------------------------------
     async def open_session(
@@ -492,14 +399,6 @@ class Gateway:
     async def run_timers(self) -> None:
         """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
         await self.timers.run()
-
-
-def _dispatch_topic(properties: Mapping[str, str]) -> str:
-    """The ``MQTT_TOPIC`` a RocketMQ-produced message names, or "" if none or not a valid topic name."""
-    topic = properties.get(PROPERTY_MQTT_TOPIC)
-    if not topic or "+" in topic or "#" in topic or "\x00" in topic:
-        return ""
-    return topic
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:

@@ -32,7 +32,7 @@ from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SESSION_GROUP_PREFIX, decode_properties
-from mqproxy.mqtt.state import (
+from mqproxy.mqtt.session_record import (
     COMPLETE,
     RELEASED,
     SENT,
@@ -85,7 +85,7 @@ class Session:
         self.inflight: dict[int, InFlight] = {}
         self.awaiting_rel: set[int] = set()
         #: Persistent sessions: (LMQ, its size) just before the message of an id in ``awaiting_rel`` was
-        #: stored, until the store accepted it (see :class:`~mqproxy.mqtt.state.InboundQos2`).
+        #: stored, until the store accepted it (see :class:`~mqproxy.mqtt.session_record.InboundQos2`).
         self.rel_marks: dict[int, tuple[str, int]] = {}
         #: Ids restored after a restart whose message may or may not be stored (:meth:`confirm_stored`).
         self.unconfirmed: set[int] = set()

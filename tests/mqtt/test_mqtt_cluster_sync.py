@@ -15,7 +15,7 @@ import trio
 from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-from mqproxy.mqtt.state import SessionSnapshot, WillRecord
+from mqproxy.mqtt.session_record import SessionSnapshot, WillRecord
 from mqproxy.mqtt.store import FacadeStore
 from mqproxy.settings import Settings
 

@@ -18,17 +18,17 @@ from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.session import Session
-from mqproxy.mqtt.shared import SharedGroup
-from mqproxy.mqtt.state import (
+from mqproxy.mqtt.session_record import (
     COMPLETE,
     RELEASED,
     SENT,
     InboundQos2,
     OutboundQos2,
     SessionSnapshot,
-    SessionStateStore,
     SubscriptionSpec,
 )
+from mqproxy.mqtt.shared import SharedGroup
+from mqproxy.mqtt.state import SessionStateStore
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
 

@@ -12,7 +12,8 @@ from mqproxy.codecs.mqtt import NO_PROPERTIES
 from mqproxy.model.types import Message
 from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.retained import RetainedStore
-from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore
+from mqproxy.mqtt.session_record import SessionSnapshot
+from mqproxy.mqtt.state import SessionStateStore
 from mqproxy.mqtt.store import queue_ids
 
 
