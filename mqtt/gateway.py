@@ -217,7 +217,7 @@ class Gateway:
             await self.discard(session)
             return
         disconnected = now_ms()
-        await self._state.write(session.client_id, lambda: session.snapshot(disconnected))
+        await self._state.write(session.client_id, functools.partial(_record, session, disconnected))
         self._schedule_expiry(session, disconnected)
 
     def _schedule_expiry(self, session: Session, disconnected_ms: int) -> None:
@@ -246,7 +246,7 @@ class Gateway:
         """Make ``session``'s current state durable (persistent sessions, and every session in cluster
         mode, where other nodes read it; concurrent calls share writes)."""
         if session.persistent or self.cluster is not None:
-            await self._state.write(session.client_id, session.snapshot)
+            await self._state.write(session.client_id, functools.partial(_record, session, None))
 
     # --- cluster mode ---------------------------------------------------------------------------
     async def catch_up(self) -> None:
@@ -399,6 +399,13 @@ class Gateway:
     async def run_timers(self) -> None:
         """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
         await self.timers.run()
+
+
+def _record(session: Session, disconnected_ms: int | None) -> SessionSnapshot | None:
+    """``session``'s record, built when its write's turn comes: none once the session ended meanwhile (its
+    tombstone is written apart; in cluster mode another node may hold it now, and a record written here
+    would carry a higher version than that node's and take the session back from its connection)."""
+    return None if session.ended else session.snapshot(disconnected_ms)
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:
