@@ -96,19 +96,19 @@ class Deliveries:
                     ):
                         return
                     await session.acquire_slot()  # claim only what this member can take now
-                    message, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
+                    message, cursor, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
                     handed = False
                     try:
-                        await self._deliver(spec, inner, group.cursor, message, offset, (group, message))
+                        await self._deliver(spec, inner, cursor, message, offset, (group, message))
                         handed = True
                     finally:
                         if not handed and not any(
                             e.shared is not None and e.shared[1] is message for e in session.inflight.values()
                         ):
-                            group.give_back(message, offset)
+                            group.give_back(message, cursor, offset)
                     if self._held:
                         await self._flush_state()  # a QoS 2 delivery goes out once its record is durable
-                    await group.cursor.commit(backend)
+                    await group.commit(backend)
                     await trio.lowlevel.checkpoint()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return

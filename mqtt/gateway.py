@@ -365,7 +365,7 @@ class Gateway:
                 session.held[topic_filter] = group  # its QoS 2 deliveries are still completed
             group.members -= 1
             # A group with deliveries still in flight stays, so a new member resumes it, not its offset.
-            if group.members <= 0 and not group.cursor.pending:
+            if group.members <= 0 and not group.pending:
                 self.shared_groups.pop((group.name, group.topic_filter), None)
         inner = reader_filter(topic_filter)
         if "+" in inner or "#" in inner:

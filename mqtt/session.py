@@ -127,13 +127,12 @@ class Session:
         return self.shared.get(topic_filter) or self.held.get(topic_filter)
 
     def cursor_for(self, topic_filter: str, queue_id: int = LMQ_QUEUE_ID) -> Cursor | None:
-        """The read position of a subscription on ``queue_id``: its own, or its shared group's (which
-        reads queue 0 only)."""
+        """The read position of a subscription on ``queue_id``: its own, or its shared group's."""
         for cursor in self.lanes_of(topic_filter):
             if cursor.queue_id == queue_id:
                 return cursor
         group = self.group_for(topic_filter)
-        return group.cursor if group is not None and queue_id == group.cursor.queue_id else None
+        return group.lane(queue_id) if group is not None else None
 
     def lanes_of(self, topic_filter: str) -> tuple[Cursor, ...]:
         """The cursors of a (non-shared) subscription, one per queue of its LMQ (none if not subscribed)."""
@@ -146,7 +145,8 @@ class Session:
     def _filters_by_cursor(self) -> dict[int, str]:
         filters = {id(c): topic_filter for topic_filter in self.cursors for c in self.lanes_of(topic_filter)}
         for groups in (self.held, self.shared):
-            filters.update((id(group.cursor), topic_filter) for topic_filter, group in groups.items())
+            for topic_filter, group in groups.items():
+                filters.update((id(cursor), topic_filter) for cursor in group.lanes)
         return filters
 
     def _outbound_records(self) -> list[OutboundQos2]:
@@ -377,21 +377,25 @@ class Session:
                 continue
             group, message = entry.shared
             del self.inflight[packet_id]
+            if entry.cursor is None:
+                continue
             if entry.released or message is None:
-                group.cursor.acknowledged(entry.offset)
+                entry.cursor.acknowledged(entry.offset)
             else:
-                group.give_back(message, entry.offset)
+                group.give_back(message, entry.cursor, entry.offset)
         for record in self.restored:
             group = self.group_for(record.topic_filter)
             if group is None or record.retained:
                 continue
-            cursor = group.cursor
+            cursor = group.lane(record.queue_id)
+            if cursor is None:
+                continue
             if record.phase != SENT:
                 cursor.acknowledged(record.offset)
             elif cursor.restored.pop(record.offset, None) is None:  # the group read past it already
-                result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
+                result = await backend.pull(cursor.lmq, cursor.queue_id, record.offset, 1)
                 if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
-                    group.give_back(result.messages[0], record.offset)
+                    group.give_back(result.messages[0], cursor, record.offset)
                 else:
                     cursor.complete(record.offset)  # gone from the store
         self.restored.clear()

@@ -412,14 +412,14 @@ async def test_ending_session_hands_unreceived_shared_deliveries_back() -> None:
         ),
         0,
     )
-    message, offset = await group.claim(backend, 0.1)
-    assert (message.body, offset) == (b"m0", 0)
+    message, cursor, offset = await group.claim(backend, 0.1)
+    assert (message.body, cursor, offset) == (b"m0", group.cursor, 0)
     assert group.cursor.reached(0)  # what another member's reader does: skip it, wait for the owner
     await session.give_back_shared(backend)
     assert session.restored == []
     assert group.cursor.restored == {2: True}  # the reader completes it when it gets there
     claimed = [await group.claim(backend, 0.1) for _ in range(3)]
-    assert [(m.body, o) for m, o in claimed] == [(b"m0", 0), (b"m1", 1), (b"m2", 2)]
+    assert [(m.body, o) for m, _, o in claimed] == [(b"m0", 0), (b"m1", 1), (b"m2", 2)]
     assert not group.cursor.reached(1)  # handed out as a fresh delivery
     group.cursor.complete(0)
     group.cursor.complete(1)
