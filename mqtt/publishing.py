@@ -31,8 +31,9 @@ PublishItem = tuple[str, bytes, int, bool, Properties]
 
 
 class Publisher:
-    """Stores and dispatches the publishes of ``gateway``'s clients, Wills and RocketMQ producers' messages
-    (it reads the gateway's wildcard index, cluster view and retained tree as they are at each call)."""
+    """Stores and dispatches the publishes of ``gateway``'s clients and Wills, and names the LMQs of
+    RocketMQ producers' messages (it reads the gateway's wildcard index, cluster view and retained tree
+    as they are at each call)."""
 
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
