@@ -62,12 +62,12 @@ import trio
 
 from mqproxy.codecs.mqtt import MqttCodecError, ReasonCode, parse_topic_filter
 from mqproxy.model.errors import BackendError
-from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import ConsumerInfo, Message
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.retained import RetainedMessage
-from mqproxy.mqtt.state import SessionSnapshot
+from mqproxy.mqtt.session_record import SessionSnapshot
+from mqproxy.mqtt.store import queue_ids
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 
 if TYPE_CHECKING:
@@ -109,7 +109,8 @@ _BATCH = 64
 _POLL_S = 10.0
 #: Back-off after a failed read of a log.
 _RETRY_S = 1.0
-_STATE_QUEUE = 0
+#: The topic of each log ClusterSync follows.
+_TOPICS = {"state": SESSION_STATE_TOPIC, "retained": RETAINED_LMQ}
 
 
 def _now_ms() -> int:
@@ -164,16 +165,18 @@ class ClusterSync:
         self.live: set[str] | None = None
         #: Nodes holding connected members of each shared group, by (group, filter), with member counts.
         self._share_nodes: dict[tuple[str, str], dict[str, int]] = {}
-        self._state_offset = 0
-        self._retained_offset = 0
-        self._state_lock = trio.Lock()
-        self._retained_lock = trio.Lock()
+        #: Next offset to read per log ("state", "retained") and queue (a cluster has one per broker).
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._locks = {"state": trio.Lock(), "retained": trio.Lock()}
 
     # --- start-up -------------------------------------------------------------------------------
-    def start(self, snapshots: dict[str, SessionSnapshot], state_end: int, retained_end: int) -> None:
-        """Take the snapshots the gateway's load replayed and follow both logs from where it stopped."""
-        self._state_offset = state_end
-        self._retained_offset = retained_end
+    def start(
+        self, snapshots: dict[str, SessionSnapshot], state_ends: dict[int, int], retained_ends: dict[int, int]
+    ) -> None:
+        """Take the snapshots the gateway's load replayed and follow both logs from where it stopped (per
+        queue; a queue the load did not reach is read from its start)."""
+        self._offsets.update({("state", q): end for q, end in state_ends.items()})
+        self._offsets.update({("retained", q): end for q, end in retained_ends.items()})
         for snapshot in snapshots.values():
             self._learn(snapshot)
 
@@ -199,16 +202,16 @@ class ClusterSync:
 
     async def catch_up(self) -> None:
         """Apply every session record and retained message appended before this call (whichever node
-        wrote it)."""
-        backend = self.gateway.backend
-        async with self._state_lock:
-            high = await backend.max_offset(SESSION_STATE_TOPIC, _STATE_QUEUE)
-            while self._state_offset < high and await self._read_state():
-                pass
-        async with self._retained_lock:
-            high = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
-            while self._retained_offset < high and await self._read_retained():
-                pass
+        wrote it), on every queue whose broker answers."""
+        for log in ("state", "retained"):
+            async with self._locks[log]:
+                for queue in await queue_ids(self.gateway.backend, _TOPICS[log]):
+                    try:
+                        high = await self.gateway.backend.max_offset(_TOPICS[log], queue)
+                        while self._offsets.get((log, queue), 0) < high and await self._read(log, queue):
+                            pass
+                    except BackendError as exc:
+                        _log.warning("mqtt.cluster_sync_failed", log=log, queue_id=queue, detail=str(exc))
 
     # --- following ------------------------------------------------------------------------------
     async def serve(self) -> None:
@@ -337,7 +340,7 @@ class ClusterSync:
                 message = will.will()
             except MqttCodecError:
                 return
-            await gateway.publish(
+            await gateway.publisher.publish(
                 message.topic,
                 message.payload,
                 int(message.qos),
@@ -352,51 +355,54 @@ class ClusterSync:
             await publish()
 
     async def run(self) -> None:
-        """Follow both logs until cancelled (read errors are logged and retried)."""
+        """Follow both logs, every queue of each, until cancelled (read errors are logged and retried;
+        a queue added by a new broker is followed from the next look, every :data:`_POLL_S`)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._follow, "state", SESSION_STATE_TOPIC, _STATE_QUEUE)
-            nursery.start_soon(self._follow, "retained", RETAINED_LMQ, LMQ_QUEUE_ID)
+            followed: set[tuple[str, int]] = set()
+            while True:
+                for log in ("state", "retained"):
+                    try:
+                        queues = await queue_ids(self.gateway.backend, _TOPICS[log])
+                    except BackendError as exc:
+                        _log.warning("mqtt.cluster_sync_failed", log=log, detail=str(exc))
+                        continue
+                    for queue in queues:
+                        if (log, queue) not in followed:
+                            followed.add((log, queue))
+                            nursery.start_soon(self._follow, log, queue)
+                await trio.sleep(_POLL_S)
 
-    async def _follow(self, log: str, topic: str, queue_id: int) -> None:
+    async def _follow(self, log: str, queue_id: int) -> None:
         backend = self.gateway.backend
+        topic = _TOPICS[log]
         while True:
             try:
-                offset = self._state_offset if log == "state" else self._retained_offset
+                offset = self._offsets.get((log, queue_id), 0)
                 await backend.wait_for_message(topic, queue_id, offset, _POLL_S)
-                if log == "state":
-                    async with self._state_lock:
-                        while await self._read_state():
-                            pass
-                else:
-                    async with self._retained_lock:
-                        while await self._read_retained():
-                            pass
+                async with self._locks[log]:
+                    while await self._read(log, queue_id):
+                        pass
             except BackendError as exc:
-                _log.warning("mqtt.cluster_sync_failed", log=log, detail=str(exc))
+                _log.warning("mqtt.cluster_sync_failed", log=log, queue_id=queue_id, detail=str(exc))
                 await trio.sleep(_RETRY_S)
 
-    async def _read_state(self) -> bool:
-        """Apply the next batch of session records; False when none was there."""
-        result = await self.gateway.backend.pull(
-            SESSION_STATE_TOPIC, _STATE_QUEUE, self._state_offset, _BATCH
-        )
+    async def _read(self, log: str, queue_id: int) -> bool:
+        """Apply the next batch of ``log``'s records on ``queue_id``; False when none was there."""
+        key = (log, queue_id)
+        offset = self._offsets.get(key, 0)
+        result = await self.gateway.backend.pull(_TOPICS[log], queue_id, offset, _BATCH)
         for message in result.messages:
+            if log == "retained":
+                self.gateway.retained.apply_newest(message)
+                continue
             try:
                 snapshot = SessionSnapshot.from_json(message.body)
             except (ValueError, TypeError, KeyError):
                 continue  # not a snapshot (someone else wrote to the topic)
-            if snapshot.node != self.node:
+            if snapshot.node != self.node and self.gateway.state_log.newer(snapshot):
                 await self._apply(snapshot, message.store_timestamp_ms)
-        moved = result.next_offset > self._state_offset
-        self._state_offset = max(self._state_offset, result.next_offset)
-        return moved and bool(result.messages)
-
-    async def _read_retained(self) -> bool:
-        result = await self.gateway.backend.pull(RETAINED_LMQ, LMQ_QUEUE_ID, self._retained_offset, _BATCH)
-        for message in result.messages:
-            self.gateway.retained.apply(message)
-        moved = result.next_offset > self._retained_offset
-        self._retained_offset = max(self._retained_offset, result.next_offset)
+        moved = result.next_offset > offset
+        self._offsets[key] = max(offset, result.next_offset)
         return moved and bool(result.messages)
 
     async def _apply(self, snapshot: SessionSnapshot, stored_ms: int) -> None:

@@ -37,7 +37,7 @@ from mqproxy.mqtt.gateway import Gateway, now_ms
 from mqproxy.mqtt.outcomes import Close, Inbound, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
-from mqproxy.mqtt.state import WillRecord
+from mqproxy.mqtt.session_record import WillRecord
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
 
@@ -148,7 +148,7 @@ class MqttConnection(PacketWriter, Deliveries):
         await self._store_will(will)
 
     async def _store_will(self, will: mq.Will) -> None:
-        await self.gateway.publish(
+        await self.gateway.publisher.publish(
             will.topic,
             will.payload,
             int(will.qos),
@@ -358,7 +358,7 @@ class MqttConnection(PacketWriter, Deliveries):
         if accepted_qos2:
             await self._expect_pubrel(session, accepted_qos2)
         if to_store:
-            outcomes = await self.gateway.publish_many(
+            outcomes = await self.gateway.publisher.publish_many(
                 [
                     (i.topic, i.packet.payload, int(i.packet.qos), i.packet.retain, i.properties)
                     for i in to_store

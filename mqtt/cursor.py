@@ -1,5 +1,7 @@
-"""A reader's position on one LMQ: :class:`Cursor` (the next offset to read, the un-acked offsets behind it
-and the committed offset it stores for a persistent session or shared group)."""
+"""A reader's position on one queue of an LMQ: :class:`Cursor` (the next offset to read, the un-acked offsets
+behind it and the committed offset it stores for a persistent session or shared group). An LMQ has one
+queue in the embedded store and one per broker on a cluster (:func:`~mqproxy.mqtt.store.queue_ids`); a
+subscription has a cursor per queue."""
 
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ __all__ = ["Cursor"]
 
 
 class Cursor:
-    """Read position of one reader on an LMQ plus its un-acked offsets.
+    """Read position of one reader on queue ``queue_id`` of an LMQ plus its un-acked offsets.
+
+    ``next_offset`` -1: not positioned yet (its broker did not answer when the subscription was made);
+    the reader positions it (:attr:`resume`: at the committed offset if one is stored, else at the end).
 
     ``next_offset`` is the next offset to read; ``committed`` the first offset not yet completed (every
     offset below it was delivered and, for QoS 1/2, acknowledged). Completion may happen out of order;
@@ -32,12 +37,16 @@ class Cursor:
         "group",
         "lmq",
         "next_offset",
+        "queue_id",
         "restored",
+        "resume",
         "stored",
     )
 
-    def __init__(self, lmq: str, offset: int, group: str = "") -> None:
+    def __init__(self, lmq: str, offset: int, group: str = "", queue_id: int = LMQ_QUEUE_ID) -> None:
         self.lmq = lmq
+        self.queue_id = queue_id
+        self.resume = False
         self.group = group  # consumer group its offset is committed under
         self.durable = False  # commit offsets to the store
         self.next_offset = offset
@@ -104,8 +113,16 @@ class Cursor:
         """Store ``committed`` if it changed and the cursor is durable."""
         if self.durable and self.committed != self.stored:
             value = self.committed
-            await backend.commit_consumer_offset(self.group, self.lmq, LMQ_QUEUE_ID, value)
+            await backend.commit_consumer_offset(self.group, self.lmq, self.queue_id, value)
             self.stored = value
+
+    @property
+    def positioned(self) -> bool:
+        return self.next_offset >= 0
+
+    def position(self, offset: int) -> None:
+        """Start reading at ``offset`` (a cursor that was not positioned; nothing is tracked yet)."""
+        self.next_offset = self.committed = self.stored = offset
 
     def rewind(self) -> None:
         """Forget un-acked offsets and read again from ``committed`` (after a restart of delivery)."""

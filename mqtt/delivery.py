@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import structlog
 import trio
 
 from mqproxy.codecs.mqtt import Packet, Publish, QoS, ReasonCode, topic_matches
@@ -31,10 +32,11 @@ from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import InFlight, Session
-from mqproxy.mqtt.state import SubscriptionSpec
+from mqproxy.mqtt.session_record import SubscriptionSpec
 
 __all__ = ["Deliveries"]
 
+_log = structlog.get_logger("mqproxy.mqtt")
 #: A subscription reader that keeps finding its long-poll ready yields at least every this many rounds.
 _YIELD_EVERY = 8
 
@@ -94,19 +96,19 @@ class Deliveries:
                     ):
                         return
                     await session.acquire_slot()  # claim only what this member can take now
-                    message, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
+                    message, cursor, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
                     handed = False
                     try:
-                        await self._deliver(spec, inner, group.cursor, message, offset, (group, message))
+                        await self._deliver(spec, inner, cursor, message, offset, (group, message))
                         handed = True
                     finally:
                         if not handed and not any(
                             e.shared is not None and e.shared[1] is message for e in session.inflight.values()
                         ):
-                            group.give_back(message, offset)
+                            group.give_back(message, cursor, offset)
                     if self._held:
                         await self._flush_state()  # a QoS 2 delivery goes out once its record is durable
-                    await group.cursor.commit(backend)
+                    await group.commit(backend)
                     await trio.lowlevel.checkpoint()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
@@ -114,6 +116,39 @@ class Deliveries:
                 self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
 
     async def _reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+        """Read every queue of the subscription's LMQ (one, embedded; one per broker on a cluster)."""
+        session = self.session
+        assert session is not None
+        lanes = session.lanes_of(topic_filter)
+        with scope:
+            if len(lanes) == 1:
+                await self._lane(topic_filter, lanes[0])
+                return
+            async with trio.open_nursery() as nursery:
+                for cursor in lanes:
+                    nursery.start_soon(self._lane, topic_filter, cursor)
+
+    async def _lane(self, topic_filter: str, cursor: Cursor) -> None:
+        """Deliver from one queue of the subscription's LMQ. With several queues (a cluster's brokers),
+        a queue whose broker fails is retried every poll interval instead of ending the connection."""
+        session = self.session
+        assert session is not None
+        config = self.gateway.config
+        several = len(session.lanes_of(topic_filter)) > 1
+        while True:
+            try:
+                await self._read_lane(topic_filter, cursor)
+                return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            except BackendError as exc:
+                if not several:
+                    self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+                    return
+                _log.warning("mqtt.lane_failed", lmq=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
+                await trio.sleep(config.poll_interval_s)
+
+    async def _read_lane(self, topic_filter: str, cursor: Cursor) -> None:
         session = self.session
         assert session is not None
         backend = self.gateway.backend
@@ -121,45 +156,38 @@ class Deliveries:
         inner = reader_filter(topic_filter)
         hubs = self.gateway.push_hubs
         rounds = 0
-        with scope:
-            try:
-                while True:
-                    spec = session.subscriptions.get(topic_filter)
-                    cursor = session.cursors.get(topic_filter)
-                    if spec is None or cursor is None or session.connection is not self:
-                        return
-                    start = cursor.next_offset
-                    result = await self.gateway.read_cache.pull(
-                        cursor.lmq, LMQ_QUEUE_ID, start, config.pull_batch
-                    )
-                    if not result.messages:
-                        if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:
-                            cursor.next_offset = result.next_offset
-                            if result.next_offset > start:
-                                cursor.complete(result.next_offset - 1)  # the gap is gone from the store
-                            continue
-                        await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
-                        continue
-                    offset = start
-                    for message in result.messages:
-                        await self._deliver(spec, inner, cursor, message, offset)
-                        offset += 1
-                        cursor.next_offset = offset
-                    if self._held:
-                        await self._flush_state()
-                    await session.commit_offsets(backend)
-                    rounds += 1
-                    caught_up = len(result.messages) < config.pull_batch
-                    if not caught_up or rounds % _YIELD_EVERY == 0:
-                        await trio.lowlevel.checkpoint()  # the store may answer without yielding
-                    if caught_up:
-                        # Probably caught up: long-poll before pulling again (returns at once if not; a
-                        # wait that blocks is the yield, so rounds that end in one skip the checkpoint).
-                        await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+        while True:
+            spec = session.subscriptions.get(topic_filter)
+            if spec is None or cursor not in session.lanes_of(topic_filter) or session.connection is not self:
                 return
-            except BackendError as exc:
-                self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+            if not cursor.positioned:
+                await self.gateway.position(cursor)
+            start = cursor.next_offset
+            result = await self.gateway.read_cache.pull(cursor.lmq, cursor.queue_id, start, config.pull_batch)
+            if not result.messages:
+                if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset != start:
+                    cursor.next_offset = result.next_offset
+                    if result.next_offset > start:
+                        cursor.complete(result.next_offset - 1)  # the gap is gone from the store
+                    continue
+                await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
+                continue
+            offset = start
+            for message in result.messages:
+                await self._deliver(spec, inner, cursor, message, offset)
+                offset += 1
+                cursor.next_offset = offset
+            if self._held:
+                await self._flush_state()
+            await session.commit_offsets(backend)
+            rounds += 1
+            caught_up = len(result.messages) < config.pull_batch
+            if not caught_up or rounds % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # the store may answer without yielding
+            if caught_up:
+                # Probably caught up: long-poll before pulling again (returns at once if not; a
+                # wait that blocks is the yield, so rounds that end in one skip the checkpoint).
+                await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
 
     # --- one message to one subscriber ----------------------------------------------------------
     async def _deliver(
@@ -215,11 +243,7 @@ class Deliveries:
         """The push hub's callback (see :mod:`.push_hub`): handle the leading ``messages`` (the first at
         ``offset``) that need no waiting, with one write; how many, the cursor moved past them."""
         session = self.session
-        if (
-            session is None
-            or session.connection is not self
-            or session.cursors.get(topic_filter) is not cursor
-        ):
+        if session is None or session.connection is not self or cursor not in session.lanes_of(topic_filter):
             return 0
         spec = session.subscriptions.get(topic_filter)
         if spec is None or cursor.restored:
@@ -283,16 +307,26 @@ class Deliveries:
     async def _expect_pubrel(self, session: Session, accepted: list[tuple[int, str]]) -> None:
         """Add the ids of QoS 2 PUBLISHes about to be stored to ``awaiting_rel``; for a persistent session
         make them durable first, each with the size of its topic's LMQ, so that after a crash a re-sent
-        PUBLISH can be told apart: stored already, or never (``Session.confirm_stored``)."""
+        PUBLISH can be told apart: stored already, or never (``Session.confirm_stored``). The size is that
+        of the LMQ's queue 0: on a cluster a message stored on another broker is not found there, so a
+        crash then stores the re-sent PUBLISH again (a duplicate), and a queue 0 whose broker is down
+        leaves the id unmarked (a re-sent PUBLISH counts as stored)."""
         session.awaiting_rel.update(packet_id for packet_id, _ in accepted)
         if not session.persistent:
             return
-        sizes: dict[str, int] = {}
+        sizes: dict[str, int | None] = {}
         for packet_id, topic in accepted:
             lmq = lmq_name(topic)
             if lmq not in sizes:
-                sizes[lmq] = await self.gateway.backend.max_offset(lmq, LMQ_QUEUE_ID)
-            session.rel_marks[packet_id] = (lmq, sizes[lmq])
+                try:
+                    sizes[lmq] = await self.gateway.backend.max_offset(lmq, LMQ_QUEUE_ID)
+                except BackendError:
+                    if self.gateway.cluster is None:
+                        raise
+                    sizes[lmq] = None  # cluster: that broker is down; the id is recorded unmarked
+            size = sizes[lmq]
+            if size is not None:
+                session.rel_marks[packet_id] = (lmq, size)
         await self._flush_state()
 
     async def _flush_state(self) -> None:

@@ -4,9 +4,9 @@ One :class:`Gateway` per server, owned by its :class:`~mqproxy.mqtt.service.Mqtt
 lazily by the first MQTT connection (or the idle-LMQ sweep): persistent sessions and retained messages
 are replayed from the store.
 
-Publishing (:meth:`Gateway.publish`) stores a message once in its parent topic and dispatches it into the
-topic's LMQ, the LMQ of every subscribed wildcard filter that matches, and the retained queue when RETAIN
-is set (RIP-28). Readers are woken by the store's long-poll (RIP-33 notify → pull → push).
+Publishing is :attr:`Gateway.publisher` (:mod:`mqproxy.mqtt.publishing`): a message is stored once and
+dispatched into the LMQ of every subscription that matches (RIP-28), readers are woken by the store's
+long-poll (RIP-33 notify → pull → push).
 """
 
 from __future__ import annotations
@@ -14,38 +14,34 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 import trio
 
-from mqproxy.codecs.mqtt import MqttCodecError, Properties, parse_topic_filter
+from mqproxy.codecs.mqtt import MqttCodecError, parse_topic_filter
 from mqproxy.model.errors import BackendError
-from mqproxy.model.topics import LMQ_QUEUE_ID
-from mqproxy.model.types import Message, SendResult
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.cluster_sync import ClusterSync, NodeDirectory
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.cursor import Cursor
-from mqproxy.mqtt.mapping import PROPERTY_MQTT_TOPIC, RETAINED_LMQ, encode_properties, lmq_name, parent_topic
+from mqproxy.mqtt.mapping import RETAINED_LMQ, lmq_name
+from mqproxy.mqtt.publishing import Publisher
 from mqproxy.mqtt.push_hub import PushHubs
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.retained import RetainedStore
 from mqproxy.mqtt.session import Session
+from mqproxy.mqtt.session_record import SessionSnapshot, SubscriptionSpec, WillRecord
 from mqproxy.mqtt.shared import SharedGroup
-from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec, WillRecord
-from mqproxy.mqtt.store import LightStore
+from mqproxy.mqtt.state import SessionStateStore
+from mqproxy.mqtt.store import LightStore, queue_ids
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 from mqproxy.mqtt.timers import Timers
 
 _log = structlog.get_logger("mqproxy.mqtt")
 #: Seconds between checks whether a state log is worth compacting.
 HOUSEKEEPING_INTERVAL_S = 60.0
-#: Most client PUBLISHes written in one batch.
-MAX_BATCH = 64
-#: One MQTT publish to store: ``(topic, payload, qos, retain, properties)``.
-PublishItem = tuple[str, bytes, int, bool, Properties]
 
 
 def now_ms() -> int:
@@ -91,6 +87,7 @@ class Gateway:
         self._loaded = False
         self._load_lock = trio.Lock()
         self.timers = Timers(self._draining)
+        self.publisher = Publisher(self)
 
     # --- start-up -----------------------------------------------------------------------------
     async def ready(self) -> None:
@@ -118,7 +115,7 @@ class Gateway:
         snapshots = await self._state.load()
         if self.cluster is not None:  # sessions are taken up by the CONNECT that resumes them
             await self.cluster.join()
-            self.cluster.start(snapshots, self._state.end, self.retained.end)
+            self.cluster.start(snapshots, self._state.ends, self.retained.ends)
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
             return
         now = now_ms()
@@ -154,97 +151,6 @@ class Gateway:
                 await self._state.compact()
         finally:
             self.call_later(HOUSEKEEPING_INTERVAL_S, self._housekeeping)
-
-    # --- publishing ---------------------------------------------------------------------------
-    def rocketmq_dispatch(self, properties: Mapping[str, str]) -> tuple[str, ...]:
-        """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property is dispatched to when its
-        producer named none (``INNER_MULTI_DISPATCH``): the topic's LMQ plus every matching subscribed
-        wildcard filter's (empty if the property is absent or not a valid MQTT topic name)."""
-        topic = _dispatch_topic(properties)
-        return self.dispatch_targets(topic, retain=False) if topic else ()
-
-    def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
-        targets = [lmq_name(topic)]
-        local = self.index.match(topic)
-        targets.extend(lmq_name(f) for f in local)
-        if self.cluster is not None:
-            targets.extend(lmq_name(f) for f in self.cluster.match(topic) if f not in local)
-        if retain:
-            targets.append(RETAINED_LMQ)
-        return tuple(targets)
-
-    def _message(self, item: PublishItem, client_id: str, born_host: tuple[str, int]) -> Message:
-        topic, payload, qos, retain, properties = item
-        return Message(
-            topic=parent_topic(topic),
-            body=payload,
-            properties=encode_properties(topic, qos, client_id, retain, properties),
-            born_timestamp_ms=now_ms(),
-            born_host=born_host,
-            dispatch=self.dispatch_targets(topic, retain),
-        )
-
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        properties: Properties,
-        client_id: str,
-        born_host: tuple[str, int] = ("127.0.0.1", 0),
-    ) -> SendResult:
-        """Store one MQTT publish once and dispatch it to every LMQ that serves a matching subscription."""
-        item = (topic, payload, qos, retain, properties)
-        result = await self.backend.send(self._message(item, client_id, born_host))
-        if retain:
-            await self._readable(result)
-            self.retained.set(
-                topic, payload, qos, properties, result.store_timestamp_ms, result.commitlog_offset
-            )
-        return result
-
-    async def publish_many(
-        self,
-        items: list[PublishItem],
-        client_id: str,
-        born_host: tuple[str, int] = ("127.0.0.1", 0),
-    ) -> list[SendResult | BackendError]:
-        """Store ``(topic, payload, qos, retain, properties)`` publishes in order, one batch write per run
-        of the same parent topic; a refused batch is retried message by message, so each item gets its own
-        result or error."""
-        messages = [self._message(item, client_id, born_host) for item in items]
-        out: list[SendResult | BackendError] = []
-        start = 0
-        while start < len(messages):
-            end = start + 1
-            parent = messages[start].topic
-            while end < len(messages) and end - start < MAX_BATCH and messages[end].topic == parent:
-                end += 1
-            chunk = messages[start:end]
-            try:
-                out.extend(await self.backend.send_batch(chunk))
-            except BackendError:
-                for message in chunk:
-                    try:
-                        out.append(await self.backend.send(message))
-                    except BackendError as exc:
-                        out.append(exc)
-            start = end
-        for (topic, payload, qos, retain, props), result in zip(items, out, strict=True):
-            if retain and isinstance(result, SendResult):
-                await self._readable(result)
-                self.retained.set(
-                    topic, payload, qos, props, result.store_timestamp_ms, result.commitlog_offset
-                )
-        return out
-
-    async def _readable(self, result: SendResult) -> None:
-        """Cluster mode: wait until a retained message just stored is readable by every node (a broker
-        indexes a stored message shortly after it answers the send), so a client that connects anywhere
-        after the PUBACK gets it."""
-        if self.cluster is not None:
-            await self.backend.wait_for_message(result.topic, result.queue_id, result.queue_offset, 5.0)
 
     # --- sessions -----------------------------------------------------------------------------
     async def open_session(
@@ -311,7 +217,7 @@ class Gateway:
             await self.discard(session)
             return
         disconnected = now_ms()
-        await self._state.write(session.client_id, lambda: session.snapshot(disconnected))
+        await self._state.write(session.client_id, functools.partial(_record, session, disconnected))
         self._schedule_expiry(session, disconnected)
 
     def _schedule_expiry(self, session: Session, disconnected_ms: int) -> None:
@@ -331,7 +237,7 @@ class Gateway:
         LMQ the read cache holds segments of: the store's idle-queue sweep must not delete these."""
         names = {RETAINED_LMQ}
         for session in self.sessions.values():
-            names.update(cursor.lmq for cursor in session.cursors.values())
+            names.update(cursor.lmq for cursor in session.cursors.values())  # (every lane: same LMQ)
         names.update(group.cursor.lmq for group in self.shared_groups.values())
         names |= self.read_cache.cached_topics()
         return names
@@ -340,7 +246,7 @@ class Gateway:
         """Make ``session``'s current state durable (persistent sessions, and every session in cluster
         mode, where other nodes read it; concurrent calls share writes)."""
         if session.persistent or self.cluster is not None:
-            await self._state.write(session.client_id, session.snapshot)
+            await self._state.write(session.client_id, functools.partial(_record, session, None))
 
     # --- cluster mode ---------------------------------------------------------------------------
     async def catch_up(self) -> None:
@@ -392,17 +298,34 @@ class Gateway:
             session.shared[spec.topic_filter] = group
             return
         lmq = lmq_name(inner)
-        offset: int | None = None
-        if resume:
-            offset = await self.backend.query_consumer_offset(session.group, lmq, LMQ_QUEUE_ID)
-        if offset is None:
-            offset = await self.backend.max_offset(lmq, LMQ_QUEUE_ID)
-            if session.persistent:
-                await self.backend.commit_consumer_offset(session.group, lmq, LMQ_QUEUE_ID, offset)
-        cursor = Cursor(lmq, offset, session.group)
-        cursor.durable = session.persistent
+        queues = await queue_ids(self.backend, lmq)
+        lanes = tuple(Cursor(lmq, -1, session.group, queue) for queue in queues)
+        for cursor in lanes:
+            cursor.durable = session.persistent
+            cursor.resume = resume
+            try:
+                await self.position(cursor)
+            except BackendError:
+                if len(lanes) == 1:
+                    raise
+                # that broker is down: its reader positions the cursor when it answers again (nothing
+                # is stored there meanwhile, so starting at its end then misses nothing new)
         session.subscriptions[spec.topic_filter] = spec
-        session.cursors[spec.topic_filter] = cursor
+        session.cursors[spec.topic_filter] = lanes[0]
+        session.lanes[spec.topic_filter] = lanes
+
+    async def position(self, cursor: Cursor) -> None:
+        """Position a cursor that is not: at its committed offset (``resume``) if one is stored, else at
+        the queue's end (committed there for a durable cursor)."""
+        backend = self.backend
+        offset: int | None = None
+        if cursor.resume:
+            offset = await backend.query_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id)
+        if offset is None:
+            offset = await backend.max_offset(cursor.lmq, cursor.queue_id)
+            if cursor.durable:
+                await backend.commit_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id, offset)
+        cursor.position(offset)
 
     async def _hold_groups(self, session: Session, snapshot: SessionSnapshot) -> None:
         """Open the groups of shared QoS 2 deliveries whose filter the session no longer subscribes."""
@@ -435,13 +358,14 @@ class Gateway:
     def _forget_subscription(self, session: Session, topic_filter: str) -> None:
         session.subscriptions.pop(topic_filter, None)
         session.cursors.pop(topic_filter, None)
+        session.lanes.pop(topic_filter, None)
         group = session.shared.pop(topic_filter, None)
         if group is not None:
             if any(e.shared is not None and e.shared[0] is group for e in session.inflight.values()):
                 session.held[topic_filter] = group  # its QoS 2 deliveries are still completed
             group.members -= 1
             # A group with deliveries still in flight stays, so a new member resumes it, not its offset.
-            if group.members <= 0 and not group.cursor.pending:
+            if group.members <= 0 and not group.pending:
                 self.shared_groups.pop((group.name, group.topic_filter), None)
         inner = reader_filter(topic_filter)
         if "+" in inner or "#" in inner:
@@ -477,12 +401,11 @@ class Gateway:
         await self.timers.run()
 
 
-def _dispatch_topic(properties: Mapping[str, str]) -> str:
-    """The ``MQTT_TOPIC`` a RocketMQ-produced message names, or "" if none or not a valid topic name."""
-    topic = properties.get(PROPERTY_MQTT_TOPIC)
-    if not topic or "+" in topic or "#" in topic or "\x00" in topic:
-        return ""
-    return topic
+def _record(session: Session, disconnected_ms: int | None) -> SessionSnapshot | None:
+    """``session``'s record, built when its write's turn comes: none once the session ended meanwhile (its
+    tombstone is written apart; in cluster mode another node may hold it now, and a record written here
+    would carry a higher version than that node's and take the session back from its connection)."""
+    return None if session.ended else session.snapshot(disconnected_ms)
 
 
 def config_from_settings(mqtt: Any) -> MqttConfig:

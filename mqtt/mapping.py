@@ -22,8 +22,8 @@ stored):
 * **RocketMQ → MQTT.** A RocketMQ producer reaches MQTT subscribers of ``a/b/c`` by sending to topic
   ``a`` with property ``MQTT_TOPIC=a/b/c`` and ``INNER_MULTI_DISPATCH`` naming ``lmq_for("a/b/c")`` (and
   the LMQs of wildcard filters it wants to reach); a protocol handler that sees ``MQTT_TOPIC`` without a
-  dispatch list can compute it with :func:`mqproxy.mqtt.gateway.rocketmq_dispatch`. Such messages are
-  delivered at QoS ``min(MQTT_QOS or 1, subscription QoS)``.
+  dispatch list can compute it with :meth:`mqproxy.mqtt.publishing.Publisher.rocketmq_dispatch`. Such
+  messages are delivered at QoS ``min(MQTT_QOS or 1, subscription QoS)``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mqproxy.codecs.mqtt import Properties, Publish, ReasonCode
-from mqproxy.mqtt.state import SubscriptionSpec
+from mqproxy.mqtt.session_record import SubscriptionSpec
 
 __all__ = ["Close", "ConnectTerms", "Inbound", "Permission", "Subscription", "error_name", "is_error"]
 

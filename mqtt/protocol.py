@@ -25,7 +25,7 @@ from typing import Any
 from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.outcomes import Close, ConnectTerms, Inbound, Permission, Subscription
-from mqproxy.mqtt.state import SubscriptionSpec
+from mqproxy.mqtt.session_record import SubscriptionSpec
 
 __all__ = ["MqttProtocol"]
 

@@ -8,7 +8,7 @@ queues them for the connection's writer) without waking the reader. A reader is 
 declines a message (QoS 1/2, an expiring message, topic aliases, a full
 send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
 duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
-long-polls the store on its own.
+long-polls the store on its own. A hub serves one queue of an LMQ (a cluster has one per broker).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import structlog
 import trio
 
 from mqproxy.model.errors import BackendError
-from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.read_cache import ReadCache
@@ -44,17 +43,18 @@ class _Parked:
 
 
 class _Hub:
-    __slots__ = ("lmq", "offset", "parked", "scope")
+    __slots__ = ("lmq", "offset", "parked", "queue_id", "scope")
 
-    def __init__(self, lmq: str, offset: int) -> None:
+    def __init__(self, lmq: str, queue_id: int, offset: int) -> None:
         self.lmq = lmq
+        self.queue_id = queue_id
         self.offset = offset  # the next offset the hub will read; every parked cursor is here
         self.parked: dict[int, _Parked] = {}
         self.scope = trio.CancelScope()
 
 
 class PushHubs:
-    """The hubs of one gateway, by LMQ. ``pushed`` counts deliveries made without waking a reader,
+    """The hubs of one gateway, by LMQ and queue. ``pushed`` counts deliveries made without waking a reader,
     ``woken`` the readers woken because their hub declined a message."""
 
     def __init__(
@@ -64,7 +64,7 @@ class PushHubs:
         self._cache = read_cache
         self._batch = pull_batch
         self._poll_s = poll_interval_s
-        self._hubs: dict[str, _Hub] = {}
+        self._hubs: dict[tuple[str, int], _Hub] = {}
         self.pushed = 0
         self.woken = 0
 
@@ -77,22 +77,22 @@ class PushHubs:
         """Wait until the reader of ``cursor`` must pull again: the hub declined a message for it, the
         cursor is not where the hub reads, or ``timeout_s`` passed. Meanwhile the hub may move the
         cursor forward by delivering through ``deliver_now``."""
-        lmq = cursor.lmq
-        hub = self._hubs.get(lmq)
+        lmq, queue_id = key = cursor.lmq, cursor.queue_id
+        hub = self._hubs.get(key)
         if hub is None:
-            hub = self._hubs[lmq] = _Hub(lmq, cursor.next_offset)
-            trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {lmq}")
+            hub = self._hubs[key] = _Hub(lmq, queue_id, cursor.next_offset)
+            trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {lmq}/{queue_id}")
         elif hub.offset != cursor.next_offset:
-            await self._backend.wait_for_message(lmq, LMQ_QUEUE_ID, cursor.next_offset, timeout_s)
+            await self._backend.wait_for_message(lmq, queue_id, cursor.next_offset, timeout_s)
             return
         parked = _Parked(topic_filter, cursor, deliver_now)
-        key = id(parked)
-        hub.parked[key] = parked
+        ticket = id(parked)
+        hub.parked[ticket] = parked
         try:
             with trio.move_on_after(timeout_s):
                 await parked.woken.wait()
         finally:
-            hub.parked.pop(key, None)
+            hub.parked.pop(ticket, None)
             if not hub.parked:
                 hub.scope.cancel()  # nobody left: the hub task ends
 
@@ -100,7 +100,7 @@ class PushHubs:
         try:
             with hub.scope:
                 while hub.parked:
-                    await self._backend.wait_for_message(hub.lmq, LMQ_QUEUE_ID, hub.offset, self._poll_s)
+                    await self._backend.wait_for_message(hub.lmq, hub.queue_id, hub.offset, self._poll_s)
                     if not await self._push_new(hub):
                         break
         except BackendError as exc:
@@ -108,14 +108,14 @@ class PushHubs:
         except Exception:  # a bug must not kill the process through a system task
             _log.exception("internal.error", detail=f"push hub for {hub.lmq} failed")
         finally:
-            if self._hubs.get(hub.lmq) is hub:
-                del self._hubs[hub.lmq]
+            if self._hubs.get((hub.lmq, hub.queue_id)) is hub:
+                del self._hubs[(hub.lmq, hub.queue_id)]
             for parked in hub.parked.values():
                 parked.woken.set()  # their readers pull on their own now
 
     async def _push_new(self, hub: _Hub) -> bool:
         """Offer the messages after ``hub.offset`` to every parked reader; False if the hub must stop."""
-        result = await self._cache.pull(hub.lmq, LMQ_QUEUE_ID, hub.offset, self._batch)
+        result = await self._cache.pull(hub.lmq, hub.queue_id, hub.offset, self._batch)
         if not result.messages:
             return result.status is not PullStatus.OFFSET_ILLEGAL
         if result.next_offset - hub.offset != len(result.messages):

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 from mqproxy.codecs.mqtt import Properties
 from mqproxy.facade.compaction import Replay, compact_if_worth, replay, worth_compacting
+from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import StoredMessage
 from mqproxy.mqtt.mapping import RETAINED_LMQ, decode_properties
-from mqproxy.mqtt.store import LightStore
+from mqproxy.mqtt.store import LightStore, queue_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,10 @@ class RetainedStore:
         self.compacts = compacts
         #: The offset one past the last record :meth:`load` read.
         self.end = 0
+        #: Cluster mode (``compacts`` False): per queue of the retained LMQ, the same.
+        self.ends: dict[int, int] = {}
+        #: Cluster mode: store time of the newest record applied per topic (see :meth:`apply_newest`).
+        self._applied_ms: dict[str, int] = {}
         self._root = _Node()
         self._count = 0
         self._records = 0  # records in the retained queue (between compactions: an upper bound)
@@ -79,12 +84,41 @@ class RetainedStore:
 
     async def load(self, backend: LightStore) -> None:
         """Rebuild the tree from the retained queue, compacting the queue first if it is mostly dead
-        records (call once, before serving)."""
+        records (call once, before serving). Cluster mode (``compacts`` False): from every queue of the
+        retained LMQ (one per broker; a queue whose broker fails is skipped and read later from its
+        start), the newest record per topic by store time."""
+        if not self.compacts:
+            await self._load_queues(backend)
+            return
         found = await replay(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key)
         self.end = found.end
         for message in found.live():
             self.apply(message)
         await self._compact(backend, found)
+
+    async def _load_queues(self, backend: LightStore) -> None:
+        newest: list[StoredMessage] = []
+        for queue in await queue_ids(backend, RETAINED_LMQ):
+            try:
+                found = await replay(backend, RETAINED_LMQ, queue, _retained_key)
+            except BackendError:
+                self.ends[queue] = 0
+                continue
+            self.ends[queue] = found.end
+            newest.extend(message for _, _, message in found.newest.values())
+        for message in sorted(newest, key=lambda m: m.store_timestamp_ms):
+            self.apply_newest(message)
+
+    def apply_newest(self, message: StoredMessage) -> None:
+        """Cluster mode: :meth:`apply` unless a record of the same topic stored later was applied (the
+        retained LMQ has a queue per broker, read side by side; store times order them)."""
+        attrs = decode_properties(message.properties)
+        if attrs is None:
+            return
+        if message.store_timestamp_ms < self._applied_ms.get(attrs.topic, 0):
+            return
+        self._applied_ms[attrs.topic] = message.store_timestamp_ms
+        self.apply(message)
 
     def compaction_due(self) -> bool:
         """True once the queue probably holds more replaced or cleared values than live ones."""
@@ -96,10 +130,9 @@ class RetainedStore:
         await self._compact(backend, None)
 
     async def _compact(self, backend: LightStore, found: Replay | None) -> None:
-        if self.compacts:
-            await compact_if_worth(
-                backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key, self._min_garbage, found
-            )
+        if not self.compacts:
+            return  # (nothing counts records either: compaction is never due)
+        await compact_if_worth(backend, RETAINED_LMQ, LMQ_QUEUE_ID, _retained_key, self._min_garbage, found)
         low = await backend.min_offset(RETAINED_LMQ, LMQ_QUEUE_ID)
         self._records = await backend.max_offset(RETAINED_LMQ, LMQ_QUEUE_ID) - low
 

@@ -82,8 +82,8 @@ class MqttService:
         return self.gateway.config.max_packet_size
 
     def lmq_dispatch(self, properties: Mapping[str, str]) -> tuple[str, ...]:
-        """The facade's light-queue dispatch: see :meth:`Gateway.rocketmq_dispatch`."""
-        return self.gateway.rocketmq_dispatch(properties)
+        """The facade's light-queue dispatch (see :meth:`.Publisher.rocketmq_dispatch`)."""
+        return self.gateway.publisher.rocketmq_dispatch(properties)
 
     def lmqs_in_use(self) -> set[str]:
         """Light queues the idle sweep must keep (see :meth:`Gateway.lmqs_in_use`)."""

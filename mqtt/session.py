@@ -1,7 +1,8 @@
 """MQTT session state that outlives a network connection (in memory; durable parts in :mod:`.state`).
 
-A :class:`Session` holds the subscriptions, one :class:`~mqproxy.mqtt.cursor.Cursor` per subscription (its
-read position on the filter's LMQ and the un-acked offsets behind it), the outbound in-flight window and
+A :class:`Session` holds the subscriptions, one :class:`~mqproxy.mqtt.cursor.Cursor` per subscription and
+queue of its LMQ (its read position on the filter's LMQ and the un-acked offsets behind it; an LMQ has one
+queue per broker on a cluster, see :func:`~mqproxy.mqtt.store.queue_ids`), the outbound in-flight window and
 the inbound QoS 2 packet ids awaiting PUBREL. A connection attaches to it, delivers from it and detaches;
 nothing here does I/O except :meth:`Session.commit_offsets`, which stores the cursors' offsets for
 persistent sessions, and :meth:`Session.restore_inflight`, which re-reads restored QoS 2 deliveries from
@@ -26,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from mqproxy.codecs.mqtt import Publish, QoS
+from mqproxy.model.errors import BackendError
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SESSION_GROUP_PREFIX, decode_properties
-from mqproxy.mqtt.state import (
+from mqproxy.mqtt.session_record import (
     COMPLETE,
     RELEASED,
     SENT,
@@ -72,14 +74,18 @@ class Session:
         self.expiry_interval = expiry_interval
         self.send_quota = send_quota
         self.subscriptions: dict[str, SubscriptionSpec] = {}
+        #: The cursor of each subscription on the first queue of its LMQ (its only one, embedded).
         self.cursors: dict[str, Cursor] = {}
+        #: Every cursor of each subscription read on several queues, the first being in :attr:`cursors`
+        #: (see :meth:`lanes_of`).
+        self.lanes: dict[str, tuple[Cursor, ...]] = {}
         self.shared: dict[str, Any] = {}  # topic filter -> SharedGroup
         #: Shared filters no longer subscribed whose groups still wait for QoS 2 deliveries of ours.
         self.held: dict[str, Any] = {}
         self.inflight: dict[int, InFlight] = {}
         self.awaiting_rel: set[int] = set()
         #: Persistent sessions: (LMQ, its size) just before the message of an id in ``awaiting_rel`` was
-        #: stored, until the store accepted it (see :class:`~mqproxy.mqtt.state.InboundQos2`).
+        #: stored, until the store accepted it (see :class:`~mqproxy.mqtt.session_record.InboundQos2`).
         self.rel_marks: dict[int, tuple[str, int]] = {}
         #: Ids restored after a restart whose message may or may not be stored (:meth:`confirm_stored`).
         self.unconfirmed: set[int] = set()
@@ -120,18 +126,27 @@ class Session:
         """The shared group of ``topic_filter``, subscribed or only ``held``; None if not shared."""
         return self.shared.get(topic_filter) or self.held.get(topic_filter)
 
-    def cursor_for(self, topic_filter: str) -> Cursor | None:
-        """The read position of a subscription: its own, or its shared group's."""
+    def cursor_for(self, topic_filter: str, queue_id: int = LMQ_QUEUE_ID) -> Cursor | None:
+        """The read position of a subscription on ``queue_id``: its own, or its shared group's."""
+        for cursor in self.lanes_of(topic_filter):
+            if cursor.queue_id == queue_id:
+                return cursor
+        group = self.group_for(topic_filter)
+        return group.lane(queue_id) if group is not None else None
+
+    def lanes_of(self, topic_filter: str) -> tuple[Cursor, ...]:
+        """The cursors of a (non-shared) subscription, one per queue of its LMQ (none if not subscribed)."""
+        lanes = self.lanes.get(topic_filter)
+        if lanes is not None:
+            return lanes
         cursor = self.cursors.get(topic_filter)
-        if cursor is None:
-            group = self.group_for(topic_filter)
-            cursor = group.cursor if group is not None else None
-        return cursor
+        return (cursor,) if cursor is not None else ()
 
     def _filters_by_cursor(self) -> dict[int, str]:
-        filters = {id(cursor): topic_filter for topic_filter, cursor in self.cursors.items()}
+        filters = {id(c): topic_filter for topic_filter in self.cursors for c in self.lanes_of(topic_filter)}
         for groups in (self.held, self.shared):
-            filters.update((id(group.cursor), topic_filter) for topic_filter, group in groups.items())
+            for topic_filter, group in groups.items():
+                filters.update((id(cursor), topic_filter) for cursor in group.lanes)
         return filters
 
     def _outbound_records(self) -> list[OutboundQos2]:
@@ -147,13 +162,14 @@ class Session:
                 records.append(OutboundQos2(entry.packet_id, entry.retained_for, entry.offset, phase, True))
                 continue
             topic_filter = filters.get(id(entry.cursor))
-            if topic_filter is not None:
-                records.append(OutboundQos2(entry.packet_id, topic_filter, entry.offset, phase))
+            if topic_filter is not None and entry.cursor is not None:
+                queue = entry.cursor.queue_id
+                records.append(OutboundQos2(entry.packet_id, topic_filter, entry.offset, phase, False, queue))
         self._prune_settled()
         for cursor, offset in self.settled:
             topic_filter = filters.get(id(cursor))
             if topic_filter is not None:
-                records.append(OutboundQos2(0, topic_filter, offset, COMPLETE))
+                records.append(OutboundQos2(0, topic_filter, offset, COMPLETE, False, cursor.queue_id))
         return records
 
     def _prune_settled(self) -> None:
@@ -179,13 +195,13 @@ class Session:
         self.unconfirmed = set(self.rel_marks)
         self.restarted_at_ms = now_ms
         seen: set[int] = set()
-        for record in sorted(snapshot.outbound, key=lambda r: r.offset):
+        for record in sorted(snapshot.outbound, key=lambda r: (r.queue_id, r.offset)):
             if record.retained:
                 if record.packet_id not in seen:
                     seen.add(record.packet_id)
                     self.restored.append(record)
                 continue
-            cursor = self.cursor_for(record.topic_filter)
+            cursor = self.cursor_for(record.topic_filter, record.queue_id)
             if cursor is None or record.offset < cursor.committed or record.offset in cursor.restored:
                 continue
             if record.phase == COMPLETE:
@@ -266,7 +282,7 @@ class Session:
                 if record.phase == SENT:
                     message = await backend.get_message(record.offset)
             else:
-                cursor = self.cursor_for(record.topic_filter)
+                cursor = self.cursor_for(record.topic_filter, record.queue_id)
                 group = self.group_for(record.topic_filter)
                 if spec is None and group is not None:  # unsubscribed meanwhile: still completed
                     spec = SubscriptionSpec(record.topic_filter, QoS.EXACTLY_ONCE)
@@ -275,7 +291,7 @@ class Session:
                     del self.restored[0]
                     continue
                 if record.phase == SENT:
-                    result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
+                    result = await backend.pull(cursor.lmq, cursor.queue_id, record.offset, 1)
                     if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
                         message = result.messages[0]
             publish = None
@@ -361,21 +377,25 @@ class Session:
                 continue
             group, message = entry.shared
             del self.inflight[packet_id]
+            if entry.cursor is None:
+                continue
             if entry.released or message is None:
-                group.cursor.acknowledged(entry.offset)
+                entry.cursor.acknowledged(entry.offset)
             else:
-                group.give_back(message, entry.offset)
+                group.give_back(message, entry.cursor, entry.offset)
         for record in self.restored:
             group = self.group_for(record.topic_filter)
             if group is None or record.retained:
                 continue
-            cursor = group.cursor
+            cursor = group.lane(record.queue_id)
+            if cursor is None:
+                continue
             if record.phase != SENT:
                 cursor.acknowledged(record.offset)
             elif cursor.restored.pop(record.offset, None) is None:  # the group read past it already
-                result = await backend.pull(cursor.lmq, LMQ_QUEUE_ID, record.offset, 1)
+                result = await backend.pull(cursor.lmq, cursor.queue_id, record.offset, 1)
                 if result.status is PullStatus.FOUND and result.next_offset == record.offset + 1:
-                    group.give_back(result.messages[0], record.offset)
+                    group.give_back(result.messages[0], cursor, record.offset)
                 else:
                     cursor.complete(record.offset)  # gone from the store
         self.restored.clear()
@@ -384,7 +404,15 @@ class Session:
         self._slots.unpark_all()
 
     async def commit_offsets(self, backend: LightStore) -> None:
-        """Store every cursor's committed offset that changed (persistent sessions only)."""
-        for cursor in list(self.cursors.values()):
-            cursor.durable = self.persistent
-            await cursor.commit(backend)
+        """Store every cursor's committed offset that changed (persistent sessions only). A subscription
+        read on several queues (a cluster's brokers) skips a queue whose broker fails: its offset is
+        stored by a later commit; a single queue's failure raises."""
+        for topic_filter in list(self.cursors):
+            lanes = self.lanes_of(topic_filter)
+            for cursor in lanes:
+                cursor.durable = self.persistent
+                try:
+                    await cursor.commit(backend)
+                except BackendError:
+                    if len(lanes) == 1:
+                        raise

@@ -4,6 +4,11 @@ through the :class:`~mqproxy.facade.api.BrokerFacade`.
 The gateway reads light queues by position (no consumer group, no filter), writes its session and retained
 state logs, and long-polls caught-up queues; :class:`LightStore` names exactly that, in the positional shape
 the readers use. Any implementation with these methods works (tests hand the gateway an in-memory store).
+
+A light queue is one queue (:data:`~mqproxy.model.topics.LMQ_QUEUE_ID`) in the embedded store; on a
+RocketMQ cluster it has one queue id per broker (each broker fills its own copy with what it stored), and
+a reader reads every one with its own offsets. :func:`queue_ids` says which a topic has: a store may answer
+it with a ``queue_ids(topic)`` method; one without (an in-memory test store) has queue 0 only.
 """
 
 from __future__ import annotations
@@ -12,9 +17,19 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from mqproxy.facade.api import BrokerFacade, PullRequest, SendRequest
+from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import ConsumerInfo, Message, PullResult, SendResult, StoredMessage, TopicConfig
 
-__all__ = ["FacadeStore", "LightStore"]
+__all__ = ["FacadeStore", "LightStore", "queue_ids"]
+
+
+async def queue_ids(store: object, topic: str) -> tuple[int, ...]:
+    """The queue ids a reader of ``topic`` reads (at least one; see the module docstring)."""
+    answer = getattr(store, "queue_ids", None)
+    if answer is None:
+        return (LMQ_QUEUE_ID,)
+    found: tuple[int, ...] = await answer(topic)
+    return found or (LMQ_QUEUE_ID,)
 
 
 class LightStore(Protocol):
@@ -89,6 +104,11 @@ class FacadeStore:
 
     async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
         return await self.broker.create_topic(topic, queue_count)
+
+    async def queue_ids(self, topic: str) -> tuple[int, ...]:
+        """The readable queue ids of ``topic`` (an LMQ on a cluster: one per broker)."""
+        config = await self.broker.get_topic(topic)
+        return tuple(range(config.read_queues)) if config is not None and config.read_queues else ()
 
     # --- beyond LightStore: the node directory of cluster mode (mqtt.cluster_sync.NodeDirectory) ---
 

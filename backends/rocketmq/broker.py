@@ -15,14 +15,15 @@ Contracts:
   (group configs: :mod:`.groups`).
 * :meth:`RocketMQBroker.health` is None while the cluster answers, else a one-line reason. The node
   starts without the cluster; requests then fail with :class:`~mqproxy.model.errors.ClusterUnavailable`.
-* Light message queues (``%LMQ%`` names) live on the one LMQ broker (:mod:`.lmq`): their config is
-  fixed (one queue), creating one is a no-op, and looking one up checks the LMQ broker is reachable.
+* Light message queues (``%LMQ%`` names) exist on every broker (:mod:`.lmq`): their config has one queue
+  per indexed broker, creating one is a no-op.
 * Topic creation goes to every master broker of the cluster with the same queue count (as
   ``mqadmin updateTopic -c``); a topic's virtual queue count is the sum over its brokers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import AsyncIterator, Callable, Container, Sequence
@@ -118,10 +119,14 @@ class RocketMQBroker(ProducingRole, LmqSending, ConsumingRole, PoppingRole):
             view.route.topic, count, count, perm or PERM_READ | PERM_WRITE, view.route.sys_flag
         )
 
+    async def _lmq_topic(self, topic: str) -> TopicConfig:
+        """An LMQ's config: one queue per indexed broker (see :mod:`.lmq`)."""
+        count = await self.cluster.lmq_queue_count()
+        return dataclasses.replace(lmq_config(topic), read_queues=count, write_queues=count)
+
     async def get_topic(self, topic: str) -> TopicConfig | None:
         if is_lmq(topic):
-            await self.cluster.lmq_broker()
-            return lmq_config(topic)
+            return await self._lmq_topic(topic)
         view = await self.cluster.view(topic)
         if view is None:
             return None
@@ -195,7 +200,7 @@ class RocketMQBroker(ProducingRole, LmqSending, ConsumingRole, PoppingRole):
 
     async def create_topic(self, topic: str, queue_count: int | None = None) -> TopicConfig:
         if is_lmq(topic):
-            return lmq_config(topic)  # an LMQ exists once a message is dispatched to it
+            return await self._lmq_topic(topic)  # an LMQ exists once a message is dispatched to it
         view = await self.cluster.view(topic)
         if view is not None:
             return self._config(view)

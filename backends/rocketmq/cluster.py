@@ -15,12 +15,17 @@ Contracts:
   stored map that starts with it (:func:`.vqueues.QueueMap.covers`).
 * :meth:`Cluster.broker_call` sends to a broker's master; connection failures, timeouts and an unknown
   broker become :class:`~mqproxy.model.errors.ClusterUnavailable` with a remark naming the broker.
-* :meth:`Cluster.lmq_broker` is the one broker every light message queue lives on, named in the name
-  servers' KV (namespace ``mqproxy``, key ``mqtt/broker``). A node reads the key on first use; if no name
-  server holds it, the node writes the first master broker name in sorted order and then uses what it
-  reads back, so all nodes agree. The KV has no compare-and-set: two nodes that saw different masters
-  when the key was first written may pick differently until the next refresh, which re-reads the key.
-  A named broker without a live master is :class:`~mqproxy.model.errors.ClusterUnavailable` naming it.
+* Light message queues exist on every broker: a broker fills an LMQ with what it stored itself. An
+  LMQ's queue id ``q`` is the broker at index ``q + 1`` of the :class:`~.vqueues.BrokerIndex`
+  (:meth:`Cluster.lmq_queue_broker`, :meth:`Cluster.lmq_queue_count`), so every node numbers them alike
+  and a broker added later only appends a queue id.
+* :meth:`Cluster.lmq_broker` is the preferred broker for dispatching sends, named in the name servers' KV
+  (namespace ``mqproxy``, key ``mqtt/broker``). A node reads the key on first use; if no name server
+  holds it, the node writes the first master broker name in sorted order and then uses what it reads
+  back, so all nodes agree. The KV has no compare-and-set: two nodes that saw different masters when the
+  key was first written may pick differently until the next refresh, which re-reads the key.
+  :meth:`Cluster.lmq_send_order` is that broker (when its master is live) followed by every other live
+  master in name order: a dispatching send that fails on one goes to the next.
 * :meth:`Cluster.broker_hold` is :meth:`Cluster.broker_call` for a broker long poll: no answer within the
   hold is None, not an error.
 * :attr:`Cluster.health` is None while the name servers answer and a reason otherwise; it is refreshed by
@@ -223,27 +228,62 @@ class Cluster:
         assert found is not None
         return found
 
-    # --- the LMQ broker -------------------------------------------------------------------------
+    # --- light message queues ------------------------------------------------------------------
 
     @property
     def lmq_broker_name(self) -> str | None:
-        """The LMQ broker as last read (None: not used yet by this node)."""
+        """The preferred LMQ broker as last read (None: not used yet by this node)."""
         return self._lmq_broker
 
     async def lmq_broker(self) -> str:
-        """The broker every LMQ lives on (see the module contracts); its master is live."""
-        name = self._lmq_broker
-        if name is None:
-            name = await self._read_lmq_broker()
-        if self.master(name) is None and trio.current_time() >= self._lmq_recheck_at:
-            self._lmq_recheck_at = trio.current_time() + _UNHEALTHY_RETRY_S  # not once per request
-            await self.refresh_cluster()
+        """The preferred broker of dispatching sends (see the module contracts); its master is live."""
+        name = await self._preferred_lmq_broker()
         if self.master(name) is None:
             raise ClusterUnavailable(
                 f"the LMQ broker {name} (name-server KV {wire.KV_NAMESPACE}/{LMQ_BROKER_KEY}) "
                 "has no live master"
             )
         return name
+
+    async def _preferred_lmq_broker(self) -> str:
+        name = self._lmq_broker
+        if name is None:
+            name = await self._read_lmq_broker()
+        if self.master(name) is None and trio.current_time() >= self._lmq_recheck_at:
+            self._lmq_recheck_at = trio.current_time() + _UNHEALTHY_RETRY_S  # not once per request
+            await self.refresh_cluster()
+        return name
+
+    async def lmq_send_order(self) -> list[str]:
+        """The brokers a dispatching send tries, in order: the preferred one if its master is live, then
+        the other live masters by name; raises :class:`ClusterUnavailable` when there is none."""
+        preferred = await self._preferred_lmq_broker()
+        live = list(self.masters())
+        order = ([preferred] if preferred in live else []) + [b for b in live if b != preferred]
+        if not order:
+            raise ClusterUnavailable("no live master broker to store light-queue messages")
+        return order
+
+    async def lmq_queue_count(self) -> int:
+        """How many queue ids an LMQ has: one per broker of the index (live or not)."""
+        if not self.index.names:
+            await self.refresh_cluster()
+        if not self.index.names:
+            raise ClusterUnavailable("no broker is known yet")
+        return len(self.index.names)
+
+    async def lmq_queue_broker(self, queue_id: int) -> str | None:
+        """The broker an LMQ's ``queue_id`` reads (None: no such broker in the index)."""
+        name = self.index.name(queue_id + 1)
+        if name is None and queue_id >= 0:
+            await self.refresh_cluster()  # a broker another node has indexed already
+            name = self.index.name(queue_id + 1)
+        return name
+
+    def lmq_queue_of(self, broker: str) -> int | None:
+        """The LMQ queue id of ``broker`` (None: not indexed)."""
+        index = self.index.index(broker)
+        return index - 1 if index is not None else None
 
     async def _read_lmq_broker(self) -> str:
         stored = await self._kv_get(LMQ_BROKER_KEY)

@@ -13,10 +13,11 @@ Contracts:
   group having registered that subscription on this connection. Long polls are the broker's
   (``FLAG_SUSPEND``); the request timeout covers the hold.
 * A queue whose broker is gone answers as an unreachable cluster (:class:`ClusterUnavailable`).
-* An LMQ name (``%LMQ%``) is the LMQ broker's real queue 0 (:mod:`.lmq`), for pulls, offsets, consumer
-  offsets and waits alike; any other queue id of it does not exist. A pulled message keeps its own
-  topic's coordinates. A consumer group the LMQ broker lacks when an LMQ offset is committed (the MQTT
-  gateway's ``%MQTT%<client id>``) is created on that broker only.
+* An LMQ name (``%LMQ%``) has one queue id per indexed broker (:mod:`.lmq`): queue ``q`` is the real
+  queue 0 of the broker at index ``q + 1``, for pulls, offsets, consumer offsets and waits alike; a queue
+  id past the index does not exist. A pulled message keeps its own topic's coordinates. A consumer group
+  a broker lacks when an LMQ offset is committed there (the MQTT gateway's ``%MQTT%<client id>``) is
+  created on that broker only.
 * A pull without a consumer group (the MQTT gateway's reads) goes under :data:`.lmq.READER_GROUP`.
 * :meth:`ConsumingRole.wait_for_message` is the broker's long poll (PULL_MESSAGE with ``FLAG_SUSPEND``, one
   message, no commit, :data:`.lmq.READER_GROUP`), held up to the timeout: the broker answers as soon as the
@@ -75,11 +76,12 @@ class ConsumingRole:
         return view, entry
 
     async def _target(self, topic: str, queue_id: int) -> tuple[str, int]:
-        """The broker and real queue id behind ``queue_id`` of ``topic`` (an LMQ: the LMQ broker's 0)."""
+        """The broker and real queue id behind ``queue_id`` of ``topic`` (an LMQ: the indexed broker's 0)."""
         if is_lmq(topic):
-            if queue_id != LMQ_QUEUE_ID:
-                raise QueueNotFound(f"light message queue {topic} has only queue {LMQ_QUEUE_ID}")
-            return await self.cluster.lmq_broker(), LMQ_QUEUE_ID
+            broker = await self.cluster.lmq_queue_broker(queue_id)
+            if broker is None:
+                raise QueueNotFound(f"light message queue {topic} has no queue {queue_id} (no such broker)")
+            return broker, LMQ_QUEUE_ID
         _, entry = await self._real(topic, queue_id)
         return entry.broker, entry.queue_id
 
@@ -374,9 +376,12 @@ class ConsumingRole:
                 topic, _, group = str(key).partition("@")
                 if topic.startswith(("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC", "TRANS_CHECK")) or not group:
                     continue
-                if is_lmq(topic):  # the LMQ broker's queue 0 (no route, no numbering)
-                    if broker == self.cluster.lmq_broker_name:
-                        found.extend(ConsumerOffset(group, topic, 0, int(o)) for o in (queues or {}).values())
+                if is_lmq(topic):  # the broker's own queue id of the LMQ (no route, no numbering)
+                    lmq_queue = self.cluster.lmq_queue_of(broker)
+                    if lmq_queue is not None:
+                        found.extend(
+                            ConsumerOffset(group, topic, lmq_queue, int(o)) for o in (queues or {}).values()
+                        )
                     continue
                 view = await self.cluster.view(topic)
                 for qid, offset in (queues or {}).items():

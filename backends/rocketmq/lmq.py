@@ -10,14 +10,21 @@ names. This module holds the sans-IO helpers and :class:`LmqSending`, the send s
 
 Contracts:
 
-* **One LMQ broker.** A broker fills LMQs only with what it stored itself, so every message with a
-  non-empty ``dispatch`` goes to one broker, :meth:`~.cluster.Cluster.lmq_broker`, and every LMQ read
-  (pull, offsets, consumer offsets, long polls) goes to that broker's real queue 0: no route lookup and no
-  virtual numbering for LMQ names. An LMQ has the fixed config of one readable and writable queue.
-* **Sends with dispatch** go to a writable queue of the message's topic on the LMQ broker (the topic is
-  created if missing, on every master, or on the LMQ broker if only it lacks the topic), with
-  ``INNER_MULTI_DISPATCH`` = the deduplicated LMQ names joined by ``,`` (RocketMQ
-  ``MixAll.LMQ_DISPATCH_SEPARATOR``). There is no retry on another broker: the message would miss its LMQs.
+* **An LMQ per broker.** A broker fills LMQs only with what it stored itself (rocketmq-mqtt's model: its
+  LMQ queue is keyed by broker name and read on every broker). So an LMQ has one queue id per broker of
+  the :class:`~.vqueues.BrokerIndex` (queue ``q`` = the broker at index ``q + 1``, see
+  :meth:`~.cluster.Cluster.lmq_queue_broker`), each that broker's real queue 0 with its own offsets,
+  consumer offsets and long polls; readers read every queue id (:meth:`~.broker.RocketMQBroker.get_topic`
+  answers an LMQ with that many queues).
+* **Sends with dispatch** go to a writable queue of the message's topic on the preferred LMQ broker
+  (:meth:`~.cluster.Cluster.lmq_send_order`; the topic is created if missing, on every master, or on that
+  broker if only it lacks the topic), with ``INNER_MULTI_DISPATCH`` = the deduplicated LMQ names joined by
+  ``,`` (RocketMQ ``MixAll.LMQ_DISPATCH_SEPARATOR``). A send that fails on it (unreachable, or a refusal
+  that the send path retries elsewhere) goes once to the next live master holding the topic: the message
+  then fills that broker's copies of its LMQs. Only a broker's answer counts as stored; a send whose answer
+  was lost may be stored twice (at least once). Order: one publisher's messages go to one broker at a time,
+  so a reader sees them in order except around a failover (messages on the two brokers are read side by
+  side, not interleaved by time).
   The broker answers with the topic's coordinates only; the LMQ offsets it assigned are in the stored
   message's ``INNER_MULTI_QUEUE_OFFSET`` (same order), so ``SendResult.lmq_offsets`` stays empty.
 * **Batches.** A stock 5.3 broker does not multi-dispatch the messages of a batch (``CommitLog``'s batch
@@ -141,13 +148,13 @@ class LmqSending:
                 message.dispatch = self._lmq_dispatch(message.properties)
         return dispatch_targets(message)
 
-    async def _lmq_route(
-        self, message: Message, create_queues: int | None
-    ) -> tuple[str, TopicView, list[int]]:
-        """The LMQ broker, the topic's view and the virtual queues of the topic on that broker a
-        dispatching send may use (the wanted queue first when it is one of them). A missing topic is
-        created (``create_queues`` or the default count per broker) unless auto-creation is off."""
-        broker = await self.cluster.lmq_broker()
+    async def _lmq_route(self, message: Message, create_queues: int | None) -> tuple[TopicView, list[int]]:
+        """The topic's view and the virtual queues a dispatching send tries, one per broker in
+        :meth:`~.cluster.Cluster.lmq_send_order` that has a writable queue of the topic (the wanted queue
+        first when it is on the first broker). A missing topic is created (``create_queues`` or the
+        default count per broker) unless auto-creation is off."""
+        brokers = await self.cluster.lmq_send_order()
+        first = brokers[0]
         topic = message.topic
         create = self.cluster.config.auto_create_topics
         view = await self.cluster.view(topic)
@@ -156,25 +163,30 @@ class LmqSending:
                 raise TopicNotFound(f"topic {topic} has no route in the cluster")
             await self.create_topic(topic, create_queues)  # type: ignore[attr-defined]
             view = await self.cluster.view(topic)
-        queues = _on_broker(view, broker)
+        queues = _on_broker(view, first)
         if not queues and create:
             count = create_queues or default_queue_count(topic, self.cluster.config.default_queue_count)
-            await self._create_on_brokers(topic, count, PERM_READ | PERM_WRITE, brokers=[broker])  # type: ignore[attr-defined]
+            await self._create_on_brokers(topic, count, PERM_READ | PERM_WRITE, brokers=[first])  # type: ignore[attr-defined]
             _log.info("cluster.topic_created", topic=topic, queues_per_broker=count, broker_count=1)
             with trio.move_on_after(_CREATE_WAIT_S):
                 while not queues:
                     await trio.sleep(0.1)
                     view = await self.cluster.view(topic, fresh=True)
-                    queues = _on_broker(view, broker)
-        if view is None or not queues:
-            raise ClusterUnavailable(f"the LMQ broker {broker} has no writable queue of {topic}")
-        if message.queue_id in queues:
-            queues.remove(message.queue_id)
-            queues.insert(0, message.queue_id)
-        else:
-            start = next(self._round_robin) % len(queues)  # type: ignore[attr-defined]
-            queues = queues[start:] + queues[:start]
-        return broker, view, queues
+                    queues = _on_broker(view, first)
+        if view is None:
+            raise ClusterUnavailable(f"topic {topic} has no route in the cluster")
+        order: list[int] = []
+        for broker in brokers:
+            on_broker = queues if broker == first else _on_broker(view, broker)
+            if not on_broker:
+                continue
+            if message.queue_id in on_broker:
+                order.append(message.queue_id)
+            else:
+                order.append(on_broker[next(self._round_robin) % len(on_broker)])  # type: ignore[attr-defined]
+        if not order:
+            raise ClusterUnavailable(f"no live broker has a writable queue of {topic}")
+        return view, order
 
     async def _send_batch_dispatched(self, messages: Sequence[Message]) -> list[SendResult]:
         """A batch with multi-dispatch: one send per message, in order (see the module contracts)."""

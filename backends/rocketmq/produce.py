@@ -12,8 +12,9 @@ Contracts:
   (availability over strict queue order, as the Java client's retry does); other refusals are passed
   through (:class:`~mqproxy.model.errors.BrokerRefused`).
 * A message with LMQs to fill (``Message.dispatch``, or named by the installed
-  :data:`~mqproxy.facade.api.LmqDispatch`) goes to the LMQ broker only, without a retry elsewhere, and a
-  batch holding one is sent message by message (:mod:`.lmq`).
+  :data:`~mqproxy.facade.api.LmqDispatch`) goes to the preferred LMQ broker, retried once on another live
+  master as above (it then fills that broker's copies of its LMQs), and a batch holding one is sent
+  message by message (:mod:`.lmq`).
 * Delays, timers, transactions and retry/DLQ are the broker's: the message goes with its properties and
   ``sysFlag`` unchanged. A transactional half message registers its producer group with the brokers from
   this node (see :mod:`.members`) so the brokers' check-backs come to a node that has such a producer.
@@ -147,9 +148,8 @@ class ProducingRole:
     async def send(self, request: SendRequest) -> SendOutcome:
         message = request.message
         targets = self._name_lmqs(message)  # type: ignore[attr-defined]
-        if targets:  # to the LMQ broker only (see :mod:`.lmq`)
-            _, view, order = await self._lmq_route(message, request.create_queues)  # type: ignore[attr-defined]
-            order = order[:1]
+        if targets:  # the preferred LMQ broker, then another live one (see :mod:`.lmq`)
+            view, order = await self._lmq_route(message, request.create_queues)  # type: ignore[attr-defined]
             message = with_dispatch(message, targets)
         else:
             view = await self._send_view(message.topic, request.create_queues)

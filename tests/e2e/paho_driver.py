@@ -37,7 +37,9 @@ class PahoClient:
 
     ``clean`` is clean-session (3.1.1) or clean-start (5.0); ``expiry`` sets the 5.0 Session Expiry Interval
     (added to ``connect_props``). ``ca`` turns on TLS trusting that CA and connects to ``localhost`` (the
-    name its certificates carry); otherwise the client connects to ``127.0.0.1``.
+    name its certificates carry); otherwise the client connects to ``127.0.0.1``. paho's network loop
+    connects again on its own about a second after it lost the connection, with the same client id;
+    ``reconnect=False`` stops that (a client whose session was taken over would otherwise take it back).
     """
 
     def __init__(
@@ -54,10 +56,16 @@ class PahoClient:
         connect_props: Properties | None = None,
         credentials: tuple[str, str] | None = None,
         ca: trustme.CA | None = None,
+        reconnect: bool = True,
     ) -> None:
         self.client_id = client_id
         self.protocol = protocol
-        kwargs: dict[str, Any] = {"client_id": client_id, "protocol": protocol, "transport": transport}
+        kwargs: dict[str, Any] = {
+            "client_id": client_id,
+            "protocol": protocol,
+            "transport": transport,
+            "reconnect_on_failure": reconnect,
+        }
         if protocol != V5:
             kwargs["clean_session"] = clean
         self.paho = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, **kwargs)

@@ -94,7 +94,8 @@ def test_a_connection_on_the_other_node_takes_the_session_over(
 ) -> None:
     tag = _tag()
     device = f"twin-{tag}"
-    first = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600)
+    # reconnect=False: paho would connect again a second later and take the session back (and so on)
+    first = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600, reconnect=False)
     clients.append(first)
     assert first.subscribe((f"twin/{tag}", 1)) == [1]
     second = PahoClient(_port(rmq, "B"), device, V5, clean=False, expiry=600)
@@ -194,3 +195,74 @@ def test_a_node_killed_with_kill_9_loses_no_acknowledged_message_and_its_wills_g
             rest.add(bytes(resumed.get(timeout=LIMIT_S).payload))
         except queue.Empty:
             raise AssertionError(f"missing after the kill: {sorted(wanted - rest)}") from None
+
+
+def test_the_lmq_broker_stopped_mid_stream_loses_no_acknowledged_message(
+    rmq: ClusterMode, clients: list[PahoClient]
+) -> None:
+    """The preferred LMQ broker stops while a QoS 1 publisher on B streams to a persistent QoS 1 subscriber
+    on A: publishes move to the other broker, the subscriber keeps receiving, its session resumes on B
+    while the broker is down, and once the broker is back what it stored before it stopped is delivered
+    too. Every PUBACK'd message arrives (duplicates allowed at QoS 1, counted)."""
+    tag = _tag()
+    topic = f"ha/{tag}/t"
+    device = f"ha-sub-{tag}"
+    lmq_broker = "broker-a"  # nothing names another: the first master in sorted order (see lmq.py)
+    first = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600)
+    clients.append(first)
+    assert first.subscribe((topic, 1)) == [1]
+
+    publisher = PahoClient(_port(rmq, "B"), f"ha-pub-{tag}", V5)
+    clients.append(publisher)
+    reasons: dict[int, int] = {}
+    publisher.paho.on_publish = lambda c, u, mid, rc, props: reasons.__setitem__(mid, int(rc.value))
+    acked: list[bytes] = []
+    failed: list[bytes] = []
+
+    def publish(count: int) -> None:
+        for _ in range(count):
+            body = f"{tag}-{len(acked) + len(failed)}".encode()
+            info = publisher.paho.publish(topic, body, qos=1)
+            info.wait_for_publish(LIMIT_S)
+            (acked if info.is_published() and reasons.get(info.mid, 0) < 0x80 else failed).append(body)
+
+    received: list[bytes] = []
+
+    def take(client: PahoClient) -> None:
+        while True:
+            try:
+                received.append(bytes(client.get(timeout=0.05).payload))
+            except queue.Empty:
+                return
+
+    publish(20)
+    wait_for("the first messages arrive", lambda: take(first) or set(acked) <= set(received), LIMIT_S)
+
+    rmq.stock.stop_broker(lmq_broker)
+    publish(30)
+    after_stop = acked[20:]
+    assert len(after_stop) >= 25, f"publishes did not move to the other broker: failed {failed}"
+    wait_for(
+        "the messages acknowledged after the stop arrive",
+        lambda: take(first) or set(after_stop) <= set(received),
+        LIMIT_S,
+    )
+
+    first.close()  # the session resumes on B while the LMQ broker is down
+    take(first)
+    publish(10)
+    back = PahoClient(_port(rmq, "B"), device, V5, clean=False, expiry=600)
+    clients.append(back)
+    assert back.session_present, "the session resumes on node B while the LMQ broker is down"
+    publish(10)
+
+    rmq.stock.restart_broker(lmq_broker)
+    publish(10)
+    wait_for(
+        "every acknowledged message arrives",
+        lambda: take(back) or set(acked) <= set(received),
+        LIMIT_S * 2,
+    )
+    duplicates = len(received) - len(set(received))
+    print(f"acked {len(acked)}, failed {len(failed)}, received {len(received)}, duplicates {duplicates}")
+    assert len(failed) <= 5, failed  # only around the stop itself

@@ -133,7 +133,7 @@ async def test_paho_persistent_session_offline_queue(port: int, protocol: int) -
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_paho_takeover(port: int, protocol: int) -> None:
     def scenario() -> None:
-        first = PahoClient(port, "same", protocol)
+        first = PahoClient(port, "same", protocol, reconnect=False)  # else it takes "same" back
         second = PahoClient(port, "same", protocol)
         rc = first.disconnected.get(timeout=5)
         if protocol == V5:

@@ -15,7 +15,7 @@ import trio
 from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-from mqproxy.mqtt.state import SessionSnapshot, WillRecord
+from mqproxy.mqtt.session_record import SessionSnapshot, WillRecord
 from mqproxy.mqtt.store import FacadeStore
 from mqproxy.settings import Settings
 
@@ -103,6 +103,24 @@ async def test_a_second_connection_on_another_node_takes_the_session_over(log_si
         assert [(e["client_id"], e["node"]) for e in moved] == [("twin", "node-b")]
         await _publish(nodes.a, "twin/t", b"after")
         assert (await receive_publish(second)).payload == b"after", "the subscription moved with the session"
+
+
+async def test_a_write_still_queued_on_the_node_that_lost_the_session_writes_nothing(log_sink: Any) -> None:
+    """A write of node A's session (a SUBSCRIBE's, a disconnect's) whose turn comes after node B took the
+    session over would carry a version above B's record (A has seen it) and take the session back from B's
+    connection. The session A released writes nothing more."""
+    async with two_nodes() as nodes:
+        first, _ = await connect(nodes.a, "twin", V5, clean_start=False, properties=_EXPIRY)
+        await subscribe(first, ("twin/t", mq.QoS.AT_LEAST_ONCE))
+        lost = nodes.ga.sessions["twin"]
+        second, _ = await connect(nodes.b, "twin", V5, clean_start=False, properties=_EXPIRY)
+        disconnect = await first.receive(wait_s=10)
+        assert isinstance(disconnect, mq.Disconnect)
+        assert lost.ended
+        await nodes.ga.persist(lost)  # the queued write's turn comes now
+        await nodes.settle()
+        assert await arrivals(second) == [], "the new connection is not taken back"
+        assert nodes.gb.sessions["twin"].connection is not None
 
 
 async def test_a_clean_start_elsewhere_ends_the_old_session_without_ping_pong(log_sink: Any) -> None:

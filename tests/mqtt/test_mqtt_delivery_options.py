@@ -123,7 +123,7 @@ async def test_rocketmq_interop_both_directions(server: Any) -> None:
     await h.subscribe(sub, ("plant/+/temp", Q1), ("plant/7/temp", Q0))
     # RocketMQ producer → MQTT: send to the first-level topic, name the MQTT topic and its LMQs.
     properties = {"MQTT_TOPIC": "plant/7/temp"}
-    targets = h.gateway_of(server).rocketmq_dispatch(properties)
+    targets = h.gateway_of(server).publisher.rocketmq_dispatch(properties)
     assert targets == (lmq_name("plant/7/temp"), lmq_name("plant/+/temp"))
     await backend.send(Message("plant", b"from-rocketmq", properties=properties, dispatch=targets))
     got = [await h.receive_publish(sub) for _ in range(2)]

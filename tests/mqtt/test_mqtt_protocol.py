@@ -10,7 +10,7 @@ from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
 from mqproxy.mqtt.outcomes import Close, Inbound
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import Session
-from mqproxy.mqtt.state import SubscriptionSpec
+from mqproxy.mqtt.session_record import SubscriptionSpec
 
 Q0, Q1, Q2 = mq.QoS.AT_MOST_ONCE, mq.QoS.AT_LEAST_ONCE, mq.QoS.EXACTLY_ONCE
 

@@ -18,17 +18,17 @@ from mqproxy.model.types import Message, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC, encode_properties
 from mqproxy.mqtt.session import Session
-from mqproxy.mqtt.shared import SharedGroup
-from mqproxy.mqtt.state import (
+from mqproxy.mqtt.session_record import (
     COMPLETE,
     RELEASED,
     SENT,
     InboundQos2,
     OutboundQos2,
     SessionSnapshot,
-    SessionStateStore,
     SubscriptionSpec,
 )
+from mqproxy.mqtt.shared import SharedGroup
+from mqproxy.mqtt.state import SessionStateStore
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
 
@@ -76,6 +76,20 @@ def test_old_record_format_still_loads() -> None:
     assert snapshot.outbound == []
 
 
+def test_outbound_records_name_a_queue_other_than_0_compatibly() -> None:
+    """A cluster's LMQ has a queue per broker: a record of queue 0 keeps the earlier wire form."""
+    records = [
+        OutboundQos2(1, "a", 2),
+        OutboundQos2(2, "a", 3, RELEASED, queue_id=1),
+        OutboundQos2(3, "r", 9, SENT, True, queue_id=2),
+        OutboundQos2(0, "a", 4, COMPLETE, queue_id=1),
+    ]
+    wire = [r.to_list() for r in records]
+    assert wire == [[1, "a", 2, 0], [2, "a", 3, 1, 0, 1], [3, "r", 9, 0, 1, 2], [0, "a", 4, 2, 0, 1]]
+    assert [OutboundQos2.from_list(w) for w in wire] == records
+    assert OutboundQos2.from_list([1, "a", 2, 0, 1]) == OutboundQos2(1, "a", 2, SENT, True)
+
+
 @pytest.mark.parametrize(
     "extra",
     [
@@ -93,7 +107,9 @@ def test_old_record_format_still_loads() -> None:
         {"outbound": [[1, 5, 2, 0]]},
         {"outbound": [[1, "a", 2, 0, 0]]},
         {"outbound": [[1, "a", 2, 2, 1]]},  # a retained delivery is never COMPLETE
-        {"outbound": [[1, "a", 2, 0, 1, 1]]},
+        {"outbound": [[1, "a", 2, 0, 1, 0]]},  # the queue item comes only for a queue other than 0
+        {"outbound": [[1, "a", 2, 0, 2, 3]]},
+        {"outbound": [[1, "a", 2, 0, 1, 2, 7]]},
     ],
 )
 def test_bad_qos2_fields_are_refused(extra: dict[str, Any]) -> None:
@@ -396,14 +412,14 @@ async def test_ending_session_hands_unreceived_shared_deliveries_back() -> None:
         ),
         0,
     )
-    message, offset = await group.claim(backend, 0.1)
-    assert (message.body, offset) == (b"m0", 0)
+    message, cursor, offset = await group.claim(backend, 0.1)
+    assert (message.body, cursor, offset) == (b"m0", group.cursor, 0)
     assert group.cursor.reached(0)  # what another member's reader does: skip it, wait for the owner
     await session.give_back_shared(backend)
     assert session.restored == []
     assert group.cursor.restored == {2: True}  # the reader completes it when it gets there
     claimed = [await group.claim(backend, 0.1) for _ in range(3)]
-    assert [(m.body, o) for m, o in claimed] == [(b"m0", 0), (b"m1", 1), (b"m2", 2)]
+    assert [(m.body, o) for m, _, o in claimed] == [(b"m0", 0), (b"m1", 1), (b"m2", 2)]
     assert not group.cursor.reached(1)  # handed out as a fresh delivery
     group.cursor.complete(0)
     group.cursor.complete(1)

@@ -93,8 +93,8 @@ async def test_gateway_compacts_the_retained_log_at_load_and_when_due() -> None:
     first = Gateway(backend, config)
     await first.ready()
     for i in range(30):
-        await first.publish(f"room/{i % 3}", f"v{i}".encode(), 1, True, Properties(), "dev")
-    await first.publish("room/2", b"", 0, True, Properties(), "dev")  # clears room/2
+        await first.publisher.publish(f"room/{i % 3}", f"v{i}".encode(), 1, True, Properties(), "dev")
+    await first.publisher.publish("room/2", b"", 0, True, Properties(), "dev")  # clears room/2
     assert await queue_records(backend) == 31
     assert first.retained.compaction_due()
 
@@ -107,7 +107,7 @@ async def test_gateway_compacts_the_retained_log_at_load_and_when_due() -> None:
     ]
     assert not second.retained.compaction_due()
     for i in range(12):
-        await second.publish("room/0", f"w{i}".encode(), 0, True, Properties(), "dev")
+        await second.publisher.publish("room/0", f"w{i}".encode(), 0, True, Properties(), "dev")
     assert second.retained.compaction_due()
     await second.retained.compact(backend)  # what the housekeeping timer does
     assert await queue_records(backend) == 2
@@ -131,7 +131,7 @@ async def test_the_housekeeping_timer_compacts_both_state_logs(autojump_clock: o
     gateway = Gateway(backend, MqttConfig(compaction_min_records=5))
     await gateway.ready()
     for i in range(20):
-        await gateway.publish("dev/state", f"v{i}".encode(), 0, True, Properties(), "dev")
+        await gateway.publisher.publish("dev/state", f"v{i}".encode(), 0, True, Properties(), "dev")
         await gateway.open_session("dev", False, 60 + i, 10)  # each reconnect rewrites its snapshot
     assert await span(backend, RETAINED_LMQ, LMQ_QUEUE_ID) == 20
     assert await span(backend, SESSION_STATE_TOPIC, 0) == 20

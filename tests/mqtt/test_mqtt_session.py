@@ -56,7 +56,8 @@ async def test_session_state_replay_last_record_wins_and_ignores_foreign() -> No
     from mqproxy.backends.embedded.memory import InMemoryBackend
     from mqproxy.model.types import Message
     from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-    from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+    from mqproxy.mqtt.session_record import SessionSnapshot, SubscriptionSpec
+    from mqproxy.mqtt.state import SessionStateStore
 
     backend = InMemoryBackend()
     store = SessionStateStore(backend)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-from mqproxy.mqtt.state import SessionSnapshot, SessionStateStore, SubscriptionSpec
+from mqproxy.mqtt.session_record import SessionSnapshot, SubscriptionSpec
+from mqproxy.mqtt.state import SessionStateStore
 
 
 async def _records(backend: InMemoryBackend) -> int:

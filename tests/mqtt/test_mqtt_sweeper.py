@@ -104,7 +104,7 @@ async def test_server_protects_the_gateways_queues_and_the_retained_queue() -> N
     from mqproxy.mqtt.config import MqttConfig
     from mqproxy.mqtt.gateway import Gateway
     from mqproxy.mqtt.mapping import RETAINED_LMQ, lmq_name
-    from mqproxy.mqtt.state import SubscriptionSpec
+    from mqproxy.mqtt.session_record import SubscriptionSpec
 
     backend = InMemoryBackend()
     gateway = Gateway(backend, MqttConfig())

@@ -34,8 +34,11 @@ async def test_both_nodes_name_the_same_lmq_broker_from_the_kv(stock2) -> None:
         assert first == "broker-a"  # nothing was stored: the first master in sorted order
         assert await b.cluster.lmq_broker() == first
         assert await a.cluster._kv_get(LMQ_BROKER_KEY) == [first]
-        assert (await b.get_topic("%LMQ%anything")).read_queues == 1  # type: ignore[union-attr]
-        assert (await b.create_topic("%LMQ%anything")).write_queues == 1
+        # an LMQ has a queue per broker (each fills its own copy); queue q is the broker at index q + 1
+        assert (await b.get_topic("%LMQ%anything")).read_queues == 2  # type: ignore[union-attr]
+        assert (await b.create_topic("%LMQ%anything")).write_queues == 2
+        assert a.cluster.lmq_queue_of(first) == b.cluster.lmq_queue_of(first) == 0
+        assert await a.cluster.lmq_send_order() == ["broker-a", "broker-b"]
 
 
 async def test_dispatched_on_one_node_is_read_from_both_lmqs_on_the_other(stock2) -> None:
