@@ -106,7 +106,8 @@ async def test_offsets_committed_through_one_node_are_read_through_the_other(sto
         for vq in range(2):
             await a.send(SendRequest(Message(topic, b"x", queue_id=vq)))
             await a.send(SendRequest(Message(topic, b"y", queue_id=vq)))
-            assert await b.max_offset(topic, vq) == 2
+            # the broker indexes a message into its queue shortly after answering the send
+            await wait_until(lambda vq=vq: _max_offset_is(b, topic, vq, 2), 10, poll_s=0.05)
             await a.commit_consumer_offset("g-off", topic, vq, 1 + vq)
         assert [await b.query_consumer_offset("g-off", topic, vq) for vq in range(2)] == [1, 2]
         assert await b.query_consumer_offset("g-none", topic, 0) is None
@@ -135,6 +136,10 @@ async def test_members_of_both_nodes_are_one_group_and_locks_hold_across_nodes(s
 
         assert await a.unregister_consumer(group, "client-1")
         await wait_until(lambda: _ids_are(b, group, ["client-2"]), 10, poll_s=0.2)
+
+
+async def _max_offset_is(node, topic: str, queue_id: int, offset: int) -> bool:
+    return await node.max_offset(topic, queue_id) == offset
 
 
 async def _ids_are(node, group: str, ids: list[str]) -> bool:
