@@ -145,7 +145,7 @@ class Deliveries:
                 if not several:
                     self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
                     return
-                _log.warning("mqtt.lane_failed", lmq=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
+                _log.warning("mqtt.lane_failed", topic=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
                 await trio.sleep(config.poll_interval_s)
 
     async def _read_lane(self, topic_filter: str, cursor: Cursor) -> None:

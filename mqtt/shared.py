@@ -162,7 +162,7 @@ class SharedGroup:
             except BackendError as exc:
                 if len(lanes) == 1:
                     raise
-                _log.warning("mqtt.lane_failed", lmq=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
+                _log.warning("mqtt.lane_failed", topic=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
                 continue
             readable.append(cursor)
         with trio.move_on_after(poll_s):

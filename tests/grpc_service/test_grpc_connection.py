@@ -242,7 +242,10 @@ class RawH2:
             elif isinstance(frame, GoAwayFrame):
                 self.goaway = frame
         if replies:
-            await self.stream.send_all(replies)
+            try:
+                await self.stream.send_all(replies)
+            except trio.BrokenResourceError:
+                pass  # the server already closed (e.g. after its GOAWAY): what it sent is still read
         return True
 
 
