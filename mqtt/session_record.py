@@ -35,7 +35,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionSpec:
-    """One subscription as the client asked for it (``topic_filter`` includes any ``$share/g/``)."""
+    """One subscription as the client asked for it (``topic_filter`` includes any ``$share/g/``).
+
+    ``since_ms``: when the subscription was made (ms since the epoch; 0 in records written before it was
+    kept, and ignored by ``==``). A queue of its LMQ that has no committed offset yet (its broker did not
+    answer then) starts at the first message stored at or after it, on any node; 0: at the queue's end.
+    """
 
     topic_filter: str
     qos: int = 0
@@ -43,6 +48,14 @@ class SubscriptionSpec:
     retain_as_published: bool = False
     retain_handling: int = 0
     subscription_id: int | None = None
+    since_ms: int = field(default=0, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the spec (``since_ms`` only when set, as records before it had none)."""
+        raw = asdict(self)
+        if not self.since_ms:
+            del raw["since_ms"]
+        return raw
 
 
 #: Phases of an outbound QoS 2 delivery, as recorded in :attr:`OutboundQos2.phase`.
@@ -207,7 +220,7 @@ class SessionSnapshot:
         raw: dict[str, Any] = {
             "client_id": self.client_id,
             "expiry_interval": self.expiry_interval,
-            "subscriptions": [asdict(s) for s in self.subscriptions],
+            "subscriptions": [s.to_dict() for s in self.subscriptions],
             "disconnected_at_ms": self.disconnected_at_ms,
             "deleted": self.deleted,
         }
