@@ -59,9 +59,9 @@ class SecondBrokerDown(InMemoryBackend):
         self._at(topic, queue_id)
         await super().commit_consumer_offset(group, topic, queue_id, offset)
 
-    async def stored_on_second(self, body: bytes) -> int:
-        """Store a message on the second broker's copy of the LMQ; its store time."""
-        props = encode_properties("jobs/1", 1, "p", False, NO_PROPERTIES)
+    async def stored_on_second(self, body: bytes, client_id: str = "p") -> int:
+        """Store a message of ``client_id`` on the second broker's copy of the LMQ; its store time."""
+        props = encode_properties("jobs/1", 1, client_id, False, NO_PROPERTIES)
         result = await self.send(Message(SECOND, body, properties=props, queue_id=0))
         stored = (await self.pull(SECOND, 0, result.queue_offset, 1)).messages[0]
         return stored.store_timestamp_ms
