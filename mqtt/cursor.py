@@ -20,7 +20,10 @@ class Cursor:
     """Read position of one reader on queue ``queue_id`` of an LMQ plus its un-acked offsets.
 
     ``next_offset`` -1: not positioned yet (its broker did not answer when the subscription was made);
-    the reader positions it (:attr:`resume`: at the committed offset if one is stored, else at the end).
+    the reader positions it with :meth:`place`: at the committed offset if one is stored and
+    :attr:`resume` is set, else at the first message stored at or after :attr:`since_ms` if that is set
+    (the subscription's creation time: what its broker stored since then is for the subscription), else
+    at the queue's end.
 
     ``next_offset`` is the next offset to read; ``committed`` the first offset not yet completed (every
     offset below it was delivered and, for QoS 1/2, acknowledged). Completion may happen out of order;
@@ -40,13 +43,15 @@ class Cursor:
         "queue_id",
         "restored",
         "resume",
+        "since_ms",
         "stored",
     )
 
     def __init__(self, lmq: str, offset: int, group: str = "", queue_id: int = LMQ_QUEUE_ID) -> None:
         self.lmq = lmq
         self.queue_id = queue_id
-        self.resume = False
+        self.resume = False  # place() takes the committed offset first
+        self.since_ms = 0  # place() without a committed offset: 0 the end, else the first message since
         self.group = group  # consumer group its offset is committed under
         self.durable = False  # commit offsets to the store
         self.next_offset = offset
@@ -119,6 +124,27 @@ class Cursor:
     @property
     def positioned(self) -> bool:
         return self.next_offset >= 0
+
+    async def place(self, backend: LightStore) -> None:
+        """Position a cursor that is not (see the class docstring); a durable cursor that had no committed
+        offset commits where it starts, so that a restart starts there too.
+
+        ``search_offset`` answers the first offset stored at or after ``since_ms``, or the queue's end when
+        nothing was (a stock broker's SEARCH_OFFSET_BY_TIMESTAMP with the default lower boundary, clamped
+        to the queue's min and max offsets; 0 for an empty queue, which is its end); so nothing stored
+        before the subscription is read and nothing stored after it is skipped.
+        """
+        offset: int | None = None
+        if self.resume:
+            offset = await backend.query_consumer_offset(self.group, self.lmq, self.queue_id)
+        if offset is None:
+            if self.since_ms > 0:
+                offset = await backend.search_offset(self.lmq, self.queue_id, self.since_ms)
+            else:
+                offset = await backend.max_offset(self.lmq, self.queue_id)
+            if self.durable:
+                await backend.commit_consumer_offset(self.group, self.lmq, self.queue_id, offset)
+        self.position(offset)
 
     def position(self, offset: int) -> None:
         """Start reading at ``offset`` (a cursor that was not positioned; nothing is tracked yet)."""

@@ -24,7 +24,6 @@ import trio
 
 from mqproxy.codecs.mqtt import Packet, Publish, QoS, ReasonCode, topic_matches
 from mqproxy.model.errors import BackendError
-from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullStatus, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.gateway import Gateway, now_ms, reader_filter
@@ -32,7 +31,8 @@ from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import InFlight, Session
-from mqproxy.mqtt.session_record import SubscriptionSpec
+from mqproxy.mqtt.session_record import InboundQos2, SubscriptionSpec
+from mqproxy.mqtt.store import queue_ids
 
 __all__ = ["Deliveries"]
 
@@ -306,28 +306,41 @@ class Deliveries:
     # --- QoS 2 durability ---------------------------------------------------------------------
     async def _expect_pubrel(self, session: Session, accepted: list[tuple[int, str]]) -> None:
         """Add the ids of QoS 2 PUBLISHes about to be stored to ``awaiting_rel``; for a persistent session
-        make them durable first, each with the size of its topic's LMQ, so that after a crash a re-sent
-        PUBLISH can be told apart: stored already, or never (``Session.confirm_stored``). The size is that
-        of the LMQ's queue 0: on a cluster a message stored on another broker is not found there, so a
-        crash then stores the re-sent PUBLISH again (a duplicate), and a queue 0 whose broker is down
-        leaves the id unmarked (a re-sent PUBLISH counts as stored)."""
+        make them durable first, each with the sizes of its topic's LMQ's queues, so that after a crash a
+        re-sent PUBLISH can be told apart: stored already, or never (``Session.confirm_stored``). On a
+        cluster that is every queue whose broker answers (the message goes to one of them); a broker that
+        is down is left out (sends do not go there), and if none answers the id is recorded unmarked (a
+        re-sent PUBLISH counts as stored)."""
         session.awaiting_rel.update(packet_id for packet_id, _ in accepted)
         if not session.persistent:
             return
-        sizes: dict[str, int | None] = {}
+        sizes: dict[str, list[tuple[int, int]]] = {}
         for packet_id, topic in accepted:
             lmq = lmq_name(topic)
             if lmq not in sizes:
-                try:
-                    sizes[lmq] = await self.gateway.backend.max_offset(lmq, LMQ_QUEUE_ID)
-                except BackendError:
-                    if self.gateway.cluster is None:
-                        raise
-                    sizes[lmq] = None  # cluster: that broker is down; the id is recorded unmarked
-            size = sizes[lmq]
-            if size is not None:
-                session.rel_marks[packet_id] = (lmq, size)
+                sizes[lmq] = await self._queue_sizes(lmq)
+            if sizes[lmq]:
+                session.rel_marks[packet_id] = InboundQos2.mark(packet_id, lmq, sizes[lmq])
         await self._flush_state()
+
+    async def _queue_sizes(self, lmq: str) -> list[tuple[int, int]]:
+        """``(queue id, max offset)`` of each queue of ``lmq`` that answers (all of them, or a failure,
+        outside cluster mode)."""
+        backend = self.gateway.backend
+        found: list[tuple[int, int]] = []
+        try:
+            queues = await queue_ids(backend, lmq)
+        except BackendError:
+            if self.gateway.cluster is None:
+                raise
+            return found
+        for queue_id in queues:
+            try:
+                found.append((queue_id, await backend.max_offset(lmq, queue_id)))
+            except BackendError:
+                if self.gateway.cluster is None:
+                    raise
+        return found
 
     async def _flush_state(self) -> None:
         """Write the session snapshot (QoS 2 ids and phases), then send what waited for it: the deferred

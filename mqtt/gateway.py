@@ -276,14 +276,15 @@ class Gateway:
 
     # --- subscriptions ------------------------------------------------------------------------
     async def subscribe(self, session: Session, spec: SubscriptionSpec) -> bool:
-        """Add or replace a subscription; True if it is new. Persists the session snapshot."""
-        new = spec.topic_filter not in session.subscriptions
-        if new:
-            await self._add_subscription(session, spec, resume=False)
+        """Add or replace a subscription; True if it is new. Persists the session snapshot. The spec
+        kept has ``since_ms``: now for a new subscription, the replaced one's otherwise."""
+        old = session.subscriptions.get(spec.topic_filter)
+        if old is None:
+            await self._add_subscription(session, dataclasses.replace(spec, since_ms=now_ms()), resume=False)
         else:
-            session.subscriptions[spec.topic_filter] = spec
+            session.subscriptions[spec.topic_filter] = dataclasses.replace(spec, since_ms=old.since_ms)
         await self.persist(session)
-        return new
+        return old is None
 
     async def _add_subscription(self, session: Session, spec: SubscriptionSpec, *, resume: bool) -> None:
         parsed = parse_topic_filter(spec.topic_filter)
@@ -291,7 +292,7 @@ class Gateway:
         if "+" in inner or "#" in inner:
             self.index.add(inner)
         if parsed.share_group is not None:
-            group = await self._shared_group(parsed.share_group, inner)
+            group = await self._shared_group(parsed.share_group, inner, spec.since_ms, resume=resume)
             session.held.pop(spec.topic_filter, None)
             group.members += 1
             session.subscriptions[spec.topic_filter] = spec
@@ -303,29 +304,26 @@ class Gateway:
         for cursor in lanes:
             cursor.durable = session.persistent
             cursor.resume = resume
+            # A new subscription starts at the end; one resumed without a committed offset on a queue
+            # (its broker was down when it was made) at what that broker stored since it was made.
+            cursor.since_ms = spec.since_ms if resume else 0
             try:
                 await self.position(cursor)
             except BackendError:
                 if len(lanes) == 1:
                     raise
-                # that broker is down: its reader positions the cursor when it answers again (nothing
-                # is stored there meanwhile, so starting at its end then misses nothing new)
+                # that broker is down: its reader positions the cursor when it answers again, at the
+                # first message stored there since the subscription was made (nothing missed, on any
+                # node: ``since_ms`` is in the session record)
+                cursor.since_ms = spec.since_ms
         session.subscriptions[spec.topic_filter] = spec
         session.cursors[spec.topic_filter] = lanes[0]
         session.lanes[spec.topic_filter] = lanes
 
     async def position(self, cursor: Cursor) -> None:
         """Position a cursor that is not: at its committed offset (``resume``) if one is stored, else at
-        the queue's end (committed there for a durable cursor)."""
-        backend = self.backend
-        offset: int | None = None
-        if cursor.resume:
-            offset = await backend.query_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id)
-        if offset is None:
-            offset = await backend.max_offset(cursor.lmq, cursor.queue_id)
-            if cursor.durable:
-                await backend.commit_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id, offset)
-        cursor.position(offset)
+        the first message since ``since_ms`` if set, else at the queue's end (see :meth:`Cursor.place`)."""
+        await cursor.place(self.backend)
 
     async def _hold_groups(self, session: Session, snapshot: SessionSnapshot) -> None:
         """Open the groups of shared QoS 2 deliveries whose filter the session no longer subscribes."""
@@ -340,10 +338,15 @@ class Gateway:
                 group = await self._shared_group(parsed.share_group, parsed.filter)
                 session.held[record.topic_filter] = group
 
-    async def _shared_group(self, name: str, inner: str) -> SharedGroup:
+    async def _shared_group(
+        self, name: str, inner: str, since_ms: int = 0, *, resume: bool = True
+    ) -> SharedGroup:
+        """The group ``name`` of filter ``inner``, opened by a member subscribed since ``since_ms``
+        (``resume``: a restored subscription) if it is not open here yet (see :meth:`SharedGroup.open`)."""
         group = self.shared_groups.get((name, inner))
         if group is None:
-            group = self.shared_groups[(name, inner)] = await SharedGroup.open(self.backend, name, inner)
+            opened = await SharedGroup.open(self.backend, name, inner, since_ms, restored=resume)
+            group = self.shared_groups[(name, inner)] = opened
             if self.cluster is not None:
                 group.may_read = functools.partial(self.cluster.reads_share, name, inner)
         return group

@@ -84,9 +84,10 @@ class Session:
         self.held: dict[str, Any] = {}
         self.inflight: dict[int, InFlight] = {}
         self.awaiting_rel: set[int] = set()
-        #: Persistent sessions: (LMQ, its size) just before the message of an id in ``awaiting_rel`` was
-        #: stored, until the store accepted it (see :class:`~mqproxy.mqtt.session_record.InboundQos2`).
-        self.rel_marks: dict[int, tuple[str, int]] = {}
+        #: Persistent sessions: the LMQ and its queues' sizes just before the message of an id in
+        #: ``awaiting_rel`` was stored, until the store accepted it (see
+        #: :class:`~mqproxy.mqtt.session_record.InboundQos2`).
+        self.rel_marks: dict[int, InboundQos2] = {}
         #: Ids restored after a restart whose message may or may not be stored (:meth:`confirm_stored`).
         self.unconfirmed: set[int] = set()
         self.restarted_at_ms = 0
@@ -117,7 +118,7 @@ class Session:
             self.expiry_interval,
             list(self.subscriptions.values()),
             disconnected_at_ms,
-            awaiting_rel=[InboundQos2(i, *self.rel_marks.get(i, ("", 0))) for i in sorted(self.awaiting_rel)],
+            awaiting_rel=[self.rel_marks.get(i) or InboundQos2(i) for i in sorted(self.awaiting_rel)],
             outbound=self._outbound_records(),
             will=self.will if disconnected_at_ms is None else None,
         )
@@ -191,7 +192,7 @@ class Session:
         and becomes in-flight at the next attach (:meth:`restore_inflight`).
         """
         self.awaiting_rel = {entry.packet_id for entry in snapshot.awaiting_rel}
-        self.rel_marks = {e.packet_id: (e.lmq, e.offset) for e in snapshot.awaiting_rel if e.lmq}
+        self.rel_marks = {e.packet_id: e for e in snapshot.awaiting_rel if e.lmq}
         self.unconfirmed = set(self.rel_marks)
         self.restarted_at_ms = now_ms
         seen: set[int] = set()
@@ -230,23 +231,47 @@ class Session:
         """An ``unconfirmed`` id came again in a PUBLISH: True if its message was stored before the
         restart (the PUBLISH is a duplicate; the id keeps awaiting PUBREL), False if not (the id is
         forgotten: store the PUBLISH as new). Looks for a message of ``client_id`` with this payload (and
-        ``topic``, unless empty) stored in the recorded LMQ after the recorded offset and before the
-        restart."""
+        ``topic``, unless empty) stored in the recorded LMQ after the recorded size and before the restart,
+        in every queue the mark names (a cluster's brokers: the message went to one of them). A queue
+        whose broker fails is passed over when the mark names others (if the message is there, the PUBLISH
+        is stored again); a single queue's failure raises."""
         self.unconfirmed.discard(packet_id)
         mark = self.rel_marks.pop(packet_id, None)
         if mark is None:
             return packet_id in self.awaiting_rel
-        lmq, offset = mark
+        queues = mark.queues
+        for queue_id, size in queues:
+            try:
+                if await self._stored_since(backend, mark.lmq, queue_id, size, client_id, topic, payload):
+                    return True
+            except BackendError:
+                if len(queues) == 1:
+                    raise
+        self.awaiting_rel.discard(packet_id)
+        return False
+
+    async def _stored_since(
+        self,
+        backend: LightStore,
+        lmq: str,
+        queue_id: int,
+        offset: int,
+        client_id: str,
+        topic: str,
+        payload: bytes,
+    ) -> bool:
+        """Whether queue ``queue_id`` of ``lmq`` holds, from ``offset`` on, the message
+        :meth:`confirm_stored` looks for (stored before the restart)."""
         while True:
-            result = await backend.pull(lmq, LMQ_QUEUE_ID, offset, 64)
+            result = await backend.pull(lmq, queue_id, offset, 64)
             if not result.messages:
                 if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
                     offset = result.next_offset
                     continue
-                break
+                return False
             for message in result.messages:
                 if message.store_timestamp_ms >= self.restarted_at_ms:
-                    break
+                    return False
                 attrs = decode_properties(message.properties)
                 if (
                     attrs is not None
@@ -255,13 +280,9 @@ class Session:
                     and (not topic or attrs.topic == topic)
                 ):
                     return True
-            else:
-                if result.next_offset > offset:
-                    offset = result.next_offset
-                    continue
-            break
-        self.awaiting_rel.discard(packet_id)
-        return False
+            if result.next_offset <= offset:
+                return False
+            offset = result.next_offset
 
     # --- outbound QoS 2 after a restart ---------------------------------------------------------
     async def restore_inflight(self, backend: LightStore, build: PublishBuilder) -> None:

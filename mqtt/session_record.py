@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -35,7 +36,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionSpec:
-    """One subscription as the client asked for it (``topic_filter`` includes any ``$share/g/``)."""
+    """One subscription as the client asked for it (``topic_filter`` includes any ``$share/g/``).
+
+    ``since_ms``: when the subscription was made (ms since the epoch; 0 in records written before it was
+    kept, and ignored by ``==``). A queue of its LMQ that has no committed offset yet (its broker did not
+    answer then) starts at the first message stored at or after it, on any node; 0: at the queue's end.
+    """
 
     topic_filter: str
     qos: int = 0
@@ -43,6 +49,14 @@ class SubscriptionSpec:
     retain_as_published: bool = False
     retain_handling: int = 0
     subscription_id: int | None = None
+    since_ms: int = field(default=0, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the spec (``since_ms`` only when set, as records before it had none)."""
+        raw = asdict(self)
+        if not self.since_ms:
+            del raw["since_ms"]
+        return raw
 
 
 #: Phases of an outbound QoS 2 delivery, as recorded in :attr:`OutboundQos2.phase`.
@@ -55,19 +69,41 @@ class InboundQos2(NamedTuple):
     The id is recorded before the message is stored, so after a crash it is not known whether the store
     got the message: ``lmq`` (the LMQ of the PUBLISH's topic) held ``offset`` messages just before, and
     the re-sent PUBLISH is looked for from there (see ``Session.confirm_stored``). ``lmq`` empty: the
-    message is known to be stored. On the wire: ``[packet_id, lmq, offset]``.
+    message is known to be stored. On a cluster the LMQ has a queue per broker and the message may go to
+    any live one: ``sizes`` then lists ``(queue id, size)`` of every queue whose broker answered, the
+    message is looked for in each, and ``offset`` repeats queue 0's size (0 if its broker did not answer).
+    On the wire: ``[packet_id, lmq, offset]`` for queue 0 alone (as records of earlier versions, which are
+    queue 0), else ``[packet_id, lmq, offset, [[queue_id, size], ...]]``.
     """
 
     packet_id: int
     lmq: str = ""
     offset: int = 0
+    sizes: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def mark(cls, packet_id: int, lmq: str, sizes: Sequence[tuple[int, int]]) -> InboundQos2:
+        """The mark of ``packet_id``: ``lmq``'s queues held these sizes (``(queue id, size)``)."""
+        found = tuple(sizes)
+        offset = dict(found).get(0, 0)
+        return cls(packet_id, lmq, offset, () if found == ((0, offset),) else found)
+
+    @property
+    def queues(self) -> tuple[tuple[int, int], ...]:
+        """``(queue id, size)`` of every queue the message is looked for in."""
+        return self.sizes or ((0, self.offset),)
+
+    def to_list(self) -> list[Any]:
+        head: list[Any] = [self.packet_id, self.lmq, self.offset]
+        return [*head, [list(size) for size in self.sizes]] if self.sizes else head
 
     @classmethod
     def from_list(cls, raw: Any) -> InboundQos2:
-        """Raises ValueError unless ``raw`` is ``[id 1..65535, str, offset >= 0]``."""
-        if not isinstance(raw, list) or len(raw) != 3:
-            raise ValueError(f"awaiting_rel entry: expected 3 items, got {raw!r}")
-        packet_id, lmq, offset = raw
+        """Raises ValueError unless ``raw`` is ``[id 1..65535, str, offset >= 0]``, optionally with a fourth
+        item, a non-empty list of ``[queue id >= 0, size >= 0]``."""
+        if not isinstance(raw, list) or len(raw) not in (3, 4):
+            raise ValueError(f"awaiting_rel entry: expected 3 or 4 items, got {raw!r}")
+        packet_id, lmq, offset = raw[:3]
         if (
             type(packet_id) is not int
             or not 0 < packet_id <= 0xFFFF
@@ -76,7 +112,18 @@ class InboundQos2(NamedTuple):
             or offset < 0
         ):
             raise ValueError(f"awaiting_rel entry: bad values {raw!r}")
-        return cls(packet_id, lmq, offset)
+        listed = raw[3] if len(raw) == 4 else []
+        if len(raw) == 4 and (
+            not isinstance(listed, list)
+            or not listed
+            or any(
+                not isinstance(size, list) or len(size) != 2 or any(type(n) is not int or n < 0 for n in size)
+                for size in listed
+            )
+        ):
+            raise ValueError(f"awaiting_rel entry: bad queue sizes {raw!r}")
+        sizes = tuple((queue_id, size) for queue_id, size in listed)
+        return cls(packet_id, lmq, offset, sizes)
 
 
 class OutboundQos2(NamedTuple):
@@ -207,12 +254,12 @@ class SessionSnapshot:
         raw: dict[str, Any] = {
             "client_id": self.client_id,
             "expiry_interval": self.expiry_interval,
-            "subscriptions": [asdict(s) for s in self.subscriptions],
+            "subscriptions": [s.to_dict() for s in self.subscriptions],
             "disconnected_at_ms": self.disconnected_at_ms,
             "deleted": self.deleted,
         }
         if self.awaiting_rel:
-            raw["awaiting_rel"] = self.awaiting_rel  # named tuples: JSON arrays
+            raw["awaiting_rel"] = [entry.to_list() for entry in self.awaiting_rel]
         if self.outbound:
             raw["outbound"] = [entry.to_list() for entry in self.outbound]
         if self.node is not None:

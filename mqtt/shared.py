@@ -1,14 +1,15 @@
 """Shared subscriptions (``$share/<group>/<filter>``): one read position per (group, filter) and queue.
 
-All members read the filter's LMQ through one :class:`SharedGroup`; :meth:`SharedGroup.claim` hands out
-one message at a time, so each message goes to exactly one member and ready members share the load.
-The group reads every queue of the LMQ (one per broker on a cluster, :func:`~mqproxy.mqtt.store.queue_ids`)
-in turn, each with its own cursor (:attr:`SharedGroup.lanes`), so what another broker stored during a
-failover reaches the group too. Its offsets are committed as consumer group ``%MQTT_SHARE%<group>`` on
-each queue (a new group commits its start at once). A message a member took but did not get acknowledged
-before its session ended goes back to the group (``give_back``) and is delivered to another member. A
-QoS 2 delivery of a persistent member is in that member's snapshot; after a restart it is marked on the
-cursor of its queue, which then skips it for every other member until its owner completes it (see
+All members read the filter's LMQ through one :class:`SharedGroup`; :meth:`SharedGroup.claim` hands out one
+message at a time, so each message goes to exactly one member and ready members share the load. The group
+reads every queue of the LMQ (one per broker on a cluster, :func:`~mqproxy.mqtt.store.queue_ids`) in turn,
+each with its own cursor (:attr:`SharedGroup.lanes`), so what another broker stored during a failover reaches
+the group too. Its offsets are committed as consumer group ``%MQTT_SHARE%<group>`` on each queue (a new group
+commits its start at once; a queue whose broker is down when the group opens starts, once it answers, at the
+first message stored since the opening member subscribed). A message a member took but did not get
+acknowledged before its session ended goes back to the group (``give_back``) and is delivered to another
+member. A QoS 2 delivery of a persistent member is in that member's snapshot; after a restart it is marked on
+the cursor of its queue, which then skips it for every other member until its owner completes it (see
 ``Session.load_qos2``).
 
 Across the nodes of a cluster (``may_read`` set): one node reads a group at a time, the node the predicate
@@ -78,16 +79,24 @@ class SharedGroup:
         return any(cursor.pending for cursor in self.lanes)
 
     @classmethod
-    async def open(cls, backend: LightStore, name: str, topic_filter: str) -> SharedGroup:
+    async def open(
+        cls, backend: LightStore, name: str, topic_filter: str, since_ms: int = 0, *, restored: bool = False
+    ) -> SharedGroup:
+        """Open the group for a member subscribed since ``since_ms`` (0: unknown). Each lane starts at the
+        group's committed offset; a lane without one starts at the queue's end for a new subscription,
+        and at the first message stored since ``since_ms`` for one ``restored`` from a session record or
+        whose broker does not answer now (positioned when it does: nothing it stores is missed)."""
         lmq = lmq_name(topic_filter)
         lanes = tuple(Cursor(lmq, -1, SHARED_GROUP_PREFIX + name, q) for q in await queue_ids(backend, lmq))
         for cursor in lanes:
-            cursor.durable = True
+            cursor.durable = cursor.resume = True
+            cursor.since_ms = since_ms if restored else 0
             try:
-                await _position(backend, cursor)
+                await cursor.place(backend)
             except BackendError:
                 if len(lanes) == 1:
-                    raise  # else that broker is down: the lane is positioned when it answers
+                    raise
+                cursor.since_ms = since_ms
         return cls(name, topic_filter, lanes)
 
     async def commit(self, backend: LightStore) -> None:
@@ -155,7 +164,7 @@ class SharedGroup:
             cursor = lanes[(self._next_lane + i) % len(lanes)]
             try:
                 if not cursor.positioned:
-                    await _position(backend, cursor)
+                    await cursor.place(backend)
                 if await self._pull(backend, cursor):
                     self._next_lane = (self._next_lane + i + 1) % len(lanes)
                     return
@@ -205,13 +214,3 @@ class SharedGroup:
                 cursor.complete(result.next_offset - 1)
             return True  # moved: look again before waiting
         return False
-
-
-async def _position(backend: LightStore, cursor: Cursor) -> None:
-    """Position a group's lane at its committed offset, or (a new group) at the queue's end, committed at
-    once so that after a restart the group starts there."""
-    offset = await backend.query_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id)
-    if offset is None:
-        offset = await backend.max_offset(cursor.lmq, cursor.queue_id)
-        await backend.commit_consumer_offset(cursor.group, cursor.lmq, cursor.queue_id, offset)
-    cursor.position(offset)

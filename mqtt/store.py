@@ -57,6 +57,10 @@ class LightStore(Protocol):
 
     async def max_offset(self, topic: str, queue_id: int) -> int: ...
 
+    async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (the max offset if none)."""
+        ...
+
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
 
     async def commit_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
@@ -92,6 +96,9 @@ class FacadeStore:
 
     async def max_offset(self, topic: str, queue_id: int) -> int:
         return await self.broker.max_offset(topic, queue_id)
+
+    async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return await self.broker.search_offset(topic, queue_id, timestamp_ms)
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return await self.broker.query_consumer_offset(group, topic, queue_id)

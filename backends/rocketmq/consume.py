@@ -304,8 +304,15 @@ class ConsumingRole:
         return await self._queue_number(RequestCode.GET_MAX_OFFSET, topic, queue_id, "offset")
 
     async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The broker's answer with the lower boundary: the first offset stored at or after the time, the
+        max offset when none was (clamped to the queue's min and max; 0 for an empty queue)."""
         return await self._queue_number(
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, "offset", timestamp=timestamp_ms
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            topic,
+            queue_id,
+            "offset",
+            timestamp=timestamp_ms,
+            boundaryType="lower",
         )
 
     async def earliest_store_time(self, topic: str, queue_id: int) -> int:

@@ -7,7 +7,9 @@ with every message published on B meanwhile; a second connection on the other no
 over; retained messages and Wills published on one node reach subscribers on the other; a shared
 subscription with members on both nodes gets each message once; a node killed with ``kill -9`` loses no
 acknowledged message of a session that resumes on the other node, and a surviving node publishes the Wills
-of its clients. (``tests/backends/rocketmq/test_cluster_lmq.py`` checks the light queues on the brokers.)
+of its clients; a subscription made while a broker is down gets what that broker stores once it is back,
+although the session was offline meanwhile. (``tests/backends/rocketmq/test_cluster_lmq.py`` checks the
+light queues on the brokers.)
 
 Ordering between nodes needs no waits: a CONNECT reads what every node wrote before it, so a client that
 connects after a SUBACK (or PUBACK) on the other node sees that subscription (or retained message).
@@ -266,3 +268,54 @@ def test_the_lmq_broker_stopped_mid_stream_loses_no_acknowledged_message(
     duplicates = len(received) - len(set(received))
     print(f"acked {len(acked)}, failed {len(failed)}, received {len(received)}, duplicates {duplicates}")
     assert len(failed) <= 5, failed  # only around the stop itself
+
+
+def test_a_subscription_made_while_a_broker_is_down_gets_what_that_broker_stores_later(
+    rmq: ClusterMode, clients: list[PahoClient]
+) -> None:
+    """A persistent QoS 1 subscription is made on A while broker-b is stopped, and goes offline. Broker-b
+    comes back and, with broker-a stopped, stores every message published meanwhile (through B). The
+    session resumes on B and gets them all: its queue on broker-b had no committed offset, and starts at
+    the first message stored there since the subscription was made (not at the queue's end)."""
+    tag = _tag()
+    topic = f"late/{tag}/t"
+    device = f"late-sub-{tag}"
+    stopped: list[str] = []
+    try:
+        rmq.stock.stop_broker("broker-b")
+        stopped.append("broker-b")
+        first = PahoClient(_port(rmq, "A"), device, V5, clean=False, expiry=600)
+        assert first.rc == 0
+        assert first.subscribe((topic, 1)) == [1]
+        first.close()
+
+        publisher = PahoClient(_port(rmq, "B"), f"late-pub-{tag}", V5)  # B reads the session's record now
+        clients.append(publisher)
+        rmq.stock.restart_broker("broker-b")
+        stopped.remove("broker-b")
+        rmq.stock.stop_broker("broker-a")  # the preferred LMQ broker: what comes next is on broker-b
+        stopped.append("broker-a")
+
+        reasons: dict[int, int] = {}
+        publisher.paho.on_publish = lambda c, u, mid, rc, props: reasons.__setitem__(mid, int(rc.value))
+        acked: list[bytes] = []
+
+        def publish_acked(body: bytes) -> bool:
+            info = publisher.paho.publish(topic, body, qos=1)
+            info.wait_for_publish(LIMIT_S)
+            return info.is_published() and reasons.get(info.mid, 0) < 0x80
+
+        for i in range(20):
+            body = f"{tag}-{i}".encode()
+            # the first sends after the stop may find broker-a's route still live: send again until stored
+            wait_for(f"PUBACK of {body!r}", lambda body=body: publish_acked(body), LIMIT_S)
+            acked.append(body)
+
+        back = PahoClient(_port(rmq, "B"), device, V5, clean=False, expiry=600)
+        clients.append(back)
+        assert back.session_present, "the session made on A resumes on B"
+        got = set(_drain(back, len(acked)))
+        assert got == set(acked), f"missing: {sorted(set(acked) - got)}"
+    finally:
+        for name in stopped:
+            rmq.stock.restart_broker(name)

@@ -108,6 +108,25 @@ async def test_session_group_offsets_on_an_lmq_round_trip_across_nodes(stock2) -
         assert await store_a.query_consumer_offset(group, lmq, 0) == 0
 
 
+async def test_an_lmq_offset_searched_by_time(stock2) -> None:
+    """What a subscription lane positioned late relies on (``Cursor.place``): the first offset stored at or
+    after a time, the queue's end for a time after its last message, 0 for a queue that is empty."""
+    parent = _name("LmqSearch")
+    lmq = f"%LMQ%{parent}"
+    async with open_node(stock2.namesrv_addr, 1001) as a:
+        store = FacadeStore(a)
+        assert await store.search_offset(lmq, 0, 1) == 0
+        assert await store.search_offset(lmq, 1, 1) == 0  # the other broker's copy, never filled
+        for n in range(3):
+            await store.send(Message(parent, f"s{n}".encode(), dispatch=(lmq,)))
+        await _dispatched(store, lmq, 3)
+        times = [m.store_timestamp_ms for m in (await store.pull(lmq, 0, 0, 8)).messages]
+        assert len(times) == 3
+        for at in (0, times[0], times[1], times[2], times[2] + 1, times[2] + 60_000):
+            first_since = next((i for i, stored in enumerate(times) if stored >= at), len(times))
+            assert await store.search_offset(lmq, 0, at) == first_since, at
+
+
 async def test_wait_on_an_lmq_is_woken_by_a_send_through_the_other_node(stock2) -> None:
     parent = _name("LmqWake")
     lmq = f"%LMQ%{parent}"
