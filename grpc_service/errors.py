@@ -19,6 +19,7 @@ from mqproxy.model.errors import (
     IllegalTopic,
     MessageTooLarge,
     QueueNotFound,
+    StoreFull,
     StoreUnavailable,
     TopicNotFound,
 )
@@ -55,6 +56,9 @@ _CODES: tuple[tuple[type[BackendError], pb.Code], ...] = (
     (IllegalTopic, pb.Code.ILLEGAL_TOPIC),
     (QueueNotFound, pb.Code.BAD_REQUEST),
     (MessageTooLarge, pb.Code.MESSAGE_BODY_TOO_LARGE),
+    # A full disk: the Apache proxy maps the broker's SERVICE_NOT_AVAILABLE (like every remoting code but
+    # a few) to INTERNAL_SERVER_ERROR with the broker's remark as the message (ResponseBuilder.buildCode).
+    (StoreFull, pb.Code.INTERNAL_SERVER_ERROR),
     (StoreUnavailable, pb.Code.INTERNAL_SERVER_ERROR),
     (se.MalformedReceipt, pb.Code.INVALID_RECEIPT_HANDLE),
     (se.ReceiptExpired, pb.Code.INVALID_RECEIPT_HANDLE),

@@ -52,6 +52,25 @@ class StoreUnavailable(BackendError):
     """The store cannot accept writes right now (closed, disk full, shutting down)."""
 
 
+class StoreFull(StoreUnavailable):
+    """The store refuses new messages: its disk is full (or above the warning ratio) or a write failed.
+
+    ``cause`` is ``disk_full`` or ``write_error``; the message is the remark clients see (remoting
+    SERVICE_NOT_AVAILABLE as the stock broker words it, gRPC status message, MQTT reason string). Reads
+    keep working; writes resume by themselves once space is freed."""
+
+    def __init__(self, cause: str, detail: str) -> None:
+        super().__init__(
+            "service not available now. It may be caused by one of the following reasons: "
+            f"the broker's disk is full [{detail}], messages are put to the slave, message store has "
+            "been shut down, etc."
+            if cause == "disk_full"
+            else f"service not available now: the message store cannot write ({detail})"
+        )
+        self.cause = cause
+        self.detail = detail
+
+
 class ClusterUnavailable(StoreUnavailable):
     """The cluster behind the proxy cannot be reached (no name server or no broker answers)."""
 

@@ -30,7 +30,7 @@ import time
 import trio
 
 from mqproxy.codecs import mqtt as mq
-from mqproxy.model.errors import BackendError, MessageTooLarge, StoreUnavailable
+from mqproxy.model.errors import BackendError, MessageTooLarge, StoreFull, StoreUnavailable
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import Deliveries
 from mqproxy.mqtt.gateway import Gateway, now_ms
@@ -371,7 +371,7 @@ class MqttConnection(PacketWriter, Deliveries):
                     item.error = str(outcome)
                     item.reason = (
                         mq.ReasonCode.QUOTA_EXCEEDED
-                        if isinstance(outcome, MessageTooLarge)
+                        if isinstance(outcome, (MessageTooLarge, StoreFull))
                         else mq.ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
                     )
         for item in to_store:

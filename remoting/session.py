@@ -46,6 +46,7 @@ from mqproxy.model.errors import (
     OffsetOutOfRange,
     QueueNotFound,
     ReceiptExpired,
+    StoreFull,
     StoreUnavailable,
     TopicNotFound,
     TransactionCheckWindowClosed,
@@ -176,6 +177,8 @@ def backend_error_reply(exc: BackendError) -> Reply:
     (cluster backend) is passed through with its code and remark."""
     if isinstance(exc, BrokerRefused):
         return Reply(exc.code, remark=exc.remark)
+    if isinstance(exc, StoreFull):  # the stock broker's own remark
+        return Reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
     for cls in type(exc).__mro__:
         code = _BACKEND_CODES.get(cls)  # type: ignore[arg-type]
         if code is not None:

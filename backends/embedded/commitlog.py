@@ -273,6 +273,54 @@ class CommitLog:
     def segment_bases(self) -> list[int]:
         return list(self._bases)
 
+    @property
+    def start(self) -> int:
+        """Global offset of the oldest record kept (base of the first segment)."""
+        return self._bases[0]
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """Every segment as (base, size in bytes, last modification ms), oldest first."""
+        out = []
+        for i, (base, fd) in enumerate(zip(self._bases, self._fds, strict=True)):
+            end = self._bases[i + 1] if i + 1 < len(self._bases) else self._end
+            out.append((base, end - base, os.fstat(fd).st_mtime_ns // 1_000_000))
+        return out
+
+    def count_records(self, base: int) -> int:
+        """Records in the sealed segment starting at ``base`` (walks the frame headers; blocking, safe in a
+        worker thread since a sealed segment never changes)."""
+        i = self._bases.index(base)
+        end = self._bases[i + 1] - base
+        fd = self._fds[i]
+        pos = count = 0
+        while pos < end:
+            header = os.pread(fd, HEADER_SIZE, pos)
+            if len(header) < HEADER_SIZE:
+                break
+            length = FRAME_HEADER.unpack(header)[0]
+            if length <= HEADER_SIZE:
+                break
+            pos += length
+            count += 1
+        return count
+
+    def drop_segments(self, below: int) -> list[int]:
+        """Delete every segment that ends at or before ``below`` (a segment base), never the one being
+        written; return the bases deleted. Reads of their offsets then find nothing. The caller makes
+        sure no fdatasync of their fds is running in another thread."""
+        self._check_open()
+        dropped: list[int] = []
+        while len(self._bases) > 1 and self._bases[1] <= below:
+            base = self._bases.pop(0)
+            fd = self._fds.pop(0)
+            self._dirty.discard(fd)
+            os.close(fd)
+            os.unlink(self.directory / segment_name(base))
+            dropped.append(base)
+        if dropped:
+            self._fsync_directory()
+        return dropped
+
     # --- closing --------------------------------------------------------------------------------
     def close(self) -> None:
         if self._closed:

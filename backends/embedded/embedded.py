@@ -37,14 +37,18 @@ light queues. Neither writes a log record, so a full rebuild from the log shows 
 a record at offset 0 of a light queue the index already holds marks a new generation of it, and
 recovery drops the old one.
 
-Not implemented yet: deleting old segments (retention), which would also raise queue min offsets.
+Retention and a full disk (:mod:`.embedded_retention`, decisions in :mod:`.retention`): expired (or, on
+a too-full disk, the oldest) sealed segments are deleted after the live state in them was copied to the
+head; queue min offsets rise. Above the disk warning ratio, or after a write failed with ENOSPC, new
+writes are refused (:class:`~mqproxy.model.errors.StoreFull`) until space is freed; reads keep working.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
@@ -52,10 +56,11 @@ from typing import Literal
 import trio
 
 from mqproxy.backends.embedded.coalescer import WriteCoalescer
-from mqproxy.backends.embedded.embedded_core import CACHE_SIZE, LRUCache
-from mqproxy.backends.embedded.embedded_queues import EmbeddedQueues
+from mqproxy.backends.embedded.embedded_core import CACHE_SIZE, LRUCache, statvfs_usage
+from mqproxy.backends.embedded.embedded_retention import EmbeddedRetention
 from mqproxy.backends.embedded.groups import ConsumerRegistry
 from mqproxy.backends.embedded.index import LMQ_KEY_PREFIX, Index
+from mqproxy.backends.embedded.retention import DiskUsage, RetentionPolicy
 from mqproxy.backends.embedded.sending import DEFAULT_MAX_MESSAGE_BYTES, StoreClock
 from mqproxy.backends.embedded.waiters import QueueWaiters
 from mqproxy.model.errors import StoreUnavailable
@@ -83,11 +88,19 @@ async def open_embedded_store(
     store_host: tuple[str, int] = ("127.0.0.1", 0),
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     fsync_in_thread: bool = True,
+    retention: RetentionPolicy | None = None,
+    check_interval_s: float = 1.0,
+    clean_interval_s: float = 10.0,
+    disk_probe: Callable[[Path], DiskUsage] = statvfs_usage,
+    wall_ms: Callable[[], int] | None = None,
 ) -> AsyncIterator[EmbeddedStore]:
     """Open (recovering) the store, run its flusher tasks, and close it cleanly on exit.
 
     ``fsync_in_thread`` moves fdatasync to a worker thread so the event loop keeps running during it
-    (costs a ~100 µs thread hop per flush).
+    (costs a ~100 µs thread hop per flush). ``retention`` (default: RocketMQ's 72 h, deleting at 04:00,
+    disk ratios 0.75 / 0.85 / 0.90) is checked every ``clean_interval_s`` (RocketMQ's
+    ``cleanResourceInterval``, 10 s) and the disk every ``check_interval_s``; ``disk_probe`` and ``wall_ms``
+    are for tests.
     """
     if flush not in ("async", "sync"):
         raise ValueError("flush must be 'async' or 'sync'")
@@ -103,7 +116,12 @@ async def open_embedded_store(
         store_host=store_host,
         max_message_bytes=max_message_bytes,
         fsync_in_thread=fsync_in_thread,
+        disk_probe=disk_probe,
     )
+    store._retention = retention or RetentionPolicy()
+    store._check_interval_s = check_interval_s
+    store._clean_interval_s = clean_interval_s
+    store._wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
     try:
         try:
             async with trio.open_nursery() as nursery:
@@ -121,7 +139,7 @@ async def open_embedded_store(
         store._close()
 
 
-class EmbeddedStore(EmbeddedQueues):
+class EmbeddedStore(EmbeddedRetention):
     """A durable :class:`~mqproxy.backends.embedded.store.MessageStore`; open with
     :func:`open_embedded_store`."""
 
@@ -137,6 +155,7 @@ class EmbeddedStore(EmbeddedQueues):
         store_host: tuple[str, int],
         max_message_bytes: int,
         fsync_in_thread: bool,
+        disk_probe: Callable[[Path], DiskUsage] = statvfs_usage,
     ) -> None:
         self.data_dir = data_dir
         self.flush = flush
@@ -160,6 +179,10 @@ class EmbeddedStore(EmbeddedQueues):
         self._index_dirty = False
         self.fsync_count = 0
         self._sweep_from = LMQ_KEY_PREFIX
+        self._refusal = None
+        self._refused_at = 0.0
+        self._disk_probe = disk_probe
+        self._fsync_lock = trio.Lock()
 
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)

@@ -11,9 +11,10 @@ A queue is named in the index by ``queue_key(topic, queue_id)`` and stored under
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import trio
@@ -21,10 +22,11 @@ import trio
 from mqproxy.backends.embedded.coalescer import WriteCoalescer
 from mqproxy.backends.embedded.commitlog import CommitLog
 from mqproxy.backends.embedded.index import Index
+from mqproxy.backends.embedded.retention import DiskUsage
 from mqproxy.backends.embedded.sending import StoreClock
 from mqproxy.backends.embedded.store_base import StoreBase
 from mqproxy.backends.embedded.waiters import QueueWaiters
-from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.errors import StoreFull, StoreUnavailable
 from mqproxy.model.types import Message, SendResult, TopicConfig
 
 #: Queue ids / next offsets kept in memory; idle queues beyond this cost nothing but an LMDB lookup.
@@ -32,6 +34,13 @@ CACHE_SIZE = 16384
 
 #: One send queued for the write coalescer: topic, queue id, messages, each message's LMQ targets.
 PendingSend = tuple[str, int, Sequence[Message], list[tuple[str, ...]]]
+
+
+def statvfs_usage(path: Path) -> DiskUsage:
+    """The disk usage of the file system holding ``path`` (free = blocks free to anyone, as Java's
+    ``File.getFreeSpace`` that RocketMQ's ratio uses)."""
+    st = os.statvfs(path)
+    return DiskUsage(total=st.f_blocks * st.f_frsize, free=st.f_bfree * st.f_frsize)
 
 
 def tag_hash(tag: str | None) -> int:
@@ -86,6 +95,13 @@ class EmbeddedCore(StoreBase):
     _lock_fd: int
     _index: Index
     _log: CommitLog
+    _refusal: StoreFull | None  # set while new writes are refused (disk full, write error)
+    _refused_at: float
+    _disk_probe: Callable[[Path], DiskUsage]
+
+    def _disk_usage(self) -> DiskUsage:
+        """Total and free bytes of the file system holding the commit log."""
+        return self._disk_probe(self.data_dir)
 
     def _check_open(self) -> None:
         if self._closed:

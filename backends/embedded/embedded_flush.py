@@ -9,13 +9,21 @@ index is synced every :data:`INDEX_SYNC_INTERVAL_S` when it changed.
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 
+import structlog
 import trio
 
 from mqproxy.backends.embedded.commitlog import sync_fds
 from mqproxy.backends.embedded.embedded_core import EmbeddedCore
-from mqproxy.model.errors import StoreUnavailable
+from mqproxy.model.errors import StoreFull, StoreUnavailable
+
+_log = structlog.get_logger("mqproxy.store")
+
+#: errnos of a write that failed for lack of space (the rest are ``write_error``).
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 #: How often the LMDB environment is flushed to disk (bounds what an OS crash rolls back there).
 INDEX_SYNC_INTERVAL_S = 1.0
@@ -31,6 +39,9 @@ class EmbeddedFlushing(EmbeddedCore):
     _flush_wanted: trio.Event
     _durable_changed: trio.Event
     _index_dirty: bool
+    _refusal: StoreFull | None
+    _refused_at: float
+    _fsync_lock: trio.Lock  # held while commit-log fds are being fdatasync'ed (retention closes some)
 
     def _start(self, nursery: trio.Nursery) -> None:
         if self.flush == "sync":
@@ -83,10 +94,12 @@ class EmbeddedFlushing(EmbeddedCore):
         if self._closed or target <= self._durable:
             return
         try:
-            await self._fsync(self._log.take_dirty())
+            async with self._fsync_lock:
+                await self._fsync(self._log.take_dirty())
         except OSError as exc:
             # After a failed fsync the page cache state is unknown (fsyncgate): stop accepting writes.
             self._flush_error = exc
+            self._refuse("write_error", f"commit log fsync failed: {exc}; writes stay refused until restart")
         else:
             self._durable = max(self._durable, target)
         event, self._durable_changed = self._durable_changed, trio.Event()
@@ -113,3 +126,45 @@ class EmbeddedFlushing(EmbeddedCore):
             raise StoreUnavailable("store is closed")
         if self._flush_error is not None:
             raise StoreUnavailable(f"commit log fsync failed: {self._flush_error}")
+        if self._refusal is not None:
+            raise self._refusal
+
+    # --- refusing and resuming writes -----------------------------------------------------------
+    def _free_bytes(self) -> int:
+        try:
+            return self._disk_usage().free
+        except OSError:
+            return -1
+
+    def _refuse(self, cause: str, detail: str) -> None:
+        """Refuse new writes (``store.write_refused``, once per episode) until :meth:`_resume`."""
+        if self._refusal is not None:
+            return
+        self._refusal = StoreFull(cause, detail)
+        self._refused_at = time.monotonic()
+        _log.warning("store.write_refused", cause=cause, detail=detail, free_bytes=self._free_bytes())
+
+    def _resume(self) -> None:
+        if self._refusal is None:
+            return
+        cause = self._refusal.cause
+        self._refusal = None
+        _log.info(
+            "store.write_resumed",
+            cause=cause,
+            free_bytes=self._free_bytes(),
+            duration_ms=round((time.monotonic() - self._refused_at) * 1000, 3),
+        )
+
+    def _write_failed(self, exc: BaseException) -> None:
+        """Classify a failed append (the records were already cut back): an OS error refuses writes for a
+        while (``disk_full`` for ENOSPC / EDQUOT / EFBIG or an index that reports no space, else
+        ``write_error``); any other failure fails only its own batch."""
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__
+        text = str(cause if cause is not None else exc)
+        if (isinstance(cause, OSError) and cause.errno in _DISK_FULL_ERRNOS) or "No space" in text:
+            self._refuse("disk_full", f"write failed: {text}")
+        elif isinstance(cause, OSError):  # EIO and the like: refuse, retry after a pause
+            self._refuse("write_error", f"write failed: {text}")

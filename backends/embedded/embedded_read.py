@@ -104,6 +104,11 @@ class EmbeddedReading(EmbeddedWriting):
         """
         self._check_open()
         found = self._log.read_at(commitlog_offset)
+        if found is None and 0 <= commitlog_offset < self._log.start:  # retention may have moved it
+            target = self._index.moved_to(commitlog_offset)
+            if target is not None:
+                commitlog_offset = target
+                found = self._log.read_at(target)
         if found is None:
             return None
         size, payload = found

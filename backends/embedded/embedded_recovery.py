@@ -18,7 +18,7 @@ from mqproxy.backends.embedded.commitlog import CommitLog
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_flush import EmbeddedFlushing
 from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
-from mqproxy.backends.embedded.records import MessageRecord, decode_message
+from mqproxy.backends.embedded.records import MessageRecord, MovedRecord, decode_message, decode_moved
 from mqproxy.backends.embedded.sending import index_keys
 from mqproxy.model.topics import LMQ_QUEUE_ID, MAX_QUEUE_COUNT, default_queue_count
 from mqproxy.model.types import PROPERTY_TAGS
@@ -52,8 +52,15 @@ class EmbeddedRecovery(EmbeddedFlushing):
             keys.clear()
             new_queues.clear()
 
+        rebuilding = False
+
         def on_record(offset: int, size: int, payload: bytes) -> None:
             nonlocal latest_store_ms
+            moved = decode_moved(payload)
+            if moved is not None:  # a live record retention moved here: re-point its entries
+                flush_batch(offset)
+                self._redispatch_moved(moved, offset, size, rebuilding, new_queues)
+                return
             record = decode_message(payload)
             latest_store_ms = max(latest_store_ms, record.store_timestamp_ms)
             self._restart_lmqs(record, offset, new_queues, flush_batch)
@@ -75,7 +82,8 @@ class EmbeddedRecovery(EmbeddedFlushing):
                 batch.clear()
                 keys.clear()
                 new_queues.clear()
-                for offset, size, payload in self._log.iter_records(0):
+                rebuilding = True
+                for offset, size, payload in self._log.iter_records(self._log.start):
                     on_record(offset, size, payload)
             flush_batch(self._log.end)
             index.sync()
@@ -97,6 +105,30 @@ class EmbeddedRecovery(EmbeddedFlushing):
         else:
             _log.info("store.recovered", **fields)
 
+    def _redispatch_moved(
+        self, moved: MovedRecord, offset: int, size: int, rebuilding: bool, new_queues: dict[bytes, int]
+    ) -> None:
+        """Recovery of a record retention moved to ``offset``: each entry that still names the old place
+        points at the new one (a rebuild from the log creates missing ones, its queue's next offset
+        included)."""
+        record = decode_message(moved.payload)
+        tag = tag_hash(record.properties.get(PROPERTY_TAGS))
+        moves = []
+        for key, queue_offset in moved.targets:
+            if rebuilding:
+                self._ensure_topic(record)
+                qid: int | None = self._qid_for_write(key, new_queues)
+            else:
+                qid = self._lookup_qid(key)
+            if qid is None:
+                continue
+            moves.append((qid, queue_offset, moved.moved_from, offset, size, tag, record.store_timestamp_ms))
+            if rebuilding:
+                current = self._next_offsets.lookup(qid) or 0
+                self._next_offsets.store(qid, max(current, queue_offset + 1))
+        if moves:
+            self._index.relocate(moves, create=rebuilding)
+
     def _entries_for(
         self, record: MessageRecord, offset: int, size: int, new_queues: dict[bytes, int]
     ) -> list[Entry]:
@@ -105,11 +137,7 @@ class EmbeddedRecovery(EmbeddedFlushing):
         A topic the index does not know (the index was deleted) is re-created, large enough for the
         record's queue id.
         """
-        if self._topics.get(record.topic) is None:
-            count = max(
-                default_queue_count(record.topic, self._topics.default_queue_count), record.queue_id + 1
-            )
-            self._create(record.topic, min(count, MAX_QUEUE_COUNT))
+        self._ensure_topic(record)
         tag = tag_hash(record.properties.get(PROPERTY_TAGS))
         ts = record.store_timestamp_ms
         targets = [(queue_key(record.topic, record.queue_id), record.queue_offset)]
@@ -120,6 +148,14 @@ class EmbeddedRecovery(EmbeddedFlushing):
             entries.append((qid, queue_offset, offset, size, tag, ts))
             self._next_offsets.store(qid, queue_offset + 1)  # records arrive in log order
         return entries
+
+    def _ensure_topic(self, record: MessageRecord) -> None:
+        """Re-create a topic the index does not know, large enough for the record's queue id."""
+        if self._topics.get(record.topic) is None:
+            count = max(
+                default_queue_count(record.topic, self._topics.default_queue_count), record.queue_id + 1
+            )
+            self._create(record.topic, min(count, MAX_QUEUE_COUNT))
 
     def _restart_lmqs(
         self,

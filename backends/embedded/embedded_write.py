@@ -5,7 +5,9 @@ Every send queued in the same scheduler turn, from any connection, is written to
 queue offsets (and LMQ offsets), append all records with one ``os.pwrite``, index them and advance the
 dispatch checkpoint in one LMDB transaction, then wake each touched queue's waiters once. A send whose
 records cannot be encoded fails alone; a failed write or index commit fails every send of the batch and
-leaves nothing behind.
+leaves nothing behind (a torn write is cut back). A write that failed for lack of space (or on a failing
+device) makes the store refuse writes with :class:`~mqproxy.model.errors.StoreFull` until
+:mod:`.embedded_retention` sees the disk recover.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
 from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
 from mqproxy.backends.embedded.records import encode_message
 from mqproxy.backends.embedded.sending import check_batch, check_message, index_keys, stored_properties
+from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import Message, SendResult
 
@@ -117,7 +120,7 @@ class EmbeddedWriting(EmbeddedRecovery):
                     results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
             self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts, keys)
-        except BaseException:
+        except BaseException as exc:
             # Nothing was acknowledged: forget the records and the queue ids allocated for them.
             if self._log.end != start:
                 self._log.truncate_to(start)
@@ -125,6 +128,13 @@ class EmbeddedWriting(EmbeddedRecovery):
             for key, qid in new_queues.items():
                 self._qids.pop(key, None)
                 self._next_offsets.pop(qid, None)
+            if isinstance(exc, OSError | StoreUnavailable):
+                # a full disk or a failing device: refuse writes until it recovers (one event)
+                self._write_failed(exc)
+                if self._refusal is not None:
+                    raise self._refusal from exc
+            if isinstance(exc, OSError):
+                raise StoreUnavailable(f"commit log write failed: {exc}") from exc
             raise
         self._index_dirty = True
         store = self._next_offsets.store

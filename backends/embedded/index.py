@@ -15,6 +15,8 @@ Named databases (one keyspace per kind, store-notes §8):
   ``KEYS`` entries and ``UNIQ_KEY`` (:func:`~mqproxy.backends.embedded.sending.index_keys`), so
   QUERY_MESSAGE is one range seek per (topic, key), in store-time order. Written in the dispatch
   transaction, like ``cq``.
+* ``moved``: ``>Q`` commit-log offset → ``>Q`` offset of the copy retention moved that record to
+  (:mod:`~mqproxy.backends.embedded.index_retention`).
 * ``topics``: topic name → JSON topic config.
 * ``meta``: ``checkpoint`` (``>Qq``: commit-log offset up to which every record is indexed, latest store
   timestamp among them), ``next_qid`` and ``lmqoffs`` (present once ``lmqoffs`` covers every row).
@@ -37,6 +39,7 @@ from pathlib import Path
 import lmdb
 import orjson
 
+from mqproxy.backends.embedded.index_retention import RetentionIndex
 from mqproxy.model.errors import BackendError, StoreUnavailable
 from mqproxy.model.types import TopicConfig
 
@@ -91,7 +94,7 @@ def offset_key(group: str, topic: str, queue_id: int) -> bytes:
     return _H.pack(len(g)) + g + queue_key(topic, queue_id)
 
 
-class Index:
+class Index(RetentionIndex):
     def __init__(self, path: Path, map_size: int = 64 * 1024**3) -> None:
         path.mkdir(parents=True, exist_ok=True)
         try:
@@ -114,6 +117,7 @@ class Index:
         self._lmq_offsets = self._env.open_db(b"lmqoffs")
         self._floors = self._env.open_db(b"floors")
         self._keys = self._env.open_db(b"keys")
+        self._moved = self._env.open_db(b"moved")
         self._build_lmq_offsets()
 
     def _build_lmq_offsets(self) -> None:
@@ -232,6 +236,7 @@ class Index:
             txn.drop(self._qids, delete=False)
             txn.drop(self._floors, delete=False)
             txn.drop(self._keys, delete=False)
+            txn.drop(self._moved, delete=False)
             txn.put(_NEXT_QID, _U64.pack(1), db=self._meta)
             txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(0, 0), db=self._meta)
 

@@ -16,6 +16,11 @@ All integers big-endian::
 
 The LMQ list is explicit (not read back from properties) so recovery re-dispatches exactly the
 queue offsets assigned at append time.
+
+A record retention moved to the head of the log (kind 2, :func:`encode_moved`) wraps the original
+payload: ``>B 2``, ``>q`` commit-log offset it was moved from, ``>H`` entry count, then per index entry
+that pointed at it ``>H`` queue-name key length, key, ``>q`` queue offset; then the original payload.
+:func:`decode_message` reads through the wrapper, so a moved message reads exactly as before.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import orjson
 from mqproxy.model.errors import StoreUnavailable
 
 KIND_MESSAGE = 1
+KIND_MOVED = 2
 _FIXED = struct.Struct(">BiqiiqqiI")
 _H = struct.Struct(">H")
 _I = struct.Struct(">I")
@@ -101,8 +107,53 @@ def encode_message(
     return b"".join(parts)
 
 
+@dataclass(slots=True, frozen=True)
+class MovedRecord:
+    """A record retention moved: where it came from, the index entries (queue key, queue offset) that
+    pointed at it then, and the original payload."""
+
+    moved_from: int
+    targets: tuple[tuple[bytes, int], ...]
+    payload: bytes
+
+
+def encode_moved(moved_from: int, targets: Sequence[tuple[bytes, int]], payload: bytes) -> bytes:
+    """Wrap a record's payload (itself possibly moved before) for its new place at the log's head."""
+    inner = decode_moved(payload)
+    original = payload if inner is None else inner.payload
+    parts = [bytes((KIND_MOVED,)), _Q.pack(moved_from), _H.pack(len(targets))]
+    for key, offset in targets:
+        parts += (_H.pack(len(key)), key, _Q.pack(offset))
+    parts.append(original)
+    return b"".join(parts)
+
+
+def decode_moved(payload: bytes) -> MovedRecord | None:
+    """The wrapper of a moved record, or None for a plain message record."""
+    if not payload or payload[0] != KIND_MOVED:
+        return None
+    try:
+        (moved_from,) = _Q.unpack_from(payload, 1)
+        (count,) = _H.unpack_from(payload, 9)
+        pos = 11
+        targets = []
+        for _ in range(count):
+            (n,) = _H.unpack_from(payload, pos)
+            key = bytes(payload[pos + 2 : pos + 2 + n])
+            (offset,) = _Q.unpack_from(payload, pos + 2 + n)
+            targets.append((key, offset))
+            pos += 2 + n + 8
+    except struct.error as exc:
+        raise StoreUnavailable(f"malformed moved record: {exc}") from None
+    return MovedRecord(moved_from, tuple(targets), bytes(payload[pos:]))
+
+
 def decode_message(payload: bytes) -> MessageRecord:
-    """Decode a payload whose frame CRC already matched; raise StoreUnavailable if it is malformed."""
+    """Decode a payload whose frame CRC already matched (reading through a moved record's wrapper);
+    raise StoreUnavailable if it is malformed."""
+    moved = decode_moved(payload)
+    if moved is not None:
+        payload = moved.payload
     try:
         (kind, queue_id, queue_offset, flag, sys_flag, born_ts, store_ts, reconsume, crc) = (
             _FIXED.unpack_from(payload, 0)

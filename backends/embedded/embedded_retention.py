@@ -1,0 +1,216 @@
+"""Retention and disk-space guarding of the embedded store (the I/O around :mod:`.retention`).
+
+A background task (:meth:`EmbeddedRetention._retention_loop`) checks the disk every ``check_interval_s``:
+
+* above the warning ratio it refuses new writes (:class:`~mqproxy.model.errors.StoreFull`, one
+  ``store.write_refused`` event per episode); a write that failed with ENOSPC does the same at once
+  (:mod:`.embedded_write`). Writes resume (``store.write_resumed``) once the ratio is back under the
+  warning level and at least :data:`RESUME_FREE_BYTES` are free; after a ``write_error`` (not a full
+  disk) the next write is simply tried again after :data:`WRITE_ERROR_RETRY_S`.
+* every ``clean_interval_s`` (and at once while writes are refused) it deletes the segments
+  :func:`~mqproxy.backends.embedded.retention.plan_deletions` picks (:meth:`enforce_retention`).
+
+Deleting segments, in this order (a crash at any point leaves a consistent store):
+
+1. collect the live entries pointing below the new log start (:func:`.retention.live_from`), copy each
+   record once to the head (a kind-2 record naming its old offset and the entries), fdatasync the log;
+2. in one index transaction point those entries at the copies (recording old → new for lookups by
+   message id), and drop every queue's leading entries below the new start (its min offset rises: a pull
+   below it gets OFFSET_ILLEGAL → PULL_OFFSET_MOVED with next begin offset = min offset, as the stock
+   broker answers OFFSET_TOO_SMALL), their key rows and dead ``moved`` rows;
+3. sync the index, then unlink the segment files (never the one being written).
+
+Everything up to the index commit runs on the trio thread without an await, so no send, pull or rewrite
+sees half of it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import structlog
+import trio
+
+from mqproxy.backends.embedded.commitlog import segment_name
+from mqproxy.backends.embedded.embedded_queues import EmbeddedQueues
+from mqproxy.backends.embedded.index import queue_key
+from mqproxy.backends.embedded.index_retention import Relocation
+from mqproxy.backends.embedded.records import encode_moved
+from mqproxy.backends.embedded.retention import (
+    PROGRESS_GROUPS,
+    STATE_TOPICS,
+    Deletion,
+    RetentionPolicy,
+    Segment,
+    live_from,
+    plan_deletions,
+    records_to_move,
+    refuse_writes,
+)
+from mqproxy.model.topics import LMQ_QUEUE_ID, is_lmq
+
+#: Free bytes needed (with the ratio under the warning level) before refused writes resume.
+RESUME_FREE_BYTES = 1024 * 1024
+#: After a write failed for another reason than space, the next write is tried after this long.
+WRITE_ERROR_RETRY_S = 5.0
+
+_log = structlog.get_logger("mqproxy.store")
+
+
+class EmbeddedRetention(EmbeddedQueues):
+    """Segment deletion with live-state preservation, and the disk-full guard."""
+
+    # Re-declared for mypy, which sees the layer below as Any (mqproxy is an editable install).
+    _durable: int
+    _retention: RetentionPolicy
+    _check_interval_s: float
+    _clean_interval_s: float
+    _wall_ms: object  # Callable[[], int]; wall clock of retention (tests inject one)
+
+    # --- the background task ------------------------------------------------------------------
+    def _start(self, nursery: trio.Nursery) -> None:
+        super()._start(nursery)
+        nursery.start_soon(self._retention_loop)
+
+    async def _retention_loop(self) -> None:
+        next_clean = trio.current_time() + self._clean_interval_s
+        while not self._closed:
+            await trio.sleep(self._check_interval_s)
+            if self._closed:
+                return
+            self._check_disk()
+            if self._refusal is not None or trio.current_time() >= next_clean:
+                next_clean = trio.current_time() + self._clean_interval_s
+                await self.enforce_retention()
+                self._check_disk()
+
+    def _check_disk(self) -> None:
+        """Refuse writes above the warning ratio; resume them once the disk recovered."""
+        if self._flush_error is not None:
+            return  # a failed fsync stops writes for good
+        try:
+            disk = self._disk_usage()
+        except OSError:
+            return
+        if refuse_writes(disk, self._retention):
+            self._refuse("disk_full", self._disk_detail(disk.total, disk.free))
+            return
+        refusal = self._refusal
+        if refusal is None:
+            return
+        if refusal.cause == "disk_full":
+            if disk.free >= RESUME_FREE_BYTES:
+                self._resume()
+        elif time.monotonic() - self._refused_at >= WRITE_ERROR_RETRY_S:
+            self._resume()
+
+    def _disk_detail(self, total: int, free: int) -> str:
+        used = (total - free) / total if total else 0.0
+        warning = self._retention.warning_ratio
+        return f"CL: {used:5.2f} used, {free} bytes free of {total}, warning ratio {warning}"
+
+    # --- one retention run --------------------------------------------------------------------
+    async def enforce_retention(self) -> list[Deletion]:
+        """Delete the segments retention allows now (see the module docstring); return them."""
+        if self._closed:
+            return []
+        now_ms = self._wall_ms()  # type: ignore[operator]
+        hour = datetime.datetime.fromtimestamp(now_ms / 1000).hour
+        segments = [Segment(base, size, modified) for base, size, modified in self._log.segments()]
+        try:
+            disk = self._disk_usage()
+        except OSError:
+            return []
+        plan = plan_deletions(segments, now_ms, hour, disk, self._retention)
+        if not plan:
+            return []
+        below = plan[-1].segment.base + plan[-1].segment.size
+        counts = {}
+        for deletion in plan:  # sealed segments never change: count in a worker thread
+            base = deletion.segment.base
+            counts[base] = await trio.to_thread.run_sync(self._log.count_records, base)
+        if self._closed or self._log.start != plan[0].segment.base:
+            return []
+        moved, moved_bytes, queues = self._move_live(below)
+        if moved < 0:  # no room to keep the live state: delete nothing
+            return []
+        entries, lowered = self._index.drop_below(below)
+        self._index_dirty = True
+        await trio.to_thread.run_sync(self._index.sync)  # the index forgets them before the files go
+        async with self._fsync_lock:  # no flush thread may hold a segment fd we close
+            if self._closed:
+                return []
+            self._log.drop_segments(below)
+        if moved:
+            _log.info(
+                "store.live_records_moved", records=moved, bytes=moved_bytes, queues=queues, below=below
+            )
+        for deletion in plan:
+            _log.info(
+                "store.segment_deleted",
+                segment=segment_name(deletion.segment.base),
+                reason=deletion.reason,
+                bytes=deletion.segment.size,
+                messages=counts[deletion.segment.base],
+                entries=entries,
+                queues=lowered,
+            )
+        return plan
+
+    def _live_queues(self) -> list[tuple[str, int, int, int]]:
+        """(topic, queue id, qid, live-from offset) of every queue holding live state."""
+        committed = {
+            (group, topic, queue_id): offset
+            for group, topic, queue_id, offset in self._index.consumer_offsets()
+            if topic in PROGRESS_GROUPS and group == PROGRESS_GROUPS[topic]
+        }
+        out = []
+        for topic in self._topics.names():
+            if topic not in STATE_TOPICS and topic not in PROGRESS_GROUPS:
+                continue
+            config = self._topics.require(topic)
+            for queue_id in range(max(config.read_queues, config.write_queues)):
+                start = live_from(topic, queue_id, committed)
+                qid = self._lookup_qid(queue_key(topic, queue_id))
+                if start is not None and qid is not None:
+                    out.append((topic, queue_id, qid, start))
+        for name in STATE_TOPICS:
+            if is_lmq(name):
+                qid = self._lookup_qid(queue_key(name, LMQ_QUEUE_ID))
+                if qid is not None:
+                    out.append((name, LMQ_QUEUE_ID, qid, 0))
+        return out
+
+    def _move_live(self, below: int) -> tuple[int, int, int]:
+        """Copy every live record below ``below`` to the head and re-point its entries; return (records,
+        bytes, queues), or (-1, 0, 0) when the copies could not be written (nothing changed then)."""
+        keys: dict[int, bytes] = {}
+        live = []
+        for topic, queue_id, qid, start in self._live_queues():
+            keys[qid] = queue_key(topic, queue_id)
+            live.extend(self._index.iter_live_entries(qid, start, below))
+        moves = records_to_move(live, below)
+        if not moves:
+            return 0, 0, 0
+        payloads = []
+        for clo, entries in moves.items():
+            payload = self._log.read(clo, entries[0][3])
+            payloads.append(encode_moved(clo, [(keys[e[0]], e[1]) for e in entries], payload))
+        start = self._log.end
+        try:
+            positions = self._log.append(payloads)
+            self._log.sync()
+        except Exception as exc:  # a full disk: keep everything, say why
+            if self._log.end != start:
+                self._log.truncate_to(start)
+            _log.warning("store.retention_failed", detail=f"cannot move live records: {exc}")
+            return -1, 0, 0
+        relocations: list[Relocation] = []
+        for (clo, entries), (new, size) in zip(moves.items(), positions, strict=True):
+            relocations.extend(
+                (qid, offset, clo, new, size, tag, ts) for qid, offset, _, _, tag, ts in entries
+            )
+        self._index.relocate(relocations)
+        self._durable = max(self._durable, self._log.end)
+        return len(moves), sum(size for _, size in positions), len({e[0] for e in live})

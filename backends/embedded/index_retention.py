@@ -1,0 +1,135 @@
+"""The index side of commit-log retention (a mixin of :class:`~mqproxy.backends.embedded.index.Index`).
+
+* :meth:`RetentionIndex.relocate` points index entries at the moved copy of a record and records the
+  move in the ``moved`` database (old commit-log offset → new), so a message id naming the old offset
+  (END_TRANSACTION of a half message, VIEW_MESSAGE_BY_ID) still finds it.
+* :meth:`RetentionIndex.drop_below` deletes, in every queue, the leading entries whose record lies below
+  the log's new start (the queue's min offset rises), the ``keys`` rows of those records, and ``moved``
+  rows whose record is gone.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from mqproxy.model.errors import StoreUnavailable
+
+_CQ_KEY = struct.Struct(">QQ")
+_CQ_VALUE = struct.Struct(">qIIq")
+_U64 = struct.Struct(">Q")
+_KEY_SUFFIX = struct.Struct(">qQ")
+
+#: One relocation: queue id, queue offset, old commit-log offset, new commit-log offset, new frame size,
+#: tag hash and store time (these two only for an entry ``relocate(create=True)`` creates).
+Relocation = tuple[int, int, int, int, int, int, int]
+
+
+class RetentionIndex:
+    """Retention operations over the ``cq``, ``keys`` and ``moved`` databases."""
+
+    if TYPE_CHECKING:
+        _env: lmdb.Environment
+        _cq: lmdb._Database
+        _keys: lmdb._Database
+        _moved: lmdb._Database
+
+    def relocate(self, moves: Sequence[Relocation], *, create: bool = False) -> int:
+        """Point each entry (qid, queue offset) that still names the old offset at the new one, and record
+        old → new in ``moved`` (earlier rows naming the old offset follow it). With ``create`` (a rebuild
+        from the log) a missing entry is created. Returns the entries changed. One transaction."""
+        changed = 0
+        try:
+            with self._env.begin(write=True) as txn:
+                retarget: dict[int, int] = {}
+                for qid, offset, old, new, size, tag, ts in moves:
+                    key = _CQ_KEY.pack(qid, offset)
+                    value = txn.get(key, db=self._cq)
+                    if value is None:
+                        if not create:
+                            continue
+                    else:
+                        clo, _size, tag, ts = _CQ_VALUE.unpack(value)
+                        if clo != old:
+                            continue
+                    txn.put(key, _CQ_VALUE.pack(new, size, tag, ts), db=self._cq)
+                    retarget[old] = new
+                    changed += 1
+                if retarget:
+                    cursor = txn.cursor(db=self._moved)
+                    for row, target in list(cursor.iternext()):
+                        (points,) = _U64.unpack(target)
+                        if points in retarget:
+                            txn.put(bytes(row), _U64.pack(retarget[points]), db=self._moved)
+                    for old, new in retarget.items():
+                        txn.put(_U64.pack(old), _U64.pack(new), db=self._moved)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"index write failed: {exc}") from exc
+        return changed
+
+    def moved_to(self, offset: int) -> int | None:
+        """Where the record once at commit-log ``offset`` lives now, or None if it was never moved."""
+        with self._env.begin(db=self._moved) as txn:
+            value = txn.get(_U64.pack(offset))
+        return None if value is None else _U64.unpack(value)[0]
+
+    def iter_live_entries(
+        self, qid: int, start: int, below: int
+    ) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """Entries of queue ``qid`` from queue offset ``start`` whose record lies below commit-log offset
+        ``below``, as (qid, queue offset, commit-log offset, size, tag hash, store time)."""
+        with self._env.begin(db=self._cq) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(_CQ_KEY.pack(qid, start)):
+                return
+            found = []
+            for key, value in cursor:
+                key_qid, offset = _CQ_KEY.unpack(key)
+                if key_qid != qid:
+                    break
+                clo, size, tag, ts = _CQ_VALUE.unpack(value)
+                if clo < below:
+                    found.append((qid, offset, clo, size, tag, ts))
+        yield from found
+
+    def drop_below(self, below: int) -> tuple[int, int]:
+        """Delete every queue's leading entries whose record lies below ``below`` (stopping, per queue, at
+        the first entry at or above it), every ``keys`` row of such a record and every ``moved`` row whose
+        target is below it. Returns (entries deleted, queues whose min offset rose). One transaction."""
+        entries = queues = 0
+        try:
+            with self._env.begin(write=True) as txn:
+                cursor = txn.cursor(db=self._cq)
+                positioned = cursor.first()
+                while positioned:
+                    qid, _ = _CQ_KEY.unpack(cursor.key())
+                    dropped = 0
+                    while positioned:
+                        key_qid, _ = _CQ_KEY.unpack(cursor.key())
+                        if key_qid != qid or _CQ_VALUE.unpack(cursor.value())[0] >= below:
+                            break
+                        cursor.delete()  # moves to the next entry
+                        dropped += 1
+                        positioned = cursor.key() != b""
+                    if dropped:
+                        entries += dropped
+                        queues += 1
+                    positioned = cursor.set_range(_CQ_KEY.pack(qid + 1, 0))
+                rows = txn.cursor(db=self._keys)
+                stale = [
+                    bytes(row)
+                    for row in rows.iternext(values=False)
+                    if _KEY_SUFFIX.unpack(row[-_KEY_SUFFIX.size :])[1] < below
+                ]
+                for row in stale:
+                    txn.delete(row, db=self._keys)
+                moved = txn.cursor(db=self._moved)
+                gone = [bytes(row) for row, target in moved.iternext() if _U64.unpack(target)[0] < below]
+                for row in gone:
+                    txn.delete(row, db=self._moved)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"index write failed: {exc}") from exc
+        return entries, queues

@@ -1,0 +1,109 @@
+"""Retention of the embedded store: expired segments go, live state is moved first, min offsets rise and a
+pull below them is told where to begin, and everything survives a reopen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqproxy.backends.embedded.embedded import open_embedded_store
+from mqproxy.backends.embedded.retention import DiskUsage, RetentionPolicy
+from mqproxy.model.properties import HALF_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC
+from mqproxy.model.types import Message, PullStatus
+
+SEGMENT = 4096
+BODY = b"x" * 300
+_ANY_HOUR = RetentionPolicy(file_reserved_ms=0, delete_hours=None)
+
+
+def _roomy(_: Path) -> DiskUsage:
+    return DiskUsage(total=100 << 30, free=90 << 30)
+
+
+def _store(path: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+    opts: dict[str, object] = {
+        "segment_bytes": SEGMENT,
+        "retention": _ANY_HOUR,
+        "clean_interval_s": 3600.0,
+        "disk_probe": _roomy,
+    }
+    opts.update(kwargs)
+    return open_embedded_store(path, **opts)  # type: ignore[arg-type]
+
+
+async def test_expired_segments_go_and_live_state_stays(tmp_path: Path, log_sink) -> None:  # type: ignore[no-untyped-def]
+    async with _store(tmp_path) as store:
+        await store.create_topic("MQTT_SESSION_STATE", 1)
+        state = await store.send(Message(topic="MQTT_SESSION_STATE", body=b"snapshot", queue_id=0))
+        for _ in range(40):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        before = await store.store_bytes()
+        deleted = await store.enforce_retention()
+        assert deleted
+        assert all(d.reason == "expired" for d in deleted)
+        assert await store.store_bytes() < before
+        low = await store.min_offset("T", 0)
+        assert low > 0
+        assert await store.max_offset("T", 0) == 40
+        below = await store.pull("T", 0, 0, 10)
+        assert below.status is PullStatus.OFFSET_ILLEGAL
+        assert below.next_offset == low
+        found = await store.pull("T", 0, low, 1)
+        assert found.status is PullStatus.FOUND
+        kept = await store.pull("MQTT_SESSION_STATE", 0, 0, 10)
+        assert [m.body for m in kept.messages] == [b"snapshot"]
+        # a message id naming the old place still finds the moved record
+        old = await store.get_message(state.commitlog_offset)
+        assert old is not None
+        assert old.body == b"snapshot"
+    names = [e["event"] for e in log_sink.events]
+    assert "store.segment_deleted" in names
+    assert "store.live_records_moved" in names
+    deleted_event = log_sink.named("store.segment_deleted")[0]
+    assert deleted_event["reason"] == "expired"
+    assert deleted_event["messages"] > 0
+    async with _store(tmp_path) as store:  # a reopen keeps the layout
+        assert await store.min_offset("T", 0) == low
+        kept = await store.pull("MQTT_SESSION_STATE", 0, 0, 10)
+        assert [m.body for m in kept.messages] == [b"snapshot"]
+
+
+async def test_progress_queue_keeps_entries_from_its_group_offset(tmp_path: Path) -> None:
+    async with _store(tmp_path) as store:
+        await store.create_topic(SCHEDULE_TOPIC, 2)
+        for i in range(12):
+            await store.send(Message(topic=SCHEDULE_TOPIC, body=b"%d" % i + BODY, queue_id=0))
+        await store.commit_consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, 0, 8)  # 0..7 delivered
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.enforce_retention()
+        assert await store.min_offset(SCHEDULE_TOPIC, 0) == 8
+        due = await store.pull(SCHEDULE_TOPIC, 0, 8, 10)
+        assert [m.body[:2] for m in due.messages] == [b"8x", b"9x", b"10", b"11"]
+
+
+async def test_nothing_goes_before_its_time(tmp_path: Path) -> None:
+    policy = RetentionPolicy(file_reserved_ms=3_600_000, delete_hours=None)
+    async with _store(tmp_path, retention=policy) as store:
+        for _ in range(30):
+            await store.send(Message(topic=HALF_TOPIC, body=BODY, queue_id=0))
+        assert await store.enforce_retention() == []
+        assert await store.min_offset(HALF_TOPIC, 0) == 0
+
+
+@pytest.mark.parametrize("ratio", [0.86, 0.99])
+async def test_full_disk_deletes_the_oldest_even_unexpired(tmp_path: Path, ratio: float) -> None:
+    policy = RetentionPolicy(file_reserved_ms=3_600_000, delete_hours=frozenset({25 % 24}) - {1})
+    total = 1 << 20
+
+    def probe(_: Path) -> DiskUsage:
+        return DiskUsage(total=total, free=int(total * (1 - ratio)))
+
+    async with _store(tmp_path, retention=policy, disk_probe=probe) as store:
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        deleted = await store.enforce_retention()
+        assert deleted
+        assert deleted[0].reason == "disk_ratio"
+        assert await store.min_offset("T", 0) > 0
