@@ -262,16 +262,22 @@ class MqttProtocol:
 
     def publish_ack(self, item: Inbound) -> mq.Packet | None:
         """The PUBACK / PUBREC of a checked (and stored or refused) PUBLISH; None for QoS 0. A store
-        failure closes a 3.1.1 connection, which cannot refuse one PUBLISH."""
+        failure closes a 3.1.1 connection, which cannot refuse one PUBLISH; in MQTT 5 it is refused with
+        QUOTA_EXCEEDED (0x97) for a full disk or a too-large message, else 0x83."""
         if item.error is not None and self.level != mq.MQTT_5:
             raise Close(None, "store_failed", item.error)
         packet = item.packet
         if packet.packet_id is None:
             return None
+        # MQTT 5: a refusal names its cause in a Reason String (e.g. the broker's disk is full), unless
+        # the client asked for no problem information.
+        props = mq.NO_PROPERTIES
+        if item.error is not None and self.problem_information:
+            props = mq.Properties(reason_string=item.error[:200])
         if packet.qos == mq.QoS.AT_LEAST_ONCE:
-            return mq.PubAck(packet.packet_id, item.reason)
+            return mq.PubAck(packet.packet_id, item.reason, props)
         if packet.qos == mq.QoS.EXACTLY_ONCE:
-            return mq.PubRec(packet.packet_id, item.reason)
+            return mq.PubRec(packet.packet_id, item.reason, props)
         return None
 
     # --- acknowledgement flows --------------------------------------------------------------------

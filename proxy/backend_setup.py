@@ -119,5 +119,8 @@ async def open_backend(settings: Settings, store_host: tuple[str, int]) -> Async
         auto_create_topics=store.auto_create_topics,
         store_host=store_host,
         max_message_bytes=store.max_message_bytes,
+        retention=store.retention_policy(),
+        clean_interval_s=store.clean_interval_seconds,
+        check_interval_s=min(1.0, store.clean_interval_seconds),
     ) as backend:
         yield backend

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from mqproxy.backends.embedded.retention import RetentionPolicy, parse_delete_when
+
 ENV_PREFIX = "MQPROXY_"
 
 
@@ -74,6 +76,33 @@ class StoreSettings:
     max_message_bytes: int = field(default=4 * 1024 * 1024, metadata=_range(1024, 64 * 1024 * 1024))
     lmq_idle_seconds: int = field(default=3600, metadata=_range(0, 365 * 86400))
     lmq_sweep_interval_seconds: float = field(default=60.0, metadata=_range(0.1, 86400))
+    # Retention (RocketMQ fileReservedTime, deleteWhen, diskMaxUsedSpaceRatio, diskSpaceCleanForciblyRatio,
+    # diskSpaceWarningLevelRatio, cleanResourceInterval).
+    file_reserved_hours: float = field(default=72.0, metadata=_range(0, 876_000))
+    delete_when: str = "04"
+    disk_max_used_ratio: float = field(default=0.75, metadata=_range(0.10, 0.95))
+    disk_clean_forcibly_ratio: float = field(default=0.85, metadata=_range(0.10, 1.0))
+    disk_warning_ratio: float = field(default=0.90, metadata=_range(0.10, 1.0))
+    clean_interval_seconds: float = field(default=10.0, metadata=_range(0.01, 86400))
+
+    def __post_init__(self) -> None:
+        try:
+            parse_delete_when(self.delete_when)
+        except ValueError as exc:
+            raise SettingsError(
+                f"store.delete_when: {self.delete_when!r} is not hours of the day like '04', '04;16' "
+                f"or '*' ({exc})"
+            ) from None
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The retention these settings ask for."""
+        return RetentionPolicy(
+            file_reserved_ms=round(self.file_reserved_hours * 3_600_000),
+            delete_hours=parse_delete_when(self.delete_when),
+            max_used_ratio=self.disk_max_used_ratio,
+            clean_forcibly_ratio=self.disk_clean_forcibly_ratio,
+            warning_ratio=self.disk_warning_ratio,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +255,7 @@ def parse_namesrv(value: str, key: str = "backend.namesrv") -> tuple[str, ...]:
     in 1..65535."""
     entries = tuple(entry.strip() for entry in value.split(";") if entry.strip())
     if not entries:
-        raise SettingsError(f"{key}: required when backend.kind = \"rocketmq\" (HOST:PORT;HOST:PORT)")
+        raise SettingsError(f'{key}: required when backend.kind = "rocketmq" (HOST:PORT;HOST:PORT)')
     for entry in entries:
         _, port = parse_hostport(entry, key)
         if port == 0:

@@ -16,6 +16,7 @@ process being killed); :meth:`CommitLog.sync` makes them survive an OS crash.
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import struct
 import zlib
@@ -154,7 +155,8 @@ class CommitLog:
     def append(self, payloads: Sequence[bytes]) -> list[tuple[int, int]]:
         """Append records with one write; return each record's (offset, frame size).
 
-        All-or-nothing: on any I/O error the segment is cut back and StoreUnavailable is raised.
+        All-or-nothing: on any I/O error (a full disk included) the segment is cut back to where it was, so
+        no torn frame stays behind, and StoreUnavailable is raised (its ``__cause__`` is the OSError).
         """
         self._check_open()
         frames = [frame(p) for p in payloads]
@@ -166,9 +168,12 @@ class CommitLog:
             used = 0
         data = b"".join(frames) if len(frames) > 1 else frames[0]
         try:
-            written = os.pwrite(fd, data, used)
-            if written != len(data):
-                raise OSError(f"short write: {written} of {len(data)} bytes")
+            written = 0
+            while written < len(data):  # a short write is retried: a full disk then raises ENOSPC
+                n = os.pwrite(fd, data[written:] if written else data, used + written)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+                written += n
         except OSError as exc:
             try:
                 os.ftruncate(fd, used)

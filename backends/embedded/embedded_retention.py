@@ -5,8 +5,9 @@ A background task (:meth:`EmbeddedRetention._retention_loop`) checks the disk ev
 * above the warning ratio it refuses new writes (:class:`~mqproxy.model.errors.StoreFull`, one
   ``store.write_refused`` event per episode); a write that failed with ENOSPC does the same at once
   (:mod:`.embedded_write`). Writes resume (``store.write_resumed``) once the ratio is back under the
-  warning level and at least :data:`RESUME_FREE_BYTES` are free; after a ``write_error`` (not a full
-  disk) the next write is simply tried again after :data:`WRITE_ERROR_RETRY_S`.
+  warning level and at least :data:`RESUME_FREE_BYTES` (or a 16th of the file system) are free; after
+  a ``write_error`` (not a full disk) the next write is simply tried again after
+  :data:`WRITE_ERROR_RETRY_S`.
 * every ``clean_interval_s`` (and at once while writes are refused) it deletes the segments
   :func:`~mqproxy.backends.embedded.retention.plan_deletions` picks (:meth:`enforce_retention`).
 
@@ -50,7 +51,8 @@ from mqproxy.backends.embedded.retention import (
 )
 from mqproxy.model.topics import LMQ_QUEUE_ID, is_lmq
 
-#: Free bytes needed (with the ratio under the warning level) before refused writes resume.
+#: Free bytes needed (with the ratio under the warning level) before refused writes resume (a 16th of
+#: the file system if that is less).
 RESUME_FREE_BYTES = 1024 * 1024
 #: After a write failed for another reason than space, the next write is tried after this long.
 WRITE_ERROR_RETRY_S = 5.0
@@ -100,7 +102,7 @@ class EmbeddedRetention(EmbeddedQueues):
         if refusal is None:
             return
         if refusal.cause == "disk_full":
-            if disk.free >= RESUME_FREE_BYTES:
+            if disk.free >= min(RESUME_FREE_BYTES, disk.total // 16):
                 self._resume()
         elif time.monotonic() - self._refused_at >= WRITE_ERROR_RETRY_S:
             self._resume()

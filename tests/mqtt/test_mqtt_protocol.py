@@ -215,6 +215,11 @@ def test_publish_acknowledgements() -> None:
         mq.ReasonCode.QUOTA_EXCEEDED,
         error="full",
     )
+    # the refusal's cause travels as the Reason String (unless the client asked for no problem info)
+    assert proto.publish_ack(q1) == mq.PubAck(
+        7, mq.ReasonCode.QUOTA_EXCEEDED, mq.Properties(reason_string="full")
+    )
+    proto.problem_information = False
     assert proto.publish_ack(q1) == mq.PubAck(7, mq.ReasonCode.QUOTA_EXCEEDED)
     assert proto.publish_ack(
         Inbound(mq.Publish("t", b"", Q2, packet_id=8), "t", mq.Properties())

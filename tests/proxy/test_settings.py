@@ -47,6 +47,10 @@ def test_unknown_section_is_named() -> None:
         ("store", "auto_create_topics", 1, r"store\.auto_create_topics: expected bool"),
         ("server", "listen", "nohostport", r"server\.listen"),
         ("server", "listen", "127.0.0.1:70000", r"server\.listen.*out of range"),
+        ("store", "delete_when", "4am", r"store\.delete_when"),
+        ("store", "delete_when", "25", r"store\.delete_when"),
+        ("store", "disk_max_used_ratio", 0.99, r"store\.disk_max_used_ratio.*out of range"),
+        ("store", "file_reserved_hours", -1.0, r"store\.file_reserved_hours.*out of range"),
     ],
 )
 def test_bad_values_are_named(section: str, key: str, value: object, match: str) -> None:
@@ -177,3 +181,12 @@ def test_the_secret_key_is_redacted_in_the_logged_config() -> None:
     assert s.as_dict()["backend"]["access_key"] == "ak"
     assert s.as_dict()["backend"]["secret_key"] == "<redacted>"
     assert Settings().as_dict()["backend"]["secret_key"] == ""
+
+
+def test_retention_settings_make_the_policy() -> None:
+    store = build_settings({"store": {"file_reserved_hours": 0.5, "delete_when": "04;16"}}).store
+    policy = store.retention_policy()
+    assert policy.file_reserved_ms == 1_800_000
+    assert policy.delete_hours == frozenset({4, 16})
+    assert (policy.max_used_ratio, policy.clean_forcibly_ratio, policy.warning_ratio) == (0.75, 0.85, 0.90)
+    assert build_settings({"store": {"delete_when": "*"}}).store.retention_policy().delete_hours is None
