@@ -52,7 +52,8 @@ class EmbeddedRecovery(EmbeddedFlushing):
             keys.clear()
             new_queues.clear()
 
-        rebuilding = False
+        # An empty index (deleted for repair) is a rebuild too: moved records re-create their entries.
+        rebuilding = checkpoint == 0
 
         def on_record(offset: int, size: int, payload: bytes) -> None:
             nonlocal latest_store_ms

@@ -213,6 +213,6 @@ class EmbeddedRetention(EmbeddedQueues):
             relocations.extend(
                 (qid, offset, clo, new, size, tag, ts) for qid, offset, _, _, tag, ts in entries
             )
-        self._index.relocate(relocations)
+        self._index.relocate(relocations, checkpoint=self._log.end)
         self._durable = max(self._durable, self._log.end)
         return len(moves), sum(size for _, size in positions), len({e[0] for e in live})

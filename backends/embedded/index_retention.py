@@ -4,8 +4,9 @@
   move in the ``moved`` database (old commit-log offset → new), so a message id naming the old offset
   (END_TRANSACTION of a half message, VIEW_MESSAGE_BY_ID) still finds it.
 * :meth:`RetentionIndex.drop_below` deletes, in every queue, the leading entries whose record lies below
-  the log's new start (the queue's min offset rises), the ``keys`` rows of those records, and ``moved``
-  rows whose record is gone.
+  the log's new start (the queue's min offset rises; a queue left without entries gets a floor, so its
+  max offset never goes back), the ``keys`` rows of those records, and ``moved`` rows whose record is
+  gone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ _CQ_KEY = struct.Struct(">QQ")
 _CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
 _KEY_SUFFIX = struct.Struct(">qQ")
+_FLOOR = struct.Struct(">Qq")
+_CHECKPOINT = b"checkpoint"
+_CHECKPOINT_VALUE = struct.Struct(">Qq")
 
 #: One relocation: queue id, queue offset, old commit-log offset, new commit-log offset, new frame size,
 #: tag hash and store time (these two only for an entry ``relocate(create=True)`` creates).
@@ -36,14 +40,23 @@ class RetentionIndex:
         _cq: lmdb._Database
         _keys: lmdb._Database
         _moved: lmdb._Database
+        _floors: lmdb._Database
+        _meta: lmdb._Database
 
-    def relocate(self, moves: Sequence[Relocation], *, create: bool = False) -> int:
+    def relocate(self, moves: Sequence[Relocation], *, create: bool = False, checkpoint: int = 0) -> int:
         """Point each entry (qid, queue offset) that still names the old offset at the new one, and record
         old → new in ``moved`` (earlier rows naming the old offset follow it). With ``create`` (a rebuild
-        from the log) a missing entry is created. Returns the entries changed. One transaction."""
+        from the log) a missing entry is created. A ``checkpoint`` past the current one advances it (the
+        moved copies are indexed, so recovery need not look at them again). Returns the entries changed.
+        One transaction."""
         changed = 0
         try:
             with self._env.begin(write=True) as txn:
+                if checkpoint:
+                    value = txn.get(_CHECKPOINT, db=self._meta)
+                    current, latest_ms = (0, 0) if value is None else _CHECKPOINT_VALUE.unpack(value)
+                    if checkpoint > current:
+                        txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_ms), db=self._meta)
                 retarget: dict[int, int] = {}
                 for qid, offset, old, new, size, tag, ts in moves:
                     key = _CQ_KEY.pack(qid, offset)
@@ -69,6 +82,14 @@ class RetentionIndex:
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
         return changed
+
+    def _raise_floor(self, txn: lmdb.Transaction, qid: int, floor: int, ms: int) -> None:
+        key = _U64.pack(qid)
+        old = txn.get(key, db=self._floors)
+        if old is not None:
+            old_floor, old_ms = _FLOOR.unpack(old)
+            floor, ms = max(floor, old_floor), max(ms, old_ms)
+        txn.put(key, _FLOOR.pack(floor, ms), db=self._floors)
 
     def moved_to(self, offset: int) -> int | None:
         """Where the record once at commit-log ``offset`` lives now, or None if it was never moved."""
@@ -107,16 +128,25 @@ class RetentionIndex:
                 while positioned:
                     qid, _ = _CQ_KEY.unpack(cursor.key())
                     dropped = 0
+                    last = (0, 0)  # (queue offset, store time) of the last entry dropped
+                    emptied = True
                     while positioned:
-                        key_qid, _ = _CQ_KEY.unpack(cursor.key())
-                        if key_qid != qid or _CQ_VALUE.unpack(cursor.value())[0] >= below:
+                        key_qid, offset = _CQ_KEY.unpack(cursor.key())
+                        if key_qid != qid:
                             break
+                        clo, _size, _tag, ts = _CQ_VALUE.unpack(cursor.value())
+                        if clo >= below:
+                            emptied = False
+                            break
+                        last = (offset, ts)
                         cursor.delete()  # moves to the next entry
                         dropped += 1
                         positioned = cursor.key() != b""
                     if dropped:
                         entries += dropped
                         queues += 1
+                        if emptied:  # keep the queue's max offset: a floor, as a rewrite leaves one
+                            self._raise_floor(txn, qid, last[0] + 1, last[1])
                     positioned = cursor.set_range(_CQ_KEY.pack(qid + 1, 0))
                 rows = txn.cursor(db=self._keys)
                 stale = [

@@ -37,9 +37,19 @@ from mqproxy.model.properties import (
     TRANSACTION_GROUP,
 )
 
-#: Compacted state queues: every entry is live. (``mqproxy.mqtt.mapping`` SESSION_STATE_TOPIC and
-#: RETAINED_LMQ, ``backends.embedded.metadata`` METADATA_TOPIC; a test keeps them in step.)
-STATE_TOPICS: frozenset[str] = frozenset({"MQTT_SESSION_STATE", "%LMQ%|RETAINED", "rmq_sys_BROKER_METADATA"})
+#: State queues: every entry is live. Compacted ones (``mqproxy.mqtt.mapping`` SESSION_STATE_TOPIC and
+#: RETAINED_LMQ, ``.metadata`` METADATA_TOPIC) and small ones replayed whole at start (``.assignment``
+#: REQUEST_MODE_TOPIC: consume modes; ``.schedule`` RECALL_TOPIC: recalled timer messages). A test
+#: keeps the names in step.
+STATE_TOPICS: frozenset[str] = frozenset(
+    {
+        "MQTT_SESSION_STATE",
+        "%LMQ%|RETAINED",
+        "rmq_sys_BROKER_METADATA",
+        "rmq_sys_REQUEST_MODE",
+        "rmq_sys_SCHEDULE_RECALL",
+    }
+)
 
 #: Queues a service consumes with an internal group: entries at or above its committed offset are live.
 PROGRESS_GROUPS: Mapping[str, str] = {

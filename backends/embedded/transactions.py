@@ -258,6 +258,11 @@ class TransactionService:
         await self.start()
         half = await self._find(commitlog_offset, transaction_id)
         state = self._pending.get(half.queue_offset)
+        if state is not None and state.commitlog_offset != half.commitlog_offset:
+            # retention may have moved the half record since either offset was taken: same record?
+            known = await self._backend.get_message(state.commitlog_offset)
+            if known is not None and known.commitlog_offset == half.commitlog_offset:
+                state.commitlog_offset = half.commitlog_offset
         if state is None or state.commitlog_offset != half.commitlog_offset or state.ending:
             raise TransactionAlreadyResolved(f"half message {half.queue_offset} is already resolved")
         if producer_group is not None and half.properties.get(PROPERTY_PRODUCER_GROUP) != producer_group:

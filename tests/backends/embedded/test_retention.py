@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mqproxy.backends.embedded.assignment import REQUEST_MODE_TOPIC
 from mqproxy.backends.embedded.metadata import METADATA_TOPIC
 from mqproxy.backends.embedded.records import decode_message, decode_moved, encode_message, encode_moved
 from mqproxy.backends.embedded.retention import (
@@ -19,6 +20,7 @@ from mqproxy.backends.embedded.retention import (
     records_to_move,
     refuse_writes,
 )
+from mqproxy.backends.embedded.schedule import RECALL_TOPIC
 from mqproxy.model.properties import HALF_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC, TRANSACTION_GROUP
 from mqproxy.mqtt.mapping import RETAINED_LMQ, SESSION_STATE_TOPIC
 
@@ -32,7 +34,13 @@ def seg(base: int, age_h: float, size: int = 100) -> Segment:
 
 
 def test_state_topics_name_the_real_queues() -> None:
-    assert {SESSION_STATE_TOPIC, RETAINED_LMQ, METADATA_TOPIC} == STATE_TOPICS
+    assert {
+        SESSION_STATE_TOPIC,
+        RETAINED_LMQ,
+        METADATA_TOPIC,
+        REQUEST_MODE_TOPIC,
+        RECALL_TOPIC,
+    } == STATE_TOPICS
 
 
 def test_expired_segments_go_at_the_delete_hour_only() -> None:

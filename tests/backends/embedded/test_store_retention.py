@@ -3,14 +3,21 @@ pull below them is told where to begin, and everything survives a reopen."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from mqproxy.backends.embedded.embedded import open_embedded_store
+from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.retention import DiskUsage, RetentionPolicy
+from mqproxy.backends.embedded.services import ServiceSettings, open_services
+from mqproxy.facade.types import Resolution
 from mqproxy.model.properties import HALF_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC
 from mqproxy.model.types import Message, PullStatus
+from tests.conftest import EventSink, wait_until
 
 SEGMENT = 4096
 BODY = b"x" * 300
@@ -106,4 +113,61 @@ async def test_full_disk_deletes_the_oldest_even_unexpired(tmp_path: Path, ratio
         deleted = await store.enforce_retention()
         assert deleted
         assert deleted[0].reason == "disk_ratio"
+        assert await store.min_offset("T", 0) > 0
+
+
+async def test_a_queue_retention_empties_keeps_its_max_offset(tmp_path: Path) -> None:
+    async with _store(tmp_path) as store:
+        for _ in range(10):
+            await store.send(Message(topic="Old", body=BODY, queue_id=0))
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.enforce_retention()
+        assert (await store.min_offset("Old", 0), await store.max_offset("Old", 0)) == (10, 10)
+    async with _store(tmp_path) as store:  # the floor is durable, not only cached
+        assert (await store.min_offset("Old", 0), await store.max_offset("Old", 0)) == (10, 10)
+        sent = await store.send(Message(topic="Old", body=b"next", queue_id=0))
+        assert sent.queue_offset == 10
+
+
+async def test_an_unresolved_transaction_survives_and_commits_by_its_old_id(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    settings = ServiceSettings(transaction_timeout_s=3600)
+    async with _store(tmp_path) as store, open_services(store, settings, now_ms=trio_clock_ms()) as services:
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "TX1"}
+        prepared = await services.send(Message("Orders", b"tx", queue_id=0, properties=props, sys_flag=0x4))
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.enforce_retention()
+        assert store._log.start > prepared.commitlog_offset  # its segment is gone
+        result = await services.transactions.end(
+            resolution=Resolution.COMMIT, producer_group="PG", commitlog_offset=prepared.commitlog_offset
+        )
+        assert result is not None
+        committed = await store.pull("Orders", 0, 0, 10)
+        assert [m.body for m in committed.messages] == [b"tx"]
+
+
+async def test_a_deleted_index_is_rebuilt_with_the_moved_state(tmp_path: Path) -> None:
+    async with _store(tmp_path) as store:
+        await store.create_topic("MQTT_SESSION_STATE", 1)
+        await store.send(Message(topic="MQTT_SESSION_STATE", body=b"snapshot", queue_id=0))
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.enforce_retention()
+        low = await store.min_offset("T", 0)
+    shutil.rmtree(tmp_path / "index")
+    async with _store(tmp_path) as store:
+        kept = await store.pull("MQTT_SESSION_STATE", 0, 0, 10)
+        assert [m.body for m in kept.messages] == [b"snapshot"]
+        assert await store.min_offset("T", 0) == low
+        assert await store.max_offset("T", 0) == 30
+
+
+async def test_background_task_deletes_by_itself(tmp_path: Path, log_sink: EventSink) -> None:
+    async with _store(tmp_path, clean_interval_s=0.01, check_interval_s=0.01) as store:
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await wait_until(lambda: bool(log_sink.named("store.segment_deleted")))
         assert await store.min_offset("T", 0) > 0
