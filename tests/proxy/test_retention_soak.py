@@ -4,7 +4,6 @@ live consumer come through. Prints the figures it measured."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -80,11 +79,12 @@ async def test_disk_stays_bounded_and_live_state_survives(tmp_path: Path, log_si
             nursery.cancel_scope.cancel()
         written = sent * len(BODY)
         final = _log_bytes(data)
-        index = os.path.getsize(data / "index" / "data.mdb")
+        index = (data / "index" / "data.mdb").stat().st_size
         deleted = log_sink.named("store.segment_deleted")
-        print(  # noqa: T201 - the figures of the run
+        print(
             f"\nsoak: {sent} messages ({written / 1e6:.1f} MB of bodies) in {SOAK_S:.0f} s, "
-            f"commit log peak {peak / 1e6:.2f} MB, final {final / 1e6:.2f} MB, index file {index / 1e6:.2f} MB, "
+            f"commit log peak {peak / 1e6:.2f} MB, final {final / 1e6:.2f} MB, "
+            f"index file {index / 1e6:.2f} MB, "
             f"{len(deleted)} segments deleted, {len(log_sink.named('store.live_records_moved'))} moves"
         )
         assert written > 2 * BOUND, "the soak wrote too little to show anything"
