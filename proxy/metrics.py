@@ -66,6 +66,10 @@ class Metrics:
         """Export the MQTT figures of ``source()`` (read per scrape; None until the service exists)."""
         self.registry.register(_GatewayCollector(source))
 
+    def watch_store(self, source: Callable[[], object]) -> None:
+        """Export the disk and retention figures of the store ``source()`` returns, if it has them."""
+        self.registry.register(_StoreCollector(source))
+
     def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
         """The (counter, latency histogram) children of one request kind, created once and cached
         (``labels()`` takes a lock and builds a key on every call)."""
@@ -79,6 +83,61 @@ class Metrics:
 
 class _HasStats(Protocol):
     def stats(self) -> dict[str, int]: ...
+
+
+_STORE_VALUES: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, str], ...] = (
+    (
+        GaugeMetricFamily,
+        "mqproxy_store_disk_used_ratio",
+        "Used share of the disk holding the store",
+        "disk_used_ratio",
+    ),
+    (
+        GaugeMetricFamily,
+        "mqproxy_store_disk_free_bytes",
+        "Free bytes of the disk holding the store",
+        "disk_free_bytes",
+    ),
+    (
+        GaugeMetricFamily,
+        "mqproxy_store_writable",
+        "1 while the store accepts new messages, 0 while refusing",
+        "writable",
+    ),
+    (GaugeMetricFamily, "mqproxy_store_segments", "Commit-log segment files kept", "segments"),
+    (
+        GaugeMetricFamily,
+        "mqproxy_store_log_start_offset",
+        "Commit-log offset of the oldest record kept (rises as retention deletes segments)",
+        "log_start_offset",
+    ),
+    (CounterMetricFamily, "mqproxy_store_segments_deleted", "Segments retention deleted", "segments_deleted"),
+    (
+        CounterMetricFamily,
+        "mqproxy_store_live_records_moved",
+        "Live-state records retention copied to the head before deleting their segment",
+        "live_records_moved",
+    ),
+)
+
+
+class _StoreCollector:
+    """Reads the embedded store's :meth:`disk_stats` at scrape time (nothing for other stores)."""
+
+    def __init__(self, source: Callable[[], object]) -> None:
+        self._source = source
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        store = self._source()
+        disk_stats = getattr(store, "disk_stats", None)
+        if disk_stats is None:
+            return
+        stats = disk_stats()
+        for family, name, documentation, key in _STORE_VALUES:
+            yield family(name, documentation, value=stats[key])
 
 
 _GATEWAY_VALUES: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, str], ...] = (

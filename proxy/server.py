@@ -138,6 +138,7 @@ async def serve(
             backend_health=backend.health,
         )
         state.protocols = build_protocols(state)
+        state.metrics.watch_store(lambda: backend.store)
         await _serve_state(
             settings,
             ServerHandle(address=bound, state=state, store=backend.store),

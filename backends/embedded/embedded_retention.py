@@ -42,6 +42,7 @@ from mqproxy.backends.embedded.retention import (
     PROGRESS_GROUPS,
     STATE_TOPICS,
     Deletion,
+    DiskUsage,
     RetentionPolicy,
     Segment,
     live_from,
@@ -69,6 +70,25 @@ class EmbeddedRetention(EmbeddedQueues):
     _check_interval_s: float
     _clean_interval_s: float
     _wall_ms: object  # Callable[[], int]; wall clock of retention (tests inject one)
+    _segments_deleted: int = 0
+    _live_records_moved: int = 0
+
+    # --- figures for /metrics ------------------------------------------------------------------
+    def disk_stats(self) -> dict[str, float]:
+        """The disk and retention figures ``/metrics`` exports (read at scrape time)."""
+        try:
+            disk = self._disk_usage()
+        except OSError:
+            disk = DiskUsage(0, 0)
+        return {
+            "disk_used_ratio": disk.used_ratio,
+            "disk_free_bytes": disk.free,
+            "writable": 0 if self._refusal is not None or self._flush_error is not None else 1,
+            "segments": len(self._log.segment_bases()) if not self._closed else 0,
+            "log_start_offset": self._log.start if not self._closed else 0,
+            "segments_deleted": self._segments_deleted,
+            "live_records_moved": self._live_records_moved,
+        }
 
     # --- the background task ------------------------------------------------------------------
     def _start(self, nursery: trio.Nursery) -> None:
@@ -144,6 +164,8 @@ class EmbeddedRetention(EmbeddedQueues):
             if self._closed:
                 return []
             self._log.drop_segments(below)
+        self._segments_deleted += len(plan)
+        self._live_records_moved += moved
         if moved:
             _log.info(
                 "store.live_records_moved", records=moved, bytes=moved_bytes, queues=queues, below=below

@@ -16,6 +16,7 @@ from mqproxy.backends.embedded import commitlog
 from mqproxy.codecs import mqtt as mq
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.metrics import render_metrics
 from mqproxy.settings import Settings
 from tests.conftest import EventSink, wait_until
 from tests.mqtt.conftest import connect
@@ -77,6 +78,9 @@ async def test_disk_full_through_mqtt_and_remoting(
         await v3.send(mq.Publish("a/b", b"x", mq.QoS.AT_LEAST_ONCE, packet_id=1))
         assert await v3.expect_eof() == []  # 3.1.1 cannot refuse one PUBLISH: the connection closes
 
+        exposition = render_metrics(server.state)[0].decode()
+        assert "mqproxy_store_writable 0.0" in exposition
+        assert "mqproxy_store_disk_free_bytes" in exposition
         refused_events: list[dict[str, Any]] = log_sink.named("store.write_refused")
         assert len(refused_events) == 1
         assert refused_events[0]["cause"] == "disk_full"
@@ -89,6 +93,7 @@ async def test_disk_full_through_mqtt_and_remoting(
         assert ack.reason_code == mq.ReasonCode.SUCCESS
         again = await _remoting_send(server.address, b"after")
         assert again.code == ResponseCode.SUCCESS, again.remark
+        assert "mqproxy_store_writable 1.0" in render_metrics(server.state)[0].decode()
         await v5.aclose()
         await v3.aclose()
 
