@@ -13,31 +13,38 @@ A background task (:meth:`EmbeddedRetention._retention_loop`) checks the disk ev
 
 Deleting segments, in this order (a crash at any point leaves a consistent store):
 
-1. collect the live entries pointing below the new log start (:func:`.retention.live_from`), copy each
-   record once to the head (a kind-2 record naming its old offset and the entries), fdatasync the log;
-2. in one index transaction point those entries at the copies (recording old → new for lookups by
-   message id), and drop every queue's leading entries below the new start (its min offset rises: a pull
-   below it gets OFFSET_ILLEGAL → PULL_OFFSET_MOVED with next begin offset = min offset, as the stock
-   broker answers OFFSET_TOO_SMALL), their key rows and dead ``moved`` rows;
-3. sync the index, then unlink the segment files (never the one being written).
+1. read the doomed segments in a worker thread (:func:`scan_segment`: records, key rows, the queues they
+   feed);
+2. collect the live entries pointing below the new log start (:func:`.retention.live_from`), copy each
+   record once to the head (a kind-2 record naming its old offset and the entries), fdatasync the log,
+   and in one index transaction point those entries at the copies (recording old → new for lookups by
+   message id) — all on the trio thread without an await, so no send, pull or rewrite sees half of it;
+3. drop the leading entries below the new start of the queues those records fed (min offsets rise: a
+   pull below gets OFFSET_ILLEGAL → PULL_OFFSET_MOVED with next begin offset = min offset, as the stock
+   broker answers OFFSET_TOO_SMALL), their key rows and dead ``moved`` rows, in chunks of
+   :data:`_DROP_CHUNK` with the event loop running between (the files are still there, so readers of a
+   not-yet-dropped entry still find its record);
+4. sync the index, then unlink the segment files (never the one being written).
 
-Everything up to the index commit runs on the trio thread without an await, so no send, pull or rewrite
-sees half of it.
+The cost of a run is proportional to what it deletes plus the live state (state queues, undelivered
+service backlogs), never to the whole index.
 """
 
 from __future__ import annotations
 
 import datetime
 import time
+from dataclasses import dataclass, field
 
 import structlog
 import trio
+import trio.lowlevel
 
-from mqproxy.backends.embedded.commitlog import segment_name
+from mqproxy.backends.embedded.commitlog import CommitLog, segment_name
 from mqproxy.backends.embedded.embedded_queues import EmbeddedQueues
-from mqproxy.backends.embedded.index import queue_key
+from mqproxy.backends.embedded.index import key_rows, offset_key, queue_key
 from mqproxy.backends.embedded.index_retention import Relocation
-from mqproxy.backends.embedded.records import encode_moved
+from mqproxy.backends.embedded.records import decode_message, decode_moved, encode_moved
 from mqproxy.backends.embedded.retention import (
     PROGRESS_GROUPS,
     STATE_TOPICS,
@@ -50,6 +57,7 @@ from mqproxy.backends.embedded.retention import (
     records_to_move,
     refuse_writes,
 )
+from mqproxy.backends.embedded.sending import index_keys
 from mqproxy.model.topics import LMQ_QUEUE_ID, is_lmq
 
 #: Free bytes needed (with the ratio under the warning level) before refused writes resume (a 16th of
@@ -57,6 +65,36 @@ from mqproxy.model.topics import LMQ_QUEUE_ID, is_lmq
 RESUME_FREE_BYTES = 1024 * 1024
 #: After a write failed for another reason than space, the next write is tried after this long.
 WRITE_ERROR_RETRY_S = 5.0
+#: Queues (or key rows) per index transaction when retention drops entries; the event loop runs between.
+_DROP_CHUNK = 1024
+
+
+@dataclass(slots=True)
+class DoomedSegment:
+    """What a segment about to be deleted holds: its record count, the ``keys`` rows of its messages and
+    the name keys of every queue with an entry pointing into it."""
+
+    records: int = 0
+    key_rows: list[bytes] = field(default_factory=list)
+    queues: set[bytes] = field(default_factory=set)
+
+
+def scan_segment(log: CommitLog, base: int) -> DoomedSegment:
+    """Read a sealed segment (in a worker thread) for :class:`DoomedSegment`."""
+    found = DoomedSegment()
+    for offset, payload in log.segment_records(base):
+        found.records += 1
+        moved = decode_moved(payload)
+        if moved is not None:
+            found.queues.update(key for key, _ in moved.targets)
+        record = decode_message(payload)
+        found.queues.add(queue_key(record.topic, record.queue_id))
+        found.queues.update(queue_key(name, LMQ_QUEUE_ID) for name, _ in record.lmqs)
+        keys = index_keys(record.properties)
+        if keys:
+            found.key_rows += key_rows(record.topic, keys, record.store_timestamp_ms, offset)
+    return found
+
 
 _log = structlog.get_logger("mqproxy.store")
 
@@ -148,16 +186,26 @@ class EmbeddedRetention(EmbeddedQueues):
         if not plan:
             return []
         below = plan[-1].segment.base + plan[-1].segment.size
-        counts = {}
-        for deletion in plan:  # sealed segments never change: count in a worker thread
-            base = deletion.segment.base
-            counts[base] = await trio.to_thread.run_sync(self._log.count_records, base)
+        doomed: list[DoomedSegment] = []
+        for deletion in plan:  # sealed segments never change: read them in a worker thread
+            doomed.append(await trio.to_thread.run_sync(scan_segment, self._log, deletion.segment.base))
         if self._closed or self._log.start != plan[0].segment.base:
             return []
         moved, moved_bytes, queues = self._move_live(below)
         if moved < 0:  # no room to keep the live state: delete nothing
             return []
-        entries, lowered = self._index.drop_below(below)
+        names = set().union(*(d.queues for d in doomed))
+        qids = sorted(q for q in (self._lookup_qid(name) for name in names) if q is not None)
+        entries = lowered = 0
+        for i in range(0, len(qids), _DROP_CHUNK):  # no long transaction on the event loop
+            dropped, rose = self._index.drop_below(below, qids[i : i + _DROP_CHUNK])
+            entries, lowered = entries + dropped, lowered + rose
+            await trio.lowlevel.checkpoint()
+        rows = [row for d in doomed for row in d.key_rows]
+        for i in range(0, len(rows), _DROP_CHUNK):
+            self._index.delete_key_rows(rows[i : i + _DROP_CHUNK])
+            await trio.lowlevel.checkpoint()
+        self._index.prune_moved(below)
         self._index_dirty = True
         await trio.to_thread.run_sync(self._index.sync)  # the index forgets them before the files go
         async with self._fsync_lock:  # no flush thread may hold a segment fd we close
@@ -176,7 +224,7 @@ class EmbeddedRetention(EmbeddedQueues):
                 segment=segment_name(deletion.segment.base),
                 reason=deletion.reason,
                 bytes=deletion.segment.size,
-                messages=counts[deletion.segment.base],
+                messages=doomed[plan.index(deletion)].records,
                 entries=entries,
                 queues=lowered,
             )
@@ -184,17 +232,18 @@ class EmbeddedRetention(EmbeddedQueues):
 
     def _live_queues(self) -> list[tuple[str, int, int, int]]:
         """(topic, queue id, qid, live-from offset) of every queue holding live state."""
-        committed = {
-            (group, topic, queue_id): offset
-            for group, topic, queue_id, offset in self._index.consumer_offsets()
-            if topic in PROGRESS_GROUPS and group == PROGRESS_GROUPS[topic]
-        }
         out = []
         for topic in self._topics.names():
             if topic not in STATE_TOPICS and topic not in PROGRESS_GROUPS:
                 continue
             config = self._topics.require(topic)
+            group = PROGRESS_GROUPS.get(topic)
             for queue_id in range(max(config.read_queues, config.write_queues)):
+                committed = {}
+                if group is not None:
+                    offset = self._index.get_consumer_offset(offset_key(group, topic, queue_id))
+                    if offset is not None:
+                        committed[(group, topic, queue_id)] = offset
                 start = live_from(topic, queue_id, committed)
                 qid = self._lookup_qid(queue_key(topic, queue_id))
                 if start is not None and qid is not None:

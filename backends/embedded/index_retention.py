@@ -3,16 +3,17 @@
 * :meth:`RetentionIndex.relocate` points index entries at the moved copy of a record and records the
   move in the ``moved`` database (old commit-log offset → new), so a message id naming the old offset
   (END_TRANSACTION of a half message, VIEW_MESSAGE_BY_ID) still finds it.
-* :meth:`RetentionIndex.drop_below` deletes, in every queue, the leading entries whose record lies below
-  the log's new start (the queue's min offset rises; a queue left without entries gets a floor, so its
-  max offset never goes back), the ``keys`` rows of those records, and ``moved`` rows whose record is
-  gone.
+* :meth:`RetentionIndex.drop_below` deletes, in the queues the deleted records named, the leading
+  entries whose record lies below the log's new start (the queue's min offset rises; a queue left without
+  entries gets a floor, so its max offset never goes back); :meth:`RetentionIndex.delete_key_rows` the
+  ``keys`` rows of those records and :meth:`RetentionIndex.prune_moved` ``moved`` rows whose record is
+  gone. The caller splits the work into chunks, so no transaction holds the event loop long.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import lmdb
@@ -22,7 +23,6 @@ from mqproxy.model.errors import StoreUnavailable
 _CQ_KEY = struct.Struct(">QQ")
 _CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
-_KEY_SUFFIX = struct.Struct(">qQ")
 _FLOOR = struct.Struct(">Qq")
 _CHECKPOINT = b"checkpoint"
 _CHECKPOINT_VALUE = struct.Struct(">Qq")
@@ -116,17 +116,16 @@ class RetentionIndex:
                     found.append((qid, offset, clo, size, tag, ts))
         yield from found
 
-    def drop_below(self, below: int) -> tuple[int, int]:
-        """Delete every queue's leading entries whose record lies below ``below`` (stopping, per queue, at
-        the first entry at or above it), every ``keys`` row of such a record and every ``moved`` row whose
-        target is below it. Returns (entries deleted, queues whose min offset rose). One transaction."""
+    def drop_below(self, below: int, qids: Iterable[int]) -> tuple[int, int]:
+        """Delete the leading entries of queues ``qids`` whose record lies below ``below`` (stopping, per
+        queue, at the first entry at or above it); a queue left empty gets a floor at its old end. Returns
+        (entries deleted, queues whose min offset rose). One transaction."""
         entries = queues = 0
         try:
             with self._env.begin(write=True) as txn:
                 cursor = txn.cursor(db=self._cq)
-                positioned = cursor.first()
-                while positioned:
-                    qid, _ = _CQ_KEY.unpack(cursor.key())
+                for qid in qids:
+                    positioned = cursor.set_range(_CQ_KEY.pack(qid, 0))
                     dropped = 0
                     last = (0, 0)  # (queue offset, store time) of the last entry dropped
                     emptied = True
@@ -147,19 +146,28 @@ class RetentionIndex:
                         queues += 1
                         if emptied:  # keep the queue's max offset: a floor, as a rewrite leaves one
                             self._raise_floor(txn, qid, last[0] + 1, last[1])
-                    positioned = cursor.set_range(_CQ_KEY.pack(qid + 1, 0))
-                rows = txn.cursor(db=self._keys)
-                stale = [
-                    bytes(row)
-                    for row in rows.iternext(values=False)
-                    if _KEY_SUFFIX.unpack(row[-_KEY_SUFFIX.size :])[1] < below
-                ]
-                for row in stale:
-                    txn.delete(row, db=self._keys)
-                moved = txn.cursor(db=self._moved)
-                gone = [bytes(row) for row, target in moved.iternext() if _U64.unpack(target)[0] < below]
-                for row in gone:
-                    txn.delete(row, db=self._moved)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
         return entries, queues
+
+    def delete_key_rows(self, rows: Iterable[bytes]) -> None:
+        """Delete ``keys`` rows (those of deleted records). One transaction."""
+        try:
+            with self._env.begin(write=True, db=self._keys) as txn:
+                for row in rows:
+                    txn.delete(row)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"index write failed: {exc}") from exc
+
+    def prune_moved(self, below: int) -> int:
+        """Delete the ``moved`` rows whose record is gone (target below ``below``); return how many."""
+        try:
+            with self._env.begin(write=True, db=self._moved) as txn:
+                gone = [
+                    bytes(row) for row, target in txn.cursor().iternext() if _U64.unpack(target)[0] < below
+                ]
+                for row in gone:
+                    txn.delete(row)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"index write failed: {exc}") from exc
+        return len(gone)

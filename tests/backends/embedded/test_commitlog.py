@@ -195,3 +195,16 @@ def test_iter_records_verifies_every_frame(tmp_path: Path) -> None:
         list(log.iter_records())
     os.close(fd)
     log.close()
+
+
+def test_segment_records_walks_a_sealed_segment_in_small_chunks(tmp_path: Path) -> None:
+    log, _ = CommitLog.open(tmp_path, 4096, 0)
+    try:
+        payloads = [bytes([i]) * (100 + 37 * i) for i in range(20)]
+        positions = [log.append([p])[0][0] for p in payloads]
+        first = log.segment_bases()[0]
+        sealed = [(o, p) for o, p in zip(positions, payloads, strict=True) if o < log.segment_bases()[1]]
+        assert list(log.segment_records(first, chunk=64)) == sealed
+        assert list(log.segment_records(first)) == sealed
+    finally:
+        log.close()

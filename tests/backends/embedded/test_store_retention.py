@@ -171,3 +171,19 @@ async def test_background_task_deletes_by_itself(tmp_path: Path, log_sink: Event
             await store.send(Message(topic="T", body=BODY, queue_id=0))
         await wait_until(lambda: bool(log_sink.named("store.segment_deleted")))
         assert await store.min_offset("T", 0) > 0
+
+
+async def test_light_queues_and_key_rows_go_with_their_records(tmp_path: Path) -> None:
+    async with _store(tmp_path) as store:
+        for i in range(30):
+            props = {"KEYS": f"k{i}", "UNIQ_KEY": f"u{i}"}
+            await store.send(
+                Message(topic="T", body=BODY, queue_id=0, properties=props, dispatch=("%LMQ%a",))
+            )
+        await store.enforce_retention()
+        low = await store.min_offset("T", 0)
+        assert await store.min_offset("%LMQ%a", 0) == low
+        assert await store.query_messages("T", "k0", 10, 0, 2**62) == []
+        assert len(await store.query_messages("T", "k29", 10, 0, 2**62)) == 1
+        with store._index._env.begin(db=store._index._keys) as txn:
+            assert txn.stat(store._index._keys)["entries"] == 2 * (30 - low)
