@@ -116,15 +116,20 @@ class RetentionIndex:
                     found.append((qid, offset, clo, size, tag, ts))
         yield from found
 
-    def drop_below(self, below: int, qids: Iterable[int]) -> tuple[int, int]:
+    def drop_below(self, below: int, qids: Sequence[int], limit: int) -> tuple[int, set[int], int]:
         """Delete the leading entries of queues ``qids`` whose record lies below ``below`` (stopping, per
-        queue, at the first entry at or above it); a queue left empty gets a floor at its old end. Returns
-        (entries deleted, queues whose min offset rose). One transaction."""
-        entries = queues = 0
+        queue, at the first entry at or above it), at most ``limit`` in this transaction; a queue left
+        empty gets a floor at its old end. Returns (entries deleted, queues whose min offset rose, how many
+        of ``qids`` are done): call again with the rest."""
+        entries = 0
+        queues: set[int] = set()
+        done = 0
         try:
             with self._env.begin(write=True) as txn:
                 cursor = txn.cursor(db=self._cq)
                 for qid in qids:
+                    if entries >= limit:
+                        break
                     positioned = cursor.set_range(_CQ_KEY.pack(qid, 0))
                     dropped = 0
                     last = (0, 0)  # (queue offset, store time) of the last entry dropped
@@ -137,18 +142,23 @@ class RetentionIndex:
                         if clo >= below:
                             emptied = False
                             break
+                        if entries + dropped >= limit:  # this queue goes on in the next call
+                            emptied = False
+                            done -= 1
+                            break
                         last = (offset, ts)
                         cursor.delete()  # moves to the next entry
                         dropped += 1
                         positioned = cursor.key() != b""
+                    done += 1
                     if dropped:
                         entries += dropped
-                        queues += 1
+                        queues.add(qid)
                         if emptied:  # keep the queue's max offset: a floor, as a rewrite leaves one
                             self._raise_floor(txn, qid, last[0] + 1, last[1])
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
-        return entries, queues
+        return entries, queues, done
 
     def delete_key_rows(self, rows: Iterable[bytes]) -> None:
         """Delete ``keys`` rows (those of deleted records). One transaction."""
