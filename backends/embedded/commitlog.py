@@ -313,22 +313,25 @@ class CommitLog:
             yield base + pos, buffer[start + HEADER_SIZE : start + length]
             pos += length
 
-    def drop_segments(self, below: int) -> list[int]:
-        """Delete every segment that ends at or before ``below`` (a segment base), never the one being
-        written; return the bases deleted. Reads of their offsets then find nothing. The caller makes
-        sure no fdatasync of their fds is running in another thread."""
+    def detach_segments(self, below: int) -> list[Path]:
+        """Forget every segment that ends at or before ``below`` (a segment base), never the one being
+        written: close its fd and return its path for :func:`unlink_segments` (reads of its offsets find
+        nothing from now on). The caller makes sure no fdatasync of those fds is running in a thread."""
         self._check_open()
-        dropped: list[int] = []
+        paths: list[Path] = []
         while len(self._bases) > 1 and self._bases[1] <= below:
             base = self._bases.pop(0)
             fd = self._fds.pop(0)
             self._dirty.discard(fd)
             os.close(fd)
-            os.unlink(self.directory / segment_name(base))
-            dropped.append(base)
-        if dropped:
-            self._fsync_directory()
-        return dropped
+            paths.append(self.directory / segment_name(base))
+        return paths
+
+    def drop_segments(self, below: int) -> list[Path]:
+        """:meth:`detach_segments` and :func:`unlink_segments` in one (blocking) call."""
+        paths = self.detach_segments(below)
+        unlink_segments(paths)
+        return paths
 
     # --- closing --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -348,3 +351,15 @@ def sync_fds(fds: Sequence[int]) -> None:
     """fdatasync every fd (releases the GIL; may run in a worker thread)."""
     for fd in fds:
         os.fdatasync(fd)
+
+
+def unlink_segments(paths: Sequence[Path]) -> None:
+    """Delete detached segment files and make that durable (blocking; may run in a worker thread)."""
+    for path in paths:
+        path.unlink()
+    if paths:
+        dfd = os.open(paths[0].parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -34,74 +34,33 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass, field
 
 import structlog
 import trio
 import trio.lowlevel
 
-from mqproxy.backends.embedded.commitlog import CommitLog, segment_name
-from mqproxy.backends.embedded.embedded_queues import EmbeddedQueues
-from mqproxy.backends.embedded.index import key_rows, offset_key, queue_key
-from mqproxy.backends.embedded.index_retention import Relocation
-from mqproxy.backends.embedded.records import decode_message, decode_moved, encode_moved
+from mqproxy.backends.embedded.commitlog import segment_name, unlink_segments
+from mqproxy.backends.embedded.embedded_live import DoomedSegment, EmbeddedLiveState, scan_segment
 from mqproxy.backends.embedded.retention import (
-    PROGRESS_GROUPS,
-    STATE_TOPICS,
     Deletion,
     DiskUsage,
     RetentionPolicy,
     Segment,
-    live_from,
     plan_deletions,
-    records_to_move,
     refuse_writes,
 )
-from mqproxy.backends.embedded.sending import index_keys
 from mqproxy.model.errors import BackendError
-from mqproxy.model.topics import LMQ_QUEUE_ID, is_lmq
 
 #: Free bytes needed (with the ratio under the warning level) before refused writes resume (a 16th of
 #: the file system if that is less).
 RESUME_FREE_BYTES = 1024 * 1024
 #: After a write failed for another reason than space, the next write is tried after this long.
 WRITE_ERROR_RETRY_S = 5.0
-#: Entries (or key rows) per index transaction when retention drops them; the event loop runs between
-#: (~1-2 µs each, so a few ms per transaction).
-_DROP_CHUNK = 2048
-
-
-@dataclass(slots=True)
-class DoomedSegment:
-    """What a segment about to be deleted holds: its record count, the ``keys`` rows of its messages and
-    the name keys of every queue with an entry pointing into it."""
-
-    records: int = 0
-    key_rows: list[bytes] = field(default_factory=list)
-    queues: set[bytes] = field(default_factory=set)
-
-
-def scan_segment(log: CommitLog, base: int) -> DoomedSegment:
-    """Read a sealed segment (in a worker thread) for :class:`DoomedSegment`."""
-    found = DoomedSegment()
-    for offset, payload in log.segment_records(base):
-        found.records += 1
-        moved = decode_moved(payload)
-        if moved is not None:
-            found.queues.update(key for key, _ in moved.targets)
-        record = decode_message(payload)
-        found.queues.add(queue_key(record.topic, record.queue_id))
-        found.queues.update(queue_key(name, LMQ_QUEUE_ID) for name, _ in record.lmqs)
-        keys = index_keys(record.properties)
-        if keys:
-            found.key_rows += key_rows(record.topic, keys, record.store_timestamp_ms, offset)
-    return found
-
 
 _log = structlog.get_logger("mqproxy.store")
 
 
-class EmbeddedRetention(EmbeddedQueues):
+class EmbeddedRetention(EmbeddedLiveState):
     """Segment deletion with live-state preservation, and the disk-full guard."""
 
     # Re-declared for mypy, which sees the layer below as Any (mqproxy is an editable install).
@@ -197,31 +156,23 @@ class EmbeddedRetention(EmbeddedQueues):
             doomed.append(await trio.to_thread.run_sync(scan_segment, self._log, deletion.segment.base))
         if self._closed or self._log.start != plan[0].segment.base:
             return []
-        moved, moved_bytes, queues = self._move_live(below)
-        if moved < 0:  # no room to keep the live state: delete nothing
+        moved, moved_bytes, queues, stuck = await self._move_all_live(below)
+        if stuck is not None:  # no room to copy the rest: delete only what lies below all of it
+            plan = [d for d in plan if d.segment.base + d.segment.size <= stuck]
+            if not plan:
+                return []
+            below = plan[-1].segment.base + plan[-1].segment.size
+            doomed = doomed[: len(plan)]
+        if self._closed:
             return []
-        names = set().union(*(d.queues for d in doomed))
-        qids = sorted(q for q in (self._lookup_qid(name) for name in names) if q is not None)
-        entries = 0
-        rose: set[int] = set()
-        while qids:  # no long transaction on the event loop
-            dropped, raised, done = self._index.drop_below(below, qids, _DROP_CHUNK)
-            entries += dropped
-            rose |= raised
-            qids = qids[done:]
-            await trio.lowlevel.checkpoint()
-        lowered = len(rose)
-        rows = [row for d in doomed for row in d.key_rows]
-        for i in range(0, len(rows), _DROP_CHUNK):
-            self._index.delete_key_rows(rows[i : i + _DROP_CHUNK])
-            await trio.lowlevel.checkpoint()
-        self._index.prune_moved(below)
+        entries, lowered = await self._drop_entries(below, doomed)
         self._index_dirty = True
         await trio.to_thread.run_sync(self._index.sync)  # the index forgets them before the files go
         async with self._fsync_lock:  # no flush thread may hold a segment fd we close
             if self._closed:
                 return []
-            self._log.drop_segments(below)
+            paths = self._log.detach_segments(below)
+        await trio.to_thread.run_sync(unlink_segments, paths)
         self._segments_deleted += len(plan)
         self._live_records_moved += moved
         if moved:
@@ -239,61 +190,3 @@ class EmbeddedRetention(EmbeddedQueues):
                 queues=lowered,
             )
         return plan
-
-    def _live_queues(self) -> list[tuple[str, int, int, int]]:
-        """(topic, queue id, qid, live-from offset) of every queue holding live state."""
-        out = []
-        for topic in self._topics.names():
-            if topic not in STATE_TOPICS and topic not in PROGRESS_GROUPS:
-                continue
-            config = self._topics.require(topic)
-            group = PROGRESS_GROUPS.get(topic)
-            for queue_id in range(max(config.read_queues, config.write_queues)):
-                committed = {}
-                if group is not None:
-                    offset = self._index.get_consumer_offset(offset_key(group, topic, queue_id))
-                    if offset is not None:
-                        committed[(group, topic, queue_id)] = offset
-                start = live_from(topic, queue_id, committed)
-                qid = self._lookup_qid(queue_key(topic, queue_id))
-                if start is not None and qid is not None:
-                    out.append((topic, queue_id, qid, start))
-        for name in STATE_TOPICS:
-            if is_lmq(name):
-                qid = self._lookup_qid(queue_key(name, LMQ_QUEUE_ID))
-                if qid is not None:
-                    out.append((name, LMQ_QUEUE_ID, qid, 0))
-        return out
-
-    def _move_live(self, below: int) -> tuple[int, int, int]:
-        """Copy every live record below ``below`` to the head and re-point its entries; return (records,
-        bytes, queues), or (-1, 0, 0) when the copies could not be written (nothing changed then)."""
-        keys: dict[int, bytes] = {}
-        live = []
-        for topic, queue_id, qid, start in self._live_queues():
-            keys[qid] = queue_key(topic, queue_id)
-            live.extend(self._index.iter_live_entries(qid, start, below))
-        moves = records_to_move(live, below)
-        if not moves:
-            return 0, 0, 0
-        payloads = []
-        for clo, entries in moves.items():
-            payload = self._log.read(clo, entries[0][3])
-            payloads.append(encode_moved(clo, [(keys[e[0]], e[1]) for e in entries], payload))
-        start = self._log.end
-        try:
-            positions = self._log.append(payloads)
-            self._log.sync()
-        except Exception as exc:  # a full disk: keep everything, say why
-            if self._log.end != start:
-                self._log.truncate_to(start)
-            _log.warning("store.retention_failed", detail=f"cannot move live records: {exc}")
-            return -1, 0, 0
-        relocations: list[Relocation] = []
-        for (clo, entries), (new, size) in zip(moves.items(), positions, strict=True):
-            relocations.extend(
-                (qid, offset, clo, new, size, tag, ts) for qid, offset, _, _, tag, ts in entries
-            )
-        self._index.relocate(relocations, checkpoint=self._log.end)
-        self._durable = max(self._durable, self._log.end)
-        return len(moves), sum(size for _, size in positions), len({e[0] for e in live})

@@ -15,7 +15,8 @@ Named databases (one keyspace per kind, store-notes §8):
   ``KEYS`` entries and ``UNIQ_KEY`` (:func:`~mqproxy.backends.embedded.sending.index_keys`), so
   QUERY_MESSAGE is one range seek per (topic, key), in store-time order. Written in the dispatch
   transaction, like ``cq``.
-* ``moved``: ``>Q`` commit-log offset → ``>Q`` offset of the copy retention moved that record to
+* ``moved``: ``>Q`` commit-log offset a record was first written at → ``>Q`` offset of the copy
+  retention moved it to; ``movedrev``: ``>QQ`` (copy, first offset) → empty
   (:mod:`~mqproxy.backends.embedded.index_retention`).
 * ``topics``: topic name → JSON topic config.
 * ``meta``: ``checkpoint`` (``>Qq``: commit-log offset up to which every record is indexed, latest store
@@ -118,6 +119,7 @@ class Index(RetentionIndex):
         self._floors = self._env.open_db(b"floors")
         self._keys = self._env.open_db(b"keys")
         self._moved = self._env.open_db(b"moved")
+        self._moved_rev = self._env.open_db(b"movedrev")
         self._build_lmq_offsets()
 
     def _build_lmq_offsets(self) -> None:
@@ -237,6 +239,7 @@ class Index(RetentionIndex):
             txn.drop(self._floors, delete=False)
             txn.drop(self._keys, delete=False)
             txn.drop(self._moved, delete=False)
+            txn.drop(self._moved_rev, delete=False)
             txn.put(_NEXT_QID, _U64.pack(1), db=self._meta)
             txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(0, 0), db=self._meta)
 

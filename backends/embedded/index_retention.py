@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import lmdb
@@ -40,6 +40,7 @@ class RetentionIndex:
         _cq: lmdb._Database
         _keys: lmdb._Database
         _moved: lmdb._Database
+        _moved_rev: lmdb._Database
         _floors: lmdb._Database
         _meta: lmdb._Database
 
@@ -71,17 +72,33 @@ class RetentionIndex:
                     txn.put(key, _CQ_VALUE.pack(new, size, tag, ts), db=self._cq)
                     retarget[old] = new
                     changed += 1
-                if retarget:
-                    cursor = txn.cursor(db=self._moved)
-                    for row, target in list(cursor.iternext()):
-                        (points,) = _U64.unpack(target)
-                        if points in retarget:
-                            txn.put(bytes(row), _U64.pack(retarget[points]), db=self._moved)
-                    for old, new in retarget.items():
-                        txn.put(_U64.pack(old), _U64.pack(new), db=self._moved)
+                for old, new in retarget.items():
+                    self._record_move(txn, old, new)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
         return changed
+
+    def _record_move(self, txn: lmdb.Transaction, old: int, new: int) -> None:
+        """``moved`` rows for a record moved from ``old`` to ``new``. If ``old`` was itself a copy, the rows
+        naming it (found through ``movedrev``) follow it to ``new`` and ``old`` gets no row of its own: rows
+        exist only for the offsets a record was first written at (what send results and message ids
+        name), so they stay as many as the live records moved."""
+        rev = txn.cursor(db=self._moved_rev)
+        prefix = _U64.pack(old)
+        sources = []
+        if rev.set_range(prefix):
+            for row in rev.iternext(values=False):
+                if row[:8] != prefix:
+                    break
+                sources.append(bytes(row[8:]))
+        for source in sources:
+            txn.delete(prefix + source, db=self._moved_rev)
+        if not sources:
+            sources = [prefix]
+        target = _U64.pack(new)
+        for source in sources:
+            txn.put(source, target, db=self._moved)
+            txn.put(target + source, b"", db=self._moved_rev)
 
     def _raise_floor(self, txn: lmdb.Transaction, qid: int, floor: int, ms: int) -> None:
         key = _U64.pack(qid)
@@ -97,24 +114,31 @@ class RetentionIndex:
             value = txn.get(_U64.pack(offset))
         return None if value is None else _U64.unpack(value)[0]
 
-    def iter_live_entries(
-        self, qid: int, start: int, below: int
-    ) -> Iterator[tuple[int, int, int, int, int, int]]:
-        """Entries of queue ``qid`` from queue offset ``start`` whose record lies below commit-log offset
-        ``below``, as (qid, queue offset, commit-log offset, size, tag hash, store time)."""
+    def live_entries(
+        self, qid: int, start: int, below: int, limit: int, examine: int = 8192
+    ) -> tuple[list[tuple[int, int, int, int, int, int]], int, bool]:
+        """Up to ``limit`` entries of queue ``qid`` from queue offset ``start`` whose record lies below
+        commit-log offset ``below``, as (qid, queue offset, commit-log offset, size, tag hash, store
+        time), looking at no more than ``examine`` entries; the offset to go on from; and whether the
+        queue's end was reached."""
+        found: list[tuple[int, int, int, int, int, int]] = []
+        resume = start
         with self._env.begin(db=self._cq) as txn:
             cursor = txn.cursor()
             if not cursor.set_range(_CQ_KEY.pack(qid, start)):
-                return
-            found = []
+                return found, resume, True
             for key, value in cursor:
                 key_qid, offset = _CQ_KEY.unpack(key)
                 if key_qid != qid:
-                    break
+                    return found, resume, True
+                if len(found) >= limit or examine <= 0:
+                    return found, offset, False
+                examine -= 1
+                resume = offset + 1
                 clo, size, tag, ts = _CQ_VALUE.unpack(value)
                 if clo < below:
                     found.append((qid, offset, clo, size, tag, ts))
-        yield from found
+        return found, resume, True
 
     def drop_below(self, below: int, qids: Sequence[int], limit: int) -> tuple[int, set[int], int]:
         """Delete the leading entries of queues ``qids`` whose record lies below ``below`` (stopping, per
@@ -172,12 +196,17 @@ class RetentionIndex:
     def prune_moved(self, below: int) -> int:
         """Delete the ``moved`` rows whose record is gone (target below ``below``); return how many."""
         try:
-            with self._env.begin(write=True, db=self._moved) as txn:
-                gone = [
-                    bytes(row) for row, target in txn.cursor().iternext() if _U64.unpack(target)[0] < below
-                ]
+            with self._env.begin(write=True) as txn:
+                rev = txn.cursor(db=self._moved_rev)
+                gone = []
+                if rev.first():
+                    for row in rev.iternext(values=False):
+                        if _U64.unpack(row[:8])[0] >= below:
+                            break  # ``movedrev`` sorts by target
+                        gone.append(bytes(row))
                 for row in gone:
-                    txn.delete(row)
+                    txn.delete(row, db=self._moved_rev)
+                    txn.delete(row[8:], db=self._moved)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
         return len(gone)

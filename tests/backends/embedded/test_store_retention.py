@@ -187,3 +187,30 @@ async def test_light_queues_and_key_rows_go_with_their_records(tmp_path: Path) -
         assert len(await store.query_messages("T", "k29", 10, 0, 2**62)) == 1
         with store._index._env.begin(db=store._index._keys) as txn:
             assert txn.stat(store._index._keys)["entries"] == 2 * (30 - low)
+
+
+async def test_an_entry_compaction_moves_during_the_fsync_is_still_moved(tmp_path: Path) -> None:
+    async with _store(tmp_path) as store:
+        await store.create_topic("MQTT_SESSION_STATE", 1)
+        for i in range(3):
+            await store.send(Message(topic="MQTT_SESSION_STATE", body=b"s%d" % i, queue_id=0))
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        flush = store._flush_once
+        raced = []
+
+        async def racing_flush() -> None:  # a compaction re-appends entry 0 while the copies are fsynced
+            if not raced:
+                qid = store._lookup_qid(b"MQTT_SESSION_STATE\x00\x00\x00\x00\x00")
+                assert qid is not None
+                _, end = store._index.rewrite(qid, [0], 1, store._clock.now_ms())
+                store._next_offsets.store(qid, end)
+                raced.append(end)
+            await flush()
+
+        store._flush_once = racing_flush  # type: ignore[method-assign]
+        await store.enforce_retention()
+        assert raced
+        low = await store.min_offset("MQTT_SESSION_STATE", 0)
+        kept = await store.pull("MQTT_SESSION_STATE", 0, low, 10)
+        assert sorted(m.body for m in kept.messages) == [b"s0", b"s1", b"s2"]
