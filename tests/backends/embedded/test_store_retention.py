@@ -15,6 +15,7 @@ from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.retention import DiskUsage, RetentionPolicy
 from mqproxy.backends.embedded.services import ServiceSettings, open_services
 from mqproxy.facade.types import Resolution
+from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.properties import HALF_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC
 from mqproxy.model.types import Message, PullStatus
 from tests.conftest import EventSink, wait_until
@@ -214,3 +215,44 @@ async def test_an_entry_compaction_moves_during_the_fsync_is_still_moved(tmp_pat
         low = await store.min_offset("MQTT_SESSION_STATE", 0)
         kept = await store.pull("MQTT_SESSION_STATE", 0, low, 10)
         assert sorted(m.body for m in kept.messages) == [b"s0", b"s1", b"s2"]
+
+
+async def test_moved_twice_the_first_offset_still_finds_it(tmp_path: Path) -> None:
+    async with _store(tmp_path) as store:
+        await store.create_topic("MQTT_SESSION_STATE", 1)
+        first = await store.send(Message(topic="MQTT_SESSION_STATE", body=b"snapshot", queue_id=0))
+        for _ in range(2):
+            for _ in range(30):
+                await store.send(Message(topic="T", body=BODY, queue_id=0))
+            await store.enforce_retention()
+        found = await store.get_message(first.commitlog_offset)
+        assert found is not None
+        assert found.body == b"snapshot"
+        assert found.commitlog_offset >= store._log.start
+        with store._index._env.begin() as txn:  # one row per first offset, not per move
+            assert txn.stat(store._index._moved)["entries"] == 1
+
+
+async def test_no_room_to_move_live_state_deletes_only_what_lies_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_sink: EventSink
+) -> None:
+    async with _store(tmp_path) as store:
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.create_topic("MQTT_SESSION_STATE", 1)
+        state = await store.send(Message(topic="MQTT_SESSION_STATE", body=b"snapshot", queue_id=0))
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        real_append = store._log.append
+
+        def full(payloads: list[bytes]) -> list[tuple[int, int]]:
+            raise StoreUnavailable("commit log write failed: [Errno 28] No space left on device")
+
+        monkeypatch.setattr(store._log, "append", full)
+        deleted = await store.enforce_retention()
+        assert deleted, "the segments below the live record still go"
+        assert store._log.start <= state.commitlog_offset
+        assert log_sink.named("store.retention_failed")
+        monkeypatch.setattr(store._log, "append", real_append)
+        kept = await store.pull("MQTT_SESSION_STATE", 0, 0, 10)
+        assert [m.body for m in kept.messages] == [b"snapshot"]
