@@ -1,5 +1,6 @@
-"""A full disk through the real server: every protocol refuses new messages with its own error naming the
-cause, the store logs one ``store.write_refused``, and publishing works again once space is back."""
+"""A full disk through the real server: every protocol (remoting, MQTT 5 and 3.1.1, gRPC) refuses new
+messages with its own error naming the cause, the store logs one ``store.write_refused``, and publishing
+works again once space is back."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import trio
 
 from mqproxy.backends.embedded import commitlog
 from mqproxy.codecs import mqtt as mq
+from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.metrics import render_metrics
 from mqproxy.settings import Settings
 from tests.conftest import EventSink, wait_until
+from tests.grpc_service.conftest import GrpcTestClient
 from tests.mqtt.conftest import connect
 from tests.proxy.conftest import running_server
 
@@ -78,6 +81,16 @@ async def test_disk_full_through_mqtt_and_remoting(
         await v3.send(mq.Publish("a/b", b"x", mq.QoS.AT_LEAST_ONCE, packet_id=1))
         assert await v3.expect_eof() == []  # 3.1.1 cannot refuse one PUBLISH: the connection closes
 
+        async with trio.open_nursery() as nursery:  # gRPC, as the Apache proxy answers a full broker
+            grpc = GrpcTestClient(await trio.open_tcp_stream(*server.address), "full@1@0")
+            await grpc.start(nursery)
+            sp = pb.SystemProperties(message_id="FULL-1", body_encoding=pb.Encoding.IDENTITY)
+            message = pb.RmqMessage(topic=pb.Resource(name="T"), system_properties=sp, body=b"x")
+            sent = await grpc.unary("SendMessage", pb.SendMessageRequest(messages=[message]))
+            assert sent.status.code == pb.Code.INTERNAL_SERVER_ERROR
+            assert "the broker's disk is full" in sent.status.message
+            nursery.cancel_scope.cancel()
+
         exposition = render_metrics(server.state)[0].decode()
         assert "mqproxy_store_writable 0.0" in exposition
         assert "mqproxy_store_disk_free_bytes" in exposition
@@ -99,7 +112,6 @@ async def test_disk_full_through_mqtt_and_remoting(
 
 
 def test_grpc_answers_a_full_disk_as_the_apache_proxy_does() -> None:
-    from mqproxy.codecs import rocketmq_v2 as pb
     from mqproxy.grpc_service.errors import code_for
     from mqproxy.model.errors import StoreFull
 
