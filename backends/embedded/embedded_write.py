@@ -38,7 +38,13 @@ class EmbeddedWriting(EmbeddedRecovery):
         self._check_writable()
         check_batch(messages)
         targets = [check_message(m, self._max_message_bytes) for m in messages]
-        config = self._config_for_send(messages[0].topic)
+        try:
+            config = self._config_for_send(messages[0].topic)  # may create the topic in the index
+        except StoreUnavailable as exc:
+            self._write_failed(exc)  # the index could not grow (a full disk): refuse like the log
+            if self._refusal is not None:
+                raise self._refusal from exc
+            raise
         queue_id = self._topics.pick_queue(config, messages[0].queue_id)
         results, end = await self._writes.submit((config.name, queue_id, messages, targets))
         if self.flush == "sync":

@@ -163,3 +163,17 @@ async def test_a_really_full_disk(small_fs: Path, log_sink: EventSink) -> None:
     async with _open(small_fs / "store", retention=policy) as store:
         assert await _bodies(store) == [*acked, b"after"][:1000]
         assert await store.max_offset("T", 0) == len(acked) + 1
+
+
+async def test_an_index_without_space_refuses_like_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_sink: EventSink
+) -> None:
+    async with _open(tmp_path, Disk()) as store:
+
+        def full(*_: object) -> None:
+            raise StoreUnavailable("index write failed: mdb_put: No space left on device")
+
+        monkeypatch.setattr(store._index, "put_topic", full)
+        with pytest.raises(StoreFull, match="disk is full"):
+            await store.send(Message("NewTopic", b"x", queue_id=0))
+        assert log_sink.named("store.write_refused")[0]["cause"] == "disk_full"
