@@ -77,6 +77,7 @@ class _Copies:
 
     moves: dict[int, list[_Entry]]
     positions: list[tuple[int, int]]
+    firsts: list[int]  # the offset each record was first written at
     end: int
 
 
@@ -158,8 +159,11 @@ class EmbeddedLiveState(EmbeddedQueues):
         """Append one copy of each record (naming its old offset and entries); None if it cannot be
         written (nothing is left behind then)."""
         payloads = []
+        firsts = []
         for clo, entries in moves.items():
             payload = self._log.read(clo, entries[0][3])
+            moved = decode_moved(payload)
+            firsts.append(clo if moved is None else moved.original)
             payloads.append(encode_moved(clo, [(keys[e[0]], e[1]) for e in entries], payload))
         start = self._log.end
         try:
@@ -169,13 +173,15 @@ class EmbeddedLiveState(EmbeddedQueues):
                 self._log.truncate_to(start)
             _log.warning("store.retention_failed", detail=f"cannot move live records: {exc}")
             return None
-        return _Copies(moves, positions, self._log.end)
+        return _Copies(moves, positions, firsts, self._log.end)
 
     def _repoint(self, copies: _Copies) -> None:
         relocations: list[Relocation] = []
-        for (clo, entries), (new, size) in zip(copies.moves.items(), copies.positions, strict=True):
+        for (clo, entries), (new, size), first in zip(
+            copies.moves.items(), copies.positions, copies.firsts, strict=True
+        ):
             relocations.extend(
-                (qid, offset, clo, new, size, tag, ts) for qid, offset, _, _, tag, ts in entries
+                (qid, offset, clo, new, size, tag, ts, first) for qid, offset, _, _, tag, ts in entries
             )
         self._index.relocate(relocations, checkpoint=copies.end)
         self._index_dirty = True

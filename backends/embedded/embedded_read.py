@@ -14,7 +14,7 @@ from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
 from mqproxy.backends.embedded.index import offset_key, queue_key
 from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, PullScan
-from mqproxy.backends.embedded.records import MessageRecord, decode_message
+from mqproxy.backends.embedded.records import MessageRecord, decode_stored
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (
@@ -63,11 +63,11 @@ class EmbeddedReading(EmbeddedWriting):
                 if found and size + entry_size > max_bytes:
                     done = True
                     break
-                record = decode_message(self._log.read(clo, entry_size))
+                record, named = decode_stored(self._log.read(clo, entry_size), clo)
                 position = queue_offset + 1
                 if tags is not None and record.properties.get(PROPERTY_TAGS) not in tags:
                     continue
-                stored = self._stored(record, clo, entry_size)
+                stored = self._stored(record, named, entry_size)
                 if queue_offset != record.queue_offset and record.topic == topic:  # moved by a rewrite
                     stored = dataclasses.replace(stored, queue_offset=queue_offset)
                 found.append(stored)
@@ -112,7 +112,8 @@ class EmbeddedReading(EmbeddedWriting):
         if found is None:
             return None
         size, payload = found
-        return self._stored(decode_message(payload), commitlog_offset, size)
+        record, named = decode_stored(payload, commitlog_offset)
+        return self._stored(record, named, size)
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         self._readable(topic, queue_id)

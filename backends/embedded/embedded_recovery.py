@@ -123,7 +123,18 @@ class EmbeddedRecovery(EmbeddedFlushing):
                 qid = self._lookup_qid(key)
             if qid is None:
                 continue
-            moves.append((qid, queue_offset, moved.moved_from, offset, size, tag, record.store_timestamp_ms))
+            moves.append(
+                (
+                    qid,
+                    queue_offset,
+                    moved.moved_from,
+                    offset,
+                    size,
+                    tag,
+                    record.store_timestamp_ms,
+                    moved.original,
+                )
+            )
             if rebuilding:
                 current = self._next_offsets.lookup(qid) or 0
                 self._next_offsets.store(qid, max(current, queue_offset + 1))

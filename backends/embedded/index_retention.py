@@ -28,8 +28,9 @@ _CHECKPOINT = b"checkpoint"
 _CHECKPOINT_VALUE = struct.Struct(">Qq")
 
 #: One relocation: queue id, queue offset, old commit-log offset, new commit-log offset, new frame size,
-#: tag hash and store time (these two only for an entry ``relocate(create=True)`` creates).
-Relocation = tuple[int, int, int, int, int, int, int]
+#: tag hash and store time (these two only for an entry ``relocate(create=True)`` creates), and the offset
+#: the record was first written at.
+Relocation = tuple[int, int, int, int, int, int, int, int]
 
 
 class RetentionIndex:
@@ -58,8 +59,8 @@ class RetentionIndex:
                     current, latest_ms = (0, 0) if value is None else _CHECKPOINT_VALUE.unpack(value)
                     if checkpoint > current:
                         txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_ms), db=self._meta)
-                retarget: dict[int, int] = {}
-                for qid, offset, old, new, size, tag, ts in moves:
+                retarget: dict[int, tuple[int, int]] = {}
+                for qid, offset, old, new, size, tag, ts, first in moves:
                     key = _CQ_KEY.pack(qid, offset)
                     value = txn.get(key, db=self._cq)
                     if value is None:
@@ -70,19 +71,19 @@ class RetentionIndex:
                         if clo != old:
                             continue
                     txn.put(key, _CQ_VALUE.pack(new, size, tag, ts), db=self._cq)
-                    retarget[old] = new
+                    retarget[old] = (new, first)
                     changed += 1
-                for old, new in retarget.items():
-                    self._record_move(txn, old, new)
+                for old, (new, first) in retarget.items():
+                    self._record_move(txn, old, new, first)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
         return changed
 
-    def _record_move(self, txn: lmdb.Transaction, old: int, new: int) -> None:
-        """``moved`` rows for a record moved from ``old`` to ``new``. If ``old`` was itself a copy, the rows
-        naming it (found through ``movedrev``) follow it to ``new`` and ``old`` gets no row of its own: rows
-        exist only for the offsets a record was first written at (what send results and message ids
-        name), so they stay as many as the live records moved."""
+    def _record_move(self, txn: lmdb.Transaction, old: int, new: int, first: int) -> None:
+        """``moved`` rows for a record first written at ``first``, moved from ``old`` to ``new``. If ``old``
+        was itself a copy, the rows naming it (found through ``movedrev``) follow it to ``new`` and ``old``
+        gets no row of its own: rows exist only for the offsets records were first written at (what send
+        results and message ids name), so they stay as many as the live records moved."""
         rev = txn.cursor(db=self._moved_rev)
         prefix = _U64.pack(old)
         sources = []
@@ -94,7 +95,7 @@ class RetentionIndex:
         for source in sources:
             txn.delete(prefix + source, db=self._moved_rev)
         if not sources:
-            sources = [prefix]
+            sources = [_U64.pack(first)]
         target = _U64.pack(new)
         for source in sources:
             txn.put(source, target, db=self._moved)

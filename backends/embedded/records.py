@@ -18,9 +18,11 @@ The LMQ list is explicit (not read back from properties) so recovery re-dispatch
 queue offsets assigned at append time.
 
 A record retention moved to the head of the log (kind 2, :func:`encode_moved`) wraps the original
-payload: ``>B 2``, ``>q`` commit-log offset it was moved from, ``>H`` entry count, then per index entry
-that pointed at it ``>H`` queue-name key length, key, ``>q`` queue offset; then the original payload.
-:func:`decode_message` reads through the wrapper, so a moved message reads exactly as before.
+payload: ``>B 2``, ``>q`` commit-log offset the record was first written at (its identity: message ids
+and the "newest record" of compaction keep using it), ``>q`` offset it was moved from (the same, or an
+earlier copy), ``>H`` entry count, then per index entry that pointed at it ``>H`` queue-name key length,
+key, ``>q`` queue offset; then the original payload. :func:`decode_message` reads through the wrapper,
+so a moved message reads exactly as before.
 """
 
 from __future__ import annotations
@@ -112,16 +114,19 @@ class MovedRecord:
     """A record retention moved: where it came from, the index entries (queue key, queue offset) that
     pointed at it then, and the original payload."""
 
+    original: int
     moved_from: int
     targets: tuple[tuple[bytes, int], ...]
     payload: bytes
 
 
 def encode_moved(moved_from: int, targets: Sequence[tuple[bytes, int]], payload: bytes) -> bytes:
-    """Wrap a record's payload (itself possibly moved before) for its new place at the log's head."""
+    """Wrap the record read at ``moved_from`` (itself possibly a copy) for its new place at the log's
+    head."""
     inner = decode_moved(payload)
     original = payload if inner is None else inner.payload
-    parts = [bytes((KIND_MOVED,)), _Q.pack(moved_from), _H.pack(len(targets))]
+    first = moved_from if inner is None else inner.original
+    parts = [bytes((KIND_MOVED,)), _Q.pack(first), _Q.pack(moved_from), _H.pack(len(targets))]
     for key, offset in targets:
         parts += (_H.pack(len(key)), key, _Q.pack(offset))
     parts.append(original)
@@ -133,9 +138,10 @@ def decode_moved(payload: bytes) -> MovedRecord | None:
     if not payload or payload[0] != KIND_MOVED:
         return None
     try:
-        (moved_from,) = _Q.unpack_from(payload, 1)
-        (count,) = _H.unpack_from(payload, 9)
-        pos = 11
+        (original,) = _Q.unpack_from(payload, 1)
+        (moved_from,) = _Q.unpack_from(payload, 9)
+        (count,) = _H.unpack_from(payload, 17)
+        pos = 19
         targets = []
         for _ in range(count):
             (n,) = _H.unpack_from(payload, pos)
@@ -145,7 +151,16 @@ def decode_moved(payload: bytes) -> MovedRecord | None:
             pos += 2 + n + 8
     except struct.error as exc:
         raise StoreUnavailable(f"malformed moved record: {exc}") from None
-    return MovedRecord(moved_from, tuple(targets), bytes(payload[pos:]))
+    return MovedRecord(original, moved_from, tuple(targets), bytes(payload[pos:]))
+
+
+def decode_stored(payload: bytes, offset: int) -> tuple[MessageRecord, int]:
+    """The message in the record at commit-log ``offset`` and the offset that names it: where it was first
+    written (a copy retention moved keeps its original identity)."""
+    moved = decode_moved(payload)
+    if moved is None:
+        return decode_message(payload), offset
+    return decode_message(moved.payload), moved.original
 
 
 def decode_message(payload: bytes) -> MessageRecord:

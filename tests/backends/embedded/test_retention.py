@@ -6,7 +6,13 @@ import pytest
 
 from mqproxy.backends.embedded.assignment import REQUEST_MODE_TOPIC
 from mqproxy.backends.embedded.metadata import METADATA_TOPIC
-from mqproxy.backends.embedded.records import decode_message, decode_moved, encode_message, encode_moved
+from mqproxy.backends.embedded.records import (
+    decode_message,
+    decode_moved,
+    decode_stored,
+    encode_message,
+    encode_moved,
+)
 from mqproxy.backends.embedded.retention import (
     HOUR_MS,
     STATE_TOPICS,
@@ -134,8 +140,11 @@ def test_a_moved_record_reads_as_the_original() -> None:
     assert decode_message(moved) == decode_message(payload)
     wrapper = decode_moved(moved)
     assert wrapper is not None
-    assert (wrapper.moved_from, wrapper.targets) == (4096, ((b"T\x00\x00\x00\x00\x01", 9),))
+    assert (wrapper.original, wrapper.moved_from) == (4096, 4096)
+    assert wrapper.targets == ((b"T\x00\x00\x00\x00\x01", 9),)
     again = decode_moved(encode_moved(8192, [(b"k", 1)], moved))  # moved twice: one wrapper
     assert again is not None
-    assert again.payload == payload
+    assert (again.original, again.moved_from, again.payload) == (4096, 8192, payload)
+    assert decode_stored(moved, 9999) == (decode_message(payload), 4096)
+    assert decode_stored(payload, 9999) == (decode_message(payload), 9999)
     assert decode_moved(payload) is None

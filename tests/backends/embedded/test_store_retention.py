@@ -14,10 +14,11 @@ from mqproxy.backends.embedded.embedded import open_embedded_store
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.retention import DiskUsage, RetentionPolicy
 from mqproxy.backends.embedded.services import ServiceSettings, open_services
+from mqproxy.facade.compaction import replay
 from mqproxy.facade.types import Resolution
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.properties import HALF_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC
-from mqproxy.model.types import Message, PullStatus
+from mqproxy.model.types import Message, PullStatus, StoredMessage
 from tests.conftest import EventSink, wait_until
 
 SEGMENT = 4096
@@ -228,7 +229,8 @@ async def test_moved_twice_the_first_offset_still_finds_it(tmp_path: Path) -> No
         found = await store.get_message(first.commitlog_offset)
         assert found is not None
         assert found.body == b"snapshot"
-        assert found.commitlog_offset >= store._log.start
+        assert found.commitlog_offset == first.commitlog_offset  # a moved record keeps its identity
+        assert store._index.moved_to(first.commitlog_offset) >= store._log.start
         with store._index._env.begin() as txn:  # one row per first offset, not per move
             assert txn.stat(store._index._moved)["entries"] == 1
 
@@ -256,3 +258,22 @@ async def test_no_room_to_move_live_state_deletes_only_what_lies_below_it(
         monkeypatch.setattr(store._log, "append", real_append)
         kept = await store.pull("MQTT_SESSION_STATE", 0, 0, 10)
         assert [m.body for m in kept.messages] == [b"snapshot"]
+
+
+async def test_a_moved_old_record_never_outranks_a_newer_one(tmp_path: Path) -> None:
+    """Compaction ranks records by commit-log offset: a copy must keep the rank of its original."""
+
+    def key_of(message: StoredMessage) -> tuple[str, bool]:
+        return message.body.split(b"=")[0].decode(), True
+
+    async with _store(tmp_path) as store:
+        await store.create_topic("MQTT_SESSION_STATE", 1)
+        await store.send(Message(topic="MQTT_SESSION_STATE", body=b"a=old", queue_id=0))
+        for _ in range(30):
+            await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.send(Message(topic="MQTT_SESSION_STATE", body=b"a=new", queue_id=0))
+        await store.send(Message(topic="T", body=BODY, queue_id=0))
+        await store.enforce_retention()
+        found = await replay(store, "MQTT_SESSION_STATE", 0, key_of)
+        assert [m.body for m in found.live()] == [b"a=new"]
+        assert found.records == 2
