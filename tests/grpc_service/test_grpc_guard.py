@@ -1,0 +1,180 @@
+"""The ACL account file on gRPC calls, through the driver with a real h2 client in memory: UNAUTHORIZED /
+FORBIDDEN in the response status, Telemetry's grpc-status, the per-address back-off and the denial
+reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from mqproxy.acl.holder import AclHolder
+from mqproxy.acl.rules import parse_acl
+from mqproxy.acl.throttle import AuthThrottle
+from mqproxy.codecs import rocketmq_v2 as pb
+from mqproxy.codecs.grpc_auth import authorization_value
+from mqproxy.codecs.grpc_framing import GrpcStatus
+from mqproxy.grpc_service.guard import GrpcGuard
+
+from .test_grpc_rpcs import message, receive
+
+GrpcEnv = Any
+Code = pb.Code
+DATE = "20261128T091500Z"
+ACL = """
+accounts:
+  - accessKey: app
+    secretKey: app-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: ["Orders=PUB|SUB", "Feed=SUB"]
+    groupPerms: ["Blocked=DENY"]
+"""
+
+
+@dataclass
+class Reports:
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, *, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
+        self.seen.append({"protocol": protocol, "peer": peer, "access_key": access_key, "reason": reason})
+
+    @property
+    def reasons(self) -> list[str]:
+        return [r["reason"] for r in self.seen]
+
+
+@pytest.fixture
+def reports(grpc_env: GrpcEnv) -> Reports:
+    sink = Reports()
+    grpc_env.service.guard = GrpcGuard(
+        AclHolder(parse_acl(ACL, "plain_acl.yml")), AuthThrottle(), sink, clock=trio.current_time
+    )
+    return sink
+
+
+def signed(ak: str = "app", sk: str = "app-secret") -> dict[str, str]:
+    return {"authorization": authorization_value(ak, sk, DATE), "x_mq_date_time": DATE}
+
+
+def route(topic: str) -> Any:
+    return pb.QueryRouteRequest(topic=pb.Resource(name=topic))
+
+
+async def test_without_rules_every_call_passes(grpc_env: GrpcEnv) -> None:
+    client = await grpc_env.connect()
+    answer = await client.unary("QueryRoute", route("Anything"))
+    assert answer.status.code == Code.OK
+
+
+async def test_right_keys_pass_and_wrong_keys_are_unauthorized(grpc_env: GrpcEnv, reports: Reports) -> None:
+    client = await grpc_env.connect()
+    assert (await client.unary("QueryRoute", route("Orders"), **signed())).status.code == Code.OK
+    go_style = {
+        "authorization": authorization_value("app", "app-secret", DATE, upper=False,
+                                             credential_suffix="//Rocketmq"),
+        "x_mq_date_time": DATE,
+    }
+    assert (await client.unary("QueryRoute", route("Feed"), **go_style)).status.code == Code.OK
+    anonymous = await client.unary("QueryRoute", route("Orders"))
+    wrong = await client.unary("QueryRoute", route("Orders"), **signed(sk="guess"))
+    unknown = await client.unary("QueryRoute", route("Orders"), **signed(ak="who"))
+    for answer in (anonymous, wrong, unknown):
+        assert answer.status.code == Code.UNAUTHORIZED
+        assert "app-secret" not in answer.status.message
+    assert reports.reasons == ["anonymous", "bad_signature", "unknown_access_key"]
+    assert reports.seen[1]["access_key"] == "app"
+    assert reports.seen[1]["protocol"] == "grpc"
+    assert reports.seen[1]["peer"][0] == "127.0.0.1"
+
+
+async def test_forbidden_topic_and_group(grpc_env: GrpcEnv, reports: Reports) -> None:
+    client = await grpc_env.connect()
+    sent = await client.unary("SendMessage", pb.SendMessageRequest(messages=[message("Orders")]), **signed())
+    assert sent.status.code == Code.OK
+    refused = await client.unary("SendMessage", pb.SendMessageRequest(messages=[message("Feed")]), **signed())
+    assert refused.status.code == Code.FORBIDDEN
+    assert "Feed" in refused.status.message
+    assert (await client.unary("QueryRoute", route("Secret"), **signed())).status.code == Code.FORBIDDEN
+    assert reports.reasons == ["forbidden", "forbidden"]
+    # nothing of the refused send was stored
+    assert await grpc_env.broker.get_topic("Feed") is None
+
+
+async def test_receive_needs_sub_on_group_and_topic(grpc_env: GrpcEnv, reports: Reports) -> None:
+    client = await grpc_env.connect()
+    request = pb.ReceiveMessageRequest(
+        group=pb.Resource(name="Blocked"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="Orders")),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        batch_size=1,
+        invisible_duration=pb.Duration(seconds=30),
+    )
+    sid = await client.open("ReceiveMessage", [request.SerializeToString()], grpc_timeout="5S", **signed())
+    result = await client.wait(sid)
+    assert result.grpc_status == 0
+    (only,) = [pb.ReceiveMessageResponse.FromString(m) for m in result.messages()]
+    assert only.status.code == Code.FORBIDDEN
+    assert "Blocked" in only.status.message
+    status, _ = await receive(client, "Orders", "G1")  # unsigned: refused before the handler
+    assert status.code == Code.UNAUTHORIZED
+
+
+def settings(*, publish: str | None = None, group: str | None = None, topic: str | None = None) -> bytes:
+    if publish is not None:
+        s = pb.Settings(client_type=pb.ClientType.PRODUCER,
+                        publishing=pb.Publishing(topics=[pb.Resource(name=publish)]))
+    else:
+        entry = pb.SubscriptionEntry(topic=pb.Resource(name=topic))
+        s = pb.Settings(client_type=pb.ClientType.SIMPLE_CONSUMER, subscription=pb.Subscription(
+            group=pb.Resource(name=group), subscriptions=[entry]))
+    return bytes(pb.TelemetryCommand(settings=s).SerializeToString())
+
+
+async def test_telemetry_is_authenticated_and_its_settings_checked(
+    grpc_env: GrpcEnv, reports: Reports
+) -> None:
+    client = await grpc_env.connect()
+    anonymous = await client.wait(await client.open("Telemetry", [settings(publish="Orders")]))
+    assert anonymous.grpc_status == GrpcStatus.UNAUTHENTICATED
+    forbidden = await client.wait(
+        await client.open("Telemetry", [settings(publish="Feed")], end=False, **signed())
+    )
+    assert forbidden.grpc_status == GrpcStatus.PERMISSION_DENIED
+    assert "Feed" in forbidden.grpc_message
+    sid = await client.open("Telemetry", [settings(group="G1", topic="Feed")], end=False, **signed())
+    while not client.results[sid].messages():
+        await client.changed.wait()
+    reply = pb.TelemetryCommand.FromString(client.results[sid].messages()[0])
+    assert reply.status.code == Code.OK
+    await client.end(sid)
+    assert (await client.wait(sid)).grpc_status == 0
+    assert reports.reasons == ["anonymous", "forbidden"]
+
+
+async def test_failed_authentication_is_throttled_per_address(
+    grpc_env: GrpcEnv, reports: Reports, autojump_clock: trio.testing.MockClock
+) -> None:
+    client = await grpc_env.connect()
+    throttle = grpc_env.service.guard.throttle
+    for _ in range(throttle.free_failures):
+        before = trio.current_time()
+        assert (await client.unary("QueryRoute", route("Orders"))).status.code == Code.UNAUTHORIZED
+        assert trio.current_time() == before  # free failures cost nothing
+    waits = []
+    for _ in range(3):
+        await client.unary("QueryRoute", route("Orders"), **signed(sk="guess"))
+        before = trio.current_time()
+        assert (await client.unary("QueryRoute", route("Orders"))).status.code == Code.UNAUTHORIZED
+        waits.append(trio.current_time() - before)
+    assert waits[0] > 0
+    assert waits == sorted(waits)  # the back-off grows
+    before = trio.current_time()
+    assert (await client.unary("QueryRoute", route("Orders"), **signed())).status.code == Code.OK
+    assert trio.current_time() > before  # the right keys wait out the back-off too, then reset it
+    before = trio.current_time()
+    assert (await client.unary("QueryRoute", route("Orders"), **signed())).status.code == Code.OK
+    assert trio.current_time() == before
