@@ -1,0 +1,189 @@
+"""
+mqproxy.mqtt.access
+~~~~~~~~~~~~~~~~~~~
+
+:class:`MqttAccess`: who may CONNECT and what each connection may publish and subscribe to, from two
+sources: the ACL 1.0 account file (:mod:`mqproxy.acl`, user name = accessKey, password = secretKey) and
+the ``[mqtt]`` users and acl tables (:class:`~mqproxy.mqtt.auth.Authorizer`). Without an account file
+(the holder has no rules) the ``[mqtt]`` tables alone decide, as before.
+
+With an account file loaded, a CONNECT is admitted when:
+
+* its source address matches a ``globalWhiteRemoteAddresses`` pattern (as in RocketMQ, every account
+  check is skipped, credentials or not); or
+* its user name is an account's accessKey and the password is that account's secretKey (UTF-8), or the
+  source address matches the account's ``whiteRemoteAddress`` (the password is then not checked, as
+  RocketMQ skips the signature); or
+* the ``[mqtt] users`` table accepts the user name and password (either source may accept).
+
+Otherwise it is refused: no user name → Not authorized (0x87; 3.1.1 return code 5; ``allow_anonymous``
+does not open a server with an account file); anything else → Bad user name or password (0x86; 3.1.1: 4).
+
+Topics: a connection admitted through an account may PUBLISH to an MQTT topic only if the account has PUB
+on the RocketMQ topic it is stored in (:func:`~mqproxy.mqtt.mapping.parent_topic`: its first level), and
+SUBSCRIBE to a filter only with SUB on that topic; a filter whose first level is a wildcard may reach every
+topic, so it needs SUB by default and on every topic the account lists. The ``[mqtt] acl`` patterns
+apply on top, to every connection. A refusal is answered as the ``[mqtt] acl`` answers it (PUBACK/PUBREC
+0x87, SUBACK 0x87 / 3.1.1 0x80, a Will topic refused at CONNECT with 0x87 / 5).
+
+Failed CONNECTs are throttled per source address (:class:`~mqproxy.acl.throttle.AuthThrottle`: the
+CONNACK of the next attempt waits out the back-off) and each refusal, and each topic the account file
+refuses, is reported to ``on_denied(protocol="mqtt", peer, access_key, reason)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from mqproxy.acl.check import check_topic, perm_allows, secret_matches
+from mqproxy.acl.holder import AclHolder
+from mqproxy.acl.rules import Account, Perm
+from mqproxy.acl.throttle import AuthThrottle
+from mqproxy.codecs.mqtt import MqttCodecError, ReasonCode, parse_topic_filter
+from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
+from mqproxy.mqtt.mapping import parent_topic
+from mqproxy.mqtt.outcomes import Permission
+
+__all__ = ["Admission", "DenialSink", "MqttAccess"]
+
+PROTOCOL = "mqtt"
+_WILDCARDS = ("+", "#")
+
+
+class DenialSink(Protocol):
+    """Reports one refused request (event + metric)."""
+
+    def __call__(
+        self, *, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str
+    ) -> None: ...
+
+
+def _no_report(*, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer to a CONNECT: its ``verdict`` and, if admitted, the connection's topic permissions."""
+
+    verdict: ReasonCode
+    can_publish: Permission
+    can_subscribe: Permission
+
+
+def _deny_all(client_id: str, username: str | None, topic: str) -> bool:
+    return False
+
+
+def subscribable(account: Account, topic_filter: str) -> str | None:
+    """None if ``account`` may subscribe to the (valid) ``topic_filter``, else why not."""
+    try:
+        inner = parse_topic_filter(topic_filter).filter
+    except MqttCodecError:
+        return f"invalid topic filter {topic_filter[:64]!r}"
+    first = inner.partition("/")[0]
+    if first not in _WILDCARDS:
+        return check_topic(account, parent_topic(inner), Perm.SUB)
+    if not perm_allows(account.default_topic_perm, Perm.SUB):
+        return f"No default SUB permission for a wildcard filter (accessKey={account.access_key})"
+    for topic, owned in account.topic_perms.items():
+        if not perm_allows(owned, Perm.SUB):
+            return f"No SUB permission for topic {topic}, which {inner[:64]!r} may reach"
+    return None
+
+
+class MqttAccess:
+    """The gateway's CONNECT and topic decisions (see the module docstring)."""
+
+    def __init__(
+        self,
+        users: Authorizer = ALLOW_ALL,
+        holder: AclHolder | None = None,
+        throttle: AuthThrottle | None = None,
+        on_denied: DenialSink = _no_report,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.users = users
+        self.holder = holder if holder is not None else AclHolder()
+        self.throttle = throttle if throttle is not None else AuthThrottle()
+        self._on_denied = on_denied
+        self._clock = clock
+
+    def _report(self, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
+        self._on_denied(protocol=PROTOCOL, peer=peer, access_key=access_key, reason=reason)
+
+    async def connect(self, username: str | None, password: bytes | None, peer: tuple[str, int]) -> Admission:
+        """Decide a CONNECT with these credentials from ``peer`` (waits out the address's back-off first)."""
+        ip = peer[0]
+        delay = self.throttle.delay_for(ip, self._clock())
+        if delay > 0:
+            await trio.sleep(delay)
+        admission, reason = await self._decide(username, password, ip, peer)
+        if admission.verdict == ReasonCode.SUCCESS:
+            self.throttle.succeeded(ip)
+        else:
+            self.throttle.failed(ip, self._clock())
+            self._report(peer, username, reason)
+        return admission
+
+    def _users_admission(self, verdict: ReasonCode) -> Admission:
+        return Admission(verdict, self.users.can_publish, self.users.can_subscribe)
+
+    async def _decide(
+        self, username: str | None, password: bytes | None, ip: str, peer: tuple[str, int]
+    ) -> tuple[Admission, str]:
+        rules = self.holder.rules
+        if rules is None:
+            verdict = await self.users.authenticate(username, password)
+            if username is None:
+                return self._users_admission(verdict), "anonymous"
+            return self._users_admission(verdict), "bad_password" if username in self.users.users else (
+                "unknown_user"
+            )
+        if rules.globally_white(ip):
+            return self._users_admission(ReasonCode.SUCCESS), ""
+        if username is None:
+            return Admission(ReasonCode.NOT_AUTHORIZED, _deny_all, _deny_all), "anonymous"
+        account = rules.account(username)
+        if account is not None and (
+            rules.account_white(account, ip) or self._secret_matches(account, password)
+        ):
+            return self._account_admission(account, peer), ""
+        if username in self.users.users:  # the second source
+            verdict = await self.users.authenticate(username, password)
+            if verdict == ReasonCode.SUCCESS:
+                return self._users_admission(verdict), ""
+        reason = "bad_password" if account is not None or username in self.users.users else "unknown_user"
+        return Admission(ReasonCode.BAD_USER_NAME_OR_PASSWORD, _deny_all, _deny_all), reason
+
+    @staticmethod
+    def _secret_matches(account: Account, password: bytes | None) -> bool:
+        if password is None:
+            return False
+        try:
+            given = password.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return secret_matches(account.secret_key, given)
+
+    def _account_admission(self, account: Account, peer: tuple[str, int]) -> Admission:
+        users = self.users
+
+        def can_publish(client_id: str, username: str | None, topic: str) -> bool:
+            if check_topic(account, parent_topic(topic), Perm.PUB) is not None:
+                self._report(peer, account.access_key, "forbidden")
+                return False
+            return users.can_publish(client_id, username, topic)
+
+        def can_subscribe(client_id: str, username: str | None, topic_filter: str) -> bool:
+            if subscribable(account, topic_filter) is not None:
+                self._report(peer, account.access_key, "forbidden")
+                return False
+            return users.can_subscribe(client_id, username, topic_filter)
+
+        return Admission(ReasonCode.SUCCESS, can_publish, can_subscribe)
