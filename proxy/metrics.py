@@ -54,6 +54,13 @@ class Metrics:
         self.bytes_in = Counter("mqproxy_bytes_received", "Bytes received", ["protocol"], registry=r)
         self.bytes_out = Counter("mqproxy_bytes_sent", "Bytes sent", ["protocol"], registry=r)
         self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self.auth_denied = Counter(
+            "mqproxy_auth_denied",
+            "Requests and connections refused by access control, by protocol and reason "
+            "(no_access_key, unknown_access_key, bad_signature, throttled, admin_required, no_permission)",
+            ["protocol", "reason"],
+            registry=r,
+        )
         self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
         self.consumer_lag = Gauge(
             "mqproxy_consumer_lag_messages",
@@ -65,6 +72,10 @@ class Metrics:
     def watch_mqtt(self, source: Callable[[], _HasStats | None]) -> None:
         """Export the MQTT figures of ``source()`` (read per scrape; None until the service exists)."""
         self.registry.register(_GatewayCollector(source))
+
+    def count_auth_denied(self, protocol: str, reason: str) -> None:
+        """One refusal by access control (``AclHolder.on_denied``)."""
+        self.auth_denied.labels(protocol, reason).inc()
 
     def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
         """The (counter, latency histogram) children of one request kind, created once and cached

@@ -24,6 +24,8 @@ import structlog
 import trio
 
 from mqproxy import __version__
+from mqproxy.acl.holder import AclHolder
+from mqproxy.acl_watch import initial_rules, watch_acl_file
 from mqproxy.backend_setup import open_broker
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.connection import handle_connection
@@ -117,6 +119,8 @@ async def serve(
 ) -> None:
     """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully."""
     ssl_context = server_ssl_context(settings.tls)
+    rules, acl_stamp = initial_rules(settings.acl)
+    acl = AclHolder(rules)
     host, port = parse_hostport(settings.server.listen)
     listeners = await trio.open_tcp_listeners(port, host=host)
     listener = listeners[0]
@@ -136,8 +140,10 @@ async def serve(
             advertised=advertised,
             broker=backend.broker,
             backend_health=backend.health,
+            acl=acl,
         )
         state.protocols = build_protocols(state)
+        state.acl_stamp = acl_stamp
         await _serve_state(
             settings,
             ServerHandle(address=bound, state=state, store=backend.store),
@@ -171,6 +177,8 @@ async def _serve_state(
     async with trio.open_nursery() as root:
         if install_signal_handlers:
             root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
+        if settings.acl.file:
+            await root.start(watch_acl_file, settings.acl, state.acl, state.acl_stamp)
         assert state.protocols is not None
         for service in state.protocols:
             await root.start(service.run)

@@ -172,6 +172,19 @@ class MqttSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AclSettings:
+    """The ``[acl]`` section: the RocketMQ ACL 1.0 account file (``plain_acl.yml``) every protocol enforces.
+
+    ``file`` empty = no access control. The server reads it at start (a malformed file stops it with exit
+    status 2 naming ``path:line``) and re-reads it whenever its modification time, size or inode changes,
+    checked every ``reload_interval_s``.
+    """
+
+    file: str = ""
+    reload_interval_s: float = field(default=1.0, metadata=_range(0.05, 3600))
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
     tls: TlsSettings = TlsSettings()
@@ -181,6 +194,7 @@ class Settings:
     broker: BrokerSettings = BrokerSettings()
     remoting: RemotingSettings = RemotingSettings()
     mqtt: MqttSettings = MqttSettings()
+    acl: AclSettings = AclSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
