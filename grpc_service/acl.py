@@ -9,14 +9,14 @@ ACL 1.0 accounts on gRPC calls, sans-IO: who sent a call (:func:`authenticate`),
 Authentication, in RocketMQ ACL 1.0's order:
 
 1. A source address matching a ``globalWhiteRemoteAddresses`` pattern skips every check.
-2. No ``authorization`` header: ``anonymous``; one that does not parse: ``malformed``
-   (:mod:`mqproxy.codecs.grpc_auth`); an access key with no account: ``unknown_access_key``.
+2. No ``authorization`` header: ``no_access_key``; an access key with no account: ``unknown_access_key``.
 3. A source address matching the account's ``whiteRemoteAddress`` skips the signature check.
-4. No ``x-mq-date-time``: ``no_date_time``; a signature that is not HmacSHA1(secretKey, date-time):
-   ``bad_signature``. The date-time is not checked against the clock (neither does RocketMQ's proxy).
+4. A header that does not parse (:mod:`mqproxy.codecs.grpc_auth`), no ``x-mq-date-time``, or a signature
+   that is not HmacSHA1(secretKey, date-time): ``bad_signature``. The date-time is not checked against
+   the clock (neither does RocketMQ's proxy).
 
 All of these are answered UNAUTHORIZED (40100). Permissions (answered FORBIDDEN (40300), reason
-``forbidden``) follow the resource mapping of RocketMQ's proxy (``DefaultAuthorizationContextBuilder``):
+``no_permission``) follow the resource mapping of RocketMQ's proxy (``DefaultAuthorizationContextBuilder``):
 
 =================================================  ==============================================
 call                                               needs
@@ -57,11 +57,9 @@ __all__ = [
     "settings_needs",
 ]
 
-#: Reasons of an authentication failure (the ``reason`` label of ``mqproxy_auth_denied_total``).
-UNAUTHORIZED_REASONS = frozenset(
-    {"anonymous", "malformed", "unknown_access_key", "no_date_time", "bad_signature"}
-)
-FORBIDDEN = "forbidden"
+#: The reason of a permission refusal (the others are failed authentication); reasons are
+#: :data:`mqproxy.acl.holder.DENIAL_REASONS`.
+FORBIDDEN = "no_permission"
 
 _CONSUMERS = frozenset(
     {pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER, pb.ClientType.PULL_CONSUMER}
@@ -87,8 +85,8 @@ class Identity:
 
 @dataclass(frozen=True, slots=True)
 class Denial:
-    """A refused call: ``reason`` is a short label, ``message`` what the client is told (never a
-    secret), ``access_key`` the key the caller named (if any)."""
+    """A refused call: ``reason`` is one of :data:`mqproxy.acl.holder.DENIAL_REASONS`, ``message`` what
+    the client is told (never a secret), ``access_key`` the key the caller named (if any)."""
 
     reason: str
     message: str
@@ -113,11 +111,11 @@ def authenticate(rules: AclRules, metadata: Mapping[str, str], ip: str) -> Ident
         return WHITE
     value = metadata.get(grpc_auth.AUTHORIZATION)
     if not value:
-        return Denial("anonymous", "No accessKey is configured")
+        return Denial("no_access_key", "No accessKey is configured")
     try:
         auth = grpc_auth.parse_authorization(value)
     except grpc_auth.AuthorizationError as exc:
-        return Denial("malformed", f"authorization header is incorrect: {exc}")
+        return Denial("bad_signature", f"authorization header is incorrect: {exc}")
     access_key = auth.access_key
     account = rules.account(access_key)
     if account is None:
@@ -126,7 +124,7 @@ def authenticate(rules: AclRules, metadata: Mapping[str, str], ip: str) -> Ident
         return Identity(access_key, account)
     date_time = metadata.get(grpc_auth.DATE_TIME)
     if not date_time:
-        return Denial("no_date_time", f"{grpc_auth.DATE_TIME} is required", access_key)
+        return Denial("bad_signature", f"{grpc_auth.DATE_TIME} is required for the signature", access_key)
     if not grpc_auth.verify(auth, account.secret_key, date_time):
         return Denial("bad_signature", f"Check signature failed for accessKey={access_key}", access_key)
     return Identity(access_key, account)

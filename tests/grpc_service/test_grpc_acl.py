@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mqproxy.acl.holder import DENIAL_REASONS
 from mqproxy.acl.rules import AclRules, Perm, parse_acl
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_auth import authorization_value
@@ -62,11 +63,11 @@ def test_right_keys_authenticate_java_and_go_forms(rules: AclRules) -> None:
 @pytest.mark.parametrize(
     ("metadata", "reason"),
     [
-        ({"x-mq-date-time": DATE}, "anonymous"),
-        ({"x-mq-date-time": DATE, "authorization": "Basic YXBwOnNlY3JldA=="}, "malformed"),
+        ({"x-mq-date-time": DATE}, "no_access_key"),
+        ({"x-mq-date-time": DATE, "authorization": "Basic YXBwOnNlY3JldA=="}, "bad_signature"),
         (_md("nobody", "x"), "unknown_access_key"),
         (_md(sk="wrong"), "bad_signature"),
-        ({"authorization": authorization_value("app", "app-secret", DATE)}, "no_date_time"),
+        ({"authorization": authorization_value("app", "app-secret", DATE)}, "bad_signature"),
         ({**_md(), "x-mq-date-time": "20261128T081501Z"}, "bad_signature"),
     ],
 )
@@ -76,6 +77,7 @@ def test_failed_authentication_is_unauthorized(
     denial = authenticate(rules, metadata, "127.0.0.1")
     assert isinstance(denial, Denial)
     assert denial.reason == reason
+    assert denial.reason in DENIAL_REASONS
     assert denial.code == pb.Code.UNAUTHORIZED
     assert "secret" not in denial.message
 
@@ -98,7 +100,7 @@ def test_permissions_follow_topic_and_group_perms(rules: AclRules) -> None:
     assert authorize(identity, (Need("topic", "Orders", Perm.PUB), Need("group", "G", Perm.SUB))) is None
     denial = authorize(identity, (Need("topic", "Feed", Perm.PUB),))
     assert denial is not None
-    assert (denial.code, denial.reason, denial.access_key) == (pb.Code.FORBIDDEN, "forbidden", "app")
+    assert (denial.code, denial.reason, denial.access_key) == (pb.Code.FORBIDDEN, "no_permission", "app")
     assert "Feed" in denial.message
     assert authorize(identity, (Need("topic", "Other", Perm.SUB),)) is not None  # default DENY
     assert authorize(identity, (Need("group", "Blocked", Perm.SUB),)) is not None

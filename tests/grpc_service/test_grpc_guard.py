@@ -4,16 +4,14 @@ reports."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.rules import parse_acl
-from mqproxy.acl.throttle import AuthThrottle
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_auth import authorization_value
 from mqproxy.codecs.grpc_framing import GrpcStatus
@@ -37,23 +35,28 @@ accounts:
 
 @dataclass
 class Reports:
-    seen: list[dict[str, Any]] = field(default_factory=list)
+    """The ``auth.denied`` events and the ``mqproxy_auth_denied_total`` series of the test's server."""
 
-    def __call__(self, *, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
-        self.seen.append({"protocol": protocol, "peer": peer, "access_key": access_key, "reason": reason})
+    log_sink: Any
+    server: Any
+
+    @property
+    def seen(self) -> list[dict[str, Any]]:
+        return self.log_sink.named("auth.denied")
 
     @property
     def reasons(self) -> list[str]:
-        return [r["reason"] for r in self.seen]
+        return [e["reason"] for e in self.seen]
+
+    def counted(self, reason: str) -> float:
+        return float(self.server.metrics.auth_denied.labels("grpc", reason)._value.get())
 
 
 @pytest.fixture
-def reports(grpc_env: GrpcEnv) -> Reports:
-    sink = Reports()
-    grpc_env.service.guard = GrpcGuard(
-        AclHolder(parse_acl(ACL, "plain_acl.yml")), AuthThrottle(), sink, clock=trio.current_time
-    )
-    return sink
+def reports(grpc_env: GrpcEnv, log_sink: Any) -> Reports:
+    grpc_env.server.acl.replace(parse_acl(ACL, "plain_acl.yml"))
+    grpc_env.service.guard = GrpcGuard(clock=trio.current_time)
+    return Reports(log_sink, grpc_env.server)
 
 
 def signed(ak: str = "app", sk: str = "app-secret") -> dict[str, str]:
@@ -85,10 +88,13 @@ async def test_right_keys_pass_and_wrong_keys_are_unauthorized(grpc_env: GrpcEnv
     for answer in (anonymous, wrong, unknown):
         assert answer.status.code == Code.UNAUTHORIZED
         assert "app-secret" not in answer.status.message
-    assert reports.reasons == ["anonymous", "bad_signature", "unknown_access_key"]
-    assert reports.seen[1]["access_key"] == "app"
-    assert reports.seen[1]["protocol"] == "grpc"
-    assert reports.seen[1]["peer"][0] == "127.0.0.1"
+    assert reports.reasons == ["no_access_key", "bad_signature", "unknown_access_key"]
+    event = reports.seen[1]
+    assert (event["access_key"], event["protocol"]) == ("app", "grpc")
+    assert event["peer"].startswith("127.0.0.1:")
+    assert event["detail"].startswith("QueryRoute: Check signature failed")
+    assert all("app-secret" not in line.decode() for line in reports.log_sink.lines)
+    assert reports.counted("bad_signature") == 1
 
 
 async def test_forbidden_topic_and_group(grpc_env: GrpcEnv, reports: Reports) -> None:
@@ -99,7 +105,8 @@ async def test_forbidden_topic_and_group(grpc_env: GrpcEnv, reports: Reports) ->
     assert refused.status.code == Code.FORBIDDEN
     assert "Feed" in refused.status.message
     assert (await client.unary("QueryRoute", route("Secret"), **signed())).status.code == Code.FORBIDDEN
-    assert reports.reasons == ["forbidden", "forbidden"]
+    assert reports.reasons == ["no_permission", "no_permission"]
+    assert reports.counted("no_permission") == 2
     # nothing of the refused send was stored
     assert await grpc_env.broker.get_topic("Feed") is None
 
@@ -152,14 +159,14 @@ async def test_telemetry_is_authenticated_and_its_settings_checked(
     assert reply.status.code == Code.OK
     await client.end(sid)
     assert (await client.wait(sid)).grpc_status == 0
-    assert reports.reasons == ["anonymous", "forbidden"]
+    assert reports.reasons == ["no_access_key", "no_permission"]
 
 
 async def test_failed_authentication_is_throttled_per_address(
     grpc_env: GrpcEnv, reports: Reports, autojump_clock: trio.testing.MockClock
 ) -> None:
     client = await grpc_env.connect()
-    throttle = grpc_env.service.guard.throttle
+    throttle = grpc_env.server.acl.throttle
     for _ in range(throttle.free_failures):
         before = trio.current_time()
         assert (await client.unary("QueryRoute", route("Orders"))).status.code == Code.UNAUTHORIZED
