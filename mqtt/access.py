@@ -26,9 +26,13 @@ topic, so it needs SUB by default and on every topic the account lists. The ``[m
 apply on top, to every connection. A refusal is answered as the ``[mqtt] acl`` answers it (PUBACK/PUBREC
 0x87, SUBACK 0x87 / 3.1.1 0x80, a Will topic refused at CONNECT with 0x87 / 5).
 
-Failed CONNECTs are throttled per source address (:class:`~mqproxy.acl.throttle.AuthThrottle`: the
-CONNACK of the next attempt waits out the back-off) and each refusal, and each topic the account file
-refuses, is reported to ``on_denied(protocol="mqtt", peer, access_key, reason)``.
+The account file, the throttle and the refusal reporter are the connection's
+:class:`~mqproxy.acl.holder.AclHolder` (``ConnectionContext.acl``, the server's one holder). Failed CONNECTs
+are throttled per source address (``AclHolder.throttle``: the CONNACK of the next attempt waits out the
+back-off), with or without an account file; each refused CONNECT, and each PUBLISH or SUBSCRIBE the
+account file refuses, is reported through ``AclHolder.denied`` (``auth.denied``,
+``mqproxy_auth_denied_total{protocol="mqtt"}``; reasons ``no_access_key``, ``unknown_access_key``,
+``bad_signature`` for a wrong password, ``no_permission``).
 """
 
 from __future__ import annotations
@@ -36,35 +40,47 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 
 import trio
 
 from mqproxy.acl.check import check_topic, perm_allows, secret_matches
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.rules import Account, Perm
-from mqproxy.acl.throttle import AuthThrottle
 from mqproxy.codecs.mqtt import MqttCodecError, ReasonCode, parse_topic_filter
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.mapping import parent_topic
 from mqproxy.mqtt.outcomes import Permission
 
-__all__ = ["Admission", "DenialSink", "MqttAccess"]
+__all__ = ["Admission", "MqttAccess", "peer_text", "subscribable"]
 
 PROTOCOL = "mqtt"
 _WILDCARDS = ("+", "#")
 
 
-class DenialSink(Protocol):
-    """Reports one refused request (event + metric)."""
-
-    def __call__(
-        self, *, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str
-    ) -> None: ...
+def peer_text(peer: tuple[str, int]) -> str:
+    """``host:port`` (an IPv6 host bracketed), as log events write addresses."""
+    host, port = peer[0], peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _no_report(*, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
-    return None
+@dataclass(frozen=True, slots=True)
+class _Reporter:
+    """Reports a topic the account file refuses to one connection."""
+
+    holder: AclHolder
+    log: Any
+    peer: tuple[str, int]
+
+    def __call__(self, access_key: str, detail: str) -> None:
+        self.holder.denied(
+            self.log,
+            protocol=PROTOCOL,
+            peer=peer_text(self.peer),
+            access_key=access_key,
+            reason="no_permission",
+            detail=detail,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,65 +116,62 @@ def subscribable(account: Account, topic_filter: str) -> str | None:
 class MqttAccess:
     """The gateway's CONNECT and topic decisions (see the module docstring)."""
 
-    def __init__(
-        self,
-        users: Authorizer = ALLOW_ALL,
-        holder: AclHolder | None = None,
-        throttle: AuthThrottle | None = None,
-        on_denied: DenialSink = _no_report,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, users: Authorizer = ALLOW_ALL, clock: Callable[[], float] = time.monotonic) -> None:
         self.users = users
-        self.holder = holder if holder is not None else AclHolder()
-        self.throttle = throttle if throttle is not None else AuthThrottle()
-        self._on_denied = on_denied
         self._clock = clock
 
-    def _report(self, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
-        self._on_denied(protocol=PROTOCOL, peer=peer, access_key=access_key, reason=reason)
-
-    async def connect(self, username: str | None, password: bytes | None, peer: tuple[str, int]) -> Admission:
-        """Decide a CONNECT with these credentials from ``peer`` (waits out the address's back-off first)."""
+    async def connect(
+        self, username: str | None, password: bytes | None, peer: tuple[str, int], holder: AclHolder, log: Any
+    ) -> Admission:
+        """Decide a CONNECT with these credentials from ``peer`` under ``holder``'s rules (waits out the
+        address's back-off first); refusals are reported to ``log``."""
         ip = peer[0]
-        delay = self.throttle.delay_for(ip, self._clock())
+        throttle = holder.throttle
+        delay = throttle.delay_for(ip, self._clock())
         if delay > 0:
             await trio.sleep(delay)
-        admission, reason = await self._decide(username, password, ip, peer)
+        admission, reason = await self._decide(username, password, ip, _Reporter(holder, log, peer))
         if admission.verdict == ReasonCode.SUCCESS:
-            self.throttle.succeeded(ip)
+            throttle.succeeded(ip)
         else:
-            self.throttle.failed(ip, self._clock())
-            self._report(peer, username, reason)
+            throttle.failed(ip, self._clock())
+            holder.denied(
+                log,
+                protocol=PROTOCOL,
+                peer=peer_text(peer),
+                access_key=username,
+                reason=reason,
+                detail=f"CONNECT: {admission.verdict.name}",
+            )
         return admission
 
     def _users_admission(self, verdict: ReasonCode) -> Admission:
         return Admission(verdict, self.users.can_publish, self.users.can_subscribe)
 
     async def _decide(
-        self, username: str | None, password: bytes | None, ip: str, peer: tuple[str, int]
+        self, username: str | None, password: bytes | None, ip: str, report: _Reporter
     ) -> tuple[Admission, str]:
-        rules = self.holder.rules
+        rules = report.holder.rules
+        known = username in self.users.users
         if rules is None:
             verdict = await self.users.authenticate(username, password)
             if username is None:
-                return self._users_admission(verdict), "anonymous"
-            return self._users_admission(verdict), "bad_password" if username in self.users.users else (
-                "unknown_user"
-            )
+                return self._users_admission(verdict), "no_access_key"
+            return self._users_admission(verdict), "bad_signature" if known else "unknown_access_key"
         if rules.globally_white(ip):
             return self._users_admission(ReasonCode.SUCCESS), ""
         if username is None:
-            return Admission(ReasonCode.NOT_AUTHORIZED, _deny_all, _deny_all), "anonymous"
+            return Admission(ReasonCode.NOT_AUTHORIZED, _deny_all, _deny_all), "no_access_key"
         account = rules.account(username)
         if account is not None and (
             rules.account_white(account, ip) or self._secret_matches(account, password)
         ):
-            return self._account_admission(account, peer), ""
-        if username in self.users.users:  # the second source
+            return self._account_admission(account, report), ""
+        if known:  # the second source
             verdict = await self.users.authenticate(username, password)
             if verdict == ReasonCode.SUCCESS:
                 return self._users_admission(verdict), ""
-        reason = "bad_password" if account is not None or username in self.users.users else "unknown_user"
+        reason = "bad_signature" if account is not None or known else "unknown_access_key"
         return Admission(ReasonCode.BAD_USER_NAME_OR_PASSWORD, _deny_all, _deny_all), reason
 
     @staticmethod
@@ -171,18 +184,20 @@ class MqttAccess:
             return False
         return secret_matches(account.secret_key, given)
 
-    def _account_admission(self, account: Account, peer: tuple[str, int]) -> Admission:
+    def _account_admission(self, account: Account, report: _Reporter) -> Admission:
         users = self.users
 
         def can_publish(client_id: str, username: str | None, topic: str) -> bool:
-            if check_topic(account, parent_topic(topic), Perm.PUB) is not None:
-                self._report(peer, account.access_key, "forbidden")
+            why = check_topic(account, parent_topic(topic), Perm.PUB)
+            if why is not None:
+                report(account.access_key, f"PUBLISH {topic[:128]}: {why}")
                 return False
             return users.can_publish(client_id, username, topic)
 
         def can_subscribe(client_id: str, username: str | None, topic_filter: str) -> bool:
-            if subscribable(account, topic_filter) is not None:
-                self._report(peer, account.access_key, "forbidden")
+            why = subscribable(account, topic_filter)
+            if why is not None:
+                report(account.access_key, f"SUBSCRIBE {topic_filter[:128]}: {why}")
                 return False
             return users.can_subscribe(client_id, username, topic_filter)
 

@@ -283,7 +283,9 @@ class MqttConnection(PacketWriter, Deliveries):
         proto = self.proto
         gateway = self.gateway
         terms = proto.accept_connect(packet)
-        admission = await gateway.access.connect(packet.username, packet.password, self.ctx.peer)
+        admission = await gateway.access.connect(
+            packet.username, packet.password, self.ctx.peer, self.ctx.acl, self.ctx.log
+        )
         self._can_publish, self._can_subscribe = admission.can_publish, admission.can_subscribe
         proto.admit(packet, terms, admission.verdict, admission.can_publish)
         client_id = terms.client_id

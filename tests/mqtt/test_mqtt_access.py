@@ -39,22 +39,49 @@ PEER = ("127.0.0.1", 50000)
 
 @dataclass
 class Reports:
-    seen: list[tuple[str | None, str]] = field(default_factory=list)
+    """A logger that keeps ``auth.denied`` events, and the holder's counter calls."""
 
-    def __call__(self, *, protocol: str, peer: tuple[str, int], access_key: str | None, reason: str) -> None:
-        assert protocol == "mqtt"
-        self.seen.append((access_key, reason))
+    events: list[dict[str, Any]] = field(default_factory=list)
+    counted: list[tuple[str, str]] = field(default_factory=list)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        assert event == "auth.denied"
+        assert fields["protocol"] == "mqtt"
+        self.events.append(fields)
+
+    def count(self, protocol: str, reason: str) -> None:
+        self.counted.append((protocol, reason))
+
+    @property
+    def seen(self) -> list[tuple[str | None, str]]:
+        return [(e["access_key"], e["reason"]) for e in self.events]
 
 
-def access(*, rules: bool = True, **users_kw: Any) -> tuple[MqttAccess, Reports]:
+@dataclass
+class Gate:
+    """An :class:`MqttAccess` with its connection-side holder and log."""
+
+    access: MqttAccess
+    holder: AclHolder
+    reports: Reports
+
+    async def connect(self, username: str | None, password: bytes | None, peer: tuple[str, int]) -> Any:
+        return await self.access.connect(username, password, peer, self.holder, self.reports)
+
+    @property
+    def throttle(self) -> Any:
+        return self.holder.throttle
+
+
+def access(*, rules: bool = True, **users_kw: Any) -> tuple[Gate, Reports]:
     users = Authorizer.from_settings(
         users_kw.get("allow_anonymous", True),
         users_kw.get("users", {"alice": hash_password("wonderland", 1000)}),
         users_kw.get("acl", {}),
     )
-    holder = AclHolder(parse_acl(ACL, "plain_acl.yml") if rules else None)
     reports = Reports()
-    return MqttAccess(users, holder, on_denied=reports, clock=trio.current_time), reports
+    holder = AclHolder(parse_acl(ACL, "plain_acl.yml") if rules else None, on_denied=reports.count)
+    return Gate(MqttAccess(users, clock=trio.current_time), holder, reports), reports
 
 
 async def test_access_key_and_secret_connect() -> None:
@@ -67,17 +94,22 @@ async def test_access_key_and_secret_connect() -> None:
     assert not ok.can_subscribe("c1", "app", "cmd/+")  # PUB only
     assert not ok.can_publish("c1", "app", "other/x")  # default DENY
     assert ok.can_subscribe("c1", "app", "$share/g/sensors/+/temp")  # the filter inside $share
-    assert reports.seen == [("app", "forbidden")] * 3
+    assert reports.seen == [("app", "no_permission")] * 3
+    assert reports.counted == [("mqtt", "no_permission")] * 3
+    assert reports.events[0]["detail"] == (
+        "PUBLISH alerts/fire: No PUB permission for topic alerts (accessKey=app)"
+    )
+    assert reports.events[0]["peer"] == "127.0.0.1:50000"
 
 
 @pytest.mark.parametrize(
     ("username", "password", "verdict", "reason"),
     [
-        ("app", b"wrong", ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad_password"),
-        ("app", None, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad_password"),
-        ("app", b"\xff\xfe", ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad_password"),
-        ("nobody", b"x", ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown_user"),
-        (None, None, ReasonCode.NOT_AUTHORIZED, "anonymous"),  # allow_anonymous is true
+        ("app", b"wrong", ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad_signature"),
+        ("app", None, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad_signature"),
+        ("app", b"\xff\xfe", ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad_signature"),
+        ("nobody", b"x", ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown_access_key"),
+        (None, None, ReasonCode.NOT_AUTHORIZED, "no_access_key"),  # allow_anonymous is true
     ],
 )
 async def test_refusals(
