@@ -16,7 +16,9 @@ from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_auth import authorization_value
 from mqproxy.codecs.grpc_framing import GrpcStatus
 from mqproxy.grpc_service.guard import GrpcGuard
+from mqproxy.settings import Settings
 
+from ..proxy.conftest import running_server  # type: ignore[import-not-found]
 from .test_grpc_rpcs import message, receive
 
 GrpcEnv = Any
@@ -185,3 +187,21 @@ async def test_failed_authentication_is_throttled_per_address(
     before = trio.current_time()
     assert (await client.unary("QueryRoute", route("Orders"), **signed())).status.code == Code.OK
     assert trio.current_time() == before
+
+
+async def test_the_server_applies_its_acl_file(
+    tmp_path: Any, grpc_client_cls: Any, nursery: trio.Nursery, log_sink: Any
+) -> None:
+    """The real server over loopback: ``[acl] file`` reaches every gRPC connection."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL, encoding="utf-8")
+    async with running_server(Settings.for_tests(acl={"file": str(path)})) as handle:
+        client = grpc_client_cls(await trio.open_tcp_stream(*handle.address), "loop@1@0")
+        await client.start(nursery)
+        assert (await client.unary("QueryRoute", route("Orders"), **signed())).status.code == Code.OK
+        assert (await client.unary("QueryRoute", route("Orders"))).status.code == Code.UNAUTHORIZED
+        assert (await client.unary("QueryRoute", route("Other"), **signed())).status.code == Code.FORBIDDEN
+        metrics = handle.state.metrics.auth_denied
+        assert metrics.labels("grpc", "no_access_key")._value.get() == 1
+        assert metrics.labels("grpc", "no_permission")._value.get() == 1
+    assert [e["reason"] for e in log_sink.named("auth.denied")] == ["no_access_key", "no_permission"]
