@@ -28,8 +28,11 @@ def perm_allows(owned: Perm, need: Perm) -> bool:
 
 def perm_name(perm: Perm) -> str:
     """``PUB``, ``SUB``, ``PUB|SUB``, ``ANY`` or ``DENY``."""
-    names = [name for name, bit in (("DENY", Perm.DENY), ("ANY", Perm.ANY), ("PUB", Perm.PUB),
-                                    ("SUB", Perm.SUB)) if perm & bit]
+    names = [
+        name
+        for name, bit in (("DENY", Perm.DENY), ("ANY", Perm.ANY), ("PUB", Perm.PUB), ("SUB", Perm.SUB))
+        if perm & bit
+    ]
     return "|".join(names) or "NONE"
 
 

@@ -240,7 +240,7 @@ def parse_namesrv(value: str, key: str = "backend.namesrv") -> tuple[str, ...]:
     in 1..65535."""
     entries = tuple(entry.strip() for entry in value.split(";") if entry.strip())
     if not entries:
-        raise SettingsError(f"{key}: required when backend.kind = \"rocketmq\" (HOST:PORT;HOST:PORT)")
+        raise SettingsError(f'{key}: required when backend.kind = "rocketmq" (HOST:PORT;HOST:PORT)')
     for entry in entries:
         _, port = parse_hostport(entry, key)
         if port == 0:

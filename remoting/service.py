@@ -90,6 +90,7 @@ class RemotingService:
                 log=ctx.log,
                 limits=self.limits,
                 draining=ctx.draining,
+                acl=ctx.acl,
             )
         finally:
             ctx.error = ctx.error or stats.error

@@ -64,9 +64,16 @@ def test_secret_not_in_repr() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("PUB", Perm.PUB), ("SUB", Perm.SUB), (" PUB|SUB ", Perm.PUB | Perm.SUB),
-     ("SUB|PUB", Perm.PUB | Perm.SUB),
-     ("DENY", Perm.DENY), ("pub", Perm.DENY), ("ANY", Perm.DENY), (None, Perm.DENY)],
+    [
+        ("PUB", Perm.PUB),
+        ("SUB", Perm.SUB),
+        (" PUB|SUB ", Perm.PUB | Perm.SUB),
+        ("SUB|PUB", Perm.PUB | Perm.SUB),
+        ("DENY", Perm.DENY),
+        ("pub", Perm.DENY),
+        ("ANY", Perm.DENY),
+        (None, Perm.DENY),
+    ],
 )
 def test_parse_perm(text: object, expected: Perm) -> None:
     assert parse_perm(text) == expected
@@ -88,8 +95,11 @@ def test_empty_files_have_no_accounts(text: str) -> None:
         ("accounts:\n  - accessKey: ak\n", 2, "secretKey"),
         ("accounts:\n  - accessKey: ak\n    secretKey: s\n    whiteRemoteAddress: 1.2.3.400\n", 4, "address"),
         ("globalWhiteRemoteAddresses:\n  - 10.*\n  - bogus\n", 3, "address"),
-        ("accounts:\n  - accessKey: ak\n    secretKey: s\n    topicPerms:\n      - t1=PUB\n      - t2\n", 6,
-         "NAME=PERM"),
+        (
+            "accounts:\n  - accessKey: ak\n    secretKey: s\n    topicPerms:\n      - t1=PUB\n      - t2\n",
+            6,
+            "NAME=PERM",
+        ),
         ("accounts:\n  - accessKey: ak\n    secretKey: s\n  - accessKey: ak\n    secretKey: t\n", 4, "twice"),
         ("accounts:\n  - accessKey: ak\n    secretKey: s\n    admin: maybe\n", 4, "admin"),
         ("accounts: 3\n", 1, "list"),
