@@ -59,7 +59,7 @@ class GrpcGuard:
             return None
         ip = call.peer[0]
         delay = holder.throttle.delay_for(ip, self._clock())
-        if delay > 0:
+        if delay > 0 and not rules.globally_white(ip):
             await trio.sleep(max(0.0, min(delay, call.remaining() - DEADLINE_MARGIN_S)))
         found = authenticate(rules, call.metadata, ip)
         if isinstance(found, Denial):

@@ -128,7 +128,8 @@ class MqttAccess:
         ip = peer[0]
         throttle = holder.throttle
         delay = throttle.delay_for(ip, self._clock())
-        if delay > 0:
+        rules = holder.rules
+        if delay > 0 and (rules is None or not rules.globally_white(ip)):
             await trio.sleep(delay)
         admission, reason = await self._decide(username, password, ip, _Reporter(holder, log, peer))
         if admission.verdict == ReasonCode.SUCCESS:
