@@ -11,7 +11,10 @@ no rules (no ``[acl] file``) every call passes untouched.
   UNAUTHORIZED (40100) or FORBIDDEN (40300), which the service answers in the response's ``status``.
 * Telemetry: :meth:`GrpcGuard.open_stream` authenticates when the stream opens and ends it with
   grpc-status UNAUTHENTICATED (16) on failure; each ``settings`` command is then checked by the callback it
-  returns, which ends the stream with PERMISSION_DENIED (7).
+  returns, which ends the stream with PERMISSION_DENIED (7). RocketMQ's proxy instead answers a refused
+  command with a ``TelemetryCommand{status}`` and keeps the stream; both official clients then wait for
+  settings that never come (the Go 5.1.4 client's ``Start`` never returns, the Java 5.2.0 client's send is
+  cancelled after about 8 s), whereas an ended stream makes them fail at once with the reason.
 * Failed authentication is throttled per source address (``AclHolder.throttle``): the next call from that
   address waits out the back-off (never past its deadline) before its credentials are looked at.
 * Every refusal is reported once through ``AclHolder.denied`` (the ``auth.denied`` event and
