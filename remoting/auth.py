@@ -10,7 +10,8 @@ RocketMQ ACL 1.0 on remoting requests, sans-IO: :func:`authorize` decides one re
 3. the address matches the account's ``whiteRemoteAddress``: the signature is not checked;
 4. the ``Signature`` ext field must equal Base64(HmacSHA1(secretKey, content)) as
    :mod:`mqproxy.codecs.remoting_acl` computes it (ext field values sorted by key, ``Signature`` and
-   ``_UNIQUE_KEY_QUERY`` left out, then the body): ``Check signature failed for accessKey=<ak>``;
+   ``_UNIQUE_KEY_QUERY`` left out, then the body; the Go client's variant without ``SecurityToken`` is
+   accepted too): ``Check signature failed for accessKey=<ak>``;
 5. admin-only codes (17, 25, 200, 207, 215) need ``admin: true``;
 6. each resource the request names needs its permission (:func:`resources`), listed or by default.
 
@@ -20,7 +21,9 @@ group g); pulls, pops, acks and offset requests need SUB on the topic and on the
 CONSUMER_SEND_MSG_BACK needs SUB on the group and PUB on the original topic; HEART_BEAT needs SUB on each
 consumer group and each subscribed topic; UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP and queue locks
 SUB on the group; QUERY_MESSAGE SUB on the topic; END_TRANSACTION PUB on the topic when the header names
-one; GET_ROUTEINFO_BY_TOPIC PUB or SUB on the topic (SUB on the group for ``%RETRY%g``), as 5.x checks.
+one; GET_ROUTEINFO_BY_TOPIC PUB or SUB on the topic (SUB on the group for ``%RETRY%g``), as 5.x checks,
+except ``TBW102``: a producer denied a topic's route falls back to that template's route and then gets
+the send's clear NO_PERMISSION (and no route look-up auto-creates a topic its account may not use).
 A topic named ``%RETRY%g`` is always checked as group g. Every other code needs authentication only.
 """
 
@@ -34,8 +37,9 @@ import orjson
 from mqproxy.acl.check import check_group, check_topic, secret_matches
 from mqproxy.acl.rules import RETRY_PREFIX, AclRules, Perm
 from mqproxy.codecs.remoting import RemotingCommand
-from mqproxy.codecs.remoting_acl import ACCESS_KEY, SIGNATURE, signature_of
+from mqproxy.codecs.remoting_acl import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, signature_of
 from mqproxy.codecs.remoting_codes import RequestCode
+from mqproxy.model.topics import AUTO_CREATE_TEMPLATE_TOPIC
 
 __all__ = ["ADMIN_CODES", "Verdict", "authorize", "resources"]
 
@@ -146,8 +150,21 @@ def resources(request: RemotingCommand) -> list[tuple[str, Perm]]:
         add(f.get("topic"), _PUB)
     elif code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
         topic = f.get("topic")
-        add(topic, _SUB if topic and topic.startswith(RETRY_PREFIX) else Perm.ANY)
+        if topic != AUTO_CREATE_TEMPLATE_TOPIC:  # producers fall back to its route: authentication only
+            add(topic, _SUB if topic and topic.startswith(RETRY_PREFIX) else Perm.ANY)
     return out
+
+
+def _signature_ok(fields: Mapping[str, str], body: bytes, secret_key: str) -> bool:
+    """The Java client's signature; or, when a ``SecurityToken`` is present, rocketmq-client-go's, which
+    leaves the token out of the signed content (ACL 1.0 never checks the token itself)."""
+    given = fields.get(SIGNATURE, "")
+    if secret_matches(signature_of(fields, body, secret_key), given):
+        return True
+    if SECURITY_TOKEN not in fields:
+        return False
+    unsigned = {key: value for key, value in fields.items() if key != SECURITY_TOKEN}
+    return secret_matches(signature_of(unsigned, body, secret_key), given)
 
 
 def authorize(rules: AclRules, request: RemotingCommand, ip: str) -> Verdict:
@@ -163,8 +180,7 @@ def authorize(rules: AclRules, request: RemotingCommand, ip: str) -> Verdict:
         return Verdict(False, access_key, "unknown_access_key", f"No acl config for {access_key}")
     authenticated = False
     if not rules.account_white(account, ip):
-        expected = signature_of(fields, request.body or b"", account.secret_key)
-        if not secret_matches(expected, fields.get(SIGNATURE, "")):
+        if not _signature_ok(fields, request.body or b"", account.secret_key):
             return Verdict(
                 False, access_key, "bad_signature", f"Check signature failed for accessKey={access_key}"
             )

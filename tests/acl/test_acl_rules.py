@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mqproxy.acl.rules import AclFileError, Perm, parse_acl, parse_perm
 
@@ -111,3 +113,31 @@ def test_malformed_files_name_the_line(text: str, line: int, fragment: str) -> N
     assert info.value.line == line
     assert fragment in info.value.message
     assert str(info.value).startswith(f"/etc/acl.yml:{line}: ")
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=400, deadline=None)
+def test_any_text_parses_or_raises_acl_file_error(text: str) -> None:
+    error: AclFileError | None = None
+    try:
+        rules = parse_acl(text, "fuzz.yml")
+    except AclFileError as exc:
+        error = exc
+    if error is not None:
+        assert str(error).startswith("fuzz.yml")
+    else:
+        assert all(isinstance(key, str) for key in rules.accounts)
+
+
+@given(st.lists(st.sampled_from(["accounts:", "  - accessKey: a", "    secretKey: s", "    topicPerms:",
+                                 "      - t=PUB", "      - x", "    whiteRemoteAddress: 1.2.*", "  - {}",
+                                 "globalWhiteRemoteAddresses: [a]", "    admin: true", "  -", ": :"]),
+                max_size=12))  # fmt: skip
+@settings(max_examples=400, deadline=None)
+def test_structured_fuzz_parses_or_raises_acl_file_error(lines: list[str]) -> None:
+    line: int | None = None
+    try:
+        parse_acl("\n".join(lines) + "\n", "fuzz.yml")
+    except AclFileError as exc:
+        line = exc.line
+    assert line is None or 1 <= line <= len(lines) + 1

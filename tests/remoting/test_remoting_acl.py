@@ -114,6 +114,15 @@ def test_security_token_is_signed_and_accepted() -> None:
     assert verdict.authenticated
 
 
+def test_go_client_signature_without_the_security_token_is_accepted() -> None:
+    go = send_v2("orders")  # rocketmq-client-go signs first, then adds the token
+    go.ext_fields["SecurityToken"] = "sts-token"
+    assert authorize(RULES, go, PEER[0]).allowed
+    forged = send_v2("orders", secret="guess")
+    forged.ext_fields["SecurityToken"] = "sts-token"
+    assert authorize(RULES, forged, PEER[0]).reason == "bad_signature"
+
+
 def test_account_white_address_skips_the_signature_only() -> None:
     request = send_v2("orders", ak="trusted", secret="wrong")
     verdict = authorize(RULES, request, "192.0.2.9")
@@ -145,6 +154,7 @@ def test_admin_codes_need_an_admin_account() -> None:
         (heartbeat("H", ["orders"], ak="consumer"), False, "group H"),
         (signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}), True, ""),
         (signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "audit"}), False, "ANY permission"),
+        (signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}), True, ""),
         (
             signed(
                 RequestCode.CONSUMER_SEND_MSG_BACK,
