@@ -15,7 +15,8 @@ Authentication, in RocketMQ ACL 1.0's order:
    that is not HmacSHA1(secretKey, date-time): ``bad_signature``. The date-time is not checked against
    the clock (neither does RocketMQ's proxy).
 
-All of these are answered UNAUTHORIZED (40100). Permissions (answered FORBIDDEN (40300), reason
+All of these, and a call refused unseen while its address backs off after failures (``throttled``, see
+:mod:`.guard`), are answered UNAUTHORIZED (40100). Permissions (answered FORBIDDEN (40300), reason
 ``no_permission``) follow the resource mapping of RocketMQ's proxy (``DefaultAuthorizationContextBuilder``):
 
 =================================================  ==============================================

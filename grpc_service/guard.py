@@ -15,8 +15,9 @@ no rules (no ``[acl] file``) every call passes untouched.
   command with a ``TelemetryCommand{status}`` and keeps the stream; both official clients then wait for
   settings that never come (the Go 5.1.4 client's ``Start`` never returns, the Java 5.2.0 client's send is
   cancelled after about 8 s), whereas an ended stream makes them fail at once with the reason.
-* Failed authentication is throttled per source address (``AclHolder.throttle``): the next call from that
-  address waits out the back-off (never past its deadline) before its credentials are looked at.
+* Failed authentication is throttled per source address (``AclHolder.throttle``): while the address backs
+  off, its calls are refused UNAUTHORIZED unseen (reason ``throttled``, counted, not logged), as remoting
+  requests are; a globally white address is never throttled.
 * Every refusal is reported once through ``AclHolder.denied`` (the ``auth.denied`` event and
   ``mqproxy_auth_denied_total{protocol="grpc"}``).
 """
@@ -27,11 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import trio
-
 from mqproxy.codecs.grpc_framing import GrpcStatus
 from mqproxy.grpc_service.acl import Denial, Identity, authenticate, authorize, needs_of, settings_needs
-from mqproxy.grpc_service.call import DEADLINE_MARGIN_S, Call
+from mqproxy.grpc_service.call import Call
 from mqproxy.grpc_service.errors import ApiError, RpcError
 
 __all__ = ["GrpcGuard", "SettingsCheck", "peer_text"]
@@ -61,9 +60,12 @@ class GrpcGuard:
         if rules is None:
             return None
         ip = call.peer[0]
-        delay = holder.throttle.delay_for(ip, self._clock())
-        if delay > 0 and not rules.globally_white(ip):
-            await trio.sleep(max(0.0, min(delay, call.remaining() - DEADLINE_MARGIN_S)))
+        wait = holder.throttle.delay_for(ip, self._clock())
+        if wait > 0 and not rules.globally_white(ip):
+            why = f"too many failed authentications from {ip}; retry in {wait:.1f} s"
+            throttled = Denial("throttled", why)
+            self._report(call, throttled, emit=False)
+            return throttled
         found = authenticate(rules, call.metadata, ip)
         if isinstance(found, Denial):
             holder.throttle.failed(ip, self._clock())
@@ -73,7 +75,7 @@ class GrpcGuard:
         return found
 
     @staticmethod
-    def _report(call: Call, denial: Denial) -> None:
+    def _report(call: Call, denial: Denial, *, emit: bool = True) -> None:
         call.acl.denied(
             call.log,
             protocol=PROTOCOL,
@@ -81,6 +83,7 @@ class GrpcGuard:
             access_key=denial.access_key,
             reason=denial.reason,
             detail=f"{call.method}: {denial.message}",
+            emit=emit,
         )
 
     async def admit(self, call: Call, request: Any) -> None:

@@ -28,11 +28,12 @@ apply on top, to every connection. A refusal is answered as the ``[mqtt] acl`` a
 
 The account file, the throttle and the refusal reporter are the connection's
 :class:`~mqproxy.acl.holder.AclHolder` (``ConnectionContext.acl``, the server's one holder). Failed CONNECTs
-are throttled per source address (``AclHolder.throttle``: the CONNACK of the next attempt waits out the
-back-off), with or without an account file; each refused CONNECT, and each PUBLISH or SUBSCRIBE the
-account file refuses, is reported through ``AclHolder.denied`` (``auth.denied``,
-``mqproxy_auth_denied_total{protocol="mqtt"}``; reasons ``no_access_key``, ``unknown_access_key``,
-``bad_signature`` for a wrong password, ``no_permission``).
+are throttled per source address (``AclHolder.throttle``), with or without an account file: while the
+address backs off, its CONNECTs are refused unseen with Connection rate exceeded (0x9F; 3.1.1: Server
+unavailable, 3), reason ``throttled`` (counted, not logged); a globally white address is never throttled.
+Each other refused CONNECT, and each PUBLISH or SUBSCRIBE the account file refuses, is reported through
+``AclHolder.denied`` (``auth.denied``, ``mqproxy_auth_denied_total{protocol="mqtt"}``; reasons
+``no_access_key``, ``unknown_access_key``, ``bad_signature`` for a wrong password, ``no_permission``).
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import trio
 
 from mqproxy.acl.check import check_topic, perm_allows, secret_matches
 from mqproxy.acl.holder import AclHolder
@@ -123,14 +122,23 @@ class MqttAccess:
     async def connect(
         self, username: str | None, password: bytes | None, peer: tuple[str, int], holder: AclHolder, log: Any
     ) -> Admission:
-        """Decide a CONNECT with these credentials from ``peer`` under ``holder``'s rules (waits out the
-        address's back-off first); refusals are reported to ``log``."""
+        """Decide a CONNECT with these credentials from ``peer`` under ``holder``'s rules; refusals are
+        reported to ``log``."""
         ip = peer[0]
         throttle = holder.throttle
-        delay = throttle.delay_for(ip, self._clock())
+        wait = throttle.delay_for(ip, self._clock())
         rules = holder.rules
-        if delay > 0 and (rules is None or not rules.globally_white(ip)):
-            await trio.sleep(delay)
+        if wait > 0 and (rules is None or not rules.globally_white(ip)):
+            holder.denied(
+                log,
+                protocol=PROTOCOL,
+                peer=peer_text(peer),
+                access_key=username,
+                reason="throttled",
+                detail=f"too many failed authentications from {ip}; retry in {wait:.1f} s",
+                emit=False,
+            )
+            return Admission(ReasonCode.CONNECTION_RATE_EXCEEDED, _deny_all, _deny_all)
         admission, reason = await self._decide(username, password, ip, _Reporter(holder, log, peer))
         if admission.verdict == ReasonCode.SUCCESS:
             throttle.succeeded(ip)

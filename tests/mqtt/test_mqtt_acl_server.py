@@ -112,3 +112,21 @@ async def test_a_reloaded_file_applies_to_new_connections(tmp_path: Path, log_si
         new, connack = await connect(address, "d2", 4, username="device", password=b"rotated-secret")
         assert connack.reason_code == mq.ReasonCode.SUCCESS
         await new.aclose()
+
+
+@pytest.mark.parametrize("level", [4, 5])
+async def test_a_guessing_address_is_refused_unseen(tmp_path: Path, log_sink: Any, level: int) -> None:
+    async with running_server(settings(tmp_path)) as handle:
+        address = handle.address
+        throttle = handle.state.acl.throttle
+        for i in range(throttle.free_failures + 1):
+            client, connack = await connect(address, f"g{i}", level, username="device", password=b"guess")
+            assert connack.reason_code == mq.ReasonCode.BAD_USER_NAME_OR_PASSWORD
+            await client.aclose()
+        client, connack = await connect(address, "g-ok", level, username="device", password=b"device-secret")
+        # Connection rate exceeded (0x9F); 3.1.1 has no such code: Server unavailable (3), "retry later"
+        expected = mq.ReasonCode.CONNECTION_RATE_EXCEEDED if level == 5 else mq.ReasonCode.SERVER_UNAVAILABLE
+        assert connack.reason_code == expected
+        await client.aclose()
+        assert handle.state.metrics.auth_denied.labels("mqtt", "throttled")._value.get() == 1
+    assert len(log_sink.named("auth.denied")) == throttle.free_failures + 1  # throttled ones are not logged
