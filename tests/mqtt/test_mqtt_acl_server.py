@@ -13,9 +13,13 @@ from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.auth import hash_password
 from mqproxy.settings import Settings
 
-from ..conftest import wait_until  # type: ignore[import-not-found]
-from ..proxy.conftest import running_server  # type: ignore[import-not-found]
-from .conftest import arrivals, connect, receive_publish
+from .conftest import (  # type: ignore[import-not-found]
+    arrivals,
+    connect,
+    receive_publish,
+    running_server,
+    wait_until,
+)
 
 Q1 = mq.QoS.AT_LEAST_ONCE
 ACL = """
