@@ -23,8 +23,10 @@ Topics: a connection admitted through an account may PUBLISH to an MQTT topic on
 on the RocketMQ topic it is stored in (:func:`~mqproxy.mqtt.mapping.parent_topic`: its first level), and
 SUBSCRIBE to a filter only with SUB on that topic; a filter whose first level is a wildcard may reach every
 topic, so it needs SUB by default and on every topic the account lists. The ``[mqtt] acl`` patterns
-apply on top, to every connection. A refusal is answered as the ``[mqtt] acl`` answers it (PUBACK/PUBREC
-0x87, SUBACK 0x87 / 3.1.1 0x80, a Will topic refused at CONNECT with 0x87 / 5).
+apply on top, to every connection. Permissions are looked up in the rules in force at each PUBLISH and
+SUBSCRIBE, so a reload applies to open connections too (an account removed by it is refused everything);
+the credentials are checked only at CONNECT. A refusal is answered as the ``[mqtt] acl`` answers it
+(PUBACK/PUBREC 0x87, SUBACK 0x87 / 3.1.1 0x80, a Will topic refused at CONNECT with 0x87 / 5).
 
 The account file, the throttle and the refusal reporter are the connection's
 :class:`~mqproxy.acl.holder.AclHolder` (``ConnectionContext.acl``, the server's one holder). Failed CONNECTs
@@ -195,18 +197,28 @@ class MqttAccess:
 
     def _account_admission(self, account: Account, report: _Reporter) -> Admission:
         users = self.users
+        holder, access_key = report.holder, account.access_key
+
+        def current() -> Account | None:
+            """The account as the rules in force now have it (a reload applies to open connections)."""
+            rules = holder.rules
+            return None if rules is None else rules.account(access_key)
 
         def can_publish(client_id: str, username: str | None, topic: str) -> bool:
-            why = check_topic(account, parent_topic(topic), Perm.PUB)
+            now = current()
+            why = f"No acl config for {access_key}" if now is None else check_topic(
+                now, parent_topic(topic), Perm.PUB
+            )
             if why is not None:
-                report(account.access_key, f"PUBLISH {topic[:128]}: {why}")
+                report(access_key, f"PUBLISH {topic[:128]}: {why}")
                 return False
             return users.can_publish(client_id, username, topic)
 
         def can_subscribe(client_id: str, username: str | None, topic_filter: str) -> bool:
-            why = subscribable(account, topic_filter)
+            now = current()
+            why = f"No acl config for {access_key}" if now is None else subscribable(now, topic_filter)
             if why is not None:
-                report(account.access_key, f"SUBSCRIBE {topic_filter[:128]}: {why}")
+                report(access_key, f"SUBSCRIBE {topic_filter[:128]}: {why}")
                 return False
             return users.can_subscribe(client_id, username, topic_filter)
 

@@ -182,3 +182,15 @@ async def test_failed_connects_are_throttled_per_address(autojump_clock: trio.te
     await trio.sleep(gate.throttle.delay_for(PEER[0], trio.current_time()))
     assert (await gate.connect("app", b"app-secret", PEER)).verdict == ReasonCode.SUCCESS
     assert gate.throttle.delay_for(PEER[0], trio.current_time()) == 0  # a success forgets the address
+
+
+async def test_a_reload_applies_to_admitted_connections() -> None:
+    gate, reports = access()
+    ok = await gate.connect("app", b"app-secret", PEER)
+    assert not ok.can_publish("c1", "app", "alerts/fire")
+    gate.holder.replace(parse_acl(ACL.replace('"alerts=SUB"', '"alerts=PUB|SUB"'), "plain_acl.yml"))
+    assert ok.can_publish("c1", "app", "alerts/fire")
+    gate.holder.replace(parse_acl("accounts: []", "plain_acl.yml"))  # the account is gone
+    assert not ok.can_publish("c1", "app", "sensors/x")
+    assert not ok.can_subscribe("c1", "app", "sensors/#")
+    assert reports.events[-1]["detail"] == "SUBSCRIBE sensors/#: No acl config for app"
