@@ -109,7 +109,16 @@ class GrpcGuard:
         identity = found
 
         def check(settings: Any) -> None:
-            denial = authorize(identity, settings_needs(settings))
+            """Vets one ``settings`` command against the rules in force now (a reload applies)."""
+            current, rules, access_key = identity, call.acl.rules, identity.access_key
+            if identity.account is not None and rules is not None and access_key is not None:
+                account = rules.account(access_key)
+                if account is None:
+                    gone = Denial("unknown_access_key", f"No acl config for {access_key}", access_key)
+                    self._report(call, gone)
+                    raise RpcError(GrpcStatus.UNAUTHENTICATED, gone.message)
+                current = Identity(access_key, account)
+            denial = authorize(current, settings_needs(settings))
             if denial is not None:
                 self._report(call, denial)
                 raise RpcError(GrpcStatus.PERMISSION_DENIED, denial.message)

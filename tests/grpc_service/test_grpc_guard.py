@@ -199,3 +199,21 @@ async def test_the_server_applies_its_acl_file(
         assert metrics.labels("grpc", "no_access_key")._value.get() == 1
         assert metrics.labels("grpc", "no_permission")._value.get() == 1
     assert [e["reason"] for e in log_sink.named("auth.denied")] == ["no_access_key", "no_permission"]
+
+
+async def test_telemetry_settings_follow_a_reload(grpc_env: GrpcEnv, reports: Reports) -> None:
+    client = await grpc_env.connect()
+    sid = await client.open("Telemetry", [settings(group="G1", topic="Feed")], end=False, **signed())
+    while not client.results[sid].messages():
+        await client.changed.wait()
+    grpc_env.server.acl.replace(parse_acl(ACL.replace('"Feed=SUB"', '"Feed=PUB"'), "plain_acl.yml"))
+    await client.send_message(sid, settings(group="G1", topic="Feed"))
+    assert (await client.wait(sid)).grpc_status == GrpcStatus.PERMISSION_DENIED
+    grpc_env.server.acl.replace(parse_acl(ACL, "plain_acl.yml"))
+    other = await client.open("Telemetry", [settings(group="G1", topic="Orders")], end=False, **signed())
+    while not client.results[other].messages():
+        await client.changed.wait()
+    grpc_env.server.acl.replace(parse_acl("accounts: []", "plain_acl.yml"))  # the account is gone
+    await client.send_message(other, settings(group="G1", topic="Orders"))
+    assert (await client.wait(other)).grpc_status == GrpcStatus.UNAUTHENTICATED
+    assert reports.reasons == ["no_permission", "unknown_access_key"]
