@@ -24,6 +24,7 @@ from functools import lru_cache
 __all__ = ["AddressMatcher", "compile_pattern", "normalize_ip"]
 
 
+@lru_cache(maxsize=4096)
 def normalize_ip(ip: str) -> str:
     """The canonical text of ``ip``: IPv4-mapped IPv6 becomes IPv4, IPv6 is fully expanded, upper case.
 

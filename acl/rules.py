@@ -101,7 +101,8 @@ class AclRules:
         return any(compile_pattern(pattern).matches(ip) for pattern in self.global_white_remote_addresses)
 
     def account_white(self, account: Account, ip: str) -> bool:
-        """Whether ``ip`` matches the account's whiteRemoteAddress (skips the signature check only)."""
+        """Whether ``ip`` matches the account's whiteRemoteAddress: such a request names the account but skips
+        the signature, admin and permission checks, as RocketMQ's PlainPermissionManager does."""
         return compile_pattern(account.white_remote_address).matches(ip)
 
 

@@ -121,8 +121,8 @@ def authenticate(rules: AclRules, metadata: Mapping[str, str], ip: str) -> Ident
     account = rules.account(access_key)
     if account is None:
         return Denial("unknown_access_key", f"No acl config for {access_key}", access_key)
-    if rules.account_white(account, ip):
-        return Identity(access_key, account)
+    if rules.account_white(account, ip):  # as RocketMQ's ACL 1.0: trusted, no signature or permission check
+        return Identity(access_key, None)
     date_time = metadata.get(grpc_auth.DATE_TIME)
     if not date_time:
         return Denial("bad_signature", f"{grpc_auth.DATE_TIME} is required for the signature", access_key)

@@ -174,9 +174,9 @@ class MqttAccess:
         if username is None:
             return Admission(ReasonCode.NOT_AUTHORIZED, _deny_all, _deny_all), "no_access_key"
         account = rules.account(username)
-        if account is not None and (
-            rules.account_white(account, ip) or self._secret_matches(account, password)
-        ):
+        if account is not None and rules.account_white(account, ip):  # trusted: no password or topic checks
+            return self._users_admission(ReasonCode.SUCCESS), ""
+        if account is not None and self._secret_matches(account, password):
             return self._account_admission(account, report), ""
         if known:  # the second source
             verdict = await self.users.authenticate(username, password)
@@ -206,8 +206,10 @@ class MqttAccess:
 
         def can_publish(client_id: str, username: str | None, topic: str) -> bool:
             now = current()
-            why = f"No acl config for {access_key}" if now is None else check_topic(
-                now, parent_topic(topic), Perm.PUB
+            why = (
+                f"No acl config for {access_key}"
+                if now is None
+                else check_topic(now, parent_topic(topic), Perm.PUB)
             )
             if why is not None:
                 report(access_key, f"PUBLISH {topic[:128]}: {why}")

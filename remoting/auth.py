@@ -178,13 +178,13 @@ def authorize(rules: AclRules, request: RemotingCommand, ip: str) -> Verdict:
     account = rules.account(access_key)
     if account is None:
         return Verdict(False, access_key, "unknown_access_key", f"No acl config for {access_key}")
-    authenticated = False
-    if not rules.account_white(account, ip):
-        if not _signature_ok(fields, request.body or b"", account.secret_key):
-            return Verdict(
-                False, access_key, "bad_signature", f"Check signature failed for accessKey={access_key}"
-            )
-        authenticated = True
+    if rules.account_white(account, ip):  # as PlainPermissionManager: no signature, admin or resource check
+        return Verdict(True, access_key)
+    if not _signature_ok(fields, request.body or b"", account.secret_key):
+        return Verdict(
+            False, access_key, "bad_signature", f"Check signature failed for accessKey={access_key}"
+        )
+    authenticated = True
     if request.code in ADMIN_CODES and not account.admin:
         detail = f"Need admin permission for request code={request.code}, but accessKey={access_key} is not"
         return Verdict(False, access_key, "admin_required", detail, authenticated)

@@ -32,7 +32,7 @@ accounts:
   - accessKey: lan
     secretKey: lan-secret
     whiteRemoteAddress: 192.168.7.*
-    defaultTopicPerm: PUB|SUB
+    defaultTopicPerm: DENY
 """
 DATE = "20261128T081500Z"
 
@@ -87,10 +87,11 @@ def test_global_white_address_skips_every_check(rules: AclRules) -> None:
     assert authorize(WHITE, (Need("topic", "Anything", Perm.PUB),)) is None
 
 
-def test_account_white_address_skips_only_the_signature(rules: AclRules) -> None:
+def test_account_white_address_skips_signature_and_permissions(rules: AclRules) -> None:
     identity = authenticate(rules, _md("lan", "not-the-secret"), "192.168.7.20")
     assert isinstance(identity, Identity)
     assert identity.access_key == "lan"
+    assert authorize(identity, (Need("topic", "NotListedAnywhere", Perm.PUB),)) is None
     assert isinstance(authenticate(rules, _md("lan", "not-the-secret"), "192.168.8.20"), Denial)
 
 

@@ -26,6 +26,7 @@ accounts:
   - accessKey: lan
     secretKey: lan-secret
     whiteRemoteAddress: 192.168.7.*
+    topicPerms: ["vault=SUB"]
     defaultTopicPerm: PUB|SUB
   - accessKey: wide
     secretKey: wide-secret
@@ -137,6 +138,7 @@ async def test_white_addresses() -> None:
     assert anyone.can_publish("c", None, "anything/at/all")
     lan = await gate.connect("lan", b"not-the-secret", ("192.168.7.9", 1))
     assert lan.verdict == ReasonCode.SUCCESS
+    assert lan.can_publish("c", "lan", "vault/anything")  # trusted address: no topic permission checks
     elsewhere = await gate.connect("lan", b"not-the-secret", ("192.168.8.9", 1))
     assert elsewhere.verdict == ReasonCode.BAD_USER_NAME_OR_PASSWORD
 

@@ -123,11 +123,14 @@ def test_go_client_signature_without_the_security_token_is_accepted() -> None:
     assert authorize(RULES, forged, PEER[0]).reason == "bad_signature"
 
 
-def test_account_white_address_skips_the_signature_only() -> None:
+def test_account_white_address_skips_signature_and_permission_checks() -> None:
     request = send_v2("orders", ak="trusted", secret="wrong")
     verdict = authorize(RULES, request, "192.0.2.9")
     assert verdict.allowed
     assert not verdict.authenticated
+    ext = {"topic": "orders", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"}
+    create = signed(RequestCode.UPDATE_AND_CREATE_TOPIC, ext, ak="trusted", secret="wrong")
+    assert authorize(RULES, create, "192.0.2.9").allowed  # not an admin, yet trusted by address
     assert authorize(RULES, request, PEER[0]).reason == "bad_signature"
 
 
