@@ -130,6 +130,9 @@ def test_go_v2_remoting_client_through_the_forward(
     producer = finished(remoting.spawn("produce", "--namesrv", fwd, "--group", unique("FwGoPG"),
                                        "--topic", topic, "--count", "4", "--body", "fwgo"))
     assert [e["status"] for e in producer.of("sent")] == ["SEND_OK"] * 4, producer.describe()
+    # offset message ids carry the store host (a client's viewMessage connects to it): the forwarder
+    fwd_port = int(fwd.rsplit(":", 1)[1])
+    assert {e["offsetMsgId"][:16] for e in producer.of("sent")} == {f"7F000001{fwd_port:08X}"}
     consumer = finished(remoting.spawn("consume", "--namesrv", fwd, "--group", unique("FwGoCG"),
                                        "--topic", topic, "--expect", "4", "--timeout", "60s"))
     assert sorted(e["body"] for e in consumer.of("received")) == [f"fwgo-{i}" for i in range(4)]
