@@ -8,6 +8,8 @@ Python binding of rocketmq-client-cpp) and the Go 5.x gRPC client send and consu
 connection mqproxy accepted came through the forwarder (its ``conn.accepted`` peers are the forwarder's
 upstream sockets): a client that could not reach the internal address would have worked too.
 
+The same holds for a cluster-mode node (``backend.kind = "rocketmq"``) in front of a stock RocketMQ.
+
 Without ``advertised_address``, the route answer through the same kind of forwarder names mqproxy's bound
 address, and a client given the forwarder's address then connects to mqproxy directly, around the
 forwarder: behind a real NAT that connection fails, which is the point of the setting.
@@ -24,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import Client, ClientRun, ProxyProcess
+from .cluster_harness import node_env
+from .conftest import STOCK_BROKER_CONF, Client, ClientRun, ProxyProcess, stock_rocketmq
 from .forwarder import Forwarder
 
 pytestmark = pytest.mark.e2e
@@ -182,3 +185,57 @@ def test_without_advertised_address_clients_go_around_the_forward(
         assert bypassed, "the client should have connected to the internal address directly"
     finally:
         forwarder.close()
+
+
+@pytest.fixture
+def cluster_node_forwarded(
+    proxy_bin: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Forwarded]:
+    """Cluster mode: an mqproxy node in front of a stock RocketMQ (name server and one broker), advertising
+    the forwarder in front of it."""
+    workdir = tmp_path_factory.mktemp("advertised-cluster")
+    stock = stock_rocketmq.StockCluster(workdir / "stock", brokers=1, broker_conf=STOCK_BROKER_CONF)
+    try:
+        stock.start()
+    except stock_rocketmq.LauncherError as exc:
+        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
+    forwarder = Forwarder()
+    (workdir / "node" / "data").mkdir(parents=True)
+    env = {**node_env(stock.namesrv_addr), "MQPROXY_SERVER_ADVERTISED_ADDRESS": forwarder.address}
+    node = ProxyProcess(proxy_bin, workdir / "node" / "data", workdir / "node", env)
+    try:
+        node.start()
+        forwarder.forward_to(str(node.address))
+        yield Forwarded(node, forwarder)
+    finally:
+        rc = node.stop() if node.proc is not None else 0
+        forwarder.close()
+        stock.stop()
+    assert rc == 0, node.diagnostics()
+
+
+def test_cluster_node_behind_the_forward(
+    cluster_node_forwarded: Forwarded, go_driver: Callable[[str], Client]
+) -> None:
+    """A cluster-mode node names the forwarder in routes and gRPC endpoints; remoting and gRPC clients
+    given only the forwarder send and consume through it."""
+    forwarded = cluster_node_forwarded
+    before = accepted_peers(forwarded.proxy)
+    remoting, grpc5, fwd = go_driver("remoting"), go_driver("grpc5"), forwarded.forwarder.address
+    topic = unique("FwNode")
+    producer = finished(remoting.spawn("produce", "--namesrv", fwd, "--group", unique("FwNodePG"),
+                                       "--topic", topic, "--count", "4", "--body", "fwnode"))
+    assert [e["status"] for e in producer.of("sent")] == ["SEND_OK"] * 4, producer.describe()
+    route = remoting_route(fwd, topic)
+    assert {addr for b in route["brokerDatas"] for addr in b["brokerAddrs"].values()} == {fwd}
+    consumer = finished(remoting.spawn("consume", "--namesrv", fwd, "--group", unique("FwNodeCG"),
+                                       "--topic", topic, "--expect", "4", "--timeout", "90s"))
+    assert sorted(e["body"] for e in consumer.of("received")) == [f"fwnode-{i}" for i in range(4)]
+    grpc_topic = unique("FwNodeG")
+    sender = finished(grpc5.spawn("send", "--endpoint", fwd, "--topic", grpc_topic, "--count", "2",
+                                  "--tag", "T", "--key", "k", "--body", "fwng"))
+    assert sorted(e["body"] for e in sender.of("sent")) == ["fwng-0", "fwng-1"], sender.describe()
+    receiver = finished(grpc5.spawn("receive", "--endpoint", fwd, "--group", unique("FwNodeGG"),
+                                    "--topic", grpc_topic, "--expect", "2", "--timeout", "90s"))
+    assert sorted(e["body"] for e in receiver.of("received")) == ["fwng-0", "fwng-1"]
+    forwarded.assert_all_through_forwarder(before)
