@@ -9,17 +9,32 @@ brackets (``[2001:db8::1]:9876``) or a DNS host name (RFC 1123 labels: letters, 
 label starting or ending with ``-``, at most 63 characters a label and 253 in all); PORT is 1..65535.
 An unspecified address (``0.0.0.0``, ``[::]``) is refused: no client can connect to it. Anything else
 raises :class:`~mqproxy.settings.SettingsError` naming the setting. Pure; no name resolution.
+
+Contract of :func:`id_address`: what can only carry an IP (the store host in message records, offset
+message ids) gets the advertised address with its host resolved once at start-up: an IP literal as is, a
+host name as its first address (IPv4 preferred), or 127.0.0.1 when it does not resolve within
+``timeout_s`` (``proxy.advertised_unresolved`` is logged). Routes keep the name.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Final
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import structlog
+import trio
 
 from mqproxy.settings import SettingsError
 
-__all__ = ["ADVERTISED_KEY", "format_hostport", "parse_advertised"]
+__all__ = ["ADVERTISED_KEY", "format_hostport", "id_address", "parse_advertised"]
+
+_log = structlog.get_logger("mqproxy.server")
+#: Where a host name that does not resolve points message ids (as the remoting context's own fallback).
+UNRESOLVED_ID_HOST: Final = "127.0.0.1"
+Resolver = Callable[[str], Awaitable[Sequence[Any]]]
 
 ADVERTISED_KEY: Final = "server.advertised_address"
 _LABEL: Final = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
@@ -75,3 +90,38 @@ def format_hostport(address: tuple[str, int]) -> str:
     """``host:port``, an IPv6 host in brackets."""
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _getaddrinfo(host: str) -> Sequence[Any]:
+    return await trio.socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+
+
+def _first_ip(infos: Sequence[Any]) -> str | None:
+    ips = [str(info[4][0]) for info in infos]
+    v4 = [ip for ip in ips if ":" not in ip]
+    preferred = v4 or ips
+    return preferred[0] if preferred else None
+
+
+async def id_address(
+    advertised: tuple[str, int], *, timeout_s: float = 5.0, resolve: Resolver = _getaddrinfo
+) -> tuple[str, int]:
+    """``advertised`` with an IP for its host (see the module contract)."""
+    host, port = advertised
+    try:
+        ipaddress.ip_address(host)
+        return advertised
+    except ValueError:
+        pass
+    detail = "no address"
+    with trio.move_on_after(timeout_s) as scope:
+        try:
+            ip = _first_ip(await resolve(host))
+        except OSError as exc:
+            ip, detail = None, str(exc)
+        if ip is not None:
+            return ip.split("%", 1)[0], port
+    if scope.cancelled_caught:
+        detail = f"no answer within {timeout_s} s"
+    _log.warning("proxy.advertised_unresolved", advertised=format_hostport(advertised), detail=detail)
+    return UNRESOLVED_ID_HOST, port

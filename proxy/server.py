@@ -26,7 +26,7 @@ import trio
 from mqproxy import __version__
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl_watch import initial_rules, watch_acl_file
-from mqproxy.addresses import parse_advertised
+from mqproxy.addresses import id_address, parse_advertised
 from mqproxy.backend_setup import open_broker
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.connection import handle_connection
@@ -134,11 +134,13 @@ async def serve(
         if settings.server.advertised_address
         else bound
     )
-    async with open_broker(settings, advertised) as backend:
+    ids = await id_address(advertised)  # store host and message ids carry an IP, never a name
+    async with open_broker(settings, ids) as backend:
         state = ServerState(
             settings=settings,
             backend_name=backend.name,
             advertised=advertised,
+            id_host=ids[0],
             broker=backend.broker,
             backend_health=backend.health,
             acl=acl,

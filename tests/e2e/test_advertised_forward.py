@@ -239,3 +239,31 @@ def test_cluster_node_behind_the_forward(
                                     "--topic", grpc_topic, "--expect", "2", "--timeout", "90s"))
     assert sorted(e["body"] for e in receiver.of("received")) == ["fwng-0", "fwng-1"]
     forwarded.assert_all_through_forwarder(before)
+
+
+def test_a_host_name_advertised_address(
+    new_proxy: Callable[..., ProxyProcess], go_driver: Callable[[str], Client]
+) -> None:
+    """``localhost:PORT``: routes name the host; message records and offset message ids, which can only carry
+    an IP, carry its address (resolved at start-up), so pulls work and ids point at the forwarder."""
+    forwarder = Forwarder()
+    port = int(forwarder.address.rsplit(":", 1)[1])
+    proxy = new_proxy(env={"MQPROXY_SERVER_ADVERTISED_ADDRESS": f"localhost:{port}"})
+    try:
+        forwarder.forward_to(str(proxy.address))
+        forwarded = Forwarded(proxy, forwarder)
+        before = accepted_peers(proxy)
+        remoting, topic, fwd = go_driver("remoting"), unique("FwName"), forwarder.address
+        producer = finished(remoting.spawn("produce", "--namesrv", fwd, "--group", unique("FwNamePG"),
+                                           "--topic", topic, "--count", "3", "--body", "fwname"))
+        assert {e["offsetMsgId"][:16] for e in producer.of("sent")} == {f"7F000001{port:08X}"}
+        route = remoting_route(fwd, topic)
+        assert [b["brokerAddrs"] for b in route["brokerDatas"]] == [{"0": f"localhost:{port}"}]
+        consumer = finished(remoting.spawn("consume", "--namesrv", fwd, "--group", unique("FwNameCG"),
+                                           "--topic", topic, "--expect", "3", "--timeout", "60s"))
+        assert sorted(e["body"] for e in consumer.of("received")) == [f"fwname-{i}" for i in range(3)]
+        sent_ids = {e["offsetMsgId"] for e in producer.of("sent")}
+        assert {e["offsetMsgId"] for e in consumer.of("received")} == sent_ids
+        forwarded.assert_all_through_forwarder(before)
+    finally:
+        forwarder.close()

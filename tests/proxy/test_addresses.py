@@ -3,9 +3,12 @@ status 2 naming the setting."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from mqproxy.addresses import format_hostport, parse_advertised
+import pytest
+import trio
+
+from mqproxy.addresses import format_hostport, id_address, parse_advertised
 from mqproxy.cli import main
 from mqproxy.settings import SettingsError, build_settings
 
@@ -67,3 +70,34 @@ def test_malformed_env_value_exits_with_status_2(
     err = capsys.readouterr().err
     assert "server.advertised_address" in err
     assert "brackets" in err
+
+
+def _resolver(answer: list[str] | OSError | None) -> Any:
+    async def resolve(host: str) -> list[Any]:
+        if answer is None:
+            await trio.sleep_forever()
+        if isinstance(answer, OSError):
+            raise answer
+        return [(0, 0, 0, "", (ip, 0)) for ip in answer]  # getaddrinfo's shape
+
+    return resolve
+
+
+async def test_id_address_keeps_an_ip_and_resolves_a_name_preferring_ipv4() -> None:
+    unused = _resolver(OSError("unused"))
+    assert await id_address(("2001:db8::1", 9876), resolve=unused) == ("2001:db8::1", 9876)
+    resolve = _resolver(["2001:db8::5", "198.51.100.5"])
+    assert await id_address(("mq.example.com", 30876), resolve=resolve) == ("198.51.100.5", 30876)
+    assert await id_address(("v6only.example", 1), resolve=_resolver(["fe80::1%eth0"])) == ("fe80::1", 1)
+
+
+async def test_id_address_falls_back_to_loopback_and_says_why(log_sink: Any, autojump_clock: Any) -> None:
+    gaierror = OSError("Name or service not known")
+    assert await id_address(("nowhere.invalid", 9876), resolve=_resolver(gaierror)) == ("127.0.0.1", 9876)
+    slow = _resolver(None)
+    assert await id_address(("slow.example", 9876), resolve=slow, timeout_s=5) == ("127.0.0.1", 9876)
+    events = log_sink.named("proxy.advertised_unresolved")
+    assert [(e["advertised"], e["detail"]) for e in events] == [
+        ("nowhere.invalid:9876", "Name or service not known"),
+        ("slow.example:9876", "no answer within 5 s"),
+    ]
