@@ -264,6 +264,12 @@ def test_a_host_name_advertised_address(
         assert sorted(e["body"] for e in consumer.of("received")) == [f"fwname-{i}" for i in range(3)]
         sent_ids = {e["offsetMsgId"] for e in producer.of("sent")}
         assert {e["offsetMsgId"] for e in consumer.of("received")} == sent_ids
+        grpc5, grpc_topic = go_driver("grpc5"), unique("FwNameG")  # endpoints with scheme DOMAIN_NAME
+        finished(grpc5.spawn("send", "--endpoint", fwd, "--topic", grpc_topic, "--count", "2", "--tag", "T",
+                             "--key", "k", "--body", "fwng"))
+        receiver = finished(grpc5.spawn("receive", "--endpoint", fwd, "--group", unique("FwNameGG"),
+                                        "--topic", grpc_topic, "--expect", "2", "--timeout", "60s"))
+        assert sorted(e["body"] for e in receiver.of("received")) == ["fwng-0", "fwng-1"]
         forwarded.assert_all_through_forwarder(before)
     finally:
         forwarder.close()
