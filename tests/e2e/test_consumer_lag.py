@@ -9,7 +9,8 @@ sent, 3 committed, 2 pulled but not committed). Two set-ups, one at a time:
   one broker, no RocketMQ proxy); the client goes through the node, mqadmin asks the stock name server and
   broker directly, and the node's figures (which it asks the broker for: GET_CONSUME_STATS) must match.
 
-``metrics.lag_refresh_s = 0`` so a scrape reads the current figures.
+``metrics.lag_refresh_s = 0`` so a scrape reads the current figures. In cluster mode an MQTT session's
+backlog on its light message queues shows as one ``%LMQ%`` series of its group.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..conftest import wait_until_sync  # type: ignore[import-not-found,misc]
 from .cluster_harness import node_env
 from .conftest import STOCK_BROKER_CONF, Client, ProxyProcess, stock_rocketmq
+from .paho_driver import V311, PahoClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 PROXY_ENV = {"MQPROXY_METRICS_LAG_REFRESH_S": "0"}
 NUMBER = re.compile(r"-?\d+")
 QueueKey = tuple[str, str, int]  # topic, broker, queue id
+LMQ = "%LMQ%"
 
 
 @dataclass
@@ -142,3 +146,42 @@ def test_cluster_lag_equals_mqadmin_against_the_brokers(
     ours = metrics_progress(str(node.address), group)
     assert_equal_with_backlog(ours, theirs, topic)
     assert {broker for _, broker, _ in theirs.queues} <= {b.name for b in stock.broker_list}
+
+
+def test_cluster_lmq_queues_are_summed_never_one_series_each(
+    stock_and_node: tuple[stock_rocketmq.StockCluster, ProxyProcess],
+) -> None:
+    """MQTT sessions consume light message queues (one per MQTT topic): whatever the brokers report of them
+    is summed per group under ``topic="%LMQ%"``; no series names an LMQ."""
+    _, node = stock_and_node
+    port, tag = node.port, uuid.uuid4().hex[:8]
+    device = PahoClient(port, f"lagdev-{tag}", V311, clean=False)
+    assert device.rc == 0
+    assert device.subscribe((f"lag/{tag}/+", 1)) == [1]
+    publisher = PahoClient(port, f"lagpub-{tag}", V311)
+    publisher.publish(f"lag/{tag}/0", b"first", qos=1)
+    assert bytes(device.get(timeout=30).payload) == b"first"
+    device.close()  # offline with a persistent session: what follows is its backlog
+    for i in range(6):
+        publisher.publish(f"lag/{tag}/{i % 3}", f"m{i}".encode(), qos=1)
+    publisher.close()
+    seen: list[dict[tuple[str, str | None], float]] = []
+
+    def settled() -> bool:
+        with urllib.request.urlopen(f"http://{node.address}/metrics", timeout=30) as response:
+            samples = [s for f in text_string_to_metric_families(response.read().decode()) for s in f.samples]
+        named = [s for s in samples if s.labels.get("topic", "").startswith(LMQ) and s.labels["topic"] != LMQ]
+        assert not named, named
+        seen.append({(s.name, s.labels.get("topic")): s.value for s in samples
+                     if s.labels.get("group", "").endswith(f"lagdev-{tag}")})
+        return seen[-1] == expected
+
+    # the session acknowledged 1 of the 7 messages on its light queues (one per MQTT topic, 3 of them)
+    expected = {
+        ("mqproxy_consumer_lag_messages", LMQ): 6.0,
+        ("mqproxy_consumer_group_lag_messages", None): 6.0,
+    }
+    try:
+        wait_until_sync(settled, 30, poll_s=0.5)
+    except AssertionError:
+        pytest.fail(f"lag of the session's group: {seen[-1]}, expected {expected}")
