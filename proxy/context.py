@@ -34,6 +34,8 @@ class ServerState:
     settings: Settings
     backend_name: str
     advertised: tuple[str, int] = ("127.0.0.1", 0)
+    #: The advertised host as an IP, for what cannot carry a name (message ids, records' store host).
+    id_host: str = ""
     ready: bool = False
     draining: trio.Event = field(default_factory=trio.Event)
     open_connections: int = 0

@@ -26,6 +26,7 @@ import trio
 from mqproxy import __version__
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl_watch import initial_rules, watch_acl_file
+from mqproxy.addresses import id_address, parse_advertised
 from mqproxy.backend_setup import open_broker
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.connection import handle_connection
@@ -129,15 +130,17 @@ async def serve(
     sock = listener.socket.getsockname()
     bound = (sock[0], sock[1])
     advertised = (
-        parse_hostport(settings.server.advertised_address, "server.advertised_address")
+        parse_advertised(settings.server.advertised_address)
         if settings.server.advertised_address
         else bound
     )
-    async with open_broker(settings, advertised) as backend:
+    ids = await id_address(advertised)  # store host and message ids carry an IP, never a name
+    async with open_broker(settings, ids) as backend:
         state = ServerState(
             settings=settings,
             backend_name=backend.name,
             advertised=advertised,
+            id_host=ids[0],
             broker=backend.broker,
             backend_health=backend.health,
             acl=acl,
@@ -166,6 +169,7 @@ async def _serve_state(
     _log.info(
         "proxy.started",
         listen=format_addr(bound),
+        advertised=format_addr(state.advertised),
         pid=os.getpid(),
         version=__version__,
         backend=state.backend_name,

@@ -185,6 +185,14 @@ class AclSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """Consumer-lag series on ``/metrics`` (:mod:`mqproxy.lag`)."""
+
+    max_lag_series: int = field(default=2000, metadata=_range(0, 1_000_000))
+    lag_refresh_s: float = field(default=15.0, metadata=_range(0.0, 3600))
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
     tls: TlsSettings = TlsSettings()
@@ -195,6 +203,7 @@ class Settings:
     remoting: RemotingSettings = RemotingSettings()
     mqtt: MqttSettings = MqttSettings()
     acl: AclSettings = AclSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
@@ -326,7 +335,9 @@ def build_settings(values: Mapping[str, Mapping[str, Any]], env_keys: set[str] |
     settings = Settings(**built)
     parse_hostport(settings.server.listen)
     if settings.server.advertised_address:
-        parse_hostport(settings.server.advertised_address, "server.advertised_address")
+        from mqproxy.addresses import parse_advertised  # imports this module
+
+        parse_advertised(settings.server.advertised_address)
     if bool(settings.tls.cert_file) != bool(settings.tls.key_file):
         raise SettingsError("tls.cert_file and tls.key_file must be set together")
     return settings
