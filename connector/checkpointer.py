@@ -29,8 +29,7 @@ from collections.abc import Callable, Mapping
 import trio
 
 from mqproxy.connector.checkpoint import TailScan, advances, merge_target, translate_offset
-from mqproxy.connector.client import ClusterClient
-from mqproxy.connector.copier import Runtime
+from mqproxy.connector.copier import RuleClusters, Runtime
 from mqproxy.connector.origin import SourceQueue
 from mqproxy.connector.rules import Rule
 from mqproxy.connector.tail import windows_newest_first
@@ -42,7 +41,7 @@ __all__ = ["Checkpointer"]
 TargetQueue = tuple[str, str, int]
 
 
-class Checkpointer:
+class Checkpointer(RuleClusters):
     """Offset translation for one rule; ``layout`` and ``owned`` read the rule runner's current view."""
 
     def __init__(
@@ -58,14 +57,6 @@ class Checkpointer:
         self.owned = owned
         #: (group, target queue) -> source offsets at the last decided translation
         self._done: dict[tuple[str, TargetQueue], tuple[int, ...]] = {}
-
-    @property
-    def src(self) -> ClusterClient:
-        return self.rt.clusters[self.rule.source]
-
-    @property
-    def dst(self) -> ClusterClient:
-        return self.rt.clusters[self.rule.target]
 
     async def run(self) -> None:
         while not self.rt.stopping.is_set():

@@ -45,7 +45,7 @@ from mqproxy.connector.telemetry import BatchReport, ConnectorMetrics
 from mqproxy.model.errors import BrokerRefused, ClusterUnavailable
 from mqproxy.model.types import Message, StoredMessage
 
-__all__ = ["QueueCopier", "Runtime", "Stopped"]
+__all__ = ["QueueCopier", "RuleClusters", "Runtime", "Stopped"]
 
 #: Answers after which a message will never be stored by the target: it becomes a dead letter.
 PERMANENT: Final = frozenset({ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION})
@@ -74,8 +74,23 @@ class Runtime:
         return self.target_locks.setdefault((cluster, topic, broker, queue_id), trio.Lock())
 
 
+class RuleClusters:
+    """``src`` and ``dst``: the clients of a rule's source and target clusters (needs ``rt`` and ``rule``)."""
+
+    rt: Runtime
+    rule: Rule
+
+    @property
+    def src(self) -> ClusterClient:
+        return self.rt.clusters[self.rule.source]
+
+    @property
+    def dst(self) -> ClusterClient:
+        return self.rt.clusters[self.rule.target]
+
+
 @dataclass
-class QueueCopier:
+class QueueCopier(RuleClusters):
     rt: Runtime
     rule: Rule
     source: SourceQueue
@@ -88,14 +103,6 @@ class QueueCopier:
     max_offset: int = 0
     last_copied_ms: int | None = None
     _failures: int = 0
-
-    @property
-    def src(self) -> ClusterClient:
-        return self.rt.clusters[self.rule.source]
-
-    @property
-    def dst(self) -> ClusterClient:
-        return self.rt.clusters[self.rule.target]
 
     @property
     def group(self) -> str:

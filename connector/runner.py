@@ -39,7 +39,7 @@ from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode
 from mqproxy.connector.checkpointer import Checkpointer
 from mqproxy.connector.client import ClusterClient
-from mqproxy.connector.copier import QueueCopier, Runtime
+from mqproxy.connector.copier import QueueCopier, RuleClusters, Runtime
 from mqproxy.connector.origin import SourceQueue
 from mqproxy.connector.progress import allocate, target_queue_for
 from mqproxy.connector.rules import ConnectorConfig, Rule, Start
@@ -55,7 +55,7 @@ _EARLIEST: Final = Start("earliest")
 _LOCK_TRUST: Final = 0.8
 
 
-class RuleRunner:
+class RuleRunner(RuleClusters):
     def __init__(self, rt: Runtime, rule: Rule, changed: trio.Event) -> None:
         self.rt = rt
         self.rule = rule
@@ -65,14 +65,6 @@ class RuleRunner:
         self._failures = 0
         self._known_targets: set[str] | None = None
         self.layout: dict[SourceQueue, tuple[str, str, int]] = {}
-
-    @property
-    def src(self) -> ClusterClient:
-        return self.rt.clusters[self.rule.source]
-
-    @property
-    def dst(self) -> ClusterClient:
-        return self.rt.clusters[self.rule.target]
 
     async def _topics(self) -> list[str]:
         if self.rule.pattern is None:

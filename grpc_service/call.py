@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 import trio
 
+from mqproxy.acl.holder import AclHolder
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.grpc_service.errors import ApiError, code_for
 from mqproxy.model.errors import BackendError
@@ -47,7 +49,8 @@ Send = Callable[[Any], Awaitable[None]]
 
 @dataclass(slots=True)
 class Call:
-    """One RPC as the service sees it. ``group``/``topic``/``code`` are filled in for the request log."""
+    """One RPC as the service sees it. ``group``/``topic``/``code`` are filled in for the request log;
+    ``acl`` and ``log`` are the connection's (its access rules and its logger)."""
 
     method: str
     client_id: str
@@ -58,6 +61,8 @@ class Call:
     topic: str | None = None
     code: pb.Code | None = None
     drained: bool = False
+    acl: AclHolder = field(default_factory=AclHolder)
+    log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
     _drain_scopes: set[trio.CancelScope] = field(default_factory=set)
 
     def remaining(self) -> float:

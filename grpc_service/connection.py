@@ -283,6 +283,8 @@ class GrpcConnectionDriver:
             peer=self._ctx.peer,
             metadata=metadata,
             deadline=deadline,
+            acl=self._ctx.acl,
+            log=self._ctx.log,
         )
         state = _CallState(event.stream_id, name, time.monotonic(), call, send, recv)
         self._calls[event.stream_id] = state

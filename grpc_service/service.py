@@ -17,6 +17,9 @@ Contracts:
 * ``Telemetry`` is the one bidi call (:meth:`MessagingService.telemetry`).
 * :class:`~.errors.RpcError` ends a call with a gRPC status instead.
 * ``SyncLiteSubscription`` answers NOT_IMPLEMENTED (lite topics are not supported).
+* With an ACL account file loaded, :class:`~.guard.GrpcGuard` vets every call before its handler runs
+  (UNAUTHORIZED / FORBIDDEN in the response status; for Telemetry, grpc-status UNAUTHENTICATED /
+  PERMISSION_DENIED).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from mqproxy.facade.api import BrokerFacade
 from mqproxy.facade.types import TransactionCheck
 from mqproxy.grpc_service.call import Call, Send, error_status
 from mqproxy.grpc_service.errors import ApiError
+from mqproxy.grpc_service.guard import GrpcGuard
 from mqproxy.grpc_service.pull import PullRpcs
 from mqproxy.grpc_service.receive import ReceiveRpcs
 from mqproxy.grpc_service.resources import Resources
@@ -54,9 +58,11 @@ async def _lite_unsupported(call: Call, request: Any) -> Any:
 
 class MessagingService:
     """The v2 RPCs for one server, over the broker facade ``broker`` (one instance serves every
-    connection: the registry of live clients spans them), configured by ``settings``."""
+    connection: the registry of live clients spans them), configured by ``settings``; ``guard`` applies
+    the ACL account file (none: every call passes)."""
 
-    def __init__(self, broker: BrokerFacade, settings: GrpcSettings) -> None:
+    def __init__(self, broker: BrokerFacade, settings: GrpcSettings, guard: GrpcGuard | None = None) -> None:
+        self.guard = guard if guard is not None else GrpcGuard()
         self.resources = Resources(
             broker, auto_create_topics=settings.auto_create_topics, server_settings=settings.server
         )
@@ -98,6 +104,7 @@ class MessagingService:
         """Run a unary RPC; application errors become the response's status."""
         response_type = pb.METHODS[f"/{pb.SERVICE}/{call.method}"].response
         try:
+            await self.guard.admit(call, request)
             response = await self._unary[call.method](call, request)
         except (ApiError, BackendError) as exc:
             response = response_type(status=error_status(exc))
@@ -109,6 +116,7 @@ class MessagingService:
         response_type = pb.METHODS[f"/{pb.SERVICE}/{call.method}"].response
         call.code = pb.Code.OK
         try:
+            await self.guard.admit(call, request)
             await self._streaming[call.method](call, request, send)
         except (ApiError, BackendError) as exc:
             status = error_status(exc)
@@ -116,8 +124,9 @@ class MessagingService:
             await send(response_type(status=status))
 
     async def telemetry(self, call: Call, requests: trio.MemoryReceiveChannel[bytes], send: Send) -> None:
-        """The bidi Telemetry stream (:meth:`.sessions.SessionRpcs.telemetry`)."""
-        await self.sessions.telemetry(call, requests, send)
+        """The bidi Telemetry stream (:meth:`.sessions.SessionRpcs.telemetry`), once the guard let it open."""
+        check = await self.guard.open_stream(call)
+        await self.sessions.telemetry(call, requests, send, check)
 
     async def check_back(self, check: TransactionCheck) -> bool:
         """Transaction check-back for half messages sent over gRPC

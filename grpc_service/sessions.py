@@ -20,6 +20,7 @@ never by rebalanced queue ownership.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -65,8 +66,15 @@ class SessionRpcs:
             self._resources.clients.remove(call.client_id)
         return pb.NotifyClientTerminationResponse(status=ok())
 
-    async def telemetry(self, call: Call, requests: trio.MemoryReceiveChannel[bytes], send: Send) -> None:
-        """The bidi Telemetry stream (see the module docstring)."""
+    async def telemetry(
+        self,
+        call: Call,
+        requests: trio.MemoryReceiveChannel[bytes],
+        send: Send,
+        check: Callable[[Any], None] | None = None,
+    ) -> None:
+        """The bidi Telemetry stream (see the module docstring); ``check`` vets each ``settings`` command
+        before it is applied (it raises :class:`~.errors.RpcError` to end the stream)."""
         client_id = call.client_id
         clients = self._resources.clients
         got_settings = False
@@ -83,6 +91,8 @@ class SessionRpcs:
                 command = self._decode(payload)
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces / verify results: nothing to do with them
+                if check is not None:
+                    check(command.settings)
                 reply = self._reply(command.settings)
                 if client_id:
                     record = clients.update_settings(client_id, command.settings)

@@ -34,7 +34,7 @@ from mqproxy.model.errors import BackendError, MessageTooLarge, StoreFull, Store
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import Deliveries
 from mqproxy.mqtt.gateway import Gateway, now_ms
-from mqproxy.mqtt.outcomes import Close, Inbound, error_name, is_error
+from mqproxy.mqtt.outcomes import Close, Inbound, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import WillRecord
@@ -65,6 +65,9 @@ class MqttConnection(PacketWriter, Deliveries):
         self._nursery: trio.Nursery | None = None
         self._deferred: list[mq.Packet] = []
         self._held: list[InFlight] = []
+        #: This connection's topic permissions, set when its CONNECT is admitted.
+        self._can_publish: Permission = gateway.auth.can_publish
+        self._can_subscribe: Permission = gateway.auth.can_subscribe
 
     @property
     def client_id(self) -> str:
@@ -280,8 +283,11 @@ class MqttConnection(PacketWriter, Deliveries):
         proto = self.proto
         gateway = self.gateway
         terms = proto.accept_connect(packet)
-        verdict = await gateway.auth.authenticate(packet.username, packet.password)
-        proto.admit(packet, terms, verdict, gateway.auth.can_publish)
+        admission = await gateway.access.connect(
+            packet.username, packet.password, self.ctx.peer, self.ctx.acl, self.ctx.log
+        )
+        self._can_publish, self._can_subscribe = admission.can_publish, admission.can_subscribe
+        proto.admit(packet, terms, admission.verdict, admission.can_publish)
         client_id = terms.client_id
         try:
             await gateway.ready()
@@ -340,7 +346,7 @@ class MqttConnection(PacketWriter, Deliveries):
                     await session.confirm_stored(
                         self.gateway.backend, packet.packet_id, self.client_id, packet.topic, packet.payload
                     )
-        can_publish = self.gateway.auth.can_publish
+        can_publish = self._can_publish
         for packet in packets:
             try:
                 inbound.append(
@@ -400,7 +406,7 @@ class MqttConnection(PacketWriter, Deliveries):
         session = self.session
         assert session is not None
         gateway = self.gateway
-        granted = self.proto.subscriptions(packet, gateway.auth.can_subscribe)
+        granted = self.proto.subscriptions(packet, self._can_subscribe)
         retained = []
         for item in granted:
             if item.spec is None:

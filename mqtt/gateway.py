@@ -22,6 +22,7 @@ import trio
 
 from mqproxy.codecs.mqtt import MqttCodecError, parse_topic_filter
 from mqproxy.model.errors import BackendError
+from mqproxy.mqtt.access import MqttAccess
 from mqproxy.mqtt.auth import ALLOW_ALL, Authorizer
 from mqproxy.mqtt.cluster_sync import ClusterSync, NodeDirectory
 from mqproxy.mqtt.config import NEVER_EXPIRES, MqttConfig
@@ -63,6 +64,7 @@ class Gateway:
         *,
         node: str | None = None,
         directory: NodeDirectory | None = None,
+        access: MqttAccess | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -73,6 +75,8 @@ class Gateway:
         #: Delivers new messages to caught-up subscribers without waking each reader.
         self.push_hubs = PushHubs(backend, self.read_cache, config.pull_batch, config.poll_interval_s)
         self.auth = auth
+        #: CONNECT and topic decisions: the ACL account file (if any) and ``auth`` (the [mqtt] tables).
+        self.access = access if access is not None else MqttAccess(auth)
         self.index = SubscriptionIndex()
         clustered = node is not None
         self.retained = RetainedStore(config.compaction_min_records, compacts=not clustered)

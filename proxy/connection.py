@@ -108,6 +108,7 @@ async def handle_connection(
         local=local,
         draining=server.draining,
         recorder=server.recorder,
+        acl=server.acl,
         log=_log,
     )
     server.connection_opened()

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from mqproxy.acl.holder import AclHolder
+from mqproxy.acl.loader import FileStamp
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ class ServerState:
     settings: Settings
     backend_name: str
     advertised: tuple[str, int] = ("127.0.0.1", 0)
+    #: The advertised host as an IP, for what cannot carry a name (message ids, records' store host).
+    id_host: str = ""
     ready: bool = False
     draining: trio.Event = field(default_factory=trio.Event)
     open_connections: int = 0
@@ -46,9 +50,15 @@ class ServerState:
     #: None while the backend can serve, else a one-line reason (a cluster it cannot reach); ``/healthz``
     #: answers 503 with it. Called per health check, so it must be cheap and must not block.
     backend_health: Callable[[], str | None] = always_healthy
+    #: The live access rules every protocol checks (``rules`` None: no ``[acl] file``); the same object is
+    #: every connection's ``ConnectionContext.acl``. Refusals are counted in ``mqproxy_auth_denied_total``.
+    acl: AclHolder = field(default_factory=AclHolder)
+    #: The ``[acl] file``'s stamp when the rules in force were read (the reload watcher compares against it).
+    acl_stamp: FileStamp | None = None
 
     def __post_init__(self) -> None:
         self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)
+        self.acl.on_denied = self.metrics.count_auth_denied
         self.recorder = ServerRecorder(self)
 
     def connection_opened(self) -> None:

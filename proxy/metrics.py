@@ -13,14 +13,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from mqproxy.lag import LagCollector
+from mqproxy.lag_sources import INTERNAL_GROUPS, LagRefresher
 from mqproxy.model.errors import BackendError
-from mqproxy.model.properties import REVIVE_GROUP, SCHEDULE_GROUP, TRANSACTION_GROUP
 
-#: Groups the broker services use for their own progress; not consumer lag anyone acts on.
-INTERNAL_GROUPS = frozenset({SCHEDULE_GROUP, REVIVE_GROUP, TRANSACTION_GROUP})
+__all__ = ["INTERNAL_GROUPS", "LATENCY_BUCKETS_S", "Metrics", "refresh_backend_metrics", "render_metrics"]
 
 if TYPE_CHECKING:
     from mqproxy.context import ServerState
+    from mqproxy.settings import MetricsSettings
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 30)
 
@@ -54,13 +55,23 @@ class Metrics:
         self.bytes_in = Counter("mqproxy_bytes_received", "Bytes received", ["protocol"], registry=r)
         self.bytes_out = Counter("mqproxy_bytes_sent", "Bytes sent", ["protocol"], registry=r)
         self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-        self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
-        self.consumer_lag = Gauge(
-            "mqproxy_consumer_lag_messages",
-            "Messages not yet consumed, by consumer group and topic",
-            ["group", "topic"],
+        self.auth_denied = Counter(
+            "mqproxy_auth_denied",
+            "Requests and connections refused by access control, by protocol and reason "
+            "(no_access_key, unknown_access_key, bad_signature, throttled, admin_required, no_permission)",
+            ["protocol", "reason"],
             registry=r,
         )
+        self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
+        self.lag = LagCollector()
+        r.register(self.lag)
+        self._lag_refresher: LagRefresher | None = None
+
+    def lag_refresher(self, settings: MetricsSettings) -> LagRefresher:
+        """The consumer-lag reader of this registry (made on first use)."""
+        if self._lag_refresher is None:
+            self._lag_refresher = LagRefresher(self.lag, settings)
+        return self._lag_refresher
 
     def watch_mqtt(self, source: Callable[[], _HasStats | None]) -> None:
         """Export the MQTT figures of ``source()`` (read per scrape; None until the service exists)."""
@@ -69,6 +80,10 @@ class Metrics:
     def watch_store(self, source: Callable[[], object]) -> None:
         """Export the disk and retention figures of the store ``source()`` returns, if it has them."""
         self.registry.register(_StoreCollector(source))
+
+    def count_auth_denied(self, protocol: str, reason: str) -> None:
+        """One refusal by access control (``AclHolder.on_denied``)."""
+        self.auth_denied.labels(protocol, reason).inc()
 
     def request_series(self, protocol: str, op: str, outcome: str) -> tuple[Any, Any]:
         """The (counter, latency histogram) children of one request kind, created once and cached
@@ -199,30 +214,17 @@ class _GatewayCollector:
 
 
 async def refresh_backend_metrics(server: ServerState) -> None:
-    """Update the store-size and consumer-lag gauges from the broker facade (called per scrape). While the
-    backend cannot answer (a cluster out of reach) they keep their last values."""
+    """Update the store-size gauge from the broker facade (per scrape) and the consumer-lag series (when
+    older than ``metrics.lag_refresh_s``, :mod:`mqproxy.lag_sources`). While the backend cannot answer (a
+    cluster out of reach) they keep their last values."""
     metrics, backend = server.metrics, server.broker
     if backend is None:
         return  # not open yet
     try:
-        store_bytes = await backend.store_bytes()
-        offsets = await backend.consumer_offsets()
+        metrics.store_bytes.set(await backend.store_bytes())
     except BackendError:
-        return
-    metrics.store_bytes.set(store_bytes)
-    lag: dict[tuple[str, str], int] = {}
-    for row in offsets:
-        if row.group in INTERNAL_GROUPS:
-            continue
-        try:
-            end = await backend.max_offset(row.topic, row.queue_id)
-        except BackendError:
-            continue  # the topic or queue went away; no lag to report
-        key = (row.group, row.topic)
-        lag[key] = lag.get(key, 0) + max(0, end - row.offset)
-    metrics.consumer_lag.clear()
-    for (group, topic), value in lag.items():
-        metrics.consumer_lag.labels(group, topic).set(value)
+        pass
+    await metrics.lag_refresher(server.settings.metrics).refresh(backend)
 
 
 def render_metrics(server: ServerState) -> tuple[bytes, str]:

@@ -49,7 +49,9 @@ _ROUTES: dict[Protocol, Callable[[Protocols], ProtocolService]] = {
 def build_protocols(state: ServerState) -> Protocols:
     """One service per protocol for the server ``state`` (its settings, broker facade, drain event)."""
     return Protocols(
-        remoting=RemotingService.from_settings(state.broker, state.settings, state.advertised),
+        remoting=RemotingService.from_settings(
+            state.broker, state.settings, state.advertised, msg_id_host=state.id_host
+        ),
         mqtt=MqttService.from_settings(state.broker, state.settings, state.draining),
         grpc=GrpcService(state.broker, GrpcSettings.from_config(state.settings, state.advertised)),
         http=HttpService(state),

@@ -24,6 +24,9 @@ import structlog
 import trio
 
 from mqproxy import __version__
+from mqproxy.acl.holder import AclHolder
+from mqproxy.acl_watch import initial_rules, watch_acl_file
+from mqproxy.addresses import id_address, parse_advertised
 from mqproxy.backend_setup import open_broker
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.connection import handle_connection
@@ -117,6 +120,8 @@ async def serve(
 ) -> None:
     """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully."""
     ssl_context = server_ssl_context(settings.tls)
+    rules, acl_stamp = initial_rules(settings.acl)
+    acl = AclHolder(rules)
     host, port = parse_hostport(settings.server.listen)
     listeners = await trio.open_tcp_listeners(port, host=host)
     listener = listeners[0]
@@ -125,20 +130,24 @@ async def serve(
     sock = listener.socket.getsockname()
     bound = (sock[0], sock[1])
     advertised = (
-        parse_hostport(settings.server.advertised_address, "server.advertised_address")
+        parse_advertised(settings.server.advertised_address)
         if settings.server.advertised_address
         else bound
     )
-    async with open_broker(settings, advertised) as backend:
+    ids = await id_address(advertised)  # store host and message ids carry an IP, never a name
+    async with open_broker(settings, ids) as backend:
         state = ServerState(
             settings=settings,
             backend_name=backend.name,
             advertised=advertised,
+            id_host=ids[0],
             broker=backend.broker,
             backend_health=backend.health,
+            acl=acl,
         )
         state.protocols = build_protocols(state)
         state.metrics.watch_store(lambda: backend.store)
+        state.acl_stamp = acl_stamp
         await _serve_state(
             settings,
             ServerHandle(address=bound, state=state, store=backend.store),
@@ -161,6 +170,7 @@ async def _serve_state(
     _log.info(
         "proxy.started",
         listen=format_addr(bound),
+        advertised=format_addr(state.advertised),
         pid=os.getpid(),
         version=__version__,
         backend=state.backend_name,
@@ -172,6 +182,8 @@ async def _serve_state(
     async with trio.open_nursery() as root:
         if install_signal_handlers:
             root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
+        if settings.acl.file:
+            await root.start(watch_acl_file, settings.acl, state.acl, state.acl_stamp)
         assert state.protocols is not None
         for service in state.protocols:
             await root.start(service.run)

@@ -201,6 +201,27 @@ class MqttSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AclSettings:
+    """The ``[acl]`` section: the RocketMQ ACL 1.0 account file (``plain_acl.yml``) every protocol enforces.
+
+    ``file`` empty = no access control. The server reads it at start (a malformed file stops it with exit
+    status 2 naming ``path:line``) and re-reads it whenever its modification time, size or inode changes,
+    checked every ``reload_interval_s``.
+    """
+
+    file: str = ""
+    reload_interval_s: float = field(default=1.0, metadata=_range(0.05, 3600))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """Consumer-lag series on ``/metrics`` (:mod:`mqproxy.lag`)."""
+
+    max_lag_series: int = field(default=2000, metadata=_range(0, 1_000_000))
+    lag_refresh_s: float = field(default=15.0, metadata=_range(0.0, 3600))
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
     tls: TlsSettings = TlsSettings()
@@ -210,6 +231,8 @@ class Settings:
     broker: BrokerSettings = BrokerSettings()
     remoting: RemotingSettings = RemotingSettings()
     mqtt: MqttSettings = MqttSettings()
+    acl: AclSettings = AclSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
@@ -341,7 +364,9 @@ def build_settings(values: Mapping[str, Mapping[str, Any]], env_keys: set[str] |
     settings = Settings(**built)
     parse_hostport(settings.server.listen)
     if settings.server.advertised_address:
-        parse_hostport(settings.server.advertised_address, "server.advertised_address")
+        from mqproxy.addresses import parse_advertised  # imports this module
+
+        parse_advertised(settings.server.advertised_address)
     if bool(settings.tls.cert_file) != bool(settings.tls.key_file):
         raise SettingsError("tls.cert_file and tls.key_file must be set together")
     return settings

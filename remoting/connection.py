@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from mqproxy.acl.holder import AclHolder
 from mqproxy.codecs.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
     FLAG_ONEWAY,
@@ -232,12 +233,14 @@ async def serve_remoting(
     log: Any = None,
     limits: ConnectionLimits | None = None,
     draining: trio.Event | None = None,
+    acl: AclHolder | None = None,
 ) -> ConnectionStats:
     """Serve remoting requests on ``stream`` until it ends; see the module docstring.
 
     When ``draining`` is set (server shutdown) no further frames are read; held long polls are answered at
     once (PULL_NOT_FOUND / POLLING_TIMEOUT), other requests already in flight run to completion (the server
-    bounds that with its grace period), then the call returns.
+    bounds that with its grace period), then the call returns. ``acl``: the access rules every request is
+    checked against (:mod:`mqproxy.remoting.auth`); None = unchecked.
     """
     stats = ConnectionStats() if stats is None else stats
     limits = ConnectionLimits() if limits is None else limits
@@ -288,7 +291,7 @@ async def serve_remoting(
     try:
         async with trio.open_nursery() as nursery:
             connection = RemotingConnection(stream, nursery, stats, limits)
-            session = RemotingSession(broker, ctx, conn=connection, peer=peer, log=log)
+            session = RemotingSession(broker, ctx, conn=connection, peer=peer, log=log, acl=acl)
             connection.session = session
             if draining is not None:
                 nursery.start_soon(stop_reading_on_drain, draining, session)

@@ -47,13 +47,15 @@ class RemotingService:
 
     @classmethod
     def from_settings(
-        cls, broker: BrokerFacade, settings: Any, advertised: tuple[str, int]
+        cls, broker: BrokerFacade, settings: Any, advertised: tuple[str, int], *, msg_id_host: str = ""
     ) -> RemotingService:
         """The service for a server's ``settings`` (its ``remoting``, ``store`` and ``server`` sections),
-        advertising ``advertised`` in routes and message ids."""
+        advertising ``advertised`` in routes and message ids (``msg_id_host``: the IP message ids carry
+        when the advertised host is a name; see :class:`~mqproxy.remoting.context.ServerContext`)."""
         ctx = ServerContext(
             advertised_host=advertised[0],
             advertised_port=advertised[1],
+            msg_id_host=msg_id_host,
             auto_create_topics=settings.store.auto_create_topics,
             default_queue_count=settings.store.default_queue_count,
             max_pull_batch=settings.remoting.max_pull_batch,
@@ -90,6 +92,7 @@ class RemotingService:
                 log=ctx.log,
                 limits=self.limits,
                 draining=ctx.draining,
+                acl=ctx.acl,
             )
         finally:
             ctx.error = ctx.error or stats.error

@@ -31,6 +31,7 @@ from typing import Any, Final
 import structlog
 import trio
 
+from mqproxy.acl.holder import AUTHENTICATION_FAILURES, AclHolder
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.api import BrokerFacade
@@ -54,6 +55,7 @@ from mqproxy.model.errors import (
 from mqproxy.remoting import (
     admin,
     assignment,
+    auth,
     clients,
     config_admin,
     consume,
@@ -225,7 +227,9 @@ class RemotingSession:
     ``conn`` is the opaque token :class:`~mqproxy.remoting.context.GroupMembership` knows this
     connection by; ``peer`` is the client address (born host of messages without one);
     ``on_request`` receives the ``request`` event of :meth:`handle`; ``log`` (a structlog logger,
-    ideally bound to the connection) gets ``internal.error`` for handler bugs.
+    ideally bound to the connection) gets ``internal.error`` for handler bugs and ``auth.denied``.
+    ``acl`` holds the access rules (see :mod:`mqproxy.remoting.auth`); None or ``acl.rules`` None: every
+    request is served unchecked.
     """
 
     def __init__(
@@ -237,8 +241,10 @@ class RemotingSession:
         peer: tuple[str, int] = ("127.0.0.1", 0),
         on_request: RequestCallback = ignore_request,
         log: Any = None,
+        acl: AclHolder | None = None,
     ) -> None:
         self.broker = broker
+        self.acl = acl
         self.log = _log if log is None else log
         self.ctx = ctx
         self.conn: object = self if conn is None else conn
@@ -285,8 +291,11 @@ class RemotingSession:
         if self.language is None:
             self.language, self.version = request.language, request.version
         note = Note()
+        refusal = self._refusal(request)
         handler = HANDLERS.get(request.code)
-        if handler is None:
+        if refusal is not None:
+            reply = refusal
+        elif handler is None:
             reply = Reply(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f" request type {request.code} not supported",
@@ -294,6 +303,47 @@ class RemotingSession:
         else:
             reply = await self._run(handler, request, note)
         return self._handled(request, reply, note)
+
+    def _refusal(self, request: RemotingCommand) -> Reply | None:
+        """NO_PERMISSION when access control refuses ``request`` (reported through ``acl.denied``; failed
+        authentication feeds the per-address throttle), None when it may be served."""
+        acl = self.acl
+        rules = None if acl is None else acl.rules
+        if acl is None or rules is None:
+            return None
+        ip, now = self.peer[0], trio.current_time()
+        peer = f"[{ip}]:{self.peer[1]}" if ":" in ip else f"{ip}:{self.peer[1]}"
+        access_key = request.ext_fields.get("AccessKey")
+        wait = acl.throttle.delay_for(ip, now)
+        if wait > 0 and not rules.globally_white(ip):
+            detail = f"too many failed authentications from {ip}; retry in {wait:.1f} s"
+            acl.denied(
+                self.log,
+                protocol="remoting",
+                peer=peer,
+                access_key=access_key,
+                reason="throttled",
+                detail=detail,
+                emit=False,
+            )
+            return Reply(ResponseCode.NO_PERMISSION, remark=detail)
+        verdict = auth.authorize(rules, request, ip)
+        if verdict.authenticated:
+            acl.throttle.succeeded(ip)
+        if verdict.allowed:
+            return None
+        reason = verdict.reason or "no_permission"
+        if reason in AUTHENTICATION_FAILURES:
+            acl.throttle.failed(ip, now)
+        acl.denied(
+            self.log,
+            protocol="remoting",
+            peer=peer,
+            access_key=verdict.access_key,
+            reason=reason,
+            detail=verdict.detail,
+        )
+        return Reply(ResponseCode.NO_PERMISSION, remark=verdict.detail)
 
     def reject(self, request: RemotingCommand, code: ResponseCode, remark: str) -> Handled:
         """Answer ``request`` with an error without running its handler (e.g. overload)."""

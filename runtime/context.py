@@ -15,6 +15,8 @@ from typing import Any, Protocol
 import structlog
 import trio
 
+from mqproxy.acl.holder import AclHolder
+
 __all__ = ["ConnectionContext", "RequestRecorder"]
 
 
@@ -33,7 +35,9 @@ class _NoRecorder:
 class ConnectionContext:
     """One accepted connection as its protocol handler sees it.
 
-    ``draining`` is set when the server stops: handlers finish what is in flight and close.
+    ``draining`` is set when the server stops: handlers finish what is in flight and close. ``acl`` is the
+    server's one :class:`~mqproxy.acl.holder.AclHolder` (``acl.rules`` is None when no ``[acl] file`` is
+    configured: nothing is checked).
     """
 
     conn_id: str
@@ -41,6 +45,7 @@ class ConnectionContext:
     local: tuple[str, int]
     draining: trio.Event = field(default_factory=trio.Event)
     recorder: RequestRecorder = field(default_factory=_NoRecorder)
+    acl: AclHolder = field(default_factory=AclHolder)
     log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
     protocol: str | None = None
     tls: bool = False

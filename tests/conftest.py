@@ -225,3 +225,21 @@ def wait_proxy_started(proc: subprocess.Popen[bytes], log: Path) -> tuple[str, i
     wait_until_sync(started)
     host, port = started()[0]["listen"].rsplit(":", 1)
     return host, int(port)
+
+
+def running_stock_cluster(workdir: Path, **options: Any) -> Iterator[Any]:
+    """Yield a started stock RocketMQ cluster (``scripts/stock_rocketmq.StockCluster(workdir, **options)``),
+    stopped afterwards. The test fails, not skips, with the launcher's one-line reason when it cannot start:
+    ``make test`` installs and fetches everything it needs."""
+    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import stock_rocketmq
+
+    cluster = stock_rocketmq.StockCluster(workdir, **options)
+    try:
+        cluster.start()
+    except stock_rocketmq.LauncherError as exc:
+        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()

@@ -42,6 +42,7 @@ from mqproxy.backends.rocketmq.lmq import LmqSending
 from mqproxy.backends.rocketmq.members import Members, node_client_id
 from mqproxy.backends.rocketmq.pop import PoppingRole
 from mqproxy.backends.rocketmq.produce import ProducingRole
+from mqproxy.backends.rocketmq.stats import ConsumeStat, consume_stats
 from mqproxy.backends.rocketmq.topology import loads_java_json
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
@@ -330,6 +331,10 @@ class RocketMQBroker(ProducingRole, LmqSending, ConsumingRole, PoppingRole):
 
     async def delete_idle_lmqs(self, idle_ms: int, in_use: Container[str], limit: int = 10_000) -> list[str]:
         return []  # the brokers own LMQ retention
+
+    async def consume_stats(self) -> list[ConsumeStat]:
+        """Every group's per-queue progress as the brokers report it (lag metrics; read-only)."""
+        return await consume_stats(self.cluster)
 
     async def store_bytes(self) -> int:
         return 0  # this node stores no messages

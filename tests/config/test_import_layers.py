@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "mqproxy.codecs": 1,
     "mqproxy.codecs.mqtt": 1,
     "mqproxy.negotiation": 1,
+    "mqproxy.acl": 1,
     "mqproxy.facade": 2,
     "mqproxy.runtime": 2,
     "mqproxy.remoting_client": 2,

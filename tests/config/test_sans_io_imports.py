@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_DIRS = ["model", "codecs", "negotiation"]
+PURE_DIRS = ["model", "codecs", "negotiation", "acl"]
 #: Sans-IO protocol cores (and the pure modules they build on) inside packages that also hold adapters.
 PURE_MODULES = [
     "mqtt/protocol.py",

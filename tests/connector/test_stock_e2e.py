@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ..conftest import wait_until  # type: ignore[import-not-found]
+from ..conftest import running_stock_cluster, wait_until  # type: ignore[import-not-found]
 from .conftest import Node, config, produce, read_all, running
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -22,13 +22,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def stock(tmp_path: Path) -> Iterator[stock_rocketmq.StockCluster]:
-    cluster = stock_rocketmq.StockCluster(tmp_path / "stock", brokers=1)
-    try:
-        cluster.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    yield cluster
-    cluster.stop()
+    yield from running_stock_cluster(tmp_path / "stock", brokers=1)
 
 
 async def test_mqproxy_to_stock_and_back_exactly_once(

@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import go_drivers  # noqa: E402  (builds tests/e2e/go with `go build`; stdlib-only, like the launcher)
 import stock_rocketmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 
+from ..conftest import running_stock_cluster  # type: ignore[import-not-found]  # noqa: E402
 from .cluster_harness import ClusterMode  # noqa: E402
 from .harness import (  # noqa: E402
     Client,
@@ -90,6 +91,7 @@ def new_proxy(
     """
     started: list[ProxyProcess] = []
     request.node._e2e_proxies = started  # read by pytest_runtest_makereport
+
     def make(env: dict[str, str] | None = None) -> ProxyProcess:
         base = tmp_path_factory.mktemp("proxy")
         (base / "data").mkdir()
@@ -155,14 +157,9 @@ def stock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stock_rocketmq.S
     Fails (not skips) with the launcher's one-line reason when Maven, Java or a JVM is not right:
     ``make test`` installs and fetches everything it needs.
     """
-    cluster = stock_rocketmq.StockCluster(tmp_path_factory.mktemp("stock"), brokers=1, proxy="cluster",
-                                          broker_conf=STOCK_BROKER_CONF)
-    try:
-        cluster.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    yield cluster
-    cluster.stop()
+    yield from running_stock_cluster(
+        tmp_path_factory.mktemp("stock"), brokers=1, proxy="cluster", broker_conf=STOCK_BROKER_CONF
+    )
 
 
 @pytest.fixture(scope="module")
@@ -242,9 +239,19 @@ def java_driver(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Clien
                 java = stock_rocketmq.java_executable()
             except stock_rocketmq.LauncherError as exc:
                 pytest.fail(f"Java driver {suite}: {exc}", pytrace=False)
-            argv = [java, "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                    "-XX:-UsePerfData", f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home / 'logs'}",
-                    "-cp", f"{classes}{os.pathsep}{cp}", main]
+            argv = [
+                java,
+                "-Xms64m",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:-UsePerfData",
+                f"-Duser.home={home}",
+                f"-Drocketmq.client.logRoot={home / 'logs'}",
+                "-cp",
+                f"{classes}{os.pathsep}{cp}",
+                main,
+            ]
             built[key] = Client(suite, argv, home, workdir)
         return built[key]
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 
+from ..conftest import running_stock_cluster  # type: ignore[import-not-found]
 from ..connector.conftest import ConnectProcess, cluster, produce, read_all
 from .cluster_harness import Loads, finish, received, started, wait_for
 from .conftest import Client, stock_rocketmq
@@ -28,13 +29,7 @@ QUEUES = 4
 
 @pytest.fixture
 def stock_target(tmp_path: Path) -> Iterator[stock_rocketmq.StockCluster]:
-    cluster_ = stock_rocketmq.StockCluster(tmp_path / "stock", brokers=1)
-    try:
-        cluster_.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    yield cluster_
-    cluster_.stop()
+    yield from running_stock_cluster(tmp_path / "stock", brokers=1)
 
 
 @pytest.fixture

@@ -244,6 +244,7 @@ class GrpcEnv:
             local=("127.0.0.1", 9876),
             draining=self.server.draining,
             recorder=self.server.recorder,
+            acl=self.server.acl,
             protocol="grpc",
         )
         self.contexts.append(ctx)

@@ -11,8 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "grpc_service"
-ALLOWED = ("codecs", "facade", "model", "runtime", "negotiation", "grpc_service")
-SANS_IO = ("convert", "errors")
+ALLOWED = ("acl", "codecs", "facade", "model", "runtime", "negotiation", "grpc_service")
+SANS_IO = ("acl", "convert", "errors")
 FORBIDDEN = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
 
 

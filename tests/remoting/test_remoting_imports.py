@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The mqproxy packages remoting may import (the layers below it, and itself).
-ALLOWED = {"codecs", "model", "facade", "runtime", "negotiation", "remoting"}
+#: The mqproxy packages remoting may import (the layers below it, access control included, and itself).
+ALLOWED = {"codecs", "model", "facade", "runtime", "negotiation", "remoting", "acl"}
 #: Single modules of other packages it may import: the frame outbox its connections share with the
 #: remoting client (a trio writer; it knows nothing of brokers).
 ALLOWED_MODULES = {"mqproxy.remoting_client.outbox"}

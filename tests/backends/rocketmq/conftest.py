@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "scripts"))
 import stock_rocketmq  # noqa: E402
 
+from ...conftest import running_stock_cluster  # type: ignore[import-not-found]  # noqa: E402
+
 #: Check-backs within seconds; no SYSTEM_BUSY on a loaded 2-core machine.
 BROKER_CONF = {
     "transactionCheckInterval": "1000",
@@ -31,15 +33,7 @@ class Tunables:
     max_reconsume_times: int = 16
 
 
-def running_cluster(workdir: Path, **options: object) -> Iterator[stock_rocketmq.StockCluster]:
-    """A started stock cluster (the test fails, not skips, with the launcher's reason), stopped after."""
-    cluster = stock_rocketmq.StockCluster(workdir, **options)  # type: ignore[arg-type]
-    try:
-        cluster.start()
-    except stock_rocketmq.LauncherError as exc:
-        pytest.fail(f"stock RocketMQ did not start: {exc}", pytrace=False)
-    yield cluster
-    cluster.stop()
+running_cluster = running_stock_cluster
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,11 @@
 Works with both PyPI ``rocketmq==0.4.4`` and ``rocketmq-python-cvs==2.1.0.3``: they share the
 import name ``rocketmq`` and the ctypes API used here. Output is one JSON object per line on stdout:
 
-``produce``  one ``{"event": "sent", ...}`` per acknowledged send, then ``{"event": "done", ...}``.
+``produce``  one ``{"event": "sent", ...}`` per acknowledged send (a refused one ends the run with
+             ``{"event": "send.failed", ...}``), then ``{"event": "done", ...}``.
 ``consume``  ``{"event": "started"}`` once subscribed, one ``{"event": "received", ...}`` per message,
              then ``{"event": "done", ...}`` when ``--expect`` messages arrived or ``--timeout`` expired.
+Every command takes ``--ak``/``--sk`` to sign its requests with ACL 1.0 (``set_session_credentials``).
 
 ``consume-fail``     like ``consume`` but the listener always fails (RECONSUME_LATER); ``received`` events
                      carry ``reconsume_times``; ``done`` after ``--duration`` seconds.
@@ -72,9 +74,16 @@ def set_log_dir(client: Producer | PushConsumer) -> None:
         setter(os.path.join(os.path.expanduser("~"), "logs"))
 
 
+def set_credentials(client: Any, args: argparse.Namespace) -> None:
+    """Sign every request with ACL 1.0 when ``--ak``/``--sk`` are given (the core's ClientRPCHook)."""
+    if args.ak:
+        client.set_session_credentials(args.ak, args.sk, "ALIYUN")
+
+
 def started_producer(args: argparse.Namespace) -> Producer:
     producer = Producer(args.group)
     producer.set_namesrv_addr(args.namesrv)
+    set_credentials(producer, args)
     set_log_dir(producer)
     producer.start()
     return producer
@@ -102,11 +111,16 @@ def produce(args: argparse.Namespace) -> int:
     producer = started_producer(args)
     sent = 0
     for index in range(args.start, args.start + args.count):
-        emit(sent_event(index, producer.send_sync(numbered_message(args, index, props))))
+        try:
+            result = producer.send_sync(numbered_message(args, index, props))
+        except Exception as exc:  # the core's refusal (e.g. NO_PERMISSION): report it and stop
+            emit({"event": "send.failed", "index": index, "error": f"{type(exc).__name__}: {exc}"})
+            break
+        emit(sent_event(index, result))
         sent += 1
     emit({"event": "done", "sent": sent})
     producer.shutdown()
-    return 0
+    return 0 if sent == args.count else 1
 
 
 def received_event(msg: RecvMessage, prop_keys: list[str]) -> dict[str, Any]:
@@ -130,6 +144,7 @@ def start_consumer(args: argparse.Namespace, on_message: Any, *, orderly: bool =
     """Subscribe ``on_message`` to ``args.topic`` / ``args.expression`` as ``args.group`` and start."""
     consumer = PushConsumer(args.group, orderly=orderly) if orderly else PushConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
+    set_credentials(consumer, args)
     set_log_dir(consumer)
     consumer.subscribe(args.topic, on_message, args.expression)
     consumer.start()
@@ -250,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--namesrv", required=True, help="HOST:PORT of the name server")
     common.add_argument("--topic", required=True)
+    common.add_argument("--ak", default="", help="ACL 1.0 access key (signs every request with --sk)")
+    common.add_argument("--sk", default="", help="ACL 1.0 secret key")
 
     p = sub.add_parser("produce", parents=[common], help="send --count messages synchronously")
     p.add_argument("--group", default="PG")

@@ -5,6 +5,8 @@
 //	remoting consume     --namesrv A --group G --topic T --selector EXPR --expect N [--timeout S]
 //	remoting transaction --namesrv A --group G --topic T [--timeout S]
 //
+// Every command takes --ak AK --sk SK to sign its requests with ACL 1.0 (primitive.Credentials).
+//
 // produce: message i has tag tags[i % len(tags)], keys "K-i" and "K", body "B-i" and every --prop;
 // one "sent" event per message. --queue0 sends every message to the lowest queue id of the route.
 // consume: a push consumer (clustering, from the first offset) with a TAG selector; one "received"
@@ -50,6 +52,7 @@ func (p props) Set(kv string) error {
 
 type options struct {
 	namesrv, group, topic, tags, key, body, selector string
+	ak, sk                                           string
 	count, expect, immunity                          int
 	timeout                                          time.Duration
 	queue0                                           bool
@@ -77,6 +80,8 @@ func main() {
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "give up after this long")
 	fs.BoolVar(&o.queue0, "queue0", false, "send to the lowest queue id")
 	fs.Var(o.props, "prop", "user property key=value (repeatable)")
+	fs.StringVar(&o.ak, "ak", "", "ACL access key (signs every request with --sk)")
+	fs.StringVar(&o.sk, "sk", "", "ACL secret key")
 	_ = fs.Parse(os.Args[2:])
 	switch os.Args[1] {
 	case "produce":
@@ -101,6 +106,10 @@ func (lowestQueue) Select(_ *primitive.Message, mqs []*primitive.MessageQueue, _
 		}
 	}
 	return best
+}
+
+func credentials(o options) primitive.Credentials {
+	return primitive.Credentials{AccessKey: o.ak, SecretKey: o.sk}
 }
 
 func resolver(o options) primitive.NsResolver {
@@ -162,6 +171,9 @@ func produce(o options) {
 	if o.queue0 {
 		opts = append(opts, producer.WithQueueSelector(lowestQueue{}))
 	}
+	if o.ak != "" {
+		opts = append(opts, producer.WithCredentials(credentials(o)))
+	}
 	p, err := rocketmq.NewProducer(opts...)
 	if err != nil {
 		events.Done(false, "reason", "new producer: "+err.Error())
@@ -214,10 +226,14 @@ func (c *collector) listener(_ context.Context, msgs ...*primitive.MessageExt) (
 }
 
 func startConsumer(o options, group string, c *collector) (rocketmq.PushConsumer, error) {
-	pc, err := rocketmq.NewPushConsumer(consumer.WithNsResolver(resolver(o)), consumer.WithGroupName(group),
+	opts := []consumer.Option{consumer.WithNsResolver(resolver(o)), consumer.WithGroupName(group),
 		consumer.WithInstance(group), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
 		// a whole pull result per call, in queue order
-		consumer.WithConsumeMessageBatchMaxSize(32))
+		consumer.WithConsumeMessageBatchMaxSize(32)}
+	if o.ak != "" {
+		opts = append(opts, consumer.WithCredentials(credentials(o)))
+	}
+	pc, err := rocketmq.NewPushConsumer(opts...)
 	if err != nil {
 		return nil, err
 	}
