@@ -20,6 +20,7 @@ import trio
 
 from mqproxy.backends.embedded.coalescer import WriteCoalescer
 from mqproxy.backends.embedded.commitlog import CommitLog
+from mqproxy.backends.embedded.handoff import Handoff
 from mqproxy.backends.embedded.index import Index
 from mqproxy.backends.embedded.sending import StoreClock
 from mqproxy.backends.embedded.store_base import StoreBase
@@ -71,6 +72,7 @@ class EmbeddedCore(StoreBase):
     _store_host: tuple[str, int]
     _max_message_bytes: int
     _waiters: QueueWaiters
+    _handoff: Handoff
     _writes: WriteCoalescer[PendingSend, tuple[list[SendResult], int]]
     _clock: StoreClock
     _qids: LRUCache
