@@ -174,7 +174,12 @@ class EmbeddedWriting(EmbeddedRecovery):
             lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
             properties = stored_properties(message.properties, lmqs, lmq_offsets)
             body = bytes(message.body)
-            waited = parent_waited or any(waiting((name, LMQ_QUEUE_ID)) for name in lmqs)
+            waited = parent_waited
+            if not waited:
+                for name in lmqs:  # a loop, not any(<genexpr>): this runs per message
+                    if waiting((name, LMQ_QUEUE_ID)):
+                        waited = True
+                        break
             payloads.append(
                 encode_message(
                     topic=topic,
