@@ -27,7 +27,9 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "remoting": ("/remoting/", "remoting_client/"),
     "facade": ("/facade/",),
     "runtime streams": ("runtime/",),
-    "trio": ("trio/", "outcome/"),
+    "socket syscalls": ("trio/_socket.py", "_io_epoll.py"),
+    "worker threads": ("trio/_threads.py", "trio/_core/_thread_cache.py"),
+    "trio": ("trio/", "outcome/", "contextlib.py"),
 }
 
 

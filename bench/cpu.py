@@ -1,9 +1,10 @@
 """CPU per message, A/B in one run: broker CPU seconds (``/proc/PID/stat``) per delivered message.
 
 Throughput on a shared machine moves with whatever else runs; the CPU a broker spends per message at a
-fixed offered rate barely does. This script starts each server in turn, in the same run, and offers each
-the same fixed load below saturation, ``--rounds`` times, alternating, then prints the median per server
-and its ratio to the first one:
+fixed offered rate moves much less. This script starts every server at once and offers each the same
+fixed load below saturation *at the same time* (so they share whatever else the machine runs), a fresh
+set of servers per round, ``--rounds`` times, then prints the median per server and its ratio to the
+first one (the peers run alone, after the first round):
 
 * ``qos0``: MQTT fan-in 10→1, QoS 0, 64 B, ``--rate-qos0`` publishes/s (the issue's fan-in case);
 * ``qos1``: the same at QoS 1, ``--rate-qos1`` publishes/s;
@@ -13,8 +14,9 @@ Servers: ``--server NAME=PYTHON`` (repeatable) runs ``PYTHON -m mqproxy serve`` 
 flush, JSON log to a file), so another checkout's venv is the "before" of a change (default: this
 interpreter only). Peers, same run: mosquitto for the MQTT cases (when installed:
 ``scripts/setup-bench-peers.sh``) and ``bench/remoting.py``'s no-storage trio baseline for ``remoting``.
-``--profile DIR`` also samples each mqproxy case with py-spy (``pip install py-spy``) into
-``DIR/<server>-<case>.txt`` (collapsed stacks) and prints where the time goes (``bench/_profile.py``).
+``--profile DIR`` adds a first, unmeasured round that samples every server with py-spy (``pip install
+py-spy``) into ``DIR/<server>-<case>.txt`` (collapsed stacks) and prints where the time goes
+(``bench/_profile.py``).
 
     python bench/cpu.py [--server before=../main/.venv/bin/python --server after=.venv/bin/python]
                         [--cases qos0,qos1,remoting] [--rounds 3] [--profile /tmp/prof]
@@ -23,14 +25,16 @@ interpreter only). Peers, same run: mosquitto for the MQTT cases (when installed
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -46,14 +50,18 @@ from _remoting_client import start_proxy
 from remoting import BASELINE_SERVER, Target, _fill, _send_case
 
 MOSQUITTO = "mosquitto"
+#: A case: the same load offered to every broker of the list at once; broker CPU us per message, each.
+Case = Callable[[list[Broker], argparse.Namespace], Awaitable[list[float]]]
 BASELINE = "trio-baseline"
 
 
-def _mqtt_case(qos: int) -> Callable[[Broker, argparse.Namespace], float]:
-    def run(broker: Broker, args: argparse.Namespace) -> float:
+def _mqtt_case(qos: int) -> Case:
+    async def run(brokers: list[Broker], args: argparse.Namespace) -> list[float]:
         rate = args.rate_qos0 if qos == 0 else args.rate_qos1
-        step = trio.run(
-            lambda: _ladder_step(
+        values = [math.nan] * len(brokers)
+
+        async def one(index: int, broker: Broker) -> None:
+            step = await _ladder_step(
                 broker,
                 args,
                 qos=qos,
@@ -62,28 +70,34 @@ def _mqtt_case(qos: int) -> Callable[[Broker, argparse.Namespace], float]:
                 rate=rate,
                 tag=f"cpu{qos}-{time.monotonic_ns()}",
             )
-        )
-        if not step.sustained:
-            print(
-                f"    ({broker.name} qos{qos}: step not sustained at {rate:.0f}/s: {step.note})", flush=True
-            )
-        return step.server_us_per_delivery
+            if not step.sustained:
+                print(f"    ({broker.name} qos{qos}: not sustained at {rate:.0f}/s {step.note})", flush=True)
+            values[index] = step.server_us_per_delivery
+
+        async with trio.open_nursery() as nursery:
+            for index, broker in enumerate(brokers):
+                nursery.start_soon(one, index, broker)
+        return values
 
     return run
 
 
-def _remoting_case(broker: Broker, args: argparse.Namespace) -> float:
-    target = Target(broker.name, broker.port, broker.pid, broker.stop)
+async def _remoting_case(brokers: list[Broker], args: argparse.Namespace) -> list[float]:
+    values = [math.nan] * len(brokers)
 
-    async def go() -> float:
+    async def one(index: int, broker: Broker) -> None:
+        target = Target(broker.name, broker.port, broker.pid, broker.stop)
         await _fill(broker.port, "Bench128", os.urandom(128), 400, producers=4)  # creates the topic
         case = await _send_case(target, 128, 16, args.messages, 30.0)
-        return case.server_cpu * case.elapsed / max(case.acked, 1) * 1e6
+        values[index] = case.server_cpu * case.elapsed / max(case.acked, 1) * 1e6
 
-    return trio.run(go)
+    async with trio.open_nursery() as nursery:
+        for index, broker in enumerate(brokers):
+            nursery.start_soon(one, index, broker)
+    return values
 
 
-CASES: dict[str, Callable[[Broker, argparse.Namespace], float]] = {
+CASES: dict[str, Case] = {
     "qos0": _mqtt_case(0),
     "qos1": _mqtt_case(1),
     "remoting": _remoting_case,
@@ -100,22 +114,32 @@ def _start(name: str, python: str, tmp: Path) -> Broker:
     return Broker(name, proxy.port, proxy.pid, proxy.stop)
 
 
-def _profiled(
-    case: Callable[[Broker, argparse.Namespace], float], broker: Broker, args: argparse.Namespace, out: Path
-) -> float:
-    """Run ``case`` while py-spy samples the broker into ``out`` (collapsed stacks)."""
-    spy = subprocess.Popen(
-        ["py-spy", "record", "--pid", str(broker.pid), "--format", "raw", "--rate", "250", "-o", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        executable=str(Path(sys.executable).with_name("py-spy")) if not _on_path("py-spy") else None,
-    )
-    try:
-        time.sleep(1.0)  # py-spy attaches
-        return case(broker, args)
-    finally:
-        spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
-        spy.wait(30)
+def _py_spy(brokers: list[Broker], folder: Path, case: str) -> list[subprocess.Popen[bytes]]:
+    """py-spy sampling each broker into ``folder/<name>-<case>.txt`` (collapsed stacks) until SIGINT."""
+    folder.mkdir(parents=True, exist_ok=True)
+    binary = "py-spy" if _on_path("py-spy") else str(Path(sys.executable).with_name("py-spy"))
+    spies = [
+        subprocess.Popen(
+            [
+                binary,
+                "record",
+                "--pid",
+                str(b.pid),
+                "--format",
+                "raw",
+                "--rate",
+                "250",
+                "--nonblocking",
+                "-o",
+                str(folder / f"{b.name}-{case}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for b in brokers
+    ]
+    time.sleep(1.0)  # py-spy attaches
+    return spies
 
 
 def _on_path(binary: str) -> bool:
@@ -140,24 +164,28 @@ def main() -> int:
     cases = [c for c in args.cases.split(",") if c]
     print(f"CPU per message: {os.cpu_count()} CPUs, {uptime()}", flush=True)
     results: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for round_no in range(args.rounds):
+    profile_round = args.profile is not None
+    for round_no in range(-1 if profile_round else 0, args.rounds):
         with tempfile.TemporaryDirectory(prefix="mqproxy-cpu-") as tmp:
-            for name, python in servers:
-                broker = _start(name, python, Path(tmp))
-                try:
-                    for case in cases:
-                        run = CASES[case]
-                        if args.profile is not None and round_no == 0:
-                            args.profile.mkdir(parents=True, exist_ok=True)
-                            out = args.profile / f"{name}-{case}.txt"
-                            value = _profiled(run, broker, args, out)
-                        else:
-                            value = run(broker, args)
-                        results[(name, case)].append(value)
-                        print(
-                            f"  round {round_no + 1} {name:12} {case:9} {value:8.1f} us CPU/msg", flush=True
-                        )
-                finally:
+            brokers: list[Broker] = []
+            try:
+                for name, python in servers:
+                    brokers.append(_start(name, python, Path(tmp)))
+                for case in cases:
+                    spies = _py_spy(brokers, args.profile, case) if round_no < 0 else []
+                    try:
+                        values = trio.run(CASES[case], brokers, args)
+                    finally:
+                        for spy in spies:
+                            spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+                            spy.wait(30)
+                    label = "profiled" if round_no < 0 else f"round {round_no + 1}"
+                    for broker, value in zip(brokers, values, strict=True):
+                        if round_no >= 0:
+                            results[(broker.name, case)].append(value)
+                        print(f"  {label:8} {broker.name:12} {case:9} {value:8.1f} us CPU/msg", flush=True)
+            finally:
+                for broker in brokers:
                     broker.stop()
             if not args.no_peers and round_no == 0:
                 _peers(cases, args, Path(tmp), results)
@@ -186,7 +214,7 @@ def _peers(
             continue
         try:
             for case in wanted:
-                value = CASES[case](broker, args)
+                (value,) = trio.run(CASES[case], [broker], args)
                 results[(peer, case)].append(value)
                 print(f"  peer    {peer:14} {case:9} {value:8.1f} us CPU/msg", flush=True)
         finally:
