@@ -15,17 +15,18 @@ from pathlib import Path
 
 __all__ = ["CATEGORIES", "summarize"]
 
-#: category -> path fragments of its frames, checked in this order.
+#: category -> path fragments of its frames (py-spy prints paths relative to their ``sys.path`` entry),
+#: checked in this order.
 CATEGORIES: dict[str, tuple[str, ...]] = {
-    "logging": ("structlog/", "/proxy/log.py", "orjson", "/proxy/context.py", "runtime/context.py"),
-    "metrics": ("/proxy/metrics.py", "prometheus"),
+    "logging": ("structlog/", "proxy/log.py", "orjson", "proxy/context.py", "runtime/context.py"),
+    "metrics": ("proxy/metrics.py", "prometheus"),
     "store": ("backends/embedded/", "lmdb"),
     "mqtt codec": ("codecs/mqtt",),
     "remoting codec": ("codecs/remoting", "codecs/message_record"),
     "topic matching": ("mqtt/subscriptions.py", "model/topics"),
-    "mqtt": ("/mqtt/",),
-    "remoting": ("/remoting/", "remoting_client/"),
-    "facade": ("/facade/",),
+    "mqtt": ("mqtt/",),
+    "remoting": ("remoting/", "remoting_client/"),
+    "facade": ("facade/",),
     "runtime streams": ("runtime/",),
     "socket syscalls": ("trio/_socket.py", "_io_epoll.py"),
     "worker threads": ("trio/_threads.py", "trio/_core/_thread_cache.py"),

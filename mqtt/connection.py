@@ -45,6 +45,8 @@ __all__ = ["MqttConnection"]
 
 _READ_BYTES = 65536
 _CLEANUP_S = 5.0
+#: Request-event ``op`` of each packet type (``Enum.name`` is a property lookup per call).
+_OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 
 
 class MqttConnection(PacketWriter, Deliveries):
@@ -211,7 +213,7 @@ class MqttConnection(PacketWriter, Deliveries):
         self, kind: mq.PacketType, status: str, started: float, topic: str | None, failed: bool = False
     ) -> None:
         self.ctx.request_event(
-            op=kind.name,
+            op=_OP_NAMES[kind],
             code=int(kind),
             status=status,
             outcome="error" if failed or is_error(status) else "ok",
