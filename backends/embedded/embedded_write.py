@@ -10,6 +10,7 @@ leaves nothing behind.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
@@ -160,8 +161,9 @@ class EmbeddedWriting(EmbeddedRecovery):
         """Assign offsets to one send's messages and append their records to ``payloads``."""
         parent = qid_of(queue_key(topic, queue_id))
         plan: list[_Planned] = []
-        waiting = self._waiters.waiting
-        parent_waited = waiting((topic, queue_id))
+        awaited = self._waiters.awaited
+        now = time.monotonic()
+        parent_waited = awaited((topic, queue_id), now)
         for message, lmqs in zip(messages, targets, strict=True):
             queue_offset = assign(parent)
             lmq_slots: list[tuple[int, int]] = []
@@ -177,7 +179,7 @@ class EmbeddedWriting(EmbeddedRecovery):
             waited = parent_waited
             if not waited:
                 for name in lmqs:  # a loop, not any(<genexpr>): this runs per message
-                    if waiting((name, LMQ_QUEUE_ID)):
+                    if awaited((name, LMQ_QUEUE_ID), now):
                         waited = True
                         break
             payloads.append(

@@ -3,8 +3,9 @@
 A reader parked on a queue (an MQTT push hub, a long-polling pull) is woken by a write and at once pulls
 the messages that write appended. :class:`Handoff` keeps those messages, built from what the write
 already had in hand, by commit-log offset, so that pull serves them without reading the commit log back
-and decoding the records. Only messages that had a waiter when written are kept, and only the latest
-``max_messages`` / ``max_bytes`` (oldest dropped first); a pull of anything else reads the log as before.
+and decoding the records. Only messages of queues a reader waits on (or was woken on within the last
+second: a push hub busy delivering the previous batch) are kept, and only the latest ``max_messages`` /
+``max_bytes`` (oldest dropped first); a pull of anything else reads the log as before.
 
 Contracts: :meth:`Handoff.put` only after the message is durably appended and indexed (a write that
 fails puts nothing), so an offset found here always names that very record; the message is the one a

@@ -57,3 +57,19 @@ async def test_a_message_written_for_a_waiting_reader_is_handed_off_equal_to_its
     assert list(handed) == [decoded]
     assert both[1] == decoded
     assert [m.body for m in both] == [b"nobody waits", b"awaited"]
+
+
+async def test_a_queue_whose_reader_was_just_woken_still_gets_the_hand_off(tmp_path: Path) -> None:
+    """A reader busy with the batch that woke it (a push hub delivering) is not parked when the next
+    write lands; its queue still counts as awaited for a second."""
+    async with open_embedded_store(tmp_path / "store") as store:
+        await store.create_topic("T", 1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.wait_for_message, "T", 0, 0, 30.0)
+            await trio.testing.wait_all_tasks_blocked()
+            await store.send(Message("T", b"wakes", queue_id=0))
+        await store.send(Message("T", b"while busy", queue_id=0))  # nobody parked now
+        assert len(store._handoff) == 2
+        await store.create_topic("U", 1)
+        await store.send(Message("U", b"never awaited", queue_id=0))
+        assert len(store._handoff) == 2
