@@ -49,6 +49,8 @@ test-fast: $(STAMP_TEST)
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/negotiation.py
 	$(BIN)/python bench/store.py
+	@bash scripts/setup-bench-peers.sh
+	$(BIN)/python bench/cpu.py
 
 # mqproxy vs a stock Apache RocketMQ 5.3.3 in the same run (Java 17 and Maven jars; about 10 minutes)
 bench-vs-rocketmq: system-deps $(STAMP_TEST)

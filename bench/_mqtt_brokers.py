@@ -170,8 +170,11 @@ def start_amqtt(tmp: Path) -> Broker:
     return Broker("amqtt", port, proc.pid, _stopper(proc))
 
 
-def start_mqproxy(tmp: Path, name: str = "mqproxy") -> Broker:
-    proxy = start_proxy(tmp / f"data-{name}", tmp / f"{name}.log", flush="async")
+def start_mqproxy(tmp: Path, name: str = "mqproxy", python: str | None = None) -> Broker:
+    """``mqproxy serve`` on the embedded store (async flush), run by ``python`` (default: this one)."""
+    proxy = start_proxy(
+        tmp / f"data-{name}", tmp / f"{name}.log", flush="async", **({"python": python} if python else {})
+    )
     return Broker(name, proxy.port, proxy.pid, proxy.stop)
 
 

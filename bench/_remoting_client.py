@@ -307,15 +307,17 @@ def start_proxy(
     port: int = 0,
     extra_env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
+    python: str = sys.executable,
 ) -> ProxyProcess:
     """Run ``mqproxy serve`` (embedded store in ``data_dir``, JSON logs to ``log``) and wait for
     ``proxy.started``; the returned port is the bound one. Binding ``port`` retries for a few seconds
     (a just-killed proxy's port may still be held by the kernel). ``extra_env`` overrides settings (e.g.
-    ``MQPROXY_BACKEND_KIND=rocketmq`` and ``MQPROXY_BACKEND_NAMESRV``: such a node takes no ``data_dir``)."""
+    ``MQPROXY_BACKEND_KIND=rocketmq`` and ``MQPROXY_BACKEND_NAMESRV``: such a node takes no ``data_dir``).
+    ``python`` is the interpreter that runs it (another checkout's venv for a same-run comparison)."""
     env = dict(os.environ, MQPROXY_STORE_FLUSH=flush, MQPROXY_STORE_BACKEND="embedded")
     env.update(extra_env or {})
     argv = [
-        sys.executable,
+        python,
         "-m",
         "mqproxy",
         "serve",

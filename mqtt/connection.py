@@ -45,6 +45,8 @@ __all__ = ["MqttConnection"]
 
 _READ_BYTES = 65536
 _CLEANUP_S = 5.0
+#: Request-event ``op`` of each packet type (``Enum.name`` is a property lookup per call).
+_OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 
 
 class MqttConnection(PacketWriter, Deliveries):
@@ -214,7 +216,7 @@ class MqttConnection(PacketWriter, Deliveries):
         self, kind: mq.PacketType, status: str, started: float, topic: str | None, failed: bool = False
     ) -> None:
         self.ctx.request_event(
-            op=kind.name,
+            op=_OP_NAMES[kind],
             code=int(kind),
             status=status,
             outcome="error" if failed or is_error(status) else "ok",
@@ -330,7 +332,8 @@ class MqttConnection(PacketWriter, Deliveries):
 
     # --- PUBLISH from the client ----------------------------------------------------------------
     async def _on_publishes(self, packets: list[mq.Publish]) -> None:
-        """Store a run of client PUBLISHes, then acknowledge them in order (one request event each).
+        """Store a run of client PUBLISHes, then acknowledge them in order (one request event each; the
+        acknowledgements are queued for the writer together).
 
         Packets before one that ends the connection are still stored and acknowledged.
         """
@@ -386,16 +389,21 @@ class MqttConnection(PacketWriter, Deliveries):
                 if item.reason.is_error:  # not stored: a re-send is a new attempt
                     session.awaiting_rel.discard(packet_id)
                 session.rel_marks.pop(packet_id, None)  # stored (or refused): nothing to look for
-        for item in inbound:
-            try:
-                ack = self.proto.publish_ack(item)
-            except Close:
-                self._log_request(mq.PacketType.PUBLISH, "CLOSED", started, item.topic, True)
-                raise
-            if ack is not None:
-                await self.send(ack)
-            status = "DUPLICATE" if item.duplicate else item.reason.name
-            self._log_request(mq.PacketType.PUBLISH, status, started, item.topic)
+        acks: list[bytes] = []  # the run's PUBACKs / PUBRECs, queued for the writer as one write
+        try:
+            for item in inbound:
+                try:
+                    ack = self.proto.publish_ack(item)
+                except Close:
+                    self._log_request(mq.PacketType.PUBLISH, "CLOSED", started, item.topic, True)
+                    raise
+                if ack is not None:
+                    acks.append(self.proto.encode(ack))
+                status = "DUPLICATE" if item.duplicate else item.reason.name
+                self._log_request(mq.PacketType.PUBLISH, status, started, item.topic)
+        finally:
+            if acks:
+                await self._send_bytes(acks[0] if len(acks) == 1 else b"".join(acks))
         if failure is not None:
             status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
             self._log_request(mq.PacketType.PUBLISH, status, started, None, True)

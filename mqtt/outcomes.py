@@ -41,10 +41,13 @@ def error_name(code: ReasonCode) -> str:
     }.get(code, code.name.lower())
 
 
+#: Names of the reason codes that are errors (``is_error`` runs once per request event).
+_ERROR_NAMES = frozenset(name for name, code in ReasonCode.__members__.items() if code.is_error)
+
+
 def is_error(status: str) -> bool:
     """True if a request event's ``status`` names an error reason code."""
-    code = ReasonCode.__members__.get(status)
-    return code is not None and code.is_error
+    return status in _ERROR_NAMES
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ import trio
 
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.loader import FileStamp
+from mqproxy.log import log_info
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -74,7 +75,9 @@ class ServerState:
 
 class ServerRecorder:
     """The :class:`~mqproxy.runtime.context.RequestRecorder` of a server: one count and latency
-    observation per request in ``/metrics``, and the ``request`` event sampled by ``log.request_sample_rate``."""
+    observation per request in ``/metrics``, and the ``request`` event sampled by ``log.request_sample_rate``
+    (written by :func:`~mqproxy.log.log_info`: the event carries the context variables, not values bound
+    on ``log``)."""
 
     def __init__(self, state: ServerState) -> None:
         self._state = state
@@ -92,7 +95,7 @@ class ServerRecorder:
             histogram.observe(latency_ms / 1000)
         rate = self._state.settings.log.request_sample_rate
         if rate >= 1.0 or (rate > 0.0 and random.random() < rate):
-            log.info("request", protocol=protocol, **fields)
+            log_info(log, "request", {"protocol": protocol, **fields})
 
 
 def format_addr(addr: tuple[str, int] | Any) -> str:

@@ -62,6 +62,8 @@ class LogSettings:
     request_sample_rate: float = field(default=1.0, metadata=_range(0.0, 1.0))
     rotate_bytes: int = field(default=64 * 1024 * 1024, metadata=_range(0, 1 << 40))
     rotate_interval_s: float = field(default=3600.0, metadata=_range(0, 30 * 86400))
+    flush_interval_ms: int = field(default=100, metadata=_range(0, 60_000))
+    buffer_bytes: int = field(default=64 * 1024, metadata=_range(1, 64 * 1024 * 1024))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,12 @@ reason, e.g. ``bad_json_header``), stays idle too long (``idle_timeout``), leave
 long (``frame_timeout``) or stops reading our writes (``write_timeout``). It never closes ``stream``; the
 caller does, then logs ``conn.closed`` from ``stats``. Cancelling it is safe.
 
-Behaviour: every request frame runs in its own task (long polls do not block other requests;
-responses may go out of order); responses are queued whole in the connection's
+Behaviour: a request frame that arrives alone in its read and whose code is in
+``limits.inline_codes`` (requests that complete without waiting on anything but the store's write, e.g.
+sends and offset updates on the embedded backend) is handled inline by the read loop: no task, and the
+next read waits for it. Every other request frame runs in its own task (long polls do not block other
+requests; the frames of one read run concurrently, so their sends share one store write). Responses may
+go out of order (clients match them by opaque); responses are queued whole in the connection's
 :class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in one
 ``send_all``; while ``max_outbox_bytes`` wait to be written, writers wait); frames with the response
 bit are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`)
@@ -86,6 +90,9 @@ class ConnectionLimits:
     max_outbox_bytes: int = 4 * 1024 * 1024
     #: Time allowed for unregistering the connection's consumers after it ended.
     cleanup_timeout_s: float = 5.0
+    #: Request codes handled inline in the read loop when a read brings one frame alone: only codes
+    #: whose handling never waits long (no long poll, hold or network round trip; see the module text).
+    inline_codes: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -317,7 +324,10 @@ async def serve_remoting(
                             in_flight += 1
                         # exact for one frame per read; pipelined frames share the read's bytes evenly
                         size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
-                        nursery.start_soon(serve_request, connection, session, command, size, busy)
+                        if not busy and len(commands) == 1 and command.code in limits.inline_codes:
+                            await serve_request(connection, session, command, size, busy)
+                        else:
+                            nursery.start_soon(serve_request, connection, session, command, size, busy)
                     if not decoder.buffered:
                         frame_started = math.inf
                     elif commands or math.isinf(frame_started):  # this read began the frame

@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from mqproxy.codecs.remoting_codes import RequestCode
 from mqproxy.facade.api import BrokerFacade
 from mqproxy.negotiation import Detected
 from mqproxy.remoting.connection import ConnectionLimits, ConnectionStats, serve_remoting
@@ -24,6 +25,26 @@ from mqproxy.remoting.registry import ConnectionRegistry
 from mqproxy.runtime.context import ConnectionContext
 
 __all__ = ["RemotingService"]
+
+#: Requests the embedded store answers without waiting on anything but its own write: handled inline
+#: by the connection's read loop (no task per request; see :mod:`mqproxy.remoting.connection`). Long
+#: polls (pulls, pops, notifications), lock and client round trips and transaction ends are not here.
+INLINE_ON_EMBEDDED: frozenset[int] = frozenset(
+    {
+        RequestCode.HEART_BEAT,
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        RequestCode.GET_MAX_OFFSET,
+        RequestCode.GET_MIN_OFFSET,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+    }
+)
+#: Sends join the inline set when the store acknowledges before fsync (``store.flush = "async"``); with
+#: sync flush a send waits for fdatasync, and concurrent tasks let one fsync cover a client's pipeline.
+INLINE_SENDS: frozenset[int] = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+)
 
 #: RequestEvent's field names, read once: a shallow copy per request (``asdict`` deep-copies).
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(RequestEvent))
@@ -61,10 +82,14 @@ class RemotingService:
             max_pull_batch=settings.remoting.max_pull_batch,
             long_poll_max_s=settings.remoting.long_poll_max_s,
         )
+        inline: frozenset[int] = frozenset()
+        if settings.backend.kind == "embedded":
+            inline = INLINE_ON_EMBEDDED | (INLINE_SENDS if settings.store.flush == "async" else frozenset())
         limits = ConnectionLimits(
             max_frame_bytes=settings.remoting.max_frame_bytes,
             idle_timeout_s=settings.server.idle_timeout_s,
             frame_timeout_s=settings.server.frame_timeout_s,
+            inline_codes=inline,
         )
         return cls(broker, ctx, limits)
 

@@ -59,6 +59,7 @@ from mqproxy.backends.embedded.coalescer import WriteCoalescer
 from mqproxy.backends.embedded.embedded_core import CACHE_SIZE, LRUCache, statvfs_usage
 from mqproxy.backends.embedded.embedded_retention import EmbeddedRetention
 from mqproxy.backends.embedded.groups import ConsumerRegistry
+from mqproxy.backends.embedded.handoff import Handoff
 from mqproxy.backends.embedded.index import LMQ_KEY_PREFIX, Index
 from mqproxy.backends.embedded.retention import DiskUsage, RetentionPolicy
 from mqproxy.backends.embedded.sending import DEFAULT_MAX_MESSAGE_BYTES, StoreClock
@@ -166,6 +167,8 @@ class EmbeddedStore(EmbeddedRetention):
         self._topics = TopicTable(default_queue_count, auto_create_topics)
         self._consumers = ConsumerRegistry()
         self._waiters = QueueWaiters()
+        #: Messages just written for waiting readers, served to their pulls without a read back.
+        self._handoff = Handoff()
         #: Concurrent sends share one append (one pwrite, one index transaction).
         self._writes = WriteCoalescer(self._append)
         self._clock = StoreClock()

@@ -21,6 +21,7 @@ import trio
 
 from mqproxy.backends.embedded.coalescer import WriteCoalescer
 from mqproxy.backends.embedded.commitlog import CommitLog
+from mqproxy.backends.embedded.handoff import Handoff
 from mqproxy.backends.embedded.index import Index
 from mqproxy.backends.embedded.retention import DiskUsage
 from mqproxy.backends.embedded.sending import StoreClock
@@ -80,6 +81,7 @@ class EmbeddedCore(StoreBase):
     _store_host: tuple[str, int]
     _max_message_bytes: int
     _waiters: QueueWaiters
+    _handoff: Handoff
     _writes: WriteCoalescer[PendingSend, tuple[list[SendResult], int]]
     _clock: StoreClock
     _qids: LRUCache

@@ -1,7 +1,8 @@
 """The embedded store's read side: pulls, message lookup, long-poll waits, offsets and key queries.
 
 A pull walks the queue's index entries (tag hash pre-filter, then the real tag on the decoded record)
-and reads each record from the commit log; an entry a rewrite moved reports its new queue offset when
+and reads each record from the commit log, unless the write handed it off to waiting readers
+(:mod:`~mqproxy.backends.embedded.handoff`); an entry a rewrite moved reports its new queue offset when
 read from its own topic. Consumer offsets are index rows; committing one marks the index dirty.
 """
 
@@ -48,6 +49,7 @@ class EmbeddedReading(EmbeddedWriting):
         tags = tag_filter.tags if tag_filter is not None else None
         wanted = None if tags is None else {tag_hash(t) for t in tags}
         found: list[StoredMessage] = []
+        handoff = self._handoff.get
         size = 0
         position = offset
         scan_limit = min(max_offset, offset + max_count + MAX_SCAN_ENTRIES)
@@ -63,12 +65,14 @@ class EmbeddedReading(EmbeddedWriting):
                 if found and size + entry_size > max_bytes:
                     done = True
                     break
-                record, named = decode_stored(self._log.read(clo, entry_size), clo)
+                stored = handoff(clo)  # just written for a waiting reader: no read back, no decode
+                if stored is None:
+                    record, named = decode_stored(self._log.read(clo, entry_size), clo)
+                    stored = self._stored(record, named, entry_size)
                 position = queue_offset + 1
-                if tags is not None and record.properties.get(PROPERTY_TAGS) not in tags:
+                if tags is not None and stored.properties.get(PROPERTY_TAGS) not in tags:
                     continue
-                stored = self._stored(record, named, entry_size)
-                if queue_offset != record.queue_offset and record.topic == topic:  # moved by a rewrite
+                if queue_offset != stored.queue_offset and stored.topic == topic:  # moved by a rewrite
                     stored = dataclasses.replace(stored, queue_offset=queue_offset)
                 found.append(stored)
                 size += entry_size

@@ -12,20 +12,23 @@ device) makes the store refuse writes with :class:`~mqproxy.model.errors.StoreFu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
 from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
-from mqproxy.backends.embedded.records import encode_message
+from mqproxy.backends.embedded.records import body_crc, encode_message
 from mqproxy.backends.embedded.sending import check_batch, check_message, index_keys, stored_properties
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
-from mqproxy.model.types import Message, SendResult
+from mqproxy.model.types import Message, SendResult, StoredMessage
 
+#: What a message that had a reader waiting becomes once written: its fields but the log position.
+_Fresh = tuple[Message, dict[str, str], bytes]
 #: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash,
-#: the keys it is indexed by.
-_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int, tuple[str, ...]]
+#: the keys it is indexed by, and for the hand-off to waiting readers what it is made of (or None).
+_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int, tuple[str, ...], _Fresh | None]
 
 
 class EmbeddedWriting(EmbeddedRecovery):
@@ -112,13 +115,16 @@ class EmbeddedWriting(EmbeddedRecovery):
             keys: list[bytes] = []
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
+            handoff: list[StoredMessage] = []
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
                     answers.append(plan)
                     continue
                 results: list[SendResult] = []
-                for qid, queue_offset, lmq_slots, lmq_map, code, message_keys in plan:
+                for qid, queue_offset, lmq_slots, lmq_map, code, message_keys, fresh in plan:
                     clo, size = next(positions)
+                    if fresh is not None:
+                        handoff.append(self._fresh(topic, queue_id, queue_offset, clo, size, store_ts, fresh))
                     entries.append((qid, queue_offset, clo, size, code, store_ts))
                     keys.extend(key_rows(topic, message_keys, store_ts, clo))
                     for lqid, loff in lmq_slots:
@@ -143,6 +149,8 @@ class EmbeddedWriting(EmbeddedRecovery):
                 raise StoreUnavailable(f"commit log write failed: {exc}") from exc
             raise
         self._index_dirty = True
+        for message in handoff:
+            self._handoff.put(message)
         store = self._next_offsets.store
         for qid, offset in next_offsets.items():
             store(qid, offset)
@@ -169,6 +177,9 @@ class EmbeddedWriting(EmbeddedRecovery):
         """Assign offsets to one send's messages and append their records to ``payloads``."""
         parent = qid_of(queue_key(topic, queue_id))
         plan: list[_Planned] = []
+        awaited = self._waiters.awaited
+        now = time.monotonic()
+        parent_waited = awaited((topic, queue_id), now)
         for message, lmqs in zip(messages, targets, strict=True):
             queue_offset = assign(parent)
             lmq_slots: list[tuple[int, int]] = []
@@ -179,6 +190,14 @@ class EmbeddedWriting(EmbeddedRecovery):
                 lmq_slots.append((lqid, loff))
                 lmq_offsets.append(loff)
             lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
+            properties = stored_properties(message.properties, lmqs, lmq_offsets)
+            body = bytes(message.body)
+            waited = parent_waited
+            if not waited:
+                for name in lmqs:  # a loop, not any(<genexpr>): this runs per message
+                    if awaited((name, LMQ_QUEUE_ID), now):
+                        waited = True
+                        break
             payloads.append(
                 encode_message(
                     topic=topic,
@@ -191,8 +210,8 @@ class EmbeddedWriting(EmbeddedRecovery):
                     reconsume_times=message.reconsume_times,
                     born_host=message.born_host,
                     lmqs=list(lmq_map.items()),
-                    properties=stored_properties(message.properties, lmqs, lmq_offsets),
-                    body=bytes(message.body),
+                    properties=properties,
+                    body=body,
                 )
             )
             plan.append(
@@ -203,6 +222,30 @@ class EmbeddedWriting(EmbeddedRecovery):
                     lmq_map,
                     tag_hash(message.tags),
                     index_keys(message.properties),
+                    (message, properties, body) if waited else None,
                 )
             )
         return plan
+
+    def _fresh(
+        self, topic: str, queue_id: int, queue_offset: int, clo: int, size: int, store_ts: int, fresh: _Fresh
+    ) -> StoredMessage:
+        """The message a pull would decode from the record just appended at ``clo``."""
+        message, properties, body = fresh
+        return StoredMessage(
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            commitlog_offset=clo,
+            store_size=size,
+            body=body,
+            flag=message.flag,
+            properties=properties,
+            sys_flag=message.sys_flag,
+            born_timestamp_ms=message.born_timestamp_ms,
+            born_host=message.born_host,
+            store_timestamp_ms=store_ts,
+            store_host=self._store_host,
+            reconsume_times=message.reconsume_times,
+            body_crc=body_crc(body),
+        )

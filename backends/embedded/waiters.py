@@ -7,24 +7,46 @@ light queues with no pending pulls hold no objects here.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Hashable
 
 import trio
 
+#: Keys remembered as recently woken, at most (older ones are forgotten first when pruned).
+_MAX_WOKEN = 4096
+
 
 class QueueWaiters:
-    def __init__(self) -> None:
+    """``recent_s``: how long after a wake-up a queue still counts as :meth:`awaited`."""
+
+    def __init__(self, recent_s: float = 1.0) -> None:
         self._events: dict[Hashable, trio.Event] = {}
+        self._recent_s = recent_s
+        self._woken: dict[Hashable, float] = {}  # key -> monotonic time its waiters were last woken
 
     def waiting(self, key: Hashable) -> bool:
         """True while some task is parked on ``key``."""
         return key in self._events
+
+    def awaited(self, key: Hashable, now: float) -> bool:
+        """True while some task is parked on ``key``, or was woken on it less than ``recent_s`` before
+        ``now`` (``time.monotonic()``): a reader still busy with what woke it comes back for more."""
+        if key in self._events:
+            return True
+        woken = self._woken.get(key)
+        return woken is not None and now - woken < self._recent_s
 
     def notify(self, key: Hashable) -> None:
         """Wake every task waiting on ``key`` (call after the queue's max offset grew)."""
         event = self._events.pop(key, None)
         if event is not None:
             event.set()
+            woken = self._woken
+            woken.pop(key, None)  # re-inserted last: the dict stays in wake-up order
+            woken[key] = time.monotonic()
+            if len(woken) > _MAX_WOKEN:
+                for old in list(woken)[: len(woken) // 2]:
+                    del woken[old]
 
     def notify_all(self) -> None:
         events, self._events = self._events, {}

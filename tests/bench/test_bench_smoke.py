@@ -79,3 +79,12 @@ def test_durability_check_counts_lost_and_misplaced() -> None:
     dur._compare(acked, stored, 16, result)
     assert (result.lost, result.misplaced, result.duplicates, result.unacked_stored) == (1, 2, 1, 1)
     assert result.read_back == 5
+
+
+@pytest.mark.slow
+def test_cpu_bench_prints_cpu_per_message_for_every_case() -> None:
+    args = "--rounds 1 --seconds 0.5 --warmup 0.2 --drain 1 --rate-qos0 200 --rate-qos1 100 --messages 200"
+    out = run_bench("cpu.py", *args.split(), "--no-peers")
+    for case in ("qos0", "qos1", "remoting"):
+        assert re.search(rf"^  round 1  mqproxy +{case} +{FLOAT} us CPU/msg$", out, re.M), out
+        assert re.search(rf"^  {case} +mqproxy +{FLOAT} us \(1\.00x\)", out, re.M), out

@@ -10,15 +10,19 @@ from typing import Any
 import pytest
 import structlog
 
-from mqproxy.log import RotatingFile, UtcIsoStamper, configure_logging
+from mqproxy.log import LineBuffer, RotatingFile, UtcIsoStamper, configure_logging, log_info
 from mqproxy.settings import LogSettings
+
+from ..conftest import wait_until_sync  # type: ignore[import-not-found]
 
 
 def test_json_events_are_schema_valid_lines_with_bound_context(log_sink: Any) -> None:
     structlog.contextvars.bind_contextvars(conn_id="c1")
     structlog.get_logger("t").info("conn.accepted", peer="1.2.3.4:5", local="127.0.0.1:9")
     (event,) = log_sink.events
-    assert event["event"] == "conn.accepted" and event["conn_id"] == "c1" and event["level"] == "info"
+    assert event["event"] == "conn.accepted"
+    assert event["conn_id"] == "c1"
+    assert event["level"] == "info"
     assert event["ts"].endswith("Z")
 
 
@@ -78,3 +82,132 @@ def test_the_timestamp_is_structlogs_iso_utc_form(monkeypatch: pytest.MonkeyPatc
     stamper = UtcIsoStamper()
     assert stamper(None, "info", {})["ts"] == expected
     assert stamper(None, "info", {})["ts"] == expected  # from the cached second
+
+
+class _Target:
+    """A byte sink that records each write (a batch) and each flush."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.flushes = 0
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_line_buffer_writes_a_batch_once_it_reaches_buffer_bytes() -> None:
+    target = _Target()
+    buffer = LineBuffer(target, flush_interval_s=3600, max_bytes=10, owns_target=False)
+    try:
+        buffer.write(b"abcd\n")
+        assert target.writes == []
+        buffer.write(b"efgh\n")
+        assert target.writes == [b"abcd\nefgh\n"]
+    finally:
+        buffer.close()
+    assert not target.closed  # standard output is not the buffer's to close
+
+
+def test_line_buffer_flushes_on_its_timer_and_on_close() -> None:
+    target = _Target()
+    buffer = LineBuffer(target, flush_interval_s=0.01, max_bytes=1 << 20, owns_target=True)
+    buffer.write(b"one\n")
+    wait_until_sync(lambda: target.writes == [b"one\n"])
+    buffer.write(b"two\n")
+    buffer.close()
+    assert target.writes == [b"one\n", b"two\n"]
+    assert target.closed
+    buffer.close()  # idempotent
+    assert target.writes == [b"one\n", b"two\n"]
+
+
+def test_warnings_reach_the_sink_at_once_info_waits_for_the_batch(tmp_path: Path) -> None:
+    path = tmp_path / "mqproxy.log"
+    sink = configure_logging(LogSettings(file=str(path), flush_interval_ms=60_000), cache=False)
+    try:
+        log = structlog.get_logger("t")
+        log.info("proxy.drained", duration_ms=1.0)
+        assert path.read_bytes() == b""
+        log.warning("proxy.failed", detail="x")
+        events = [json.loads(line)["event"] for line in path.read_bytes().splitlines()]
+        assert events == ["proxy.drained", "proxy.failed"]
+        log.info("proxy.drained", duration_ms=2.0)
+    finally:
+        sink.close()
+        structlog.reset_defaults()
+    assert len(path.read_bytes().splitlines()) == 3  # close flushed the last line
+
+
+def test_unbuffered_setting_writes_each_event(tmp_path: Path) -> None:
+    path = tmp_path / "mqproxy.log"
+    sink = configure_logging(LogSettings(file=str(path), flush_interval_ms=0), cache=False)
+    try:
+        structlog.get_logger("t").info("proxy.drained", duration_ms=1.0)
+        assert json.loads(path.read_bytes())["event"] == "proxy.drained"
+    finally:
+        sink.close()
+        structlog.reset_defaults()
+
+
+def test_rotating_file_batches_rotate_between_the_same_lines_as_single_writes(tmp_path: Path) -> None:
+    lines = [json.dumps({"i": i, "pad": "x" * (i % 7) * 5}).encode() + b"\n" for i in range(40)]
+    one_by_one, batched = tmp_path / "a", tmp_path / "b"
+    single = RotatingFile(one_by_one / "m.log", rotate_bytes=120, rotate_interval_s=0)
+    for line in lines:
+        single.write(line)
+    single.close()
+    batch = RotatingFile(batched / "m.log", rotate_bytes=120, rotate_interval_s=0)
+    batch.write_lines(lines[:13])
+    batch.write_lines(lines[13:])
+    batch.close()
+
+    def contents(folder: Path) -> list[bytes]:
+        files = sorted(folder.iterdir(), key=lambda f: (f.name == "m.log", f.stat().st_mtime_ns, f.name))
+        return sorted(f.read_bytes() for f in files)
+
+    assert len(list(batched.iterdir())) > 3
+    assert contents(one_by_one) == contents(batched)
+
+
+def test_log_info_writes_the_line_structlog_writes(log_sink: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_123_456_000)
+    structlog.contextvars.bind_contextvars(conn_id="c1", protocol="mqtt")
+    log = structlog.get_logger("t")
+    fields = {
+        "protocol": "mqtt",
+        "op": "PUBLISH",
+        "code": 3,
+        "outcome": "ok",
+        "latency_ms": 0.1,
+        "topic": "t",
+    }
+    log.info("request", **fields)
+    log_info(log, "request", fields)
+    assert len(log_sink.lines) == 2
+    assert log_sink.lines[0] == log_sink.lines[1]
+    assert log_sink.events[1]["conn_id"] == "c1"
+
+
+def test_log_info_goes_through_structlog_when_it_is_configured_otherwise(log_sink: Any) -> None:
+    with structlog.testing.capture_logs() as captured:
+        log_info(structlog.get_logger("t"), "request", {"op": "PUBLISH"})
+    assert captured == [{"event": "request", "op": "PUBLISH", "log_level": "info"}]
+    assert log_sink.lines == []
+
+
+def test_log_info_respects_the_level(tmp_path: Path) -> None:
+    path = tmp_path / "mqproxy.log"
+    sink = configure_logging(LogSettings(file=str(path), level="warning"), cache=False)
+    try:
+        log_info(structlog.get_logger("t"), "request", {"op": "PUBLISH"})
+    finally:
+        sink.close()
+        structlog.reset_defaults()
+    assert path.read_bytes() == b""

@@ -323,3 +323,36 @@ async def test_a_oneway_sent_just_before_the_peer_closes_still_completes(backend
         gate.set()
     stored = (await backend.pull("T", 0, 0, 32)).messages
     assert [m.body for m in stored] == [b"last words"]
+
+
+async def test_a_lone_inline_request_runs_in_the_read_loop_pipelined_ones_in_tasks(
+    backend, ctx, broker, monkeypatch
+) -> None:
+    from mqproxy.remoting.session import HANDLERS
+    from mqproxy.remoting.service import INLINE_ON_EMBEDDED, INLINE_SENDS
+
+    await backend.create_topic("T", 4)
+    original = HANDLERS[RequestCode.SEND_MESSAGE_V2]
+    ran_in: dict[int, str] = {}
+
+    async def recording(session, request, note):  # type: ignore[no-untyped-def]
+        ran_in[request.opaque] = trio.lowlevel.current_task().name
+        return await original(session, request, note)
+
+    monkeypatch.setitem(HANDLERS, RequestCode.SEND_MESSAGE_V2, recording)
+    limits = ConnectionLimits(inline_codes=INLINE_ON_EMBEDDED | INLINE_SENDS)
+    async with trio.open_nursery() as nursery:
+        client, stats = await open_peer(nursery, broker, ctx, limits=limits)
+        await client.send(pull(1, queue=3))  # held: never inline, must not block what follows
+        await trio.testing.wait_all_tasks_blocked()  # read alone, not with the next frame
+        await client.send(send(2, 0, b"alone"))
+        assert (await client.receive()).opaque == 2
+        await client.stream.send_all(encode_command(send(3, 0, b"a")) + encode_command(send(4, 0, b"b")))
+        assert {(await client.receive()).opaque for _ in range(2)} == {3, 4}
+        await client.stream.aclose()
+    assert "serve_request" not in ran_in[2]
+    assert "serve_request" in ran_in[3]
+    assert "serve_request" in ran_in[4]
+    assert stats.requests == 4
+    messages = await backend.pull("T", 0, 0, 32)
+    assert sorted(m.body for m in messages.messages) == [b"a", b"alone", b"b"]

@@ -48,3 +48,18 @@ async def test_serve_reports_requests_and_shares_the_registry(broker) -> None:
     assert (recorder.fields[0]["op"], recorder.fields[0]["client_id"]) == ("HEART_BEAT", "a@1")
     assert conn.error is not None
     assert service.registry.connections("G") == []
+
+
+async def test_only_an_embedded_store_gets_inline_requests_and_sends_only_with_async_flush(broker) -> None:
+    from mqproxy.remoting.service import INLINE_ON_EMBEDDED, INLINE_SENDS
+    from mqproxy.settings import load_settings
+
+    def inline(overrides: dict[str, dict[str, object]]) -> frozenset[int]:
+        settings = load_settings(None, {}, overrides)
+        return RemotingService.from_settings(broker, settings, ADVERTISED).limits.inline_codes
+
+    assert inline({"store": {"flush": "async"}}) == INLINE_ON_EMBEDDED | INLINE_SENDS
+    assert inline({"store": {"flush": "sync"}}) == INLINE_ON_EMBEDDED
+    cluster = {"backend": {"kind": "rocketmq", "namesrv": "127.0.0.1:9876"}}
+    assert inline(cluster) == frozenset()
+    assert RequestCode.PULL_MESSAGE not in INLINE_ON_EMBEDDED | INLINE_SENDS
