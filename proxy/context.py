@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from mqproxy.limits import ConnectionLimiter
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -47,7 +48,13 @@ class ServerState:
     #: answers 503 with it. Called per health check, so it must be cheap and must not block.
     backend_health: Callable[[], str | None] = always_healthy
 
+    #: Admitted connections in total and per source address (``server.max_connections*``).
+    limiter: ConnectionLimiter = field(default_factory=ConnectionLimiter)
+
     def __post_init__(self) -> None:
+        server = self.settings.server
+        self.limiter.max_total = server.max_connections
+        self.limiter.max_per_address = server.max_connections_per_address
         self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)
         self.recorder = ServerRecorder(self)
 
