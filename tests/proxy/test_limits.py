@@ -34,7 +34,8 @@ def _h2_frames(data: bytes) -> list[Frame]:
 
 
 def _check_mqtt5(reply: bytes) -> None:
-    assert reply[0] == 0x20 and reply[3] == 0x97  # CONNACK, quota exceeded
+    assert reply[0] == 0x20  # CONNACK
+    assert reply[3] == 0x97  # quota exceeded
     assert b"too many connections" in reply  # the Reason String
 
 
@@ -111,7 +112,8 @@ async def test_a_connection_over_max_connections_is_refused_in_its_protocol(
 async def test_per_address_limit_counts_the_proxy_header_source(
     start_server: Any, log_sink: Any, wait_for: Any
 ) -> None:
-    """Behind a load balancer every TCP peer is the balancer: the limit applies to the PROXY header's source."""
+    """Behind a load balancer every TCP peer is the balancer: the limit applies to the PROXY header's
+    source."""
     settings = Settings.for_tests(server={"max_connections_per_address": 1})
 
     def proxied(source: str) -> bytes:  # a CONNECT with client id "dev" + the source's last digit
@@ -140,11 +142,13 @@ async def test_per_address_limit_counts_the_proxy_header_source(
 
 def test_limiter_bookkeeping() -> None:
     limiter = ConnectionLimiter(max_total=2, max_per_address=1)
-    assert limiter.open_total() and limiter.open_total()
+    assert limiter.open_total()
+    assert limiter.open_total()
     assert not limiter.open_total()
     limiter.close_total()
     assert limiter.open_total()
-    assert limiter.open_address("a") and limiter.open_address("b")
+    assert limiter.open_address("a")
+    assert limiter.open_address("b")
     assert not limiter.open_address("a")
     limiter.close_address("a")
     assert limiter.per_address == {"b": 1}  # only addresses with open connections are kept
