@@ -300,6 +300,7 @@ async def serve_remoting(
             resp_bytes = 0
             if handled.response is not None:
                 frame = _encode_response(handled.response, limits.max_frame_bytes)
+                handled.response.body = b""  # kept once (in the frame) while it waits for the outbox
                 await conn.write(frame)
                 resp_bytes = len(frame)
             latency_ms = (trio.current_time() - started) * 1000.0
