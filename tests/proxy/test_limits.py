@@ -99,8 +99,9 @@ async def test_a_connection_over_max_connections_is_refused_in_its_protocol(
             answered,
         )
         assert refused["peer"].startswith("127.0.0.1:")
-        counter = handle.state.metrics.connections_refused.labels("max_connections")
-        assert counter._value.get() == 1
+        registry = handle.state.metrics.registry
+        labels = {"reason": "max_connections"}
+        assert registry.get_sample_value("mqproxy_connections_refused_total", labels) == 1
         await held[0].aclose()  # a slot frees: the next connection is served
         await wait_for(lambda: handle.state.limiter.total == 1)
         again = await trio.open_tcp_stream(*handle.address)
