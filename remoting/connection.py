@@ -341,8 +341,14 @@ async def serve_remoting(
                         stats.requests += 1
                         # exact for one frame per read; pipelined frames share the read's bytes evenly
                         size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
-                        go_away = go_away or command.version >= GO_AWAY_MIN_VERSION
-                        if not command.is_oneway and draining is not None and draining.is_set():
+                        knows_go_away = command.version >= GO_AWAY_MIN_VERSION
+                        go_away = go_away or knows_go_away
+                        if (
+                            knows_go_away
+                            and not command.is_oneway
+                            and draining is not None
+                            and draining.is_set()
+                        ):
                             await answer_at_once(connection, session, command, size, ResponseCode.GO_AWAY)
                             continue
                         if in_flight >= limits.max_in_flight:
