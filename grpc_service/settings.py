@@ -59,6 +59,7 @@ class GrpcSettings:
             ),
             limits=ConnectionLimits(
                 max_message_bytes=max_body + REQUEST_ENVELOPE_BYTES,
+                max_concurrent_streams=config.server.grpc_max_concurrent_streams,
                 idle_timeout_s=config.server.idle_timeout_s,
                 frame_timeout_s=config.server.frame_timeout_s,
             ),

@@ -18,7 +18,8 @@ Closing: MQTT 5 peers get a DISCONNECT (or, while connecting, a CONNACK) with th
 peers are closed silently, except that a refused CONNECT gets its CONNACK return code (0x01 for an
 unsupported level, 0x02 for a rejected client id, 0x03 (Server unavailable, 0x88 in MQTT 5, error
 ``mqtt_unavailable``) when the store cannot be reached at CONNECT, e.g. a cluster node whose cluster is
-down). The session is then detached (ended or persisted) and the will is published unless the client
+down, or 0x89 server busy, error ``server_draining``, for a CONNECT read while the server drains). The
+session is then detached (ended or persisted) and the will is published unless the client
 sent a normal DISCONNECT.
 """
 
@@ -47,6 +48,9 @@ _READ_BYTES = 65536
 _CLEANUP_S = 5.0
 #: Request-event ``op`` of each packet type (``Enum.name`` is a property lookup per call).
 _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
+#: While the server drains, how long a connection that has not sent its CONNECT yet is waited for (to be
+#: refused politely) before it is closed.
+_DRAIN_CONNECT_WAIT_S = 2.0
 
 
 class MqttConnection(PacketWriter, Deliveries):
@@ -115,6 +119,10 @@ class MqttConnection(PacketWriter, Deliveries):
 
     async def _watch_drain(self) -> None:
         await self.ctx.draining.wait()
+        if not self.proto.connected:
+            # A CONNECT read from now on is refused politely (CONNACK 0x89 server busy; 3.1.1 return code
+            # 3 server unavailable, see _on_connect); one that does not arrive within a moment is not awaited.
+            await trio.sleep(min(self.config.connect_timeout_s, _DRAIN_CONNECT_WAIT_S))
         self.ctx.detail = self.ctx.detail or "server shutting down"
         self.kick(mq.ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
 
@@ -285,6 +293,8 @@ class MqttConnection(PacketWriter, Deliveries):
         proto = self.proto
         gateway = self.gateway
         terms = proto.accept_connect(packet)
+        if self.ctx.draining.is_set():  # the client may try again later, or another node
+            raise Close(mq.ReasonCode.SERVER_BUSY, "server_draining", "server shutting down")
         admission = await gateway.access.connect(
             packet.username, packet.password, self.ctx.peer, self.ctx.acl, self.ctx.log
         )

@@ -4,6 +4,12 @@ Flow: ``conn.accepted`` → read a bounded prefix under ``server.sniff_timeout_s
 header (its source becomes the peer) → terminate TLS and sniff again inside it → hand the connection,
 with the sniffed bytes replayed, to the route's handler (``conn.negotiated``) → ``conn.closed``.
 A connection that never gets a protocol ends with exactly one ``conn.rejected`` instead.
+
+Limits (:mod:`mqproxy.limits`): a socket accepted while ``server.max_connections`` are admitted, or one
+whose source address (the PROXY header's when present) already has ``server.max_connections_per_address``,
+is refused: it is read just long enough to tell its protocol (at most ``REFUSAL_READ_S``, no TLS handshake;
+only ``MAX_POLITE_REFUSALS`` at a time, others are closed at once), told so in its protocol when that is
+cheap, and closed, with one ``conn.refused`` event (reason, peer) and ``mqproxy_connections_refused_total``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import trio
 
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
 from mqproxy.context import ServerState, format_addr
+from mqproxy.limits import REASON_MAX_CONNECTIONS, REASON_MAX_PER_ADDRESS, REFUSAL_READ_S, refusal_bytes
 from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import CountingStream, PrefixedStream
@@ -28,6 +35,16 @@ _OUTER = frozenset(Protocol)
 #: Time allowed for a TLS close_notify exchange when a negotiated TLS connection ends cleanly.
 CLOSE_NOTIFY_TIMEOUT_S = 1.0
 _INNER_TLS = frozenset(p for p in Protocol if p not in (Protocol.TLS, Protocol.PROXY))
+
+
+class Refused(Exception):
+    """Over a connection limit: ``reason`` is the ``conn.refused`` reason; ``detected`` what the peer
+    speaks, when known."""
+
+    def __init__(self, reason: str, detected: Detected | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detected = detected
 
 
 class Rejected(Exception):
@@ -112,12 +129,21 @@ async def handle_connection(
         log=_log,
     )
     server.connection_opened()
+    limiter = server.limiter
+    admitted = limiter.open_total()
+    address: str | None = None  # counted against its per-address limit
     _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))
     negotiated = False
     sniff_ms = 0.0
     stream: trio.abc.Stream | None = None
     try:
+        if not admitted:
+            await _refuse_total(wire, ctx, server)
+            return
         stream, detected = await _negotiate(wire, ctx, server, ssl_context)
+        if not limiter.open_address(ctx.peer[0]):
+            raise Refused(REASON_MAX_PER_ADDRESS, detected)
+        address = ctx.peer[0]
         sniff_ms = (time.monotonic() - started) * 1000
         ctx.protocol = detected.protocol.value
         structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
@@ -135,6 +161,8 @@ async def handle_connection(
         server.metrics.connections_open.labels(ctx.protocol).inc()
         assert server.protocols is not None, "the server builds its protocols before it accepts"
         await server.protocols.route(detected.protocol).serve(stream, ctx, detected)
+    except Refused as refused:
+        await _refuse(stream if stream is not None else wire, ctx, server, refused)
     except Rejected as rej:
         sniff_ms = (time.monotonic() - started) * 1000
         server.metrics.negotiation_failures.labels(rej.reason).inc()
@@ -178,16 +206,66 @@ async def handle_connection(
                 error=ctx.error,
                 detail=ctx.detail,
             )
+        if address is not None:
+            limiter.close_address(address)
+        if admitted:
+            limiter.close_total()
         server.connection_closed()
         structlog.contextvars.unbind_contextvars("conn_id", "protocol")
 
 
+async def _refuse_total(wire: CountingStream, ctx: ConnectionContext, server: ServerState) -> None:
+    """Refuse a socket accepted over ``server.max_connections``: read its protocol briefly (no TLS) when
+    few refusals run, so that it can be told in its protocol; else close it at once."""
+    detected: Detected | None = None
+    if server.limiter.begin_refusal():
+        try:
+            timeout_s = min(REFUSAL_READ_S, server.settings.server.sniff_timeout_s)
+            _, detected = await _negotiate(wire, ctx, server, None, timeout_s)
+        except (Rejected, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            server.limiter.end_refusal()
+    await _refuse(wire, ctx, server, Refused(REASON_MAX_CONNECTIONS, detected))
+
+
+async def _refuse(
+    wire: trio.abc.Stream, ctx: ConnectionContext, server: ServerState, refused: Refused
+) -> None:
+    """Tell the peer (when its protocol has a cheap refusal), log ``conn.refused``, count it; the caller
+    closes. After the answer the rest of the peer's bytes are read briefly, so that closing does not reset
+    the connection before the answer is read."""
+    answer = refusal_bytes(refused.detected, refused.reason)
+    server.metrics.connections_refused.labels(refused.reason).inc()
+    _log.warning(
+        "conn.refused",
+        reason=refused.reason,
+        peer=format_addr(ctx.peer),
+        protocol=refused.detected.protocol.value if refused.detected is not None else None,
+        answered=bool(answer),
+    )
+    if not answer:
+        return
+    with trio.move_on_after(REFUSAL_READ_S):
+        try:
+            await wire.send_all(answer)
+            while await wire.receive_some(4096):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
 async def _negotiate(
-    wire: CountingStream, ctx: ConnectionContext, server: ServerState, ssl_context: ssl.SSLContext | None
+    wire: CountingStream,
+    ctx: ConnectionContext,
+    server: ServerState,
+    ssl_context: ssl.SSLContext | None,
+    timeout_s: float | None = None,
 ) -> tuple[trio.abc.Stream, Detected]:
     """Sniff (and unwrap PROXY/TLS); return the stream to hand over, prefix replayed, and the verdict."""
     max_bytes = server.settings.server.max_sniff_bytes
-    timeout_s = server.settings.server.sniff_timeout_s
+    if timeout_s is None:
+        timeout_s = server.settings.server.sniff_timeout_s
     sniffer = _Sniffer(wire, max_bytes, timeout_s, bytearray())
     allowed = _OUTER
     while True:

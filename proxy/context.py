@@ -14,6 +14,7 @@ import trio
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.loader import FileStamp
 from mqproxy.log import log_info
+from mqproxy.limits import ConnectionLimiter
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -57,7 +58,13 @@ class ServerState:
     #: The ``[acl] file``'s stamp when the rules in force were read (the reload watcher compares against it).
     acl_stamp: FileStamp | None = None
 
+    #: Admitted connections in total and per source address (``server.max_connections*``).
+    limiter: ConnectionLimiter = field(default_factory=ConnectionLimiter)
+
     def __post_init__(self) -> None:
+        server = self.settings.server
+        self.limiter.max_total = server.max_connections
+        self.limiter.max_per_address = server.max_connections_per_address
         self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)
         self.acl.on_denied = self.metrics.count_auth_denied
         self.recorder = ServerRecorder(self)

@@ -42,6 +42,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.connections_refused = Counter(
+            "mqproxy_connections_refused",
+            "Connections refused over a connection limit, by reason",
+            ["reason"],
+            registry=r,
+        )
         self.requests = Counter(
             "mqproxy_requests", "Requests handled", ["protocol", "op", "outcome"], registry=r
         )

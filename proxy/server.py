@@ -3,12 +3,13 @@
 ``serve`` owns the listener, the connection nursery and the shutdown sequence. SIGINT/SIGTERM (or
 ``handle.stop()``) → ``proxy.stopping`` → the drain: the drain event is set, so ``/healthz`` answers 503
 "draining", held long polls are answered at once, in-flight requests finish and each protocol closes its
-connections politely (remoting after its last response, MQTT 5 with DISCONNECT 0x8B, gRPC with GOAWAY, HTTP
-with ``Connection: close``); the listener stays open meanwhile, so a load balancer's health checks see the
-503 and new connections get the same polite close. The drain lasts at least ``server.drain_window_s`` and
-until no connection is open, at most ``max(drain_window_s, shutdown_grace_s)``; a second signal ends it at
-once. Then ``proxy.drained`` → the listener closes → what is left is cancelled → the backend closes (the
-store flushes) → ``proxy.stopped``.
+connections politely (remoting after its last response, answering GO_AWAY to clients newer than 5.3.1 until
+then, MQTT 5 with DISCONNECT 0x8B, gRPC with GOAWAY, HTTP with ``Connection: close``); the listener stays
+open meanwhile, so a load balancer's health checks see the 503 and new connections get the same polite
+close (an MQTT CONNECT: CONNACK 0x89 server busy, 3.1.1 return code 3). The drain lasts at least
+``server.drain_window_s`` and until no connection is open, at most ``max(drain_window_s, shutdown_grace_s)``;
+a second signal ends it at once. Then ``proxy.drained`` → the listener closes → what is left is cancelled →
+the backend closes (the store flushes) → ``proxy.stopped``.
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ class ServerSettings:
     drain_window_s: float = field(default=0.0, metadata=_range(0, 3600))
     idle_timeout_s: float = field(default=120.0, metadata=_range(1, 86400))
     frame_timeout_s: float = field(default=10.0, metadata=_range(0.05, 3600))
+    max_connections: int = field(default=0, metadata=_range(0, 10_000_000))
+    max_connections_per_address: int = field(default=0, metadata=_range(0, 10_000_000))
+    grpc_max_concurrent_streams: int = field(default=1000, metadata=_range(1, 1_000_000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,7 @@ class RemotingSettings:
     max_frame_bytes: int = field(default=16 * 1024 * 1024, metadata=_range(1024, 256 * 1024 * 1024))
     long_poll_max_s: float = field(default=30.0, metadata=_range(0, 3600))
     max_pull_batch: int = field(default=32, metadata=_range(1, 1024))
+    max_inflight_requests: int = field(default=1024, metadata=_range(1, 1_000_000))
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,15 @@ go out of order (clients match them by opaque); responses are queued whole in th
 :class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in one
 ``send_all``; while ``max_outbox_bytes`` wait to be written, writers wait); frames with the response
 bit are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`)
-and never dispatched; too many requests in flight are answered SYSTEM_BUSY. When the peer closes, oneway
-requests still in flight complete (up to ``cleanup_timeout_s``; a consumer's last offset commits are
-oneway), the others are cancelled. When the connection ends its consumers are unregistered and the
+and never dispatched. In-flight limit (``max_in_flight``): a two-way request beyond it is answered
+SYSTEM_BUSY ``[OVERLOAD]`` at once by the reader, as a broker whose request queue is full does (the Java
+producer retries code 2 elsewhere), and a oneway one (which has no answer to carry a refusal, and which a
+broker would drop) waits for a slot; either way reading stops while the answer or the slot waits, so a
+flooding client is slowed by TCP back-pressure and its requests never pile up as tasks. While the server
+drains, a client newer than 5.3.1 gets GO_AWAY (1500) for each further two-way request (it reconnects and
+sends it again) until the requests in flight are done; an older one is no longer read. When the peer
+closes, oneway requests still in flight complete (up to ``cleanup_timeout_s``; a consumer's last offset
+commits are oneway), the others are cancelled. When the connection ends its consumers are unregistered and the
 remaining members of their groups get NOTIFY_CONSUMER_IDS_CHANGED.
 """
 
@@ -70,6 +76,10 @@ __all__ = ["ConnectionLimits", "ConnectionStats", "RemotingConnection", "serve_r
 
 _RECEIVE_BYTES = 64 * 1024
 _OVERLOAD_REMARK = "[OVERLOAD] too many requests in flight on this connection"
+#: Clients newer than RocketMQ 5.3.1 (``version`` > 475) understand GO_AWAY (1500): they reconnect and send
+#: the request again once (a broker shutting down answers requests with it).
+GO_AWAY_MIN_VERSION = 476
+_GO_AWAY_REMARK = "please go away"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,31 +267,50 @@ async def serve_remoting(
     drained: trio.Event | None = None  # set when the last request in flight ends during a drain
     oneways = 0  # oneway requests in flight
     oneways_done: trio.Event | None = None  # set when the last one ends after the peer closed
+    slot_free: trio.Event | None = None  # set when a request ends while a oneway one waits for a slot
+    go_away = False  # the peer understands GO_AWAY: while draining, requests are answered with it
     connection: RemotingConnection | None = None
     read_scope: trio.CancelScope | None = None
     frame_started = math.inf  # when the first byte of the incomplete frame in the decoder arrived
 
     async def stop_reading_on_drain(event: trio.Event, session: RemotingSession) -> None:
+        nonlocal drained
         await event.wait()
         session.holds.drain()  # held long polls are answered now
+        if go_away:  # read on, answering GO_AWAY, until the requests in flight are done
+            if in_flight:
+                drained = trio.Event()
+                await drained.wait()
         if read_scope is not None:
             read_scope.cancel()
 
+    async def answer_at_once(
+        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, code: int
+    ) -> None:
+        """Answer a two-way request without running it (overload, go-away), in the reader: a client that
+        does not read its answers stops being read once the outbox is full."""
+        remark = _GO_AWAY_REMARK if code == ResponseCode.GO_AWAY else _OVERLOAD_REMARK
+        handled = session.reject(request, ResponseCode(code), remark)
+        frame = (
+            b"" if handled.response is None else _encode_response(handled.response, limits.max_frame_bytes)
+        )
+        if frame:
+            await conn.write(frame)
+        on_request(handled.event(latency_ms=0.0, req_bytes=size, resp_bytes=len(frame)))
+
     async def serve_request(
-        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, busy: bool
+        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int
     ) -> None:
         nonlocal in_flight, oneways
         started = trio.current_time()
         oneway = request.is_oneway
         oneways += oneway
         try:
-            if busy:
-                handled = session.reject(request, ResponseCode.SYSTEM_BUSY, _OVERLOAD_REMARK)
-            else:
-                handled = await session.dispatch(request)
+            handled = await session.dispatch(request)
             resp_bytes = 0
             if handled.response is not None:
                 frame = _encode_response(handled.response, limits.max_frame_bytes)
+                handled.response.body = b""  # kept once (in the frame) while it waits for the outbox
                 await conn.write(frame)
                 resp_bytes = len(frame)
             latency_ms = (trio.current_time() - started) * 1000.0
@@ -290,10 +319,11 @@ async def serve_remoting(
             oneways -= oneway
             if oneways == 0 and oneways_done is not None:
                 oneways_done.set()
-            if not busy:
-                in_flight -= 1
-                if in_flight == 0 and drained is not None:
-                    drained.set()
+            in_flight -= 1
+            if slot_free is not None:
+                slot_free.set()
+            if in_flight == 0 and drained is not None:
+                drained.set()
 
     try:
         async with trio.open_nursery() as nursery:
@@ -319,20 +349,38 @@ async def serve_remoting(
                             connection.deliver_response(command)
                             continue
                         stats.requests += 1
-                        busy = in_flight >= limits.max_in_flight
-                        if not busy:
-                            in_flight += 1
                         # exact for one frame per read; pipelined frames share the read's bytes evenly
                         size = consumed // len(commands) + (consumed % len(commands) if index == 0 else 0)
-                        if not busy and len(commands) == 1 and command.code in limits.inline_codes:
-                            await serve_request(connection, session, command, size, busy)
+                        knows_go_away = command.version >= GO_AWAY_MIN_VERSION
+                        go_away = go_away or knows_go_away
+                        if (
+                            knows_go_away
+                            and not command.is_oneway
+                            and draining is not None
+                            and draining.is_set()
+                        ):
+                            await answer_at_once(connection, session, command, size, ResponseCode.GO_AWAY)
+                            continue
+                        if in_flight >= limits.max_in_flight:
+                            if not command.is_oneway:
+                                await answer_at_once(
+                                    connection, session, command, size, ResponseCode.SYSTEM_BUSY
+                                )
+                                continue
+                            while in_flight >= limits.max_in_flight:  # back-pressure: reading waits
+                                slot_free = trio.Event()
+                                await slot_free.wait()
+                            slot_free = None
+                        in_flight += 1
+                        if len(commands) == 1 and command.code in limits.inline_codes:
+                            await serve_request(connection, session, command, size)
                         else:
-                            nursery.start_soon(serve_request, connection, session, command, size, busy)
+                            nursery.start_soon(serve_request, connection, session, command, size)
                     if not decoder.buffered:
                         frame_started = math.inf
                     elif commands or math.isinf(frame_started):  # this read began the frame
                         frame_started = trio.current_time()
-                if draining is not None and draining.is_set():
+                if draining is not None and draining.is_set() and not (go_away and in_flight):
                     break
                 data = b""
                 with trio.CancelScope() as read_scope:

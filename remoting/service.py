@@ -87,6 +87,7 @@ class RemotingService:
             inline = INLINE_ON_EMBEDDED | (INLINE_SENDS if settings.store.flush == "async" else frozenset())
         limits = ConnectionLimits(
             max_frame_bytes=settings.remoting.max_frame_bytes,
+            max_in_flight=settings.remoting.max_inflight_requests,
             idle_timeout_s=settings.server.idle_timeout_s,
             frame_timeout_s=settings.server.frame_timeout_s,
             inline_codes=inline,

@@ -14,6 +14,9 @@ from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.store import FacadeStore
 
+from mqproxy.settings import Settings
+
+from ..proxy.conftest import running_server  # type: ignore[import-not-found]
 from . import conftest as h  # type: ignore[import-not-found]
 
 Q0, Q1, Q2 = mq.QoS.AT_MOST_ONCE, mq.QoS.AT_LEAST_ONCE, mq.QoS.EXACTLY_ONCE
@@ -201,3 +204,25 @@ async def test_garbage_after_connect_never_crashes(server: Any, log_sink: Any) -
                 pass
             await client.aclose()
     assert not log_sink.named("internal.error")
+
+
+async def test_a_client_over_the_receive_maximum_is_disconnected(log_sink: Any) -> None:
+    """More QoS 2 PUBLISHes awaiting PUBREL than ``mqtt.receive_maximum`` (announced in CONNACK): MQTT 5 gets
+    DISCONNECT 0x93 (Receive Maximum exceeded), 3.1.1 (which has no such code) a plain close."""
+    async with running_server(Settings.for_tests(mqtt={"receive_maximum": 2})) as server:
+        for level in (5, 4):
+            client, connack = await h.connect(server.address, f"greedy{level}", level)
+            if level == 5:
+                assert connack.properties.receive_maximum == 2
+            for packet_id in (1, 2, 3):  # never released
+                await client.send(mq.Publish("t", b"x", mq.QoS.EXACTLY_ONCE, False, False, packet_id))
+            got = await client.expect_eof()
+            assert [type(p) for p in got[:2]] == [mq.PubRec, mq.PubRec]
+            if level == 5:
+                assert [type(p) for p in got[2:]] == [mq.Disconnect]
+                assert got[2].reason_code == mq.ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
+            else:
+                assert got[2:] == []
+            await client.aclose()
+    closed = [e for e in log_sink.named("conn.closed") if e["protocol"] == "mqtt"]
+    assert [e["error"] for e in closed[:2]] == ["receive_maximum_exceeded"] * 2

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import tracemalloc
 from typing import Any, cast
 
 import pytest
@@ -18,9 +20,11 @@ from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import encode_properties, lmq_name
-from mqproxy.mqtt.read_cache import SEGMENT_SIZE, ReadCache
+from mqproxy.mqtt.read_cache import MESSAGE_OVERHEAD_BYTES, SEGMENT_SIZE, ReadCache
+from mqproxy.settings import Settings
 
 from ..conftest import stored_message  # type: ignore[import-not-found]
+from ..proxy.conftest import running_server  # type: ignore[import-not-found]
 from .conftest import RawClient, all_parked, gateway_of  # type: ignore[import-not-found]
 
 Q = "%LMQ%t%"
@@ -149,13 +153,14 @@ async def test_eviction_by_bytes_is_least_recently_used() -> None:
     names = [f"%LMQ%q{i}%" for i in range(4)]
     for name in names:
         backend.append(name, SEGMENT_SIZE, size=1000)
-    cache = make(backend, max_bytes=3 * SEGMENT_SIZE * 1000)
+    per_segment = SEGMENT_SIZE * (1000 + MESSAGE_OVERHEAD_BYTES)
+    cache = make(backend, max_bytes=3 * per_segment)
     for name in names[:3]:
         await cache.pull(name, LMQ_QUEUE_ID, 0, 1)
     await cache.pull(names[0], LMQ_QUEUE_ID, 3, 1)  # q0 is now the most recently used
     await cache.pull(names[3], LMQ_QUEUE_ID, 0, 1)
     assert len(cache) == 3
-    assert cache.bytes == 3 * SEGMENT_SIZE * 1000
+    assert cache.bytes == 3 * per_segment
     assert cache.evictions == 1
     before = len(backend.pulls)
     await cache.pull(names[0], LMQ_QUEUE_ID, 0, 1)
@@ -173,7 +178,8 @@ async def test_eviction_by_segment_count_and_oversized_segments() -> None:
         await cache.pull(Q, LMQ_QUEUE_ID, segment * SEGMENT_SIZE, 1)
     assert len(cache) == 2
     assert cache.evictions == 8
-    tiny = make(backend, max_bytes=50)  # one message is already too big: nothing stays, answers are right
+    # one message is already too big: nothing stays, answers are right
+    tiny = make(backend, max_bytes=MESSAGE_OVERHEAD_BYTES)
     result = await tiny.pull(Q, LMQ_QUEUE_ID, 3, 2)
     assert offsets(result) == [3, 4]
     assert (len(tiny), tiny.bytes) == (0, 0)
@@ -410,3 +416,42 @@ def test_delivery_memo_is_bounded_by_bytes() -> None:
     assert cache.delivery(big) is not cache.delivery(big)
     disabled = ReadCache(cast(MessageStore, CountingBackend()), max_bytes=0)
     assert disabled.delivery(messages[0]) is not disabled.delivery(messages[0])
+
+
+async def test_the_byte_cap_covers_the_memory_cached_messages_hold(tmp_path: Any, log_sink: Any) -> None:
+    """``max_bytes`` bounds memory: what a segment of small MQTT messages read from the embedded store is
+    charged covers what it holds (measured with tracemalloc; issue 19's flood held ~3.7x its charge)."""
+    async with running_server(Settings.for_tests(tmp_path)) as server:
+        publisher = RawClient(await trio.open_tcp_stream(*server.address), 4)
+        await publisher.send(mq.Connect("pub", 4))
+        assert isinstance(await publisher.receive(), mq.Connack)
+        count = 20 * SEGMENT_SIZE
+        for n in range(count):
+            await publisher.send(mq.Publish("mem/t", n.to_bytes(2, "big") * 32, mq.QoS.AT_MOST_ONCE))
+        store = server.store
+        assert store is not None
+        lmq = lmq_name("mem/t")
+
+        async def stored_count() -> int:
+            return (await store.pull(lmq, LMQ_QUEUE_ID, 0, 1)).max_offset
+
+        with trio.fail_after(20):
+            while await stored_count() < count:  # noqa: ASYNC110 (the store has no event for this)
+                await trio.sleep(0.05)
+        cache = ReadCache(store, max_segments=1000, max_bytes=1 << 30)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            for start in range(0, count, SEGMENT_SIZE):
+                result = await cache.pull(lmq, LMQ_QUEUE_ID, start, SEGMENT_SIZE)
+                assert len(result.messages) == SEGMENT_SIZE
+            gc.collect()
+            full = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+        held = sum(stat.size_diff for stat in full.compare_to(before, "filename"))
+        await publisher.aclose()
+    assert len(cache) == 20
+    assert held / count > 600  # what a small message really costs (the store size alone is ~1/3 of it)
+    assert held <= cache.bytes <= 2 * held

@@ -118,3 +118,42 @@ def test_sigterm_drains_answers_long_polls_and_keeps_healthz_503_until_done(tmp_
     assert drained["open_connections"] == 0
     closed = [e for e in events if e["event"] == "conn.closed" and e["protocol"] == "remoting"]
     assert closed[0]["error"] is None
+
+
+MQTT311_CONNECT = b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04dev4"
+
+
+def test_sigterm_closes_mqtt_311_silently_and_refuses_new_mqtt_connections_politely(tmp_path: Path) -> None:
+    """Draining: a connected 3.1.1 client is closed without a packet (3.1.1 has no server DISCONNECT); a
+    CONNECT that arrives while the listener stays open for the drain window is refused with CONNACK 0x89
+    server busy (MQTT 5) or return code 3 server unavailable (3.1.1), so the client retries elsewhere."""
+    log = tmp_path / "stdout.jsonl"
+    env = {"MQPROXY_SERVER_DRAIN_WINDOW_S": "60", "MQPROXY_SERVER_SHUTDOWN_GRACE_S": "30"}
+    proc = serve_proxy(tmp_path / "data", stdout=log.open("wb"), env=env)
+    try:
+        addr = wait_proxy_started(proc, log)
+        connected = socket.create_connection(addr, timeout=ANSWER_S)
+        connected.sendall(MQTT311_CONNECT)
+        assert _read_exact(connected, 4) == b"\x20\x02\x00\x00"
+        proc.send_signal(signal.SIGTERM)
+        assert _read_to_eof(connected) == b""
+        wait_until_sync(lambda: any(e["event"] == "proxy.stopping" for e in log_events(log)))
+
+        late5 = socket.create_connection(addr, timeout=ANSWER_S)
+        late5.sendall(MQTT5_CONNECT)
+        connack = _read_to_eof(late5)
+        assert connack[0] == 0x20  # CONNACK
+        assert connack[3] == 0x89  # server busy
+        assert b"server shutting down" in connack  # its Reason String
+        late4 = socket.create_connection(addr, timeout=ANSWER_S)
+        late4.sendall(MQTT311_CONNECT)
+        assert _read_to_eof(late4) == b"\x20\x02\x00\x03"
+        assert proc.poll() is None
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    closed = [e for e in log_events(log) if e["event"] == "conn.closed" and e["protocol"] == "mqtt"]
+    assert [e["error"] for e in closed] == [None, "server_draining", "server_draining"]

@@ -356,3 +356,105 @@ async def test_a_lone_inline_request_runs_in_the_read_loop_pipelined_ones_in_tas
     assert stats.requests == 4
     messages = await backend.pull("T", 0, 0, 32)
     assert sorted(m.body for m in messages.messages) == [b"a", b"alone", b"b"]
+
+
+async def test_a_oneway_over_the_in_flight_limit_waits_for_a_slot(
+    backend, ctx, autojump_clock, broker
+) -> None:
+    """Beyond ``max_in_flight`` a oneway request is not dropped (it has no answer to carry SYSTEM_BUSY): the
+    reader waits for a slot, so the client is slowed by back-pressure, and it runs once one is free."""
+    await backend.create_topic("T", 4)
+    async with trio.open_nursery() as nursery:
+        client, _ = await open_peer(nursery, broker, ctx, limits=ConnectionLimits(max_in_flight=1))
+        await client.send(pull(1, suspend_ms="1000"))  # holds the one slot for 1 s
+        oneway = send(2, 1, b"waits")
+        oneway.flag = 2
+        await client.send(oneway)
+        await trio.sleep(0.5)
+        assert not (await backend.pull("T", 1, 0, 32)).messages
+        held = await client.receive()
+        assert (held.opaque, held.code) == (1, ResponseCode.PULL_NOT_FOUND)
+        assert trio.current_time() == pytest.approx(1.0, abs=0.01)
+        await client.stream.aclose()
+    stored = (await backend.pull("T", 1, 0, 32)).messages
+    assert [m.body for m in stored] == [b"waits"]
+
+
+def _gate_sends(broker) -> trio.Event:  # type: ignore[no-untyped-def]
+    gate = trio.Event()
+    real_send = broker.send
+
+    async def slow_send(request):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await real_send(request)
+
+    broker.send = slow_send
+    return gate
+
+
+def _route(opaque: int, version: int) -> RemotingCommand:
+    return RemotingCommand(
+        RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=opaque, ext_fields={"topic": "T"}, version=version
+    )
+
+
+async def test_draining_answers_new_requests_go_away_for_clients_that_understand_it(
+    backend, ctx, broker
+) -> None:
+    """A client newer than 5.3.1 gets GO_AWAY (1500) for a request sent while the server drains (it reconnects
+    and sends it again, as from a stock broker shutting down); what was in flight still completes."""
+    await backend.create_topic("T", 4)
+    gate = _gate_sends(broker)
+    draining = trio.Event()
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    client = Peer(client_stream)
+    served = trio.Event()
+
+    async def serve() -> None:
+        await serve_remoting(server_stream, broker, ctx, draining=draining)
+        served.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await client.send(send(1, 0, b"in flight"))  # version 479 (5.3.3)
+        await trio.testing.wait_all_tasks_blocked()
+        draining.set()
+        await client.send(_route(2, 479))
+        away = await client.receive()
+        assert (away.opaque, away.code, away.remark) == (2, ResponseCode.GO_AWAY, "please go away")
+        gate.set()
+        done = await client.receive()
+        assert (done.opaque, done.code) == (1, ResponseCode.SUCCESS)
+        await served.wait()  # then the connection ends
+
+
+async def test_draining_stops_reading_older_clients(backend, ctx, broker) -> None:
+    """A client of 5.3.1 or older has no GO_AWAY: nothing more is read once the server drains; what was in
+    flight completes, then the connection ends."""
+    await backend.create_topic("T", 4)
+    gate = _gate_sends(broker)
+    draining = trio.Event()
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    client = Peer(client_stream)
+    old = send(1, 0, b"in flight")
+    old.version = 475
+    served = trio.Event()
+
+    async def serve() -> None:
+        await serve_remoting(server_stream, broker, ctx, draining=draining)
+        served.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await client.send(old)
+        await trio.testing.wait_all_tasks_blocked()
+        draining.set()
+        await client.send(_route(2, 475))
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+        done = await client.receive()
+        assert (done.opaque, done.code) == (1, ResponseCode.SUCCESS)
+        await served.wait()
+        assert not client.ready
+        with trio.move_on_after(0.1):
+            assert not await client.stream.receive_some(65536), "the route request was never answered"
