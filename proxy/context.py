@@ -13,8 +13,8 @@ import trio
 
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.loader import FileStamp
-from mqproxy.log import log_info
 from mqproxy.limits import ConnectionLimiter
+from mqproxy.log import log_info
 from mqproxy.metrics import Metrics
 
 if TYPE_CHECKING:

@@ -11,7 +11,6 @@ import trio.testing
 from mqproxy.codecs.message_record import decode_records
 from mqproxy.codecs.remoting import RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
-from mqproxy.model.types import Message
 from mqproxy.remoting.connection import ConnectionLimits, ConnectionStats, serve_remoting
 from mqproxy.remoting.context import RequestEvent, ServerContext
 from mqproxy.remoting.registry import ConnectionRegistry
@@ -328,8 +327,8 @@ async def test_a_oneway_sent_just_before_the_peer_closes_still_completes(backend
 async def test_a_lone_inline_request_runs_in_the_read_loop_pipelined_ones_in_tasks(
     backend, ctx, broker, monkeypatch
 ) -> None:
-    from mqproxy.remoting.session import HANDLERS
     from mqproxy.remoting.service import INLINE_ON_EMBEDDED, INLINE_SENDS
+    from mqproxy.remoting.session import HANDLERS
 
     await backend.create_topic("T", 4)
     original = HANDLERS[RequestCode.SEND_MESSAGE_V2]
