@@ -17,7 +17,7 @@ import structlog
 import trio
 
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
-from mqproxy.context import ServerState, format_addr
+from mqproxy.context import LiveConnection, ServerState, format_addr
 from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import CountingStream, PrefixedStream
@@ -112,6 +112,7 @@ async def handle_connection(
         log=_log,
     )
     server.connection_opened()
+    server.live[conn_id] = LiveConnection(ctx, wire, started)
     _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))
     negotiated = False
     sniff_ms = 0.0
@@ -138,6 +139,14 @@ async def handle_connection(
     except Rejected as rej:
         sniff_ms = (time.monotonic() - started) * 1000
         server.metrics.negotiation_failures.labels(rej.reason).inc()
+        server.rejections.add(
+            time.time(),
+            "conn.rejected",
+            protocol=None,
+            peer=format_addr(ctx.peer),
+            reason=rej.reason,
+            detail=rej.detail or None,
+        )
         _log.info(
             "conn.rejected",
             reason=rej.reason,
@@ -178,6 +187,7 @@ async def handle_connection(
                 error=ctx.error,
                 detail=ctx.detail,
             )
+        server.live.pop(conn_id, None)
         server.connection_closed()
         structlog.contextvars.unbind_contextvars("conn_id", "protocol")
 

@@ -193,6 +193,16 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """The read-only live console at ``/console`` (:mod:`mqproxy.console`). With an ``[acl] file`` only admin
+    accounts see it (HTTP Basic, accessKey:secretKey); without one it is served to loopback sources only,
+    unless ``allow_remote``."""
+
+    enabled: bool = True
+    allow_remote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
     tls: TlsSettings = TlsSettings()
@@ -204,6 +214,7 @@ class Settings:
     mqtt: MqttSettings = MqttSettings()
     acl: AclSettings = AclSettings()
     metrics: MetricsSettings = MetricsSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
