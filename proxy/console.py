@@ -51,6 +51,8 @@ from mqproxy.console_view import (
 )
 from mqproxy.context import format_addr
 from mqproxy.model.errors import BackendError
+from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
+from mqproxy.remoting.topic_admin import is_system_topic
 
 if TYPE_CHECKING:
     from mqproxy.context import ServerState
@@ -68,7 +70,7 @@ PUSH_INTERVAL_S = 1.0
 #: Event streams open at once, all clients together.
 MAX_STREAMS = 16
 #: Seconds a topic listing is reused.
-TOPIC_REFRESH_S = 5.0
+TOPIC_REFRESH_S = 2.0
 #: Seconds a snapshot waits for the backend (topics, lag) before it shows the last known figures.
 BACKEND_WAIT_S = 2.0
 CONNECTOR_NOTE = (
@@ -76,6 +78,8 @@ CONNECTOR_NOTE = (
     "process's /metrics (mqproxy_connector_*) and in its connector.* events."
 )
 _LMQ_PREFIX = "%LMQ%"
+#: mqproxy's own internal topics, listed after the clients' (besides RocketMQ's system topics).
+_OWN_TOPICS = frozenset({SESSION_STATE_TOPIC})
 _SECURITY_HEADERS = (
     (
         "content-security-policy",
@@ -113,6 +117,10 @@ class Answer:
     stream: bool = False
 
 
+def _is_system(topic: str) -> bool:
+    return is_system_topic(topic) or topic in _OWN_TOPICS
+
+
 async def _topics(server: ServerState) -> TopicSection:
     broker = server.broker
     if broker is None:
@@ -130,9 +138,12 @@ async def _topics(server: ServerState) -> TopicSection:
             error = f"backend: {exc}"
     if names is None:
         return cached[1] if cached is not None else TopicSection(error=error)
-    plain = sorted(n for n in names if not n.startswith(_LMQ_PREFIX))
+    plain = sorted((n for n in names if not n.startswith(_LMQ_PREFIX)), key=lambda n: (_is_system(n), n))
     section = TopicSection(
-        topics=len(plain), lmqs=len(names) - len(plain), names=tuple(plain[:MAX_TOPIC_NAMES])
+        topics=len(plain),
+        lmqs=len(names) - len(plain),
+        system=sum(1 for n in plain if _is_system(n)),
+        names=tuple(plain[:MAX_TOPIC_NAMES]),
     )
     server.console_topics = (now, section)
     return section

@@ -53,10 +53,12 @@ SCRIPT = """\
 
 STYLE = """\
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1rem 2rem; color: #1b1f24; background: #fafbfc; }
+main { display: grid; grid-template-columns: repeat(auto-fit, minmax(34rem, 1fr)); gap: 0 2.5rem; }
+section.wide { grid-column: 1 / -1; }
 h1 { font-size: 1.4rem; margin: 0 0 .2rem; }
 h2 { font-size: 1.1rem; margin: 1.2rem 0 .3rem; border-bottom: 1px solid #d0d7de; }
 header p, section p { margin: .2rem 0 .4rem; color: #57606a; }
-table { border-collapse: collapse; margin: .3rem 0 .6rem; min-width: 30rem; }
+table { border-collapse: collapse; margin: .3rem 0 .6rem; min-width: 24rem; }
 th, td { border: 1px solid #d0d7de; padding: .15rem .5rem; text-align: left; }
 td { font-variant-numeric: tabular-nums; }
 th { background: #eaeef2; }

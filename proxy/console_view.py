@@ -68,9 +68,11 @@ class ConnRow:
 
 @dataclass(frozen=True, slots=True)
 class TopicSection:
+    #: Topics other than LMQs; ``system`` of them are RocketMQ's or mqproxy's own.
     topics: int = 0
     lmqs: int = 0
-    #: Ordinary topic names, sorted, at most :data:`MAX_TOPIC_NAMES`.
+    system: int = 0
+    #: Topic names (not LMQs), the clients' before the system ones, at most :data:`MAX_TOPIC_NAMES`.
     names: tuple[str, ...] = ()
     #: None when the backend could not list its topics (the reason).
     error: str | None = None
@@ -170,6 +172,7 @@ def live_texts(s: ConsoleSnapshot) -> dict[str, str]:
         "connections_shown": str(len(s.connections)),
         "topics": str(s.topics.topics),
         "lmqs": str(s.topics.lmqs),
+        "system_topics": str(s.topics.system),
         "topics_error": s.topics.error or "",
         "lag_updated": _stamp(s.lag.updated_unix_s),
         "capped_pairs": str(s.lag.capped_pairs),
@@ -237,12 +240,13 @@ def render_page(snapshot: ConsoleSnapshot, *, events_path: str, script_path: str
             f'<body data-events="{_t(events_path)}"><header><h1>mqproxy console</h1>',
             f"<p>backend {v('backend')} · up {v('uptime')} · updated {v('taken')} · ",
             '<span id="status">static</span></p></header><main>',
-            "<section><h2>Connections</h2>",
+            '<section class="wide"><h2>Connections</h2>',
             f"<p>open <b>{v('open_connections')}</b> · since start {v('connections_total')}",
             f" · by protocol {v('by_protocol')} · listed {v('connections_shown')}</p>",
             table("connections"),
             "</section><section><h2>Topics and LMQs</h2>",
-            f"<p>topics <b>{v('topics')}</b> · LMQs <b>{v('lmqs')}</b> {v('topics_error')}</p>",
+            f"<p>topics <b>{v('topics')}</b> (system {v('system_topics')}) · LMQs <b>{v('lmqs')}</b>",
+            f" {v('topics_error')}</p>",
             table("topic_names"),
             "</section><section><h2>Consumer groups and lag</h2>",
             f"<p>reading of {v('lag_updated')} · group/topic pairs {v('lag_rows_total')}",
@@ -251,7 +255,7 @@ def render_page(snapshot: ConsoleSnapshot, *, events_path: str, script_path: str
             table("lag_rows"),
             "</section><section><h2>Connector</h2>",
             f"<p>{v('connector_note')}</p>",
-            "</section><section><h2>Recent rejections</h2>",
+            '</section><section class="wide"><h2>Recent rejections</h2>',
             table("rejections"),
             "</section></main>",
             f'<script src="{_t(script_path)}" defer></script></body></html>',

@@ -117,7 +117,8 @@ class ServerState:
 
 class ServerRecorder:
     """The :class:`~mqproxy.runtime.context.RequestRecorder` of a server: one count and latency
-    observation per request in ``/metrics``, and the ``request`` event sampled by ``log.request_sample_rate``."""
+    observation per request in ``/metrics``, and the ``request`` event sampled by
+    ``log.request_sample_rate``."""
 
     def __init__(self, state: ServerState) -> None:
         self._state = state
