@@ -51,8 +51,8 @@ from mqproxy.console_view import (
 )
 from mqproxy.context import format_addr
 from mqproxy.model.errors import BackendError
-from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
-from mqproxy.remoting.topic_admin import is_system_topic
+from mqproxy.model.properties import SCHEDULE_TOPIC
+from mqproxy.model.topics import AUTO_CREATE_TEMPLATE_TOPIC, SYSTEM_TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from mqproxy.context import ServerState
@@ -78,8 +78,13 @@ CONNECTOR_NOTE = (
     "process's /metrics (mqproxy_connector_*) and in its connector.* events."
 )
 _LMQ_PREFIX = "%LMQ%"
-#: mqproxy's own internal topics, listed after the clients' (besides RocketMQ's system topics).
-_OWN_TOPICS = frozenset({SESSION_STATE_TOPIC})
+#: Listed after the clients' topics: RocketMQ's system topics (``rmq_sys_*``, ``RMQ_SYS_*``, the schedule,
+#: template and check-limit topics) and mqproxy's MQTT session log (``mqtt.mapping.SESSION_STATE_TOPIC``;
+#: the server core does not import protocol packages).
+SYSTEM_PREFIXES = (SYSTEM_TOPIC_PREFIX, "RMQ_SYS_")
+SYSTEM_NAMES = frozenset(
+    {SCHEDULE_TOPIC, AUTO_CREATE_TEMPLATE_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC", "MQTT_SESSION_STATE"}
+)
 _SECURITY_HEADERS = (
     (
         "content-security-policy",
@@ -118,7 +123,7 @@ class Answer:
 
 
 def _is_system(topic: str) -> bool:
-    return is_system_topic(topic) or topic in _OWN_TOPICS
+    return topic.startswith(SYSTEM_PREFIXES) or topic in SYSTEM_NAMES
 
 
 async def _topics(server: ServerState) -> TopicSection:

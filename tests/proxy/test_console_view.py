@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 import orjson
 import pytest
 
+from mqproxy.console import SYSTEM_NAMES
 from mqproxy.console_assets import SCRIPT
 from mqproxy.console_view import (
     ConnRow,
@@ -22,6 +23,7 @@ from mqproxy.console_view import (
     snapshot_json,
     table_texts,
 )
+from mqproxy.mqtt.mapping import SESSION_STATE_TOPIC
 from mqproxy.rejections import MAX_TEXT, RejectionRing
 
 INJECTIONS = [
@@ -158,3 +160,7 @@ def test_rejection_ring_is_bounded_newest_first_and_clips_text() -> None:
     assert rows[0].reason.endswith("…")
     assert rows[0].access_key is not None
     assert len(rows[0].access_key) == MAX_TEXT
+
+
+def test_system_topic_names_match_their_owners() -> None:
+    assert SESSION_STATE_TOPIC in SYSTEM_NAMES
