@@ -14,6 +14,8 @@ import pytest
 import trio
 
 from mqproxy.codecs.mqtt import Connack, Connect, MqttDecoder, ReasonCode, encode
+from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
+from mqproxy.codecs.remoting_codes import RequestCode
 from mqproxy.server import ServerHandle
 from mqproxy.settings import Settings, SettingsError, build_settings
 
@@ -257,3 +259,17 @@ async def test_disabled_console_is_not_found(start_server: Any) -> None:
 def test_bad_console_setting_names_it() -> None:
     with pytest.raises(SettingsError, match=r"console\.allow_remote"):
         build_settings({"console": {"allow_remote": "yes"}})
+
+
+async def test_a_remoting_client_is_listed_by_its_heartbeat_id(open_server: ServerHandle) -> None:
+    stream = await trio.open_tcp_stream(*open_server.address)
+    body = orjson.dumps({"clientID": "10.0.0.7@4242#<b>x</b>", "consumerDataSet": [], "producerDataSet": []})
+    await stream.send_all(encode_command(RemotingCommand(RequestCode.HEART_BEAT, opaque=1, body=body)))
+    decoder = FrameDecoder()
+    with trio.fail_after(5):
+        while not decoder.receive_data(await stream.receive_some(65536)):
+            pass
+    _, _, raw = await _get(open_server.address, "/console/snapshot.json")
+    rows = orjson.loads(raw)["tables"]["connections"]
+    assert ["remoting", "10.0.0.7@4242#<b>x</b>"] in [row[:2] for row in rows]
+    await stream.aclose()
