@@ -67,6 +67,8 @@ STYLE_PATH = "/console/console.css"
 SNAPSHOT_PATH = "/console/snapshot.json"
 #: Seconds between two snapshots on the event stream.
 PUSH_INTERVAL_S = 1.0
+#: Seconds one event may take to leave; a reader that stops reading loses its stream (and its slot).
+SEND_TIMEOUT_S = 10.0
 #: Event streams open at once, all clients together.
 MAX_STREAMS = 16
 #: Seconds a topic listing is reused.
@@ -287,8 +289,9 @@ async def stream_events(
     authorization: str | None,
     send: Callable[[bytes], Awaitable[None]],
 ) -> None:
-    """Push snapshots through ``send`` until the peer goes (a failed send), the server drains, or a reload
-    of the access rules no longer admits ``authorization``."""
+    """Push snapshots through ``send`` until the peer goes (a failed send, or one not done within
+    :data:`SEND_TIMEOUT_S`), the server drains, or a reload of the access rules no longer admits
+    ``authorization``."""
     server.console_streams += 1
     generation = server.acl.generation
     try:
@@ -299,10 +302,11 @@ async def stream_events(
                 if _verdict(server, ctx, authorization).status != 200:
                     return
             payload = snapshot_json(await take_snapshot(server))
-            await send(b"event: snapshot\ndata: " + payload + b"\n\n")
+            with trio.fail_after(SEND_TIMEOUT_S):
+                await send(b"event: snapshot\ndata: " + payload + b"\n\n")
             with trio.move_on_after(PUSH_INTERVAL_S):
                 await server.draining.wait()
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
         return
     finally:
         server.console_streams -= 1

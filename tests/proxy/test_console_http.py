@@ -4,6 +4,7 @@ the snapshot JSON, the event stream following a connecting MQTT client, and refu
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import orjson
 import pytest
 import trio
 
+from mqproxy import console
 from mqproxy.codecs.mqtt import Connack, Connect, MqttDecoder, ReasonCode, encode
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand, encode_command
 from mqproxy.codecs.remoting_codes import RequestCode
@@ -273,3 +275,28 @@ async def test_a_remoting_client_is_listed_by_its_heartbeat_id(open_server: Serv
     rows = orjson.loads(raw)["tables"]["connections"]
     assert ["remoting", "10.0.0.7@4242#<b>x</b>"] in [row[:2] for row in rows]
     await stream.aclose()
+
+
+async def test_a_reload_that_drops_admin_ends_the_stream(start_server: Any, tmp_path: Path) -> None:
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL)
+    settings = Settings.for_tests(acl={"file": str(acl_file), "reload_interval_s": 0.05})
+    async with start_server(settings) as handle:
+        events = await EventStream.open(handle.address, _basic("root", "root-secret-1"))
+        await events.next_snapshot()
+        before = acl_file.stat().st_mtime_ns
+        acl_file.write_text(ACL.replace("admin: true", "admin: false"))
+        os.utime(acl_file, ns=(before + 2_000_000_000, before + 2_000_000_000))
+        await read_until_eof(events.stream, 10)  # the server ends the stream and closes
+        assert handle.state.console_streams == 0
+
+
+async def test_event_streams_are_bounded(open_server: ServerHandle, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "MAX_STREAMS", 1)
+    first = await EventStream.open(open_server.address)
+    await first.next_snapshot()
+    status, headers, body = await _get(open_server.address, "/console/events")
+    assert status == 503
+    assert headers["retry-after"] == "5"
+    assert b"snapshot" not in body
+    await first.stream.aclose()
