@@ -38,16 +38,24 @@ DENIAL_REASONS = frozenset(
 AUTHENTICATION_FAILURES = frozenset({"no_access_key", "unknown_access_key", "bad_signature"})
 
 DeniedHook = Callable[[str, str], None]
+#: ``(protocol, peer, access_key, reason, detail)`` of one logged refusal (the console's recent rejections).
+RefusalHook = Callable[[str, str, "str | None", str, str], None]
 
 
 def _ignore(protocol: str, reason: str) -> None:
     return None
 
 
+def _ignore_refusal(protocol: str, peer: str, access_key: str | None, reason: str, detail: str) -> None:
+    return None
+
+
 class AclHolder:
     """The current rules (swapped whole on reload), the shared throttle and the refusal reporter.
 
-    ``on_denied(protocol, reason)`` is called once per refusal (the server counts it in ``/metrics``).
+    ``on_denied(protocol, reason)`` is called once per refusal (the server counts it in ``/metrics``);
+    ``on_refusal(protocol, peer, access_key, reason, detail)`` once per *logged* refusal (the server keeps
+    the last few for the console; the unlogged flood of throttled attempts is left out).
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class AclHolder:
         self.rules: AclRules | None = rules
         self.throttle = AuthThrottle() if throttle is None else throttle
         self.on_denied: DeniedHook = _ignore if on_denied is None else on_denied
+        self.on_refusal: RefusalHook = _ignore_refusal
         #: Bumped on every replace, so caches keyed on the rules can notice a reload.
         self.generation = 0
 
@@ -82,6 +91,7 @@ class AclHolder:
         attempts) log ``auth.denied``. ``detail`` must hold no secret (the check reasons never do)."""
         self.on_denied(protocol, reason)
         if emit:
+            self.on_refusal(protocol, peer, access_key, reason, detail)
             log.warning(
                 "auth.denied",
                 protocol=protocol,

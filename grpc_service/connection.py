@@ -268,6 +268,8 @@ class GrpcConnectionDriver:
         method = pb.METHODS.get(event.method)
         metadata = {k: v for k, v in event.metadata if isinstance(v, str)}
         client_id = metadata.get("x-mq-client-id", "")
+        if client_id:
+            self._ctx.client_id = client_id
         name = method.name if method is not None else event.method.rsplit("/", 1)[-1][:64]
         if method is None or not self._service.handles(method.name) or self._nursery is None:
             self._conn.end_response(

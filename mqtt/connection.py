@@ -301,6 +301,7 @@ class MqttConnection(PacketWriter, Deliveries):
         self._can_publish, self._can_subscribe = admission.can_publish, admission.can_subscribe
         proto.admit(packet, terms, admission.verdict, admission.can_publish)
         client_id = terms.client_id
+        self.ctx.client_id = client_id
         try:
             await gateway.ready()
             await gateway.catch_up()

@@ -23,7 +23,7 @@ import structlog
 import trio
 
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
-from mqproxy.context import ServerState, format_addr
+from mqproxy.context import LiveConnection, ServerState, format_addr
 from mqproxy.limits import REASON_MAX_CONNECTIONS, REASON_MAX_PER_ADDRESS, REFUSAL_READ_S, refusal_bytes
 from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
 from mqproxy.runtime.context import ConnectionContext
@@ -129,6 +129,7 @@ async def handle_connection(
         log=_log,
     )
     server.connection_opened()
+    server.live[conn_id] = LiveConnection(ctx, wire, started)
     limiter = server.limiter
     admitted = limiter.open_total()
     address: str | None = None  # counted against its per-address limit
@@ -166,6 +167,14 @@ async def handle_connection(
     except Rejected as rej:
         sniff_ms = (time.monotonic() - started) * 1000
         server.metrics.negotiation_failures.labels(rej.reason).inc()
+        server.rejections.add(
+            time.time(),
+            "conn.rejected",
+            protocol=None,
+            peer=format_addr(ctx.peer),
+            reason=rej.reason,
+            detail=rej.detail or None,
+        )
         _log.info(
             "conn.rejected",
             reason=rej.reason,
@@ -210,6 +219,7 @@ async def handle_connection(
             limiter.close_address(address)
         if admitted:
             limiter.close_total()
+        server.live.pop(conn_id, None)
         server.connection_closed()
         structlog.contextvars.unbind_contextvars("conn_id", "protocol")
 

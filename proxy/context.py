@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -15,12 +15,33 @@ from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.loader import FileStamp
 from mqproxy.limits import ConnectionLimiter
 from mqproxy.log import log_info
+from mqproxy.console_view import TopicSection
 from mqproxy.metrics import Metrics
+from mqproxy.rejections import RejectionRing
 
 if TYPE_CHECKING:
     from mqproxy.facade.api import BrokerFacade
     from mqproxy.routes import Protocols
+    from mqproxy.runtime.context import ConnectionContext
     from mqproxy.settings import Settings
+
+
+class ByteCounts(Protocol):
+    """What the console reads of a connection's wire stream (a ``CountingStream``)."""
+
+    @property
+    def bytes_in(self) -> int: ...
+    @property
+    def bytes_out(self) -> int: ...
+
+
+@dataclass(eq=False, slots=True)
+class LiveConnection:
+    """One open connection as the console lists it (registered from accept to close)."""
+
+    ctx: ConnectionContext
+    wire: ByteCounts
+    started_monotonic: float
 
 
 def always_healthy() -> str | None:
@@ -57,6 +78,14 @@ class ServerState:
     acl: AclHolder = field(default_factory=AclHolder)
     #: The ``[acl] file``'s stamp when the rules in force were read (the reload watcher compares against it).
     acl_stamp: FileStamp | None = None
+    #: Open connections by ``conn_id`` (the console's list).
+    live: dict[str, LiveConnection] = field(default_factory=dict)
+    #: The last refusals (``auth.denied`` as logged, ``conn.rejected``) for the console.
+    rejections: RejectionRing = field(default_factory=RejectionRing)
+    #: Server-sent-event streams of the console now open (bounded by ``mqproxy.console.MAX_STREAMS``).
+    console_streams: int = 0
+    #: The console's last topic listing and when it was taken (trio time).
+    console_topics: tuple[float, TopicSection] | None = None
 
     #: Admitted connections in total and per source address (``server.max_connections*``).
     limiter: ConnectionLimiter = field(default_factory=ConnectionLimiter)
@@ -67,7 +96,21 @@ class ServerState:
         self.limiter.max_per_address = server.max_connections_per_address
         self.metrics.watch_mqtt(lambda: None if self.protocols is None else self.protocols.mqtt)
         self.acl.on_denied = self.metrics.count_auth_denied
+        self.acl.on_refusal = self._record_refusal
         self.recorder = ServerRecorder(self)
+
+    def _record_refusal(
+        self, protocol: str, peer: str, access_key: str | None, reason: str, detail: str
+    ) -> None:
+        self.rejections.add(
+            time.time(),
+            "auth.denied",
+            protocol=protocol,
+            peer=peer,
+            reason=reason,
+            detail=detail,
+            access_key=access_key,
+        )
 
     def connection_opened(self) -> None:
         self.open_connections += 1

@@ -2,7 +2,8 @@
 
 Paths: ``GET /healthz`` (200 when ready; 503 while starting or draining, and with the reason while the
 backend reports itself unavailable, e.g. a RocketMQ cluster it cannot reach) and ``GET /metrics``
-(Prometheus text format). ``GET /mqtt`` (and ``GET /`` with ``Upgrade: websocket``) upgrades to MQTT
+(Prometheus text format); ``/console`` and below: the live console (:mod:`mqproxy.console`).
+``GET /mqtt`` (and ``GET /`` with ``Upgrade: websocket``) upgrades to MQTT
 over WebSocket (see :mod:`mqproxy.websocket`); a refused upgrade gets its 400/426 and the connection
 closes. Anything else is a 404 (405 for a wrong method on a known path). A malformed request, or headers
 beyond :data:`MAX_HEADER_BYTES`, gets a 400/431 and the connection closes. Keep-alive is honoured up to
@@ -20,6 +21,7 @@ import orjson
 import structlog
 import trio
 
+from mqproxy import console
 from mqproxy.context import ServerState, receive_unless_draining
 from mqproxy.metrics import refresh_backend_metrics, render_metrics
 from mqproxy.negotiation import Detected, Protocol
@@ -92,6 +94,45 @@ async def _route(server: ServerState, method: bytes, target: bytes) -> Response:
     if method not in (b"GET", b"HEAD"):
         return 405, "text/plain; charset=utf-8", b"method not allowed\n"
     return await handler(server)
+
+
+async def _serve_console(
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    ctx: ConnectionContext,
+    server: ServerState,
+    event: h11.Request,
+) -> bool:
+    """Answer a ``/console`` request; True when the connection must close after it (an event stream ended)."""
+    started = trio.current_time()
+    path = _path(event.target)
+    headers = list(event.headers)
+    ans = await console.answer(server, ctx, event.method, path, headers)
+    ctx.request_event(
+        op=f"{event.method.decode('ascii', 'replace')[:16]} {console.op_path(path)}",
+        code=ans.status,
+        status=str(ans.status),
+        outcome="ok" if ans.status < 400 else "error",
+        latency_ms=round((trio.current_time() - started) * 1000, 3),
+        req_bytes=0,
+        resp_bytes=len(ans.body),
+    )
+    if not ans.stream:
+        body = b"" if event.method == b"HEAD" else ans.body
+        await _respond(
+            stream, conn, ans.status, ans.content_type, body, ctx.draining.is_set(), list(ans.headers)
+        )
+        return False
+    # No content-length: h11 frames the stream chunked (HTTP/1.1) or by closing (HTTP/1.0).
+    response_headers = [("content-type", ans.content_type), *ans.headers, ("connection", "close")]
+    await _send(stream, conn, h11.Response(status_code=200, headers=response_headers, reason=b"OK"))
+    authorization = next((v.decode("latin-1") for k, v in headers if k.lower() == b"authorization"), None)
+
+    async def send(data: bytes) -> None:
+        await _send(stream, conn, h11.Data(data=data))
+
+    await console.stream_events(server, ctx, authorization, send)
+    return True
 
 
 def _wants_mqtt(event: h11.Request) -> bool:
@@ -228,6 +269,12 @@ async def serve_http(stream: trio.abc.Stream, ctx: ConnectionContext, server: Se
             if _wants_mqtt(event):
                 await _upgrade_to_mqtt(stream, conn, ctx, server, event)
                 return
+            if console.is_console_path(_path(event.target)):
+                if await _serve_console(stream, conn, ctx, server, event):
+                    return
+                if ctx.draining.is_set() or conn.our_state is h11.MUST_CLOSE:
+                    return
+                continue
             started = trio.current_time()
             path = _path(event.target)
             status, content_type, body = await _route(server, event.method, event.target)

@@ -25,6 +25,8 @@ Contracts:
   - ``mqproxy_consumer_lag_updated_seconds``: Unix time of the reading (absent before the first one).
 
 * Per-client detail (which client holds which queue) is never a label.
+* :func:`lag_events`: a reading as ``metrics.lag`` log events, one per group/topic pair (largest lag first,
+  at most ``limit``), all carrying the reading's time as ``reading_ms`` (the Spark job's lag table).
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ from typing import Final, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-__all__ = ["LMQ_TOPIC", "LagCollector", "LagView", "QueueProgress", "QueueReading", "summarize"]
+__all__ = [
+    "LMQ_TOPIC",
+    "LagCollector",
+    "LagView",
+    "QueueProgress",
+    "QueueReading",
+    "lag_events",
+    "summarize",
+]
 
 #: The one topic label all LMQ queues of a group are summed under.
 LMQ_TOPIC: Final = "%LMQ%"
@@ -107,6 +117,27 @@ class LagView:
         for (group, _), pair in self.pairs.items():
             totals[group] = totals.get(group, 0) + pair.lag
         return totals
+
+
+def lag_events(view: LagView, limit: int) -> list[dict[str, object]]:
+    """The fields of the ``metrics.lag`` events of ``view``: one per group/topic pair, largest lag first,
+    at most ``limit``; empty before the first reading."""
+    if view.updated_unix_s is None:
+        return []
+    reading_ms = round(view.updated_unix_s * 1000)
+    ranked = sorted(view.pairs.items(), key=lambda item: (-item[1].lag, item[0]))
+    return [
+        {
+            "group": group,
+            "topic": topic,
+            "queues": pair.queues,
+            "broker_offset": pair.broker_offset,
+            "consumer_offset": pair.consumer_offset,
+            "lag": pair.lag,
+            "reading_ms": reading_ms,
+        }
+        for (group, topic), pair in ranked[:limit]
+    ]
 
 
 def summarize(

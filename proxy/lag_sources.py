@@ -15,6 +15,10 @@ Contracts:
 * :class:`LagRefresher.refresh` takes a new reading when the last one is older than
   ``metrics.lag_refresh_s`` (concurrent scrapes share one reading); while the backend cannot answer
   the last view stays. It logs ``metrics.lag_capped`` when the number of capped pairs changes to non-zero.
+* :func:`log_lag_readings`: with ``metrics.lag_log_interval_s`` > 0, the server's task that takes a
+  reading that often (through the same refresher, so ``/metrics`` and the console share it) and logs each
+  new one as ``metrics.lag`` events, one per group/topic pair, at most :data:`MAX_LAG_EVENTS` per reading
+  (largest lag first). A reading that did not change (the backend could not answer) is not logged again.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from mqproxy.lag import LagCollector, QueueProgress, QueueReading, summarize
+from mqproxy.lag import LagCollector, QueueProgress, QueueReading, lag_events, summarize
 from mqproxy.model.errors import BackendError
 from mqproxy.model.properties import PROXY_BROKER_NAME, REVIVE_GROUP, SCHEDULE_GROUP, TRANSACTION_GROUP
 
@@ -34,10 +38,12 @@ if TYPE_CHECKING:
     from mqproxy.facade.api import BrokerFacade
     from mqproxy.settings import MetricsSettings
 
-__all__ = ["INTERNAL_GROUPS", "LagRefresher", "read_progress"]
+__all__ = ["INTERNAL_GROUPS", "MAX_LAG_EVENTS", "LagRefresher", "log_lag_readings", "read_progress"]
 
 _log = structlog.get_logger("mqproxy.metrics")
 
+#: ``metrics.lag`` events per reading at most (group/topic pairs with the most lag first).
+MAX_LAG_EVENTS = 1000
 #: Groups the broker services use for their own progress; not consumer lag anyone acts on.
 INTERNAL_GROUPS = frozenset({SCHEDULE_GROUP, REVIVE_GROUP, TRANSACTION_GROUP})
 
@@ -118,3 +124,18 @@ class LagRefresher:
                     lag_series=len(view.queues),
                     max_lag_series=self.settings.max_lag_series,
                 )
+
+
+async def log_lag_readings(refresher: LagRefresher, broker: BrokerFacade, interval_s: float) -> None:
+    """Every ``interval_s``: refresh the reading and log a new one as ``metrics.lag`` events (runs until
+    cancelled)."""
+    logged: float | None = None
+    while True:
+        await trio.sleep(interval_s)
+        await refresher.refresh(broker)
+        view = refresher.collector.view
+        if view.updated_unix_s is None or view.updated_unix_s == logged:
+            continue
+        logged = view.updated_unix_s
+        for fields in lag_events(view, MAX_LAG_EVENTS):
+            _log.info("metrics.lag", **fields)

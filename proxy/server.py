@@ -32,6 +32,7 @@ from mqproxy.backend_setup import open_broker
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.connection import handle_connection
 from mqproxy.context import ServerState, format_addr
+from mqproxy.lag_sources import log_lag_readings
 from mqproxy.routes import build_protocols
 from mqproxy.settings import Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
@@ -185,6 +186,9 @@ async def _serve_state(
             root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
         if settings.acl.file:
             await root.start(watch_acl_file, settings.acl, state.acl, state.acl_stamp)
+        if settings.metrics.lag_log_interval_s > 0 and state.broker is not None:
+            refresher = state.metrics.lag_refresher(settings.metrics)
+            root.start_soon(log_lag_readings, refresher, state.broker, settings.metrics.lag_log_interval_s)
         assert state.protocols is not None
         for service in state.protocols:
             await root.start(service.run)

@@ -225,6 +225,18 @@ class MetricsSettings:
 
     max_lag_series: int = field(default=2000, metadata=_range(0, 1_000_000))
     lag_refresh_s: float = field(default=15.0, metadata=_range(0.0, 3600))
+    #: Seconds between ``metrics.lag`` log events of the consumer lag (0 = never).
+    lag_log_interval_s: float = field(default=60.0, metadata=_range(0.0, 86400))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """The read-only live console at ``/console`` (:mod:`mqproxy.console`). With an ``[acl] file`` only admin
+    accounts see it (HTTP Basic, accessKey:secretKey); without one it is served to loopback sources only,
+    unless ``allow_remote``."""
+
+    enabled: bool = True
+    allow_remote: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,12 +251,15 @@ class Settings:
     mqtt: MqttSettings = MqttSettings()
     acl: AclSettings = AclSettings()
     metrics: MetricsSettings = MetricsSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:
         """Settings suited to in-process tests: port 0, memory backend unless a data dir is given."""
         base: dict[str, dict[str, Any]] = {
             "server": {"listen": "127.0.0.1:0", "sniff_timeout_s": 2.0, "shutdown_grace_s": 1.0},
+            # no periodic lag events: an autojump clock would make them fire in tests that never asked
+            "metrics": {"lag_log_interval_s": 0.0},
             "store": {"backend": "embedded", "data_dir": str(data_dir)}
             if data_dir
             else {"backend": "memory"},

@@ -104,6 +104,8 @@ class RemotingService:
         """Serve one remoting connection; the request events and the close reason go to ``ctx``."""
 
         def on_request(event: RequestEvent) -> None:
+            if event.client_id:
+                ctx.client_id = event.client_id
             ctx.request_event(**{name: getattr(event, name) for name in _EVENT_FIELDS})
 
         stats = ConnectionStats()

@@ -48,6 +48,9 @@ class ConnectionContext:
     acl: AclHolder = field(default_factory=AclHolder)
     log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
     protocol: str | None = None
+    #: The id the client gave itself (MQTT CONNECT, remoting heartbeat/request, gRPC ``x-mq-client-id``);
+    #: shown by the console, never trusted.
+    client_id: str | None = None
     tls: bool = False
     alpn: str | None = None
     proxied: bool = False

@@ -5,6 +5,7 @@ Output layout under ``output`` (each table a Parquet dataset partitioned by ``da
     connections/ requests/ rollup_minute/ ops/ tenants/ top_clients/ negotiation_failures/
     replication/ replication_minute/   the message connector's batches and per-rule minutes
                                        (empty when the logs hold no connector events)
+    consumer_lag/ consumer_lag_minute/ the proxy's metrics.lag readings and per group/topic minutes
     quarantine/      malformed lines as JSON lines {"line": ..., "reason": ...}
     _summary.json    counts: input rows, valid events, malformed by reason, rows per table
 
@@ -22,7 +23,7 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from mqproxy.spark_etl import replication, transforms
+from mqproxy.spark_etl import consumer_lag, replication, transforms
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
 
 __all__ = ["QUARANTINE", "SUMMARY_FILE", "TABLES", "BatchSummary", "build_tables", "read_raw", "run_batch"]
@@ -40,9 +41,11 @@ TABLES: Final = (
     "negotiation_failures",
     "replication",
     "replication_minute",
+    "consumer_lag",
+    "consumer_lag_minute",
 )
 """Output tables, in the order they are written."""
-_LARGE: Final = frozenset({"connections", "requests", "replication"})
+_LARGE: Final = frozenset({"connections", "requests", "replication", "consumer_lag"})
 
 
 def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataFrame]:
@@ -57,6 +60,8 @@ def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataF
         "negotiation_failures": transforms.negotiation_failures(events),
         "replication": replication.replication(events),
         "replication_minute": replication.replication_minute_rollup(events),
+        "consumer_lag": consumer_lag.consumer_lag(events),
+        "consumer_lag_minute": consumer_lag.consumer_lag_minute(events),
     }
 
 

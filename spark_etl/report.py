@@ -33,6 +33,7 @@ from mqproxy.spark_etl.report_data import ReportData, Row, load_report_data
 __all__ = [
     "Change",
     "ReportData",
+    "lag_totals",
     "load_report_data",
     "notable_changes",
     "plot_errors",
@@ -293,7 +294,32 @@ def _table_sections(data: ReportData) -> list[tuple[str, list[Row], str]]:
                 " dead_letters=dead letters, errors, lag_max=max lag, last_copied_at=last copied",
             )
         )
+    if data.consumer_lag:
+        sections.append(
+            (
+                "<h2>Consumer lag</h2>",
+                lag_totals(data)[:20],
+                "group, topic, lag_last=last lag, lag_max=max lag, consumed, produced,"
+                " last_minute=last reading",
+            )
+        )
     return sections
+
+
+def lag_totals(data: ReportData) -> list[Row]:
+    """Per ``(group, topic)`` over the whole report: the lag of the last reading, the largest lag, and
+    the offsets the group consumed and the producers added (summed over minutes; movement between two
+    minutes' readings is not counted); by descending last lag."""
+    totals: dict[tuple[str, str], Row] = {}
+    for r in sorted(data.consumer_lag, key=lambda r: r["minute"]):
+        key = (r["group"], r["topic"])
+        t = totals.setdefault(key, {"group": key[0], "topic": key[1], "lag_max": r["lag_max"], "consumed": 0,
+                                    "produced": 0})  # fmt: skip
+        t["lag_last"], t["last_minute"] = r["lag_last"], r["minute"]
+        t["lag_max"] = max(t["lag_max"], r["lag_max"])
+        t["consumed"] += r["consumed"]
+        t["produced"] += r["produced"]
+    return sorted(totals.values(), key=lambda t: (-t["lag_last"], t["group"], t["topic"]))
 
 
 def replication_totals(data: ReportData) -> list[Row]:

@@ -42,6 +42,8 @@ class ReportData:
     tenants: list[Row] = field(default_factory=list)
     replication: list[Row] = field(default_factory=list)
     """``replication_minute`` rows, by minute, connector and rule."""
+    consumer_lag: list[Row] = field(default_factory=list)
+    """``consumer_lag_minute`` rows, by minute, group and topic."""
     summary: dict[str, Any] | None = None
 
     @property
@@ -113,5 +115,6 @@ def load_report_data(spark: SparkSession, tables_dir: str, *, top: int = 10) -> 
         ops=_rows(spark, f"{tables_dir}/ops", [F.col("latency_p99").desc_nulls_last(), "op"]),
         tenants=_rows(spark, f"{tables_dir}/tenants", [F.col("bytes").desc(), "tenant"], top * 5),
         replication=replication,
+        consumer_lag=_rows(spark, f"{tables_dir}/consumer_lag_minute", ["minute", "group", "topic"]),
         summary=_read_summary(tables_dir),
     )

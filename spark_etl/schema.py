@@ -156,5 +156,9 @@ USED_FIELDS: Final[dict[str, DataType]] = {
     "delay_ms_max": LongType(),
     "delay_ms_min": LongType(),
     "lag": LongType(),
+    "queues": LongType(),
+    "broker_offset": LongType(),
+    "consumer_offset": LongType(),
+    "reading_ms": LongType(),
     "last_copied_ms": LongType(),
 }

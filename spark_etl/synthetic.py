@@ -27,6 +27,7 @@ from typing import Any, Final
 import orjson
 
 from mqproxy.spark_etl.synthetic_connector import connector_events
+from mqproxy.spark_etl.synthetic_lag import lag_events
 
 __all__ = [
     "MALFORMED_LINES",
@@ -101,6 +102,8 @@ class CorpusOptions:
     connector_rules: int = 0
     """Rules of a synthetic connector ``edge-to-central``, each copying 4 source queues; every batch
     has an ``error_ratio`` chance of a dead letter and of a retried error."""
+    lag_groups: int = 0
+    """Consumer groups whose lag is read every 15 s (``metrics.lag`` events, two topics each)."""
 
 
 def _client(rng: random.Random, protocol: str, opts: CorpusOptions) -> tuple[str, str, str | None]:
@@ -238,6 +241,8 @@ def iter_events(connections: int, options: CorpusOptions | None = None) -> Itera
             seed=opts.seed,
             error_ratio=opts.error_ratio,
         )
+    if opts.lag_groups:
+        yield from lag_events(opts.lag_groups, start=opts.start, span=opts.span, seed=opts.seed)
 
 
 def encode(event: Event) -> bytes:

@@ -21,6 +21,10 @@ PURE_MODULES = [
     "connector/rules.py",
     "connector/origin.py",
     "connector/progress.py",
+    "proxy/console_view.py",
+    "proxy/console_auth.py",
+    "proxy/console_assets.py",
+    "proxy/rejections.py",
 ]
 FORBIDDEN = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
 

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.facade.api import SendRequest
-from mqproxy.lag import LMQ_TOPIC, LagCollector, QueueProgress, summarize
-from mqproxy.lag_sources import LagRefresher, read_progress
+from mqproxy.lag import LMQ_TOPIC, LagCollector, QueueProgress, lag_events, summarize
+from mqproxy.lag_sources import LagRefresher, log_lag_readings, read_progress
 from mqproxy.model.types import Message
 from mqproxy.settings import MetricsSettings
 
@@ -106,6 +106,34 @@ async def test_capping_is_logged_once(broker: Any, log_sink: Any) -> None:
     await refresher.refresh(broker)
     (capped,) = log_sink.named("metrics.lag_capped")
     assert (capped["capped_pairs"], capped["lag_series"], capped["max_lag_series"]) == (1, 1, 1)
+
+
+def test_lag_events_one_per_pair_largest_first_bounded() -> None:
+    view = summarize([q("G", "T", 0, 5, 3), q("G", "T", 1, 4, 4), q("H", "U", 0, 9, 0), q("K", "T", 0, 1, 1)],
+                     100, updated_unix_s=1700000000.25)  # fmt: skip
+    events = lag_events(view, 2)
+    assert [(e["group"], e["topic"], e["lag"]) for e in events] == [("H", "U", 9), ("G", "T", 2)]
+    assert events[1] == {"group": "G", "topic": "T", "queues": 2, "broker_offset": 9, "consumer_offset": 7,
+                         "lag": 2, "reading_ms": 1700000000250}  # fmt: skip
+    assert lag_events(summarize([], 100), 10) == []  # no reading yet
+
+
+async def test_periodic_readings_are_logged_once_each(
+    broker: Any, log_sink: Any, autojump_clock: Any
+) -> None:
+    await broker.send(SendRequest(Message(topic="PT", body=b"x", queue_id=0), create_queues=1))
+    await broker.commit_consumer_offset("PG", "PT", 0, 0)
+    refresher = LagRefresher(LagCollector(), MetricsSettings(max_lag_series=10, lag_refresh_s=30.0))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log_lag_readings, refresher, broker, 10.0)
+        await trio.sleep(25.0)  # readings due at 10 s and 20 s: one reading (reused for 30 s), one log
+        logged = [(e["group"], e["topic"], e["lag"]) for e in log_sink.named("metrics.lag")]
+        assert logged == [("PG", "PT", 1)]
+        await broker.commit_consumer_offset("PG", "PT", 0, 1)
+        await trio.sleep(20.0)  # at 40 s a new reading
+        nursery.cancel_scope.cancel()
+    lags = [e["lag"] for e in log_sink.named("metrics.lag")]
+    assert lags == [1, 0]
 
 
 @pytest.fixture

@@ -58,6 +58,7 @@ def batch_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
         unicode_ratio=0.5,
         incident_after=timedelta(minutes=5),
         connector_rules=2,
+        lag_groups=2,
     )
     events = list(synthetic.iter_events(400, opts))
     root = tmp_path_factory.mktemp("batch")

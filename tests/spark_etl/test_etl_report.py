@@ -84,6 +84,7 @@ def test_write_report_produces_html_and_readable_pngs(spark: Any, batch_run: Any
         "Slowest request kinds",
         "Replication delay",
         "Replication per rule",
+        "Consumer lag",
     ):
         assert f">{heading}" in page, heading
     assert "grpc p99 latency" in page
@@ -108,6 +109,17 @@ def test_replication_totals_per_rule(spark: Any, batch_run: Any) -> None:
         assert totals[rule]["delay_max"] == max(e["delay_ms_max"] for e in mine)
     assert totals["(unknown)"]["errors"] == 1
     assert totals["(unknown)"]["messages"] == 0
+
+
+def test_lag_totals_per_group_and_topic(spark: Any, batch_run: Any) -> None:
+    data = report.load_report_data(spark, str(batch_run.output))
+    totals = {(t["group"], t["topic"]): t for t in report.lag_totals(data)}
+    readings = [e for e in batch_run.events if e["event"] == "metrics.lag"]
+    assert set(totals) == {(e["group"], e["topic"]) for e in readings}
+    for key, total in totals.items():
+        mine = sorted((e for e in readings if (e["group"], e["topic"]) == key), key=lambda e: e["reading_ms"])
+        assert total["lag_last"] == mine[-1]["lag"]
+        assert total["lag_max"] == max(e["lag"] for e in mine)
 
 
 def test_report_without_connector_events_leaves_replication_out(spark: Any, tmp_path: Path) -> None:
