@@ -15,6 +15,7 @@ connection (``ConnectionContext.acl``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,8 @@ def _ignore_refusal(protocol: str, peer: str, access_key: str | None, reason: st
 class AclHolder:
     """The current rules (swapped whole on reload), the shared throttle and the refusal reporter.
 
-    ``on_denied(protocol, reason)`` is called once per refusal (the server counts it in ``/metrics``);
+    ``clock`` is the one clock every caller of the throttle reads. ``on_denied(protocol, reason)`` is
+    called once per refusal (the server counts it in ``/metrics``);
     ``on_refusal(protocol, peer, access_key, reason, detail)`` once per *logged* refusal (the server keeps
     the last few for the console; the unlogged flood of throttled attempts is left out).
     """
@@ -64,9 +66,13 @@ class AclHolder:
         *,
         throttle: AuthThrottle | None = None,
         on_denied: DeniedHook | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rules: AclRules | None = rules
         self.throttle = AuthThrottle() if throttle is None else throttle
+        #: The throttle's clock: every protocol passes ``clock()`` as its ``now`` (one clock for the shared
+        #: per-address state; tests may give trio's).
+        self.clock = clock
         self.on_denied: DeniedHook = _ignore if on_denied is None else on_denied
         self.on_refusal: RefusalHook = _ignore_refusal
         #: Bumped on every replace, so caches keyed on the rules can notice a reload.

@@ -268,7 +268,7 @@ class GrpcServerConnection:
                     events.append(StreamReset(stream_id=ev.stream_id, error_code=int(ev.error_code),
                                               remote=ev.remote_reset))
             elif isinstance(ev, h2.events.ConnectionTerminated):
-                events.append(ConnectionTerminated(error_code=int(ev.error_code),
+                events.append(ConnectionTerminated(error_code=int(ev.error_code or 0),
                                                    last_stream_id=ev.last_stream_id or 0))
         return events
 

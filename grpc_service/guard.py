@@ -24,7 +24,6 @@ no rules (no ``[acl] file``) every call passes untouched.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,10 +47,7 @@ def peer_text(peer: tuple[str, int]) -> str:
 
 
 class GrpcGuard:
-    """ACL checks of gRPC calls (see the module docstring); ``clock`` is the throttle's monotonic clock."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    """ACL checks of gRPC calls (see the module docstring)."""
 
     async def _identify(self, call: Call) -> Identity | Denial | None:
         """None when no rules are loaded; else who the caller is, or why not (reported, throttled)."""
@@ -60,7 +56,7 @@ class GrpcGuard:
         if rules is None:
             return None
         ip = call.peer[0]
-        wait = holder.throttle.delay_for(ip, self._clock())
+        wait = holder.throttle.delay_for(ip, holder.clock())
         if wait > 0 and not rules.globally_white(ip):
             why = f"too many failed authentications from {ip}; retry in {wait:.1f} s"
             throttled = Denial("throttled", why)
@@ -68,7 +64,7 @@ class GrpcGuard:
             return throttled
         found = authenticate(rules, call.metadata, ip)
         if isinstance(found, Denial):
-            holder.throttle.failed(ip, self._clock())
+            holder.throttle.failed(ip, holder.clock())
             self._report(call, found)
         else:
             holder.throttle.succeeded(ip)

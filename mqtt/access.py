@@ -40,8 +40,6 @@ Each other refused CONNECT, and each PUBLISH or SUBSCRIBE the account file refus
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,9 +115,8 @@ def subscribable(account: Account, topic_filter: str) -> str | None:
 class MqttAccess:
     """The gateway's CONNECT and topic decisions (see the module docstring)."""
 
-    def __init__(self, users: Authorizer = ALLOW_ALL, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, users: Authorizer = ALLOW_ALL) -> None:
         self.users = users
-        self._clock = clock
 
     async def connect(
         self, username: str | None, password: bytes | None, peer: tuple[str, int], holder: AclHolder, log: Any
@@ -128,7 +125,7 @@ class MqttAccess:
         reported to ``log``."""
         ip = peer[0]
         throttle = holder.throttle
-        wait = throttle.delay_for(ip, self._clock())
+        wait = throttle.delay_for(ip, holder.clock())
         rules = holder.rules
         if wait > 0 and (rules is None or not rules.globally_white(ip)):
             holder.denied(
@@ -145,7 +142,7 @@ class MqttAccess:
         if admission.verdict == ReasonCode.SUCCESS:
             throttle.succeeded(ip)
         else:
-            throttle.failed(ip, self._clock())
+            throttle.failed(ip, holder.clock())
             holder.denied(
                 log,
                 protocol=PROTOCOL,

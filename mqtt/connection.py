@@ -189,7 +189,7 @@ class MqttConnection(PacketWriter, Deliveries):
     async def _read_packets(self) -> None:
         proto = self.proto
         while True:
-            data = b""
+            data: bytes | bytearray = b""
             with trio.move_on_after(proto.read_timeout()) as scope:
                 try:
                     data = await self.stream.receive_some(_READ_BYTES)

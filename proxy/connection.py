@@ -247,13 +247,12 @@ async def _refuse(
     the connection before the answer is read."""
     answer = refusal_bytes(refused.detected, refused.reason)
     server.metrics.connections_refused.labels(refused.reason).inc()
-    _log.warning(
-        "conn.refused",
-        reason=refused.reason,
-        peer=format_addr(ctx.peer),
-        protocol=refused.detected.protocol.value if refused.detected is not None else None,
-        answered=bool(answer),
-    )
+    protocol = refused.detected.protocol.value if refused.detected is not None else None
+    server.rejections.add(time.time(), "conn.refused", protocol=protocol, peer=format_addr(ctx.peer),
+                          reason=refused.reason)  # fmt: skip
+    # info, not warning: a flood of refusals stays in the buffered log writes
+    _log.info("conn.refused", reason=refused.reason, peer=format_addr(ctx.peer), protocol=protocol,
+              answered=bool(answer))  # fmt: skip
     if not answer:
         return
     with trio.move_on_after(REFUSAL_READ_S):

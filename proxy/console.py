@@ -218,7 +218,7 @@ def _verdict(server: ServerState, ctx: ConnectionContext, authorization: str | N
     holder, settings = server.acl, server.settings.console
     ip = ctx.peer[0]
     rules = holder.rules
-    wait = 0.0 if rules is None else holder.throttle.delay_for(ip, time.monotonic())
+    wait = 0.0 if rules is None else holder.throttle.delay_for(ip, holder.clock())
     return decide(
         rules,
         authorization,
@@ -231,10 +231,10 @@ def _verdict(server: ServerState, ctx: ConnectionContext, authorization: str | N
 
 def _apply(server: ServerState, ctx: ConnectionContext, verdict: Verdict) -> None:
     """Feed the throttle and report the refusal (``auth.denied``, the counter, recent rejections). The
-    throttle's clock is ``time.monotonic``, as MQTT's and gRPC's checks read it."""
+    throttle's clock is the holder's, as every protocol's checks read it."""
     throttle, ip = server.acl.throttle, ctx.peer[0]
     if verdict.throttle == "failed":
-        throttle.failed(ip, time.monotonic())
+        throttle.failed(ip, server.acl.clock())
     elif verdict.throttle == "succeeded":
         throttle.succeeded(ip)
     if verdict.status != 200 and verdict.reason in DENIAL_REASONS:

@@ -13,9 +13,9 @@ import trio
 
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.loader import FileStamp
+from mqproxy.console_view import TopicSection
 from mqproxy.limits import ConnectionLimiter
 from mqproxy.log import log_info
-from mqproxy.console_view import TopicSection
 from mqproxy.metrics import Metrics
 from mqproxy.rejections import RejectionRing
 
@@ -158,9 +158,9 @@ def format_addr(addr: tuple[str, int] | Any) -> str:
 
 async def receive_unless_draining(
     stream: trio.abc.ReceiveStream, max_bytes: int, server: ServerState, timeout_s: float
-) -> bytes | None:
+) -> bytes | bytearray | None:
     """Read once; None if ``timeout_s`` passes or the server starts draining first."""
-    result: bytes | None = None
+    result: bytes | bytearray | None = None
     async with trio.open_nursery() as nursery:
 
         async def _stop_on_drain() -> None:

@@ -126,14 +126,14 @@ class WebSocketStream(trio.abc.Stream):
     # --- receiving ------------------------------------------------------------------------------
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         while not self._pending and not self._eof:
-            data = self._unprocessed
+            data: bytes | bytearray = self._unprocessed
             self._unprocessed = b""
             if not data:
                 data = await self.transport.receive_some(READ_BYTES)
                 if not data:
                     self._eof = True
                     break
-            self._ws.receive_data(data)
+            self._ws.receive_data(bytes(data))  # no copy: trio sockets return bytes
             await self._process_events()
         limit = len(self._pending) if max_bytes is None else max_bytes
         out = bytes(self._pending[:limit])
@@ -165,7 +165,7 @@ class WebSocketStream(trio.abc.Stream):
                         pass
                     self._eof = True
                 elif self._ws.state is ConnectionState.OPEN:  # wsproto found a framing error
-                    await self.close(event.code, event.reason)
+                    await self.close(event.code, event.reason or "")
                 else:  # the answer to our close
                     self._eof = True
                 return
@@ -186,7 +186,7 @@ class WebSocketStream(trio.abc.Stream):
                     data = await self.transport.receive_some(READ_BYTES)
                     if not data:
                         break
-                    self._ws.receive_data(data)
+                    self._ws.receive_data(bytes(data))
                     for _event in self._ws.events():
                         pass
             except (trio.BrokenResourceError, trio.ClosedResourceError, LocalProtocolError):

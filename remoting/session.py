@@ -311,7 +311,7 @@ class RemotingSession:
         rules = None if acl is None else acl.rules
         if acl is None or rules is None:
             return None
-        ip, now = self.peer[0], trio.current_time()
+        ip, now = self.peer[0], acl.clock()
         peer = f"[{ip}]:{self.peer[1]}" if ":" in ip else f"{ip}:{self.peer[1]}"
         access_key = request.ext_fields.get("AccessKey")
         wait = acl.throttle.delay_for(ip, now)

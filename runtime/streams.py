@@ -23,7 +23,7 @@ class _DelegatingStream(trio.abc.HalfCloseableStream):
     def __init__(self, inner: trio.abc.Stream) -> None:
         self.inner = inner
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         return await self.inner.receive_some(max_bytes)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -50,7 +50,7 @@ class CountingStream(_DelegatingStream):
         self.bytes_in = 0
         self.bytes_out = 0
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         data = await self.inner.receive_some(max_bytes)
         self.bytes_in += len(data)
         return data
@@ -72,7 +72,7 @@ class PrefixedStream(_DelegatingStream):
         """Replay bytes not yet read."""
         return bytes(self._prefix)
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             await trio.lowlevel.checkpoint()
             n = len(self._prefix) if max_bytes is None else min(max_bytes, len(self._prefix))

@@ -15,7 +15,6 @@ from mqproxy.acl.rules import parse_acl
 from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.grpc_auth import authorization_value
 from mqproxy.codecs.grpc_framing import GrpcStatus
-from mqproxy.grpc_service.guard import GrpcGuard
 from mqproxy.settings import Settings
 
 from ..proxy.conftest import running_server  # type: ignore[import-not-found]
@@ -57,7 +56,7 @@ class Reports:
 @pytest.fixture
 def reports(grpc_env: GrpcEnv, log_sink: Any) -> Reports:
     grpc_env.server.acl.replace(parse_acl(ACL, "plain_acl.yml"))
-    grpc_env.service.guard = GrpcGuard(clock=trio.current_time)
+    grpc_env.server.acl.clock = trio.current_time
     return Reports(log_sink, grpc_env.server)
 
 

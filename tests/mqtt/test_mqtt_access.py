@@ -81,8 +81,10 @@ def access(*, rules: bool = True, **users_kw: Any) -> tuple[Gate, Reports]:
         users_kw.get("acl", {}),
     )
     reports = Reports()
-    holder = AclHolder(parse_acl(ACL, "plain_acl.yml") if rules else None, on_denied=reports.count)
-    return Gate(MqttAccess(users, clock=trio.current_time), holder, reports), reports
+    holder = AclHolder(
+        parse_acl(ACL, "plain_acl.yml") if rules else None, on_denied=reports.count, clock=trio.current_time
+    )
+    return Gate(MqttAccess(users), holder, reports), reports
 
 
 async def test_access_key_and_secret_connect() -> None:

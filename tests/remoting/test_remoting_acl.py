@@ -257,7 +257,12 @@ async def test_failed_authentication_is_throttled_per_address(
 ) -> None:
     counted: list[str] = []
     throttle = AuthThrottle(free_failures=2, base_delay=1.0, max_delay=4.0)
-    holder = AclHolder(RULES, throttle=throttle, on_denied=lambda protocol, reason: counted.append(reason))
+    holder = AclHolder(
+        RULES,
+        throttle=throttle,
+        on_denied=lambda protocol, reason: counted.append(reason),
+        clock=trio.current_time,
+    )
     attacker = _session(broker, ctx, holder)
     neighbour = _session(broker, ctx, holder, peer=("198.51.100.8", 1))
     for _ in range(3):
