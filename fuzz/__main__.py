@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from mqproxy.fuzz.runner import FuzzSettings, fuzz
+from mqproxy.fuzz.runner import FuzzSettings, RssTracker, fuzz
 from mqproxy.fuzz.targets import TARGETS
 
 
@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.inputs < 1 or args.workers < 1:
         parser.error(f"unknown targets {unknown}" if unknown else "--inputs and --workers must be >= 1")
     settings = FuzzSettings(inputs=args.inputs, workers=args.workers, seed=args.seed)
-    reports, wall = fuzz(names, settings)
+    rss = RssTracker()
+    reports, wall = fuzz(names, settings, rss)
     total = 0
     for r in reports:
         total += r.inputs
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
               f"busy {r.busy_s:6.1f} s  slowest {r.max_input_ms:6.1f} ms  "
               f"retained {r.max_retained_bytes:>6} B  "
               f"findings {len(r.findings)}")
-    print(f"total: {total} inputs in {wall:.1f} s wall ({total / wall:.0f}/s with {args.workers} workers)")
+    print(f"total: {total} inputs in {wall:.1f} s wall ({total / wall:.0f}/s with {args.workers} workers); "
+          f"worker RSS growth after the first chunk {rss.growth_kib} KiB")
     findings = [f for r in reports for f in r.findings]
     for f in findings:
         print(f"FINDING {f.target} {f.kind}: {f.key} {f.detail}\n    input {f.data.hex()} split {f.split}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import random
 import resource
 import signal
@@ -30,7 +31,9 @@ from types import FrameType
 from mqproxy.fuzz.mutator import Mutator
 from mqproxy.fuzz.targets import TARGETS, Target
 
-__all__ = ["ChunkResult", "Finding", "FuzzSettings", "TargetReport", "fuzz", "minimize", "reproduce"]
+__all__ = [
+    "ChunkResult", "Finding", "FuzzSettings", "RssTracker", "TargetReport", "fuzz", "minimize", "reproduce",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class ChunkResult:
     retained_bytes: int
     rss_kib: int
     findings: list[Finding] = field(default_factory=list)
+    pid: int = field(default_factory=os.getpid)
 
 
 @dataclass(slots=True)
@@ -215,10 +219,28 @@ def minimize(target: Target, finding: Finding, budget: int = 4000, cap_s: float 
     return Finding(finding.target, finding.kind, finding.key, data, split, finding.detail)
 
 
+@dataclass(slots=True)
+class RssTracker:
+    """Resident memory of each worker after its first chunk and after its latest one."""
+
+    first: dict[int, int] = field(default_factory=dict)
+    last: dict[int, int] = field(default_factory=dict)
+
+    def __call__(self, result: ChunkResult) -> None:
+        self.first.setdefault(result.pid, result.rss_kib)
+        self.last[result.pid] = result.rss_kib
+
+    @property
+    def growth_kib(self) -> int:
+        """The largest growth of one worker's RSS over the run, first chunk excluded (imports, caches)."""
+        return max((self.last[pid] - self.first[pid] for pid in self.first), default=0)
+
+
 def fuzz(
     names: Iterable[str], settings: FuzzSettings, progress: Callable[[ChunkResult], None] | None = None
 ) -> tuple[list[TargetReport], float]:
-    """Fuzz every named target with ``settings.inputs`` inputs; returns the reports and the wall time."""
+    """Fuzz every named target with ``settings.inputs`` inputs; returns the reports and the wall time.
+    ``progress`` sees every chunk's result as it arrives (e.g. an :class:`RssTracker`)."""
     reports = {name: TargetReport(name) for name in names}
     tasks = []
     for name in reports:
