@@ -125,7 +125,8 @@ def _packets(level: int) -> list[mq.Packet]:
         topic_alias=2,
     ) if v5 else mq.NO_PROPERTIES
     connect_props = P(session_expiry_interval=30, receive_maximum=10, maximum_packet_size=4096,
-                      topic_alias_maximum=3, request_problem_information=1, authentication_method="m",
+                      topic_alias_maximum=3, request_problem_information=1, request_response_information=1,
+                      authentication_method="m",
                       authentication_data=b"d", user_properties=(("a", "b"),)) if v5 else mq.NO_PROPERTIES
     will_props = P(will_delay_interval=5, content_type="c") if v5 else mq.NO_PROPERTIES
     ack_props = P(reason_string="why", user_properties=(("x", "y"),)) if v5 else mq.NO_PROPERTIES
@@ -135,8 +136,13 @@ def _packets(level: int) -> list[mq.Packet]:
                    will=mq.Will("will/t", b"bye", mq.QoS.AT_LEAST_ONCE, True, will_props),
                    properties=connect_props),
         mq.Connect("", level, keep_alive=0),
-        mq.Connack(True, mq.ReasonCode.SUCCESS, P(assigned_client_identifier="id", server_keep_alive=9,
-                                                  maximum_qos=1) if v5 else mq.NO_PROPERTIES),
+        mq.Connack(True, mq.ReasonCode.SUCCESS, P(
+            assigned_client_identifier="id", server_keep_alive=9, maximum_qos=1, retain_available=1,
+            wildcard_subscription_available=0, subscription_identifier_available=1,
+            shared_subscription_available=1,
+            response_information="info", server_reference="other:1883", receive_maximum=20,
+            maximum_packet_size=1000, topic_alias_maximum=5, session_expiry_interval=60,
+        ) if v5 else mq.NO_PROPERTIES),
         mq.Connack(False, mq.ReasonCode.NOT_AUTHORIZED),
         mq.Publish("a/b/c", b"payload", mq.QoS.AT_MOST_ONCE, retain=True),
         mq.Publish("a/b", b"q1" * 8, mq.QoS.AT_LEAST_ONCE, packet_id=7, properties=props),
