@@ -43,7 +43,7 @@ class FuzzSettings:
     seed: int = 1
     chunk: int = 25_000
     input_cap_s: float = 2.0
-    leak_window: int = 2_000
+    leak_window: int = 1_000
     leak_bytes: int = 64 * 1024
     #: A chunk that reports nothing for this long means a worker is stuck where SIGALRM cannot reach.
     chunk_timeout_s: float = 600.0
