@@ -93,6 +93,22 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     raise Hang
 
 
+class _AlarmOwner:
+    """Borrows ``SIGALRM`` and the real-time interval timer, then gives back both: the handler and what was
+    left of a timer someone else had armed (pytest-timeout's, in a test process)."""
+
+    def __enter__(self) -> None:
+        self._handler = signal.signal(signal.SIGALRM, _on_alarm)
+        self._timer = signal.getitimer(signal.ITIMER_REAL)[0]
+        self._since = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._handler)
+        if self._timer > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(self._timer - (time.monotonic() - self._since), 0.001))
+
+
 def _key(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
@@ -127,12 +143,11 @@ def run_chunk(args: tuple[str, int, int, int, FuzzSettings]) -> ChunkResult:
     target = TARGETS[name]
     run, allowed = target.run, target.errors
     found: dict[str, Finding] = {}
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
     window_at = max(count - settings.leak_window, 0)
     retained = 0
     slowest = 0.0
     started = time.perf_counter()
-    try:
+    with _AlarmOwner():
         for index, (data, split) in enumerate(_inputs(target, seed, chunk, count)):
             if index == window_at:
                 gc.collect()
@@ -154,8 +169,6 @@ def run_chunk(args: tuple[str, int, int, int, FuzzSettings]) -> ChunkResult:
             gc.collect()
             retained = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
-    finally:
-        signal.signal(signal.SIGALRM, previous)
     findings = list(found.values())
     if retained > settings.leak_bytes:
         findings.append(Finding(name, "leak", f"{retained} bytes retained by {settings.leak_window} inputs"))
@@ -183,13 +196,12 @@ def reproduce(target: Target, data: bytes, split: int, cap_s: float = 2.0) -> st
 
 
 def run_with_cap(run: Callable[[bytes, int], None], data: bytes, split: int, cap_s: float) -> None:
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, cap_s)
-    try:
-        run(data, split)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with _AlarmOwner():
+        signal.setitimer(signal.ITIMER_REAL, cap_s)
+        try:
+            run(data, split)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def minimize(target: Target, finding: Finding, budget: int = 4000, cap_s: float = 2.0) -> Finding:

@@ -88,3 +88,23 @@ def test_leak_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_minimize_keeps_an_input_that_no_longer_reproduces() -> None:
     finding = Finding("planted", "crash", "NoSuchError at nowhere:1", b"\x01\x02", 0)
     assert minimize(_target(_planted), finding).data == b"\x01\x02"
+
+
+def test_an_outer_interval_timer_survives_the_per_input_cap() -> None:
+    """pytest-timeout arms SIGALRM too: the harness hands back what is left of it."""
+    import signal
+
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    try:
+        runner.run_with_cap(lambda data, split: None, b"", 0, 1.0)
+        result = run_chunk(("sniff", 1, 0, 50, FuzzSettings(leak_window=10)))
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert signal.getsignal(signal.SIGALRM) is not runner._on_alarm
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert result.findings == []
+    assert 25.0 < left <= 30.0
+    assert fired == []
