@@ -12,7 +12,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST:= $(VENV)/.installed-test
 CONSTRAINTS := constraints.txt
 
-.PHONY: serve test test-fast system-deps clients bench bench-vs-rocketmq bench-cluster clean
+.PHONY: serve test test-fast system-deps clients bench bench-vs-rocketmq bench-cluster fuzz kill9 clean
 
 $(BIN)/python:
 	@bash scripts/setup-system.sh venv
@@ -51,6 +51,14 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/store.py
 	@bash scripts/setup-bench-peers.sh
 	$(BIN)/python bench/cpu.py
+
+# The reliability campaign (README "Reliability"): 10^6 fuzz inputs per codec (MQFUZZ_INPUTS), and
+# 100 kill -9 iterations under load per flush policy
+fuzz: $(STAMP_TEST)
+	$(BIN)/python -m mqproxy.fuzz
+
+kill9: $(STAMP_TEST)
+	$(BIN)/python bench/kill9.py --iterations 100
 
 # mqproxy vs a stock Apache RocketMQ 5.3.3 in the same run (Java 17 and Maven jars; about 10 minutes)
 bench-vs-rocketmq: system-deps $(STAMP_TEST)

@@ -15,7 +15,6 @@ connection (``ConnectionContext.acl``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +53,8 @@ def _ignore_refusal(protocol: str, peer: str, access_key: str | None, reason: st
 class AclHolder:
     """The current rules (swapped whole on reload), the shared throttle and the refusal reporter.
 
-    ``clock`` is the one clock every caller of the throttle reads. ``on_denied(protocol, reason)`` is
+    ``clock`` (monotonic seconds; the server gives ``time.monotonic``) is the one clock every caller of the
+    throttle reads. ``on_denied(protocol, reason)`` is
     called once per refusal (the server counts it in ``/metrics``);
     ``on_refusal(protocol, peer, access_key, reason, detail)`` once per *logged* refusal (the server keeps
     the last few for the console; the unlogged flood of throttled attempts is left out).
@@ -66,7 +66,7 @@ class AclHolder:
         *,
         throttle: AuthThrottle | None = None,
         on_denied: DeniedHook | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self.rules: AclRules | None = rules
         self.throttle = AuthThrottle() if throttle is None else throttle

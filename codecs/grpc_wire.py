@@ -274,6 +274,9 @@ class GrpcServerConnection:
 
     def _on_request(self, ev: h2.events.RequestReceived, events: list[GrpcEvent]) -> None:
         sid = ev.stream_id
+        h2_stream = self._h2.streams.get(sid)
+        if h2_stream is None or h2_stream.closed:
+            return  # reset by a later frame of this read (HEADERS after END_STREAM): nothing to answer
         try:
             request, compressed_status = parse_request(sid, ev.headers or ())
         except BadRequest as bad:
@@ -343,7 +346,10 @@ class GrpcServerConnection:
         stream.headers_sent = True
         headers = [(":status", "200"), ("content-type", "application/grpc"),
                    ("grpc-accept-encoding", "identity"), *encode_metadata(metadata)]
-        self._h2.send_headers(stream_id, headers)
+        try:
+            self._h2.send_headers(stream_id, headers)
+        except h2.exceptions.NoSuchStreamError:  # h2 reset it (a stream error) without telling us
+            self._drop(stream_id)
 
     def send_message(self, stream_id: int, payload: bytes) -> None:
         """Queue one message (headers are sent first if needed) and write what flow control allows."""
@@ -434,13 +440,17 @@ class GrpcServerConnection:
         if stream is None:
             return
         pending = stream.pending
-        while pending:
-            window = self._h2.local_flow_control_window(sid)
-            size = min(window, self._h2.max_outbound_frame_size, len(pending))
-            if size <= 0:
-                return
-            self._h2.send_data(sid, bytes(pending[:size]))
-            del pending[:size]
+        try:
+            while pending:
+                window = self._h2.local_flow_control_window(sid)
+                size = min(window, self._h2.max_outbound_frame_size, len(pending))
+                if size <= 0:
+                    return
+                self._h2.send_data(sid, bytes(pending[:size]))
+                del pending[:size]
+        except h2.exceptions.NoSuchStreamError:  # h2 reset it (a stream error) without telling us
+            self._drop(sid)
+            return
         if stream.trailers is not None:
             self._finish(sid, stream)
 
@@ -449,8 +459,12 @@ class GrpcServerConnection:
         self._drop(sid)
 
     def _end_stream(self, sid: int, headers: list[tuple[str, str]]) -> None:
-        """Send the final HEADERS; if the client has not half-closed, RST_STREAM(NO_ERROR) stops its body."""
-        self._h2.send_headers(sid, headers, end_stream=True)
+        """Send the final HEADERS; if the client has not half-closed, RST_STREAM(NO_ERROR) stops its body.
+        Nothing is sent on a stream h2 has already closed."""
+        try:
+            self._h2.send_headers(sid, headers, end_stream=True)
+        except h2.exceptions.NoSuchStreamError:
+            return
         h2_stream = self._h2.streams.get(sid)
         if h2_stream is not None and not h2_stream.closed:
             self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)

@@ -75,7 +75,7 @@ class ServerState:
     backend_health: Callable[[], str | None] = always_healthy
     #: The live access rules every protocol checks (``rules`` None: no ``[acl] file``); the same object is
     #: every connection's ``ConnectionContext.acl``. Refusals are counted in ``mqproxy_auth_denied_total``.
-    acl: AclHolder = field(default_factory=AclHolder)
+    acl: AclHolder = field(default_factory=lambda: AclHolder(clock=time.monotonic))
     #: The ``[acl] file``'s stamp when the rules in force were read (the reload watcher compares against it).
     acl_stamp: FileStamp | None = None
     #: Open connections by ``conn_id`` (the console's list).

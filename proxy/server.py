@@ -123,7 +123,7 @@ async def serve(
     """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully."""
     ssl_context = server_ssl_context(settings.tls)
     rules, acl_stamp = initial_rules(settings.acl)
-    acl = AclHolder(rules)
+    acl = AclHolder(rules, clock=time.monotonic)
     host, port = parse_hostport(settings.server.listen)
     listeners = await trio.open_tcp_listeners(port, host=host)
     listener = listeners[0]

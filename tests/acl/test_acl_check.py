@@ -80,7 +80,7 @@ def test_secret_matches() -> None:
 
 
 def test_holder_swaps() -> None:
-    holder = AclHolder()
+    holder = AclHolder(clock=lambda: 0.0)
     assert holder.rules is None
     holder.replace(RULES)
     assert holder.rules is RULES

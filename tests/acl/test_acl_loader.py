@@ -54,7 +54,7 @@ async def test_watcher_reloads_and_keeps_rules_when_the_file_goes(tmp_path: Path
     path.write_text(GOOD)
     settings = AclSettings(file=str(path), reload_interval_s=0.05)
     rules, stamp = initial_rules(settings)
-    holder = AclHolder(rules)
+    holder = AclHolder(rules, clock=lambda: 0.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(watch_acl_file, settings, holder, stamp)
         path.unlink()

@@ -206,7 +206,9 @@ async def test_session_refuses_with_no_permission_and_reports(
     broker: EmbeddedBroker, ctx: ServerContext
 ) -> None:
     counted: list[tuple[str, str]] = []
-    holder = AclHolder(RULES, on_denied=lambda protocol, reason: counted.append((protocol, reason)))
+    holder = AclHolder(
+        RULES, on_denied=lambda protocol, reason: counted.append((protocol, reason)), clock=trio.current_time
+    )
     session = _session(broker, ctx, holder)
     with structlog.testing.capture_logs() as logs:
         allowed = await session.handle(send_v2("orders"))
@@ -232,14 +234,14 @@ async def test_session_refuses_with_no_permission_and_reports(
 
 
 async def test_no_rules_means_no_checks(broker: EmbeddedBroker, ctx: ServerContext) -> None:
-    session = _session(broker, ctx, AclHolder())
+    session = _session(broker, ctx, AclHolder(clock=trio.current_time))
     response = await session.handle(send_v2("audit", ak=None))
     assert response is not None
     assert response.code == ResponseCode.SUCCESS
 
 
 async def test_replaced_rules_apply_to_the_next_request(broker: EmbeddedBroker, ctx: ServerContext) -> None:
-    holder = AclHolder(RULES)
+    holder = AclHolder(RULES, clock=trio.current_time)
     session = _session(broker, ctx, holder)
     first = await session.handle(send_v2("audit"))
     assert first is not None
@@ -286,7 +288,7 @@ async def test_failed_authentication_is_throttled_per_address(
 
 
 async def test_permission_denials_do_not_throttle(broker: EmbeddedBroker, ctx: ServerContext) -> None:
-    holder = AclHolder(RULES, throttle=AuthThrottle(free_failures=0))
+    holder = AclHolder(RULES, throttle=AuthThrottle(free_failures=0), clock=trio.current_time)
     session = _session(broker, ctx, holder)
     for _ in range(5):
         denied = await session.handle(send_v2("audit"))
