@@ -15,6 +15,10 @@ records (:mod:`mqproxy.codecs.rocketmq_trace`) for what passes through it, for e
   in bounded tables (:data:`MAX_PENDING_RECEIPTS`, :data:`MAX_PENDING_PER_QUEUE` x
   :data:`MAX_PENDING_QUEUES`); what falls out of them simply gets no ``SubAfter``.
 
+* ``EndTransaction`` when a producer (or its check-back answer) commits or rolls back a half message this
+  process stored (remembered at its ``send``, up to :data:`MAX_PENDING_HALVES`; a half message stored
+  elsewhere gets none): the message's id, topic, tags and keys, with the transaction id the client gave.
+
 Nothing is traced for the trace topic itself, retry and dead-letter topics, or pulls without a group (the
 MQTT gateway's own reads: MQTT deliveries are traced by the gateway with the client id as the group).
 Tracing never changes an answer or raises: emitting only queues a record
@@ -27,11 +31,13 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from mqproxy.codecs.rocketmq_trace import (
     CONTEXT_FAILED,
     CONTEXT_SUCCESS,
+    EndTransactionRecord,
     MessageType,
     PubRecord,
     SubAfterRecord,
@@ -39,8 +45,15 @@ from mqproxy.codecs.rocketmq_trace import (
     TraceSink,
     message_id,
 )
-from mqproxy.facade.api import BrokerFacade, PopRequest, PullRequest, SendOutcome, SendRequest
-from mqproxy.facade.types import AckOutcome
+from mqproxy.facade.api import (
+    BrokerFacade,
+    EndTransaction,
+    PopRequest,
+    PullRequest,
+    SendOutcome,
+    SendRequest,
+)
+from mqproxy.facade.types import AckOutcome, Resolution
 from mqproxy.model.errors import BackendError
 from mqproxy.model.receipts import PopResult
 from mqproxy.model.types import (
@@ -57,10 +70,13 @@ from mqproxy.model.types import (
 __all__ = ["TracingBroker", "traced_topic"]
 
 MAX_PENDING_RECEIPTS: Final = 65_536
+MAX_PENDING_HALVES: Final = 65_536
 MAX_PENDING_QUEUES: Final = 4096
 MAX_PENDING_PER_QUEUE: Final = 1024
 #: Properties that make a message a transactional half message or a timed one.
 _TRANSACTION = "TRAN_MSG"
+_TRANSACTION_ID = "__transactionId__"
+_STATES = {Resolution.COMMIT: "COMMIT_MESSAGE", Resolution.ROLLBACK: "ROLLBACK_MESSAGE"}
 _TIMER_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 #: The MQTT gateway's own bookkeeping topics (session snapshots, cluster retained refresh).
 _INTERNAL_TOPICS = frozenset({"MQTT_SESSION_STATE", "MQTT_RETAINED_REFRESH"})
@@ -85,6 +101,9 @@ def _msg_type(message: Message) -> MessageType:
     if props.get(PROPERTY_DELAY_LEVEL, "0") not in ("", "0") or any(p in props for p in _TIMER_PROPERTIES):
         return MessageType.DELAY
     return MessageType.NORMAL
+
+
+_HalfKey = tuple[str, int | str]
 
 
 class _Pending:
@@ -113,6 +132,8 @@ class TracingBroker:
         self._store_host_text = f"{store_host[0]}:{store_host[1]}"
         self._receipts: OrderedDict[tuple[str, str], _Pending] = OrderedDict()
         self._pulled: OrderedDict[tuple[str, str, int], deque[_Pending]] = OrderedDict()
+        #: Half messages by commit-log offset and by transaction ref / msgId: the record to end them with.
+        self._halves: OrderedDict[_HalfKey, tuple[EndTransactionRecord, tuple[_HalfKey, ...]]] = OrderedDict()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -149,7 +170,49 @@ class TracingBroker:
             self._pub(request.message, request.producer_group, None, _elapsed_ms(start))
             raise
         self._pub(request.message, request.producer_group, outcome.result, _elapsed_ms(start))
+        if outcome.parked == "half" and traced_topic(request.message.topic, self._trace_topic):
+            self._remember_half(request, outcome)
         return outcome
+
+    def _remember_half(self, request: SendRequest, outcome: SendOutcome) -> None:
+        message, result = request.message, outcome.result
+        props = message.properties
+        msg_id = message_id(props, self._store_host, result.commitlog_offset)
+        half = EndTransactionRecord(
+            timestamp_ms=0,
+            group=request.producer_group,
+            topic=message.topic,
+            msg_id=msg_id,
+            transaction_id=props.get(_TRANSACTION_ID) or msg_id,
+            state="UNKNOW",
+            tags=props.get(PROPERTY_TAGS, ""),
+            keys=props.get(PROPERTY_KEYS, ""),
+            store_host=self._store_host_text,
+        )
+        keys: tuple[_HalfKey, ...] = (
+            ("offset", result.commitlog_offset),
+            ("tx", outcome.transaction_ref or msg_id),
+        )
+        for key in keys:
+            self._halves[key] = (half, keys)
+        while len(self._halves) > 2 * MAX_PENDING_HALVES:
+            self._halves.popitem(last=False)
+
+    async def end_transaction(self, end: EndTransaction) -> SendResult | None:
+        result = await self._inner.end_transaction(end)
+        state = _STATES.get(end.resolution)
+        key = (
+            ("offset", end.commitlog_offset)
+            if end.commitlog_offset is not None
+            else ("tx", end.transaction_id)
+        )
+        found = self._halves.get(key)
+        if state is not None and found is not None:
+            half, keys = found
+            for known in keys:
+                self._halves.pop(known, None)
+            self._sink.emit(replace(half, timestamp_ms=now_ms(), state=state, from_check=end.from_check))
+        return result
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         start = time.monotonic()

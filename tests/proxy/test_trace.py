@@ -9,18 +9,24 @@ from typing import Any, cast
 import pytest
 import trio
 
+from mqproxy.backend_setup import service_settings
+from mqproxy.backends.embedded.broker import open_embedded_broker
+from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.codecs.rocketmq_trace import (
+    EndTransactionRecord,
+    MessageType,
     PubRecord,
     SubAfterRecord,
     SubBeforeRecord,
     TraceRecord,
     decode,
 )
-from mqproxy.facade.api import BrokerFacade, PopRequest, PullRequest, SendOutcome, SendRequest
-from mqproxy.facade.types import AckOutcome
+from mqproxy.facade.api import BrokerFacade, EndTransaction, PopRequest, PullRequest, SendOutcome, SendRequest
+from mqproxy.facade.types import AckOutcome, Resolution
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.receipts import PoppedMessage, PopResult, Receipt
 from mqproxy.model.types import Message, PullResult, PullStatus, SendResult, StoredMessage, TopicConfig
+from mqproxy.settings import BrokerSettings
 from mqproxy.trace import FLUSH_RECORDS, TraceBuffer, TraceDispatcher
 from mqproxy.trace_facade import TracingBroker
 from tests.conftest import EventSink, wait_until
@@ -52,7 +58,11 @@ class FakeBroker:
             raise StoreUnavailable("disk full")
         self.sent.append(request.message)
         result = SendResult(request.message.topic, 0, len(self.sent) - 1, 1000 + len(self.sent), 1)
-        return SendOutcome(result, request.message.topic, 0)
+        half = request.message.properties.get("TRAN_MSG") == "true"
+        return SendOutcome(result, request.message.topic, 0, parked="half" if half else "")
+
+    async def end_transaction(self, end: EndTransaction) -> SendResult | None:
+        return None
 
     async def pull(self, request: PullRequest) -> PullResult:
         found = tuple(m for m in self.stored if m.queue_offset >= request.offset)[: request.max_count]
@@ -238,3 +248,39 @@ async def test_facade_traces_pops_and_acks() -> None:
     await broker.ack("CG", "T", moved)
     after = [r for r in sink.records if isinstance(r, SubAfterRecord)]
     assert [(r.msg_id, r.success, r.group) for r in after] == [("U0", True, "CG"), ("U1", True, "CG")]
+
+
+async def test_facade_traces_the_end_of_a_half_message_it_stored() -> None:
+    _, sink, broker = tracing()
+    for uniq in ("H1", "H2"):
+        props = {"UNIQ_KEY": uniq, "TRAN_MSG": "true", "TAGS": "t", "__transactionId__": f"tx-{uniq}"}
+        await broker.send(SendRequest(Message("T", b"x", properties=props), producer_group="PG"))
+    pubs = [r for r in sink.records if isinstance(r, PubRecord)]
+    assert [r.msg_type for r in pubs] == [MessageType.TRANS_HALF] * 2
+    # remoting names the half message by commit-log offset, gRPC by its id
+    await broker.end_transaction(EndTransaction(Resolution.COMMIT, "PG", commitlog_offset=1001))
+    await broker.end_transaction(EndTransaction(Resolution.ROLLBACK, transaction_id="H2", from_check=True))
+    await broker.end_transaction(EndTransaction(Resolution.COMMIT, "PG", commitlog_offset=1001))  # repeated
+    await broker.end_transaction(EndTransaction(Resolution.COMMIT, "PG", commitlog_offset=5))  # not ours
+    ends = [r for r in sink.records if isinstance(r, EndTransactionRecord)]
+    assert [(r.msg_id, r.transaction_id, r.state, r.from_check, r.group, r.tags) for r in ends] == [
+        ("H1", "tx-H1", "COMMIT_MESSAGE", False, "PG", "t"),
+        ("H2", "tx-H2", "ROLLBACK_MESSAGE", True, "PG", "t"),
+    ]
+
+
+async def test_end_transaction_on_the_embedded_broker() -> None:
+    """The embedded facade parks a half message and ends it by the commit-log offset remoting names."""
+    store = InMemoryBackend(default_queue_count=4, auto_create_topics=True)
+    async with open_embedded_broker(store, service_settings(BrokerSettings())) as inner:
+        sink = ListSink()
+        broker = TracingBroker(inner, sink, "TR", ("127.0.0.1", 9876))
+        props = {"UNIQ_KEY": "HALF1", "TRAN_MSG": "true", "PGROUP": "PG"}
+        request = SendRequest(Message("T", b"x", properties=props), producer_group="PG", create_queues=1)
+        sent = await broker.send(request)
+        assert sent.parked == "half"
+        await broker.end_transaction(
+            EndTransaction(Resolution.COMMIT, "PG", commitlog_offset=sent.result.commitlog_offset)
+        )
+        ends = [r for r in sink.records if isinstance(r, EndTransactionRecord)]
+        assert [(r.msg_id, r.state) for r in ends] == [("HALF1", "COMMIT_MESSAGE")]
