@@ -136,7 +136,10 @@ class TracingBroker:
         self._halves: OrderedDict[_HalfKey, tuple[EndTransactionRecord, tuple[_HalfKey, ...]]] = OrderedDict()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        value = getattr(self._inner, name)
+        if callable(value):
+            setattr(self, name, value)  # a bound method: found in the instance dict from now on
+        return value
 
     # --- producing ---------------------------------------------------------------------------------
     def _pub(self, message: Message, group: str, result: SendResult | None, cost_ms: int) -> None:
