@@ -7,7 +7,8 @@ records (:mod:`mqproxy.codecs.rocketmq_trace`) for what passes through it, for e
 
 * ``Pub`` for each stored message (``send``, ``send_batch``: remoting, gRPC and MQTT publishes). The group
   is the producer group, or the MQTT client id for an MQTT publish; the msgId is the message's
-  ``UNIQ_KEY``, or its offset message id when it has none (MQTT publishes), as RocketMQ names such a message.
+  ``UNIQ_KEY``. A message sent without one (an MQTT publish) is given one first, in the Java client's
+  layout, so its id is the same wherever it is stored (embedded or a cluster broker) and consumers see it.
 * ``SubBefore`` for each message a consumer group is handed (``pull``, ``pop``; one request id per batch).
 * ``SubAfter`` when a consumer acknowledges: ``ack`` / ``ack_many`` of a popped message (success; a
   ``change_invisible`` keeps it pending under its new handle), and for pulls the group's committed
@@ -27,6 +28,7 @@ Tracing never changes an answer or raises: emitting only queues a record
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -55,11 +57,13 @@ from mqproxy.facade.api import (
 )
 from mqproxy.facade.types import AckOutcome, Resolution
 from mqproxy.model.errors import BackendError
+from mqproxy.model.ids import new_uniq_key
 from mqproxy.model.receipts import PopResult
 from mqproxy.model.types import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
     Message,
     PullResult,
     PullStatus,
@@ -130,6 +134,7 @@ class TracingBroker:
         self._trace_topic = trace_topic
         self._store_host = store_host
         self._store_host_text = f"{store_host[0]}:{store_host[1]}"
+        self._counter = 0
         self._receipts: OrderedDict[tuple[str, str], _Pending] = OrderedDict()
         self._pulled: OrderedDict[tuple[str, str, int], deque[_Pending]] = OrderedDict()
         #: Half messages by commit-log offset and by transaction ref / msgId: the record to end them with.
@@ -165,7 +170,16 @@ class TracingBroker:
             )
         )
 
+    def _identify(self, message: Message) -> None:
+        if PROPERTY_UNIQ_KEY not in message.properties:
+            self._counter += 1
+            message.properties[PROPERTY_UNIQ_KEY] = new_uniq_key(
+                self._store_host[0], os.getpid(), self._counter, now_ms()
+            )
+
     async def send(self, request: SendRequest) -> SendOutcome:
+        if traced_topic(request.message.topic, self._trace_topic):
+            self._identify(request.message)
         start = time.monotonic()
         try:
             outcome = await self._inner.send(request)
@@ -218,6 +232,9 @@ class TracingBroker:
         return result
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        for message in messages:
+            if traced_topic(message.topic, self._trace_topic):
+                self._identify(message)
         start = time.monotonic()
         results = await self._inner.send_batch(messages)
         cost = _elapsed_ms(start)

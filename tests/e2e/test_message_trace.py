@@ -5,8 +5,8 @@
   scenario): the first message's trace shows its ``Pub`` row (producer group) and a ``Sub`` row for the
   consumer group (SubAfter: the committed offset passed it).
 * A paho MQTT client publishes at QoS 1 and another, subscribed, gets and acknowledges it: the trace of the
-  stored message (its id from ``mqadmin printMsg``: an offset message id, as RocketMQ names a message without
-  a client id) shows the publisher's client id as the ``Pub`` group and the subscriber's as a ``Sub`` group.
+  stored message (its id from ``mqadmin printMsg``: the proxy gave the publish a message id) shows the
+  publisher's client id as the ``Pub`` group and the subscriber's as a ``Sub`` group.
 """
 
 from __future__ import annotations

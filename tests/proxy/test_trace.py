@@ -208,7 +208,9 @@ async def test_facade_traces_sends_but_not_trace_or_retry_topics() -> None:
     assert first.success
     assert first.store_host == "127.0.0.1:9876"
     assert mqtt.group == "dev1"
-    assert mqtt.msg_id == mqtt.offset_msg_id != ""
+    assert len(mqtt.msg_id) == 32  # sent without a UNIQ_KEY: given one (Java layout, IPv4)
+    assert mqtt.msg_id.startswith("7F000001")  # the store host's IP first
+    assert mqtt.offset_msg_id not in ("", mqtt.msg_id)
     inner.broken = True
     with pytest.raises(StoreUnavailable):
         await broker.send(SendRequest(Message("T", b"x", properties={"UNIQ_KEY": "U2"}), producer_group="PG"))

@@ -104,7 +104,7 @@ async def test_every_protocol_leaves_trace_records(log_sink: EventSink) -> None:
             return any(isinstance(r, SubAfterRecord) and r.group == "sub-1" for r in records)
 
         await wait_until(mqtt_traced)
-        # the MQTT message has no UNIQ_KEY: its id is its offset message id (as RocketMQ names it)
+        # the MQTT publish came without a UNIQ_KEY: it was given one, the id its delivery is traced by
         records = await all_trace_records(server)
         mqtt_pubs = [r for r in records if isinstance(r, PubRecord) and r.group == "pub-1"]
         assert len(mqtt_pubs) == 1
