@@ -4,9 +4,12 @@
 * A Java 5.x remoting producer sends and a lite pull consumer consumes and commits (the ``admin-fixture``
   scenario): the first message's trace shows its ``Pub`` row (producer group) and a ``Sub`` row for the
   consumer group (SubAfter: the committed offset passed it).
-* The same against a stock RocketMQ 5.3 (name server + one broker with ``traceTopicEnable``) behind an
-  mqproxy node (``backend.kind = "rocketmq"``): the node writes to the cluster's ``RMQ_SYS_TRACE_TOPIC`` and
-  ``mqadmin`` asks the stock name server and broker.
+* A Java 5.x gRPC producer sends and a simple consumer receives and acks (the ``normal`` scenario of
+  ``tests/e2e/java/grpc5``): a ``Pub`` row (gRPC has no producer group: empty) and a ``Sub`` row for the
+  consumer group.
+* The remoting and MQTT paths again against a stock RocketMQ 5.3 (name server + one broker with
+  ``traceTopicEnable``) behind an mqproxy node (``backend.kind = "rocketmq"``): the node writes to the
+  cluster's ``RMQ_SYS_TRACE_TOPIC`` and ``mqadmin`` asks the stock name server and broker.
 * A paho MQTT client publishes at QoS 1 and another, subscribed, gets and acknowledges it: the trace of the
   stored message (its id from ``mqadmin printMsg``: the proxy gave the publish a message id) shows the
   publisher's client id as the ``Pub`` group and the subscriber's as a ``Sub`` group.
@@ -23,6 +26,7 @@ import pytest
 from .cluster_harness import node_env
 from .conftest import STOCK_BROKER_CONF, Client, ProxyProcess, stock_rocketmq
 from .paho_driver import V311, PahoClient
+from .test_java_grpc import UPDATE_AND_CREATE_TOPIC, remoting_request
 from .test_java_remoting_admin import split_outputs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -91,6 +95,29 @@ def test_query_msg_trace_by_id_shows_remoting_and_mqtt_paths(
     java_trace, mqtt_trace = split_outputs(traced, 2)
     assert "#ConsumerGroup" in java_trace
     assert_traces(java_trace, mqtt_trace, run_id, tag)
+
+
+def test_query_msg_trace_by_id_shows_the_grpc_path(
+    proxy: ProxyProcess, java_driver: Callable[..., Client]
+) -> None:
+    address, prefix = str(proxy.address), f"Tr{uuid.uuid4().hex[:6]}"
+    ext = {"topic": f"{prefix}Normal", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
+           "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false",
+           "attributes": "+message.type=NORMAL"}  # fmt: skip
+    assert remoting_request(address, UPDATE_AND_CREATE_TOPIC, ext)[0] == 0
+    grpc5 = java_driver("grpc5", "mqtest.Grpc5", ("grpc-java",))
+    run = grpc5.run(address, "h2c", prefix, "normal", timeout=180)
+    assert (run.done() or {}).get("ok"), run.describe()
+    sent = [e["id"] for e in run.of("sent")]
+    assert len(sent) == 3, run.describe()
+    mqadmin = java_driver("mqadmin", "mqtest.MqadminBatch", ("server",))
+    traced = mqadmin.run("queryMsgTraceById", "-n", address, "-i", sent[0], ";;", timeout=300)
+    assert traced.done() is not None, traced.describe()
+    (output,) = split_outputs(traced, 1)
+    pubs = [line for line in output.splitlines() if line.startswith("Pub ")]
+    assert len(pubs) == 1, output
+    assert pubs[0].split()[-1] == "success", output
+    assert [(s[1], s[-1]) for s in rows(output, "Sub")] == [(f"{prefix}NormalGroup", "success")], output
 
 
 @pytest.fixture(scope="module")
