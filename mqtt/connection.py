@@ -259,6 +259,7 @@ class MqttConnection(PacketWriter, Deliveries):
             entry = session.finish(packet.packet_id)
             if entry is None:
                 return "PACKET_IDENTIFIER_NOT_FOUND", None
+            self.gateway.tracer.acked(session.client_id, packet.packet_id)
             if entry.cursor is not None:
                 await entry.cursor.commit(self.gateway.backend)
             return "SUCCESS", None

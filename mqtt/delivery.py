@@ -216,7 +216,7 @@ class Deliveries:
         if publish is None:
             cursor.complete(offset)
             return
-        await self._push(publish, cursor, offset, shared)
+        await self._push(publish, cursor, offset, shared, traced=message)
 
     def _shared_qos0(
         self, spec: SubscriptionSpec, inner: str, session: Session, delivery: Delivery
@@ -251,6 +251,7 @@ class Deliveries:
         inner = reader_filter(topic_filter)
         delivery = self.gateway.read_cache.delivery
         parts: list[bytes] = []
+        sent: list[StoredMessage] = []
         handled = 0
         for message in messages:
             data = self._shared_qos0(spec, inner, session, delivery(message))
@@ -258,9 +259,14 @@ class Deliveries:
                 break
             if data:
                 parts.append(data)
+                sent.append(message)
             handled += 1
         if parts and not self._write_nowait(parts[0] if len(parts) == 1 else b"".join(parts)):
             return 0
+        tracer = self.gateway.tracer
+        if tracer.sink.enabled:
+            for message in sent:
+                tracer.delivered(session.client_id, message, None)
         for done in range(offset, offset + handled):
             cursor.complete(done)
         cursor.next_offset = offset + handled
@@ -273,7 +279,10 @@ class Deliveries:
         offset: int,
         shared: Any = None,
         retained_for: str | None = None,
+        traced: StoredMessage | None = None,
     ) -> None:
+        """Write (QoS 0) or put in flight ``publish``; ``traced``: the stored message it delivers, for the
+        message trace (told before the write, so an ack that overtakes it finds it in flight)."""
         session = self.session
         assert session is not None
         proto = self.proto
@@ -283,6 +292,8 @@ class Deliveries:
                 cursor.complete(offset)  # [MQTT-3.1.2-25]: discard what the client cannot take
             return
         if publish.qos == QoS.AT_MOST_ONCE:
+            if traced is not None:
+                self.gateway.tracer.delivered(session.client_id, traced, None)
             await self._send_bytes(proto.outbound(publish) if proto.alias_maximum else data)
             if cursor is not None:
                 cursor.complete(offset)
@@ -297,6 +308,8 @@ class Deliveries:
             return dataclasses.replace(publish, packet_id=packet_id)
 
         entry = session.add_inflight(factory, cursor, offset, shared, retained_for)
+        if traced is not None:
+            self.gateway.tracer.delivered(session.client_id, traced, entry.packet_id)
         if entry.durable:
             self._held.append(entry)  # sent by _flush_state once its record is durable
             return

@@ -39,6 +39,7 @@ from mqproxy.mqtt.state import SessionStateStore
 from mqproxy.mqtt.store import LightStore, queue_ids
 from mqproxy.mqtt.subscriptions import SubscriptionIndex
 from mqproxy.mqtt.timers import Timers
+from mqproxy.mqtt.tracing import MqttTracer
 
 _log = structlog.get_logger("mqproxy.mqtt")
 #: Seconds between checks whether a state log is worth compacting.
@@ -68,6 +69,8 @@ class Gateway:
     ) -> None:
         self.backend = backend
         self.config = config
+        #: Message trace of deliveries (its sink is set by the server when ``[trace] enabled``).
+        self.tracer = MqttTracer()
         #: Shared by every subscription reader: one store read serves all subscribers of a segment.
         self.read_cache = ReadCache(
             backend, max_segments=config.read_cache_segments, max_bytes=config.read_cache_bytes

@@ -13,6 +13,7 @@ import trio
 
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl.loader import FileStamp
+from mqproxy.codecs.rocketmq_trace import NULL_SINK, TraceSink
 from mqproxy.console_view import TopicSection
 from mqproxy.limits import ConnectionLimiter
 from mqproxy.log import log_info
@@ -86,6 +87,9 @@ class ServerState:
     console_streams: int = 0
     #: The console's last topic listing and when it was taken (trio time).
     console_topics: tuple[float, TopicSection] | None = None
+
+    #: Where protocols emit message-trace records (:mod:`mqproxy.trace`; a no-op unless ``[trace] enabled``).
+    tracer: TraceSink = NULL_SINK
 
     #: Admitted connections in total and per source address (``server.max_connections*``).
     limiter: ConnectionLimiter = field(default_factory=ConnectionLimiter)

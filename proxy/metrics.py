@@ -68,6 +68,15 @@ class Metrics:
             ["protocol", "reason"],
             registry=r,
         )
+        self.trace_records = Counter(
+            "mqproxy_trace_records",
+            "Message-trace records, by result (written to the trace topic, dropped with the buffer full, "
+            "failed to be stored)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("written", "dropped", "failed"):
+            self.trace_records.labels(result)
         self.store_bytes = Gauge("mqproxy_store_bytes", "Message data held by the backend", registry=r)
         self.lag = LagCollector()
         r.register(self.lag)
@@ -86,6 +95,11 @@ class Metrics:
     def watch_store(self, source: Callable[[], object]) -> None:
         """Export the disk and retention figures of the store ``source()`` returns, if it has them."""
         self.registry.register(_StoreCollector(source))
+
+    def count_trace(self, result: str, n: int) -> None:
+        """``n`` trace records ``written``, ``dropped`` or ``failed`` (by
+        :class:`mqproxy.trace.TraceDispatcher`)."""
+        self.trace_records.labels(result).inc(n)
 
     def count_auth_denied(self, protocol: str, reason: str) -> None:
         """One refusal by access control (``AclHolder.on_denied``)."""

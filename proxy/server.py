@@ -20,6 +20,7 @@ import signal
 import ssl
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import structlog
 import trio
@@ -36,6 +37,11 @@ from mqproxy.lag_sources import log_lag_readings
 from mqproxy.routes import build_protocols
 from mqproxy.settings import Settings, parse_hostport
 from mqproxy.tls import server_ssl_context
+from mqproxy.trace import TraceDispatcher
+from mqproxy.trace_facade import TracingBroker
+
+if TYPE_CHECKING:
+    from mqproxy.facade.api import BrokerFacade
 
 _log = structlog.get_logger("mqproxy.server")
 
@@ -147,7 +153,20 @@ async def serve(
             backend_health=backend.health,
             acl=acl,
         )
+        if settings.trace.enabled:
+            state.tracer = TraceDispatcher(
+                backend.broker,
+                settings.trace.topic,
+                settings.trace.buffer_records,
+                state.metrics.count_trace,
+                create_topic=not settings.backend.cluster,
+                born_host=ids,
+            )
+            state.broker = cast(
+                "BrokerFacade", TracingBroker(backend.broker, state.tracer, settings.trace.topic, ids)
+            )
         state.protocols = build_protocols(state)
+        state.protocols.mqtt.gateway.tracer.sink = state.tracer
         state.metrics.watch_store(lambda: backend.store)
         state.acl_stamp = acl_stamp
         await _serve_state(
@@ -184,6 +203,8 @@ async def _serve_state(
     async with trio.open_nursery() as root:
         if install_signal_handlers:
             root.start_soon(_watch_signals, handle, (signal.SIGINT, signal.SIGTERM))
+        if isinstance(state.tracer, TraceDispatcher):
+            await root.start(state.tracer.run)
         if settings.acl.file:
             await root.start(watch_acl_file, settings.acl, state.acl, state.acl_stamp)
         if settings.metrics.lag_log_interval_s > 0 and state.broker is not None:

@@ -8,6 +8,7 @@ overrides (CLI flags). An unknown section or key, a value of the wrong type or o
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -239,6 +240,26 @@ class ConsoleSettings:
     allow_remote: bool = False
 
 
+_TOPIC_NAME = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """Message trace (:mod:`mqproxy.trace`): with ``enabled`` the proxy writes RocketMQ trace records
+    (Pub, SubBefore, SubAfter) of every protocol's traffic to ``topic``, where ``mqadmin queryMsgTraceById``
+    and RocketMQ Dashboard read them; at most ``buffer_records`` wait to be written (more are dropped)."""
+
+    enabled: bool = False
+    topic: str = "RMQ_SYS_TRACE_TOPIC"
+    buffer_records: int = field(default=10_000, metadata=_range(1, 10_000_000))
+
+    def __post_init__(self) -> None:
+        if not _TOPIC_NAME.fullmatch(self.topic):
+            raise SettingsError(
+                f"trace.topic: {self.topic!r} is not a topic name (1-127 of letters, digits, %|_-)"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = ServerSettings()
@@ -252,6 +273,7 @@ class Settings:
     acl: AclSettings = AclSettings()
     metrics: MetricsSettings = MetricsSettings()
     console: ConsoleSettings = ConsoleSettings()
+    trace: TraceSettings = TraceSettings()
 
     @classmethod
     def for_tests(cls, data_dir: str | Path = "", **sections: Mapping[str, Any]) -> Settings:

@@ -101,3 +101,14 @@ def test_busy_port_fails_with_a_message(tmp_path: Path) -> None:
         )
     assert proc.returncode == 1
     assert b"cannot start" in proc.stderr
+
+
+def test_bad_trace_topic_stops_startup_with_status_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqproxy", "serve", "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "MQPROXY_TRACE_ENABLED": "true", "MQPROXY_TRACE_TOPIC": "no/slash"},
+    )
+    assert proc.returncode == 2
+    assert b"trace.topic" in proc.stderr

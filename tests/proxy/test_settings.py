@@ -51,6 +51,11 @@ def test_unknown_section_is_named() -> None:
         ("store", "delete_when", "25", r"store\.delete_when"),
         ("store", "disk_max_used_ratio", 0.99, r"store\.disk_max_used_ratio.*out of range"),
         ("store", "file_reserved_hours", -1.0, r"store\.file_reserved_hours.*out of range"),
+        ("trace", "enabled", "yes", r"trace\.enabled: expected bool"),
+        ("trace", "topic", "bad topic", r"trace\.topic: 'bad topic' is not a topic name"),
+        ("trace", "topic", "", r"trace\.topic"),
+        ("trace", "topic", "x" * 128, r"trace\.topic"),
+        ("trace", "buffer_records", 0, r"trace\.buffer_records.*out of range"),
     ],
 )
 def test_bad_values_are_named(section: str, key: str, value: object, match: str) -> None:
@@ -190,3 +195,10 @@ def test_retention_settings_make_the_policy() -> None:
     assert policy.delete_hours == frozenset({4, 16})
     assert (policy.max_used_ratio, policy.clean_forcibly_ratio, policy.warning_ratio) == (0.75, 0.85, 0.90)
     assert build_settings({"store": {"delete_when": "*"}}).store.retention_policy().delete_hours is None
+
+
+def test_trace_defaults_and_environment() -> None:
+    assert (Settings().trace.enabled, Settings().trace.topic) == (False, "RMQ_SYS_TRACE_TOPIC")
+    env = {"MQPROXY_TRACE_ENABLED": "true", "MQPROXY_TRACE_TOPIC": "MY_TRACE"}
+    settings = load_settings(environ=env)
+    assert (settings.trace.enabled, settings.trace.topic) == (True, "MY_TRACE")
