@@ -255,8 +255,10 @@ class Consuming(Protocol):
         """Block until the queue holds a message at or after ``offset`` (True) or the timeout passes."""
         ...
 
-    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
-        """The stored message an offset message id names, or None."""
+    async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
+        """The stored message an offset message id names, or None. ``topic``, when the caller knows it, is
+        a topic of the backend holding the message (its original topic for a retried one): a facade in
+        front of several backends, whose offsets are not unique across them, asks that backend only."""
         ...
 
     async def query_messages(self, query: MessageQuery) -> list[StoredMessage]:

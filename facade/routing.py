@@ -182,7 +182,9 @@ class RoutingFacade:
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         return await self.for_topic(topic).wait_for_message(topic, queue_id, offset, timeout_s)
 
-    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+    async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
+        if topic:
+            return await self.for_topic(topic).get_message(commitlog_offset, topic=topic)
         for backend in self.backends.values():
             found = await backend.get_message(commitlog_offset)
             if found is not None:
@@ -410,9 +412,7 @@ class RoutingFacade:
     async def rewrite_queue(self, topic: str, queue_id: int, keep: Sequence[int], below: int) -> int:
         return await self.for_topic(topic).rewrite_queue(topic, queue_id, keep, below)
 
-    async def delete_idle_lmqs(
-        self, idle_ms: int, in_use: Container[str], limit: int = 10_000
-    ) -> list[str]:
+    async def delete_idle_lmqs(self, idle_ms: int, in_use: Container[str], limit: int = 10_000) -> list[str]:
         return await self._default_or_first().delete_idle_lmqs(idle_ms, in_use, limit)
 
     async def store_bytes(self) -> int:
