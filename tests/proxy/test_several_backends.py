@@ -1,0 +1,66 @@
+"""The real server with two embedded (memory) backends behind one port: a remoting client's send lands on
+the backend its topic is routed to, an unrouted one is refused naming the rules."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import pytest
+import trio
+
+from mqproxy.codecs.remoting import FrameDecoder
+from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
+from mqproxy.facade.routing import RoutingFacade
+from mqproxy.settings import Settings
+
+pytestmark = pytest.mark.usefixtures("log_sink")
+
+BACKENDS = {"a": {"kind": "embedded"}, "b": {"kind": "embedded"}}
+
+
+def _send_frame(topic: str, body: bytes) -> bytes:
+    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "2", "e": "0", "f": "0", "g": "1700000000001",
+           "h": "0", "i": "TAGS\x01A\x02"}  # fmt: skip
+    header = json.dumps({"code": RequestCode.SEND_MESSAGE_V2, "language": "JAVA", "version": 401,
+                         "opaque": 1, "flag": 0, "extFields": ext}).encode()  # fmt: skip
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+async def _send(address: tuple[str, int], topic: str) -> Any:
+    stream = await trio.open_tcp_stream(*address)
+    decoder = FrameDecoder()
+    async with stream:
+        await stream.send_all(_send_frame(topic, b"hello"))
+        with trio.fail_after(5):
+            while True:
+                found = decoder.receive_data(await stream.receive_some(65536))
+                if found:
+                    return found[0]
+
+
+async def test_sends_land_on_the_routed_backend(start_server: Any) -> None:
+    rules = [{"match": "prefix:a-", "backend": "a"}]
+    settings = Settings.for_tests(backends=BACKENDS, routing={"rules": rules, "default": "b"})
+    async with start_server(settings) as handle:
+        routing = handle.state.broker
+        assert isinstance(routing, RoutingFacade)
+        assert set(routing.backends) == {"a", "b"}  # [backend] is named by nothing: not opened
+        assert handle.state.backend_name == "routed"
+        assert (await _send(handle.address, "a-orders")).code == ResponseCode.SUCCESS
+        assert (await _send(handle.address, "misc")).code == ResponseCode.SUCCESS
+        assert await routing.backends["a"].get_topic("a-orders") is not None
+        assert await routing.backends["b"].get_topic("a-orders") is None
+        assert await routing.backends["b"].get_topic("misc") is not None
+
+
+async def test_unrouted_send_names_the_rules(start_server: Any, log_sink: Any) -> None:
+    rules = [{"match": "exact:orders", "backend": "a"}]
+    settings = Settings.for_tests(backends=BACKENDS, routing={"rules": rules})
+    async with start_server(settings) as handle:
+        response = await _send(handle.address, "misc")
+        assert response.code == ResponseCode.TOPIC_NOT_EXIST
+        assert "exact:orders -> a; no routing.default" in response.remark
+        # the MQTT gateway, without a default backend, is refused its retained-message index too
+        assert {e["topic"] for e in log_sink.named("backend.unrouted")} == {"misc", "%LMQ%|RETAINED"}
