@@ -54,7 +54,7 @@ from mqproxy.facade.types import (
 )
 from mqproxy.model.errors import BackendError, TopicNotFound, TopicUnrouted, TransactionNotFound
 from mqproxy.model.receipts import PopResult
-from mqproxy.model.topics import DLQ_PREFIX, RETRY_PREFIX
+from mqproxy.model.topics import AUTO_CREATE_TEMPLATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX
 from mqproxy.model.types import (
     ConsumerInfo,
     ConsumerOffset,
@@ -98,6 +98,8 @@ class RoutingFacade:
                     return self.table.default
                 break
         name = self.table.backend_for(topic)
+        if name is None and topic == AUTO_CREATE_TEMPLATE_TOPIC:
+            name = self._default_name()  # the template of client-side auto-creation (TBW102)
         if name is None:
             _log.warning("backend.unrouted", topic=topic, routing=self.table.describe())
             raise TopicUnrouted(f"topic {topic!r} is not routed to any backend ({self.table.describe()})")
