@@ -78,11 +78,15 @@ _RETRY_TOPIC = "RETRY_TOPIC"
 class RoutingFacade:
     """Dispatches each call to one of ``backends`` (by name, in order) per ``table``."""
 
-    def __init__(self, backends: Mapping[str, BrokerFacade], table: RoutingTable) -> None:
+    def __init__(
+        self, backends: Mapping[str, BrokerFacade], table: RoutingTable, *, described: str = ""
+    ) -> None:
+        """``described``: the routing as errors and events name it (default: ``table.describe()``)."""
         if not backends:
             raise ValueError("a routing facade needs at least one backend")
         self.backends = dict(backends)
         self.table = table
+        self.described = described or table.describe()
         self._homes: dict[str, list[str]] = {}
         self._halves: OrderedDict[str, str] = OrderedDict()
 
@@ -101,8 +105,8 @@ class RoutingFacade:
         if name is None and topic == AUTO_CREATE_TEMPLATE_TOPIC:
             name = self._default_name()  # the template of client-side auto-creation (TBW102)
         if name is None:
-            _log.warning("backend.unrouted", topic=topic, routing=self.table.describe())
-            raise TopicUnrouted(f"topic {topic!r} is not routed to any backend ({self.table.describe()})")
+            _log.warning("backend.unrouted", topic=topic, routing=self.described)
+            raise TopicUnrouted(f"topic {topic!r} is not routed to any backend ({self.described})")
         return name
 
     def for_topic(self, topic: str) -> BrokerFacade:
@@ -434,4 +438,5 @@ class RoutingFacade:
     def only(self, name: str | None) -> RoutingFacade:
         """A facade over the same backends sending every topic to ``name`` (None: every topic unrouted),
         for the MQTT gateway, whose light queues live with their parent topics on the default backend."""
-        return RoutingFacade(self.backends, RoutingTable((), name or ""))
+        described = f"MQTT uses routing.default; {self.described}"
+        return RoutingFacade(self.backends, RoutingTable((), name or ""), described=described)
