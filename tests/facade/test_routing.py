@@ -13,14 +13,16 @@ import pytest
 from mqproxy.backends.embedded.broker import EmbeddedBroker, open_embedded_broker
 from mqproxy.backends.embedded.internal_topics import trio_clock_ms
 from mqproxy.backends.embedded.memory import InMemoryBackend
+from mqproxy.codecs import rocketmq_v2 as pb
 from mqproxy.codecs.remoting import FrameDecoder, RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.routing import RoutingFacade
 from mqproxy.facade.routing_rules import RoutingTable, parse_rule
+from mqproxy.grpc_service.errors import code_for
 from mqproxy.model.errors import TopicUnrouted
 from mqproxy.model.types import ConsumerInfo, Subscription
 from mqproxy.remoting.context import ServerContext
-from mqproxy.remoting.session import RemotingSession
+from mqproxy.remoting.session import RemotingSession, backend_error_reply
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
 from ..remoting.conftest import pull, send, wire_frame  # type: ignore[import-not-found]
@@ -146,3 +148,11 @@ async def test_unrouted_topic_is_refused_naming_the_rules(no_default: Two, wire:
         await no_default.routing.max_offset("nowhere", 0)
     await send(wire, no_default.session, b"o", topic="orders")  # routed topics still work
     assert await no_default.east.max_offset("orders", 0) + await no_default.east.max_offset("orders", 1) == 1
+
+
+def test_every_protocol_maps_unrouted_to_its_topic_not_found() -> None:
+    exc = TopicUnrouted("topic 'x' is not routed to any backend (exact:orders -> east; no routing.default)")
+    assert code_for(exc) == pb.Code.TOPIC_NOT_FOUND
+    reply = backend_error_reply(exc)
+    assert reply.code == ResponseCode.TOPIC_NOT_EXIST
+    assert "exact:orders -> east" in reply.remark
