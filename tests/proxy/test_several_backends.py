@@ -14,6 +14,7 @@ from mqproxy.codecs.mqtt import Connack, Connect, MqttDecoder, PubAck, Publish, 
 from mqproxy.codecs.remoting import FrameDecoder
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.routing import RoutingFacade
+from mqproxy.lag_sources import read_progress
 from mqproxy.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("log_sink")
@@ -111,3 +112,16 @@ async def test_mqtt_without_a_default_backend_is_refused(start_server: Any) -> N
         )
         assert puback is None
         assert await handle.state.broker.backends["a"].get_topic("a") is None
+
+
+async def test_lag_is_read_from_every_backend(start_server: Any) -> None:
+    rules = [{"match": "prefix:a-", "backend": "a"}]
+    settings = Settings.for_tests(backends=BACKENDS, routing={"rules": rules, "default": "b"})
+    async with start_server(settings) as handle:
+        for topic in ("a-orders", "misc"):
+            assert (await _send(handle.address, topic)).code == ResponseCode.SUCCESS
+            await handle.state.broker.commit_consumer_offset("G", topic, 0, 0)
+        readings = await read_progress(handle.state.broker)
+        lag = {(r.group, r.topic): r for r in readings if r.group == "G" and r.queue_id == 0}
+        assert set(lag) == {("G", "a-orders"), ("G", "misc")}
+        assert all(r.broker_offset == 1 and r.consumer_offset == 0 for r in lag.values())
