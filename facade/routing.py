@@ -21,12 +21,15 @@ Contracts:
 * Look-ups by commit-log offset alone (:meth:`get_message`, a transaction end without a remembered
   send) ask the backends in order and take the first answer: offsets are not unique across backends.
 * Registrations (check-back senders, group watchers, LMQ dispatch) go to every backend; gauges are summed.
+* Listings merged from several backends (topics, groups, members, offsets) leave out a backend that cannot
+  be reached (``StoreUnavailable``) while another answers.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import structlog
 
@@ -52,7 +55,13 @@ from mqproxy.facade.types import (
     SendBackResult,
     TopicMessageType,
 )
-from mqproxy.model.errors import BackendError, TopicNotFound, TopicUnrouted, TransactionNotFound
+from mqproxy.model.errors import (
+    BackendError,
+    StoreUnavailable,
+    TopicNotFound,
+    TopicUnrouted,
+    TransactionNotFound,
+)
 from mqproxy.model.receipts import PopResult
 from mqproxy.model.topics import AUTO_CREATE_TEMPLATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX
 from mqproxy.model.types import (
@@ -69,6 +78,7 @@ from mqproxy.model.types import (
 __all__ = ["RoutingFacade"]
 
 _log = structlog.get_logger("mqproxy.facade.routing")
+_T = TypeVar("_T")
 #: Half messages remembered for their transaction end (oldest forgotten first).
 _MAX_REMEMBERED_HALVES = 100_000
 #: The property a retried message keeps its original topic in.
@@ -274,10 +284,8 @@ class RoutingFacade:
         await self._for_group(group, topic).commit_consumer_offset(group, topic, queue_id, offset)
 
     async def consumer_offsets(self) -> list[ConsumerOffset]:
-        out: list[ConsumerOffset] = []
-        for backend in self.backends.values():
-            out += await backend.consumer_offsets()
-        return out
+        answers = await _each(self.backends.values(), lambda backend: backend.consumer_offsets())
+        return [offset for answer in answers for offset in answer]
 
     # --- locking ----------------------------------------------------------------------------------
     def _by_backend(self, group: str, queues: Iterable[QueueRef]) -> dict[str, list[QueueRef]]:
@@ -331,16 +339,11 @@ class RoutingFacade:
         return changed
 
     async def consumer_ids(self, group: str) -> list[str]:
-        ids: dict[str, None] = {}
-        for backend in self._group_backends(group):
-            ids.update(dict.fromkeys(await backend.consumer_ids(group)))
-        return list(ids)
+        answers = await _each(self._group_backends(group), lambda backend: backend.consumer_ids(group))
+        return _merged(answers)
 
     async def consumer_groups(self) -> list[str]:
-        groups: dict[str, None] = {}
-        for backend in self.backends.values():
-            groups.update(dict.fromkeys(await backend.consumer_groups()))
-        return list(groups)
+        return _merged(await _each(self.backends.values(), lambda backend: backend.consumer_groups()))
 
     async def consumer_info(self, group: str, client_id: str) -> ConsumerInfo | None:
         for backend in self._group_backends(group):
@@ -377,10 +380,7 @@ class RoutingFacade:
         return await self.for_topic(config.name).update_topic(config)
 
     async def topic_names(self) -> list[str]:
-        names: dict[str, None] = {}
-        for backend in self.backends.values():
-            names.update(dict.fromkeys(await backend.topic_names()))
-        return list(names)
+        return _merged(await _each(self.backends.values(), lambda backend: backend.topic_names()))
 
     def topic_type(self, topic: str) -> TopicMessageType | None:
         try:
@@ -422,7 +422,7 @@ class RoutingFacade:
         return await self._default_or_first().delete_idle_lmqs(idle_ms, in_use, limit)
 
     async def store_bytes(self) -> int:
-        return sum([await backend.store_bytes() for backend in self.backends.values()])
+        return sum(await _each(self.backends.values(), lambda backend: backend.store_bytes()))
 
     # --- gauges -----------------------------------------------------------------------------------
     @property
@@ -440,3 +440,23 @@ class RoutingFacade:
         for the MQTT gateway, whose light queues live with their parent topics on the default backend."""
         described = f"MQTT uses routing.default; {self.described}"
         return RoutingFacade(self.backends, RoutingTable((), name or ""), described=described)
+
+
+async def _each(backends: Iterable[BrokerFacade], call: Callable[[BrokerFacade], Awaitable[_T]]) -> list[_T]:
+    """Every backend's answer to ``call``, in order. A backend that cannot answer now (``StoreUnavailable``:
+    a cluster out of reach) is left out, so listings still show the others; if none answers, its error."""
+    answers: list[_T] = []
+    failed: StoreUnavailable | None = None
+    for backend in backends:
+        try:
+            answers.append(await call(backend))
+        except StoreUnavailable as exc:
+            failed = exc
+    if not answers and failed is not None:
+        raise failed
+    return answers
+
+
+def _merged(answers: Iterable[Iterable[str]]) -> list[str]:
+    """Names from several answers, each once, in first-seen order."""
+    return list(dict.fromkeys(name for answer in answers for name in answer))

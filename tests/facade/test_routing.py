@@ -19,7 +19,7 @@ from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.routing import RoutingFacade
 from mqproxy.facade.routing_rules import RoutingTable, parse_rule
 from mqproxy.grpc_service.errors import code_for
-from mqproxy.model.errors import TopicUnrouted
+from mqproxy.model.errors import ClusterUnavailable, TopicUnrouted
 from mqproxy.model.types import ConsumerInfo, Subscription
 from mqproxy.remoting.context import ServerContext
 from mqproxy.remoting.session import RemotingSession, backend_error_reply
@@ -156,3 +156,19 @@ def test_every_protocol_maps_unrouted_to_its_topic_not_found() -> None:
     reply = backend_error_reply(exc)
     assert reply.code == ResponseCode.TOPIC_NOT_EXIST
     assert "exact:orders -> east" in reply.remark
+
+
+async def test_listings_leave_out_a_backend_out_of_reach(
+    two: Two, wire: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await send(wire, two.session, b"m", topic="misc")
+
+    async def unreachable() -> list[str]:
+        raise ClusterUnavailable("name servers unreachable")
+
+    monkeypatch.setattr(two.east, "topic_names", unreachable)
+    names = await two.routing.topic_names()
+    assert "misc" in names
+    monkeypatch.setattr(two.local, "topic_names", unreachable)
+    with pytest.raises(ClusterUnavailable):
+        await two.routing.topic_names()
