@@ -18,8 +18,9 @@ Contracts:
   seen on (every backend when none) and their answers are merged.
 * Route look-ups (:meth:`get_topic`) are the owning backend's; the protocols still advertise the proxy
   as the one broker.
-* Look-ups by commit-log offset alone (:meth:`get_message`, a transaction end without a remembered
-  send) ask the backends in order and take the first answer: offsets are not unique across backends.
+* Look-ups by commit-log offset alone (:meth:`get_message` without a topic hint, a transaction end that
+  names no topic) try the backend this process remembers sending to, then the others in order: offsets
+  are not unique across backends.
 * Registrations (check-back senders, group watchers, LMQ dispatch) go to every backend; gauges are summed.
 * Listings merged from several backends (topics, groups, members, offsets) leave out a backend that cannot
   be reached (``StoreUnavailable``) while another answers.
@@ -157,6 +158,8 @@ class RoutingFacade:
         return await self.for_topic(messages[0].topic).send_batch(messages)
 
     async def end_transaction(self, end: EndTransaction) -> SendResult | None:
+        if end.topic:
+            return await self.for_topic(end.topic).end_transaction(end)
         remembered = self._halves.get(end.transaction_id) or self._halves.get(f"@{end.commitlog_offset}")
         order = [remembered] if remembered else []
         order += [name for name in self.backends if name != remembered]

@@ -172,3 +172,28 @@ async def test_listings_leave_out_a_backend_out_of_reach(
     monkeypatch.setattr(two.local, "topic_names", unreachable)
     with pytest.raises(ClusterUnavailable):
         await two.routing.topic_names()
+
+
+def _half_ext(topic: str) -> dict[str, str]:
+    props = "TAGS\x01A\x02TRAN_MSG\x01true\x02PGROUP\x01PG\x02WAIT\x01true\x02"
+    return {"a": "PG", "b": topic, "c": "TBW102", "d": "2", "e": "0", "f": "4", "g": "1700000000001",
+            "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}  # fmt: skip
+
+
+async def test_transaction_ends_on_the_half_messages_backend(two: Two, wire: Any) -> None:
+    halves = {}
+    for topic in ("orders", "misc"):  # both halves at commit-log offset 0 of their own store
+        sent = await two.session.handle(wire(RequestCode.SEND_MESSAGE_V2, _half_ext(topic), topic.encode()))
+        assert sent is not None
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        halves[topic] = sent
+    for topic, sent in halves.items():
+        end = {"producerGroup": "PG", "tranStateTableOffset": sent.ext_fields["queueOffset"],
+               "commitLogOffset": "0", "commitOrRollback": "8", "fromTransactionCheck": "false",
+               "msgId": sent.ext_fields["msgId"], "topic": topic}  # fmt: skip
+        response = await two.session.handle(wire(RequestCode.END_TRANSACTION, end))
+        assert response is not None
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    assert [r.body for r in await pull(wire, two.session, "orders")] == [b"orders"]
+    assert [r.body for r in await pull(wire, two.session, "misc")] == [b"misc"]
+    assert await two.local.get_topic("orders") is None
