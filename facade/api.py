@@ -161,7 +161,9 @@ class EndTransaction:
     ``commitlog_offset`` (with ``offset_msg_id``, which names the broker; remoting) or by
     ``transaction_id`` (gRPC). ``producer_group`` None skips the group check (gRPC has no producer group);
     ``from_check`` marks an answer to a check-back; ``tran_state_table_offset`` is the half message's queue
-    offset when the client sent it (-1: unknown; a cluster broker checks it)."""
+    offset when the client sent it (-1: unknown; a cluster broker checks it); ``topic`` the half message's
+    topic when the client names it ("": it does not; a facade in front of several backends uses it to find
+    the half message's backend)."""
 
     resolution: Resolution
     producer_group: str | None = None
@@ -170,6 +172,7 @@ class EndTransaction:
     transaction_id: str = ""
     from_check: bool = False
     tran_state_table_offset: int = -1
+    topic: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,8 +258,10 @@ class Consuming(Protocol):
         """Block until the queue holds a message at or after ``offset`` (True) or the timeout passes."""
         ...
 
-    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
-        """The stored message an offset message id names, or None."""
+    async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
+        """The stored message an offset message id names, or None. ``topic``, when the caller knows it, is
+        a topic of the backend holding the message (its original topic for a retried one): a facade in
+        front of several backends, whose offsets are not unique across them, asks that backend only."""
         ...
 
     async def query_messages(self, query: MessageQuery) -> list[StoredMessage]:

@@ -56,6 +56,7 @@ class TransactionRpcs:
                 producer_group=transaction_group(topic),
                 transaction_id=transaction_id,
                 from_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+                topic=topic,
             )
         )
         return pb.EndTransactionResponse(status=ok())

@@ -36,6 +36,11 @@ class TopicNotFound(BackendError):
     """The topic does not exist and auto-creation is off or not allowed for it."""
 
 
+class TopicUnrouted(TopicNotFound):
+    """With several backends: no routing rule covers the topic and there is no default backend (the
+    message names the rules)."""
+
+
 class IllegalTopic(BackendError):
     """The topic name breaks the naming rules (characters, length, reserved names)."""
 

@@ -31,7 +31,13 @@ import time
 import trio
 
 from mqproxy.codecs import mqtt as mq
-from mqproxy.model.errors import BackendError, MessageTooLarge, StoreFull, StoreUnavailable
+from mqproxy.model.errors import (
+    BackendError,
+    MessageTooLarge,
+    StoreFull,
+    StoreUnavailable,
+    TopicNotFound,
+)
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import Deliveries
 from mqproxy.mqtt.gateway import Gateway, now_ms
@@ -393,6 +399,9 @@ class MqttConnection(PacketWriter, Deliveries):
                     item.reason = (
                         mq.ReasonCode.QUOTA_EXCEEDED
                         if isinstance(outcome, (MessageTooLarge, StoreFull))
+                        # several backends and none for this topic (no routing.default)
+                        else mq.ReasonCode.TOPIC_NAME_INVALID
+                        if isinstance(outcome, TopicNotFound)
                         else mq.ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
                     )
         for item in to_store:

@@ -66,7 +66,11 @@ class MqttService:
         ``draining`` is set when the server stops (connections close, the gateway's timers end)."""
         mqtt = settings.mqtt
         auth = Authorizer.from_settings(mqtt.allow_anonymous, mqtt.users, mqtt.acl)
-        node = uuid.uuid4().hex[:12] if settings.backend.cluster else None
+        default = settings.default_backend
+        node = uuid.uuid4().hex[:12] if default is not None and default.cluster else None
+        only = getattr(broker, "only", None)
+        if only is not None:  # several backends: MQTT lives on the default one (LMQs stay with parents)
+            broker = only(settings.routing.default or None)
         store = FacadeStore(broker)
         gateway = Gateway(store, config_from_settings(mqtt), draining, auth, node=node, directory=store)
         return cls(

@@ -4,12 +4,17 @@
 memory) under an :class:`~mqproxy.backends.embedded.broker.EmbeddedBroker`. ``kind = "rocketmq"``: the
 ``rocketmq`` backend in front of a stock Apache RocketMQ cluster; no store and no data directory. Handlers
 only ever see the :class:`~mqproxy.facade.api.BrokerFacade`.
+
+Several backends (``[backends.NAME]`` and ``[routing]``): each is opened as above (a named embedded one
+keeps its files under ``<data_dir>/<NAME>``, the ``[backend]`` one under ``data_dir``) and a
+:class:`~mqproxy.facade.routing.RoutingFacade` dispatches between them by topic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +23,7 @@ from mqproxy.backends.embedded.broker import open_embedded_broker
 from mqproxy.backends.embedded.services import ServiceSettings
 from mqproxy.backends.embedded.store import MessageStore
 from mqproxy.context import always_healthy
-from mqproxy.settings import BrokerSettings, Settings
+from mqproxy.settings import BackendSettings, BrokerSettings, Settings
 
 if TYPE_CHECKING:
     from mqproxy.facade.api import BrokerFacade
@@ -58,9 +63,21 @@ async def open_broker(settings: Settings, advertised: tuple[str, int]) -> AsyncI
     """Open the backend ``settings.backend.kind`` names, with ``advertised`` as the broker address clients
     are given; closed on exit. A cluster backend opens even while the cluster is unreachable (its
     ``health()`` then says why)."""
+    if settings.routed:
+        async with _open_routed(settings, advertised) as opened:
+            yield opened
+        return
+    async with _open_one(settings, settings.backend, advertised) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def _open_one(
+    settings: Settings, backend: BackendSettings, advertised: tuple[str, int]
+) -> AsyncIterator[OpenBackend]:
     service = service_settings(settings.broker)
-    if settings.backend.cluster:
-        async with _open_rocketmq(settings, advertised, service) as opened:
+    if backend.cluster:
+        async with _open_rocketmq(settings, backend, advertised, service) as opened:
             yield opened
         return
     async with open_backend(settings, advertised) as store:
@@ -75,12 +92,11 @@ async def open_broker(settings: Settings, advertised: tuple[str, int]) -> AsyncI
 
 @asynccontextmanager
 async def _open_rocketmq(
-    settings: Settings, advertised: tuple[str, int], service: ServiceSettings
+    settings: Settings, backend: BackendSettings, advertised: tuple[str, int], service: ServiceSettings
 ) -> AsyncIterator[OpenBackend]:
     # Imported here: the embedded-only deployment never loads the cluster client.
     from mqproxy.backends.rocketmq import ClusterConfig, open_rocketmq_broker
 
-    backend = settings.backend
     config = ClusterConfig(
         namesrv=backend.namesrv_addresses,
         access_key=backend.access_key or None,
@@ -92,6 +108,35 @@ async def _open_rocketmq(
     )
     async with open_rocketmq_broker(config, advertised=advertised, service=service) as broker:
         yield OpenBackend("rocketmq", broker, None, broker.health)
+
+
+@asynccontextmanager
+async def _open_routed(settings: Settings, advertised: tuple[str, int]) -> AsyncIterator[OpenBackend]:
+    """Every backend in use, behind one routing facade. ``store`` is the default backend's embedded store
+    (else the first embedded one's); ``health()`` names the first backend that cannot serve."""
+    from mqproxy.facade.routing import RoutingFacade
+
+    async with AsyncExitStack() as stack:
+        opened: dict[str, OpenBackend] = {}
+        for name, backend in settings.backends_in_use().items():
+            own = settings
+            if not backend.cluster and name != "default" and settings.store.backend == "embedded":
+                data_dir = str(Path(settings.store.data_dir) / name)
+                store = dataclasses.replace(settings.store, data_dir=data_dir)
+                own = dataclasses.replace(settings, store=store)
+            opened[name] = await stack.enter_async_context(_open_one(own, backend, advertised))
+        facade = RoutingFacade({name: o.broker for name, o in opened.items()}, settings.routing_table())
+        default = opened.get(settings.routing.default)
+        stores = [o.store for o in ([default] if default else []) + list(opened.values()) if o.store]
+
+        def health() -> str | None:
+            for name, o in opened.items():
+                reason = o.health()
+                if reason is not None:
+                    return f"backend {name}: {reason}"
+            return None
+
+        yield OpenBackend("routed", facade, stores[0] if stores else None, health)
 
 
 @asynccontextmanager

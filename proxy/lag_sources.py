@@ -11,7 +11,8 @@ Contracts:
   the cluster prints them). Otherwise the facade is asked as mqproxy's own GET_CONSUME_STATS answers it:
   per group with committed offsets, its topics (only those its live members subscribe to, when it has
   live members), every readable queue of each: max offset and committed offset (0 when none). The
-  broker services' internal groups are left out.
+  broker services' internal groups are left out. With several backends (a routing facade, which has
+  ``backends``), each backend is read as above and the readings are joined.
 * :class:`LagRefresher.refresh` takes a new reading when the last one is older than
   ``metrics.lag_refresh_s`` (concurrent scrapes share one reading); while the backend cannot answer
   the last view stays. It logs ``metrics.lag_capped`` when the number of capped pairs changes to non-zero.
@@ -81,6 +82,9 @@ async def _facade_progress(broker: BrokerFacade) -> list[QueueProgress]:
 
 async def read_progress(broker: BrokerFacade) -> Sequence[QueueReading]:
     """One reading of every group's per-queue progress (see the module contract)."""
+    routed: Any = getattr(broker, "backends", None)
+    if isinstance(routed, dict):  # several backends: each read its own way (topics are never on two)
+        return [reading for backend in routed.values() for reading in await read_progress(backend)]
     cluster_stats: Any = getattr(broker, "consume_stats", None)
     if cluster_stats is not None:
         readings: list[QueueReading] = [

@@ -196,7 +196,7 @@ async def _serve_state(
         version=__version__,
         backend=state.backend_name,
         data_dir=settings.store.data_dir if state.backend_name == "embedded" else None,
-        namesrv=settings.backend.namesrv if settings.backend.cluster else None,
+        namesrv=settings.backend.namesrv if settings.backend.cluster and not settings.routed else None,
         tls=ssl_context is not None,
     )
     _log.info("proxy.config", config=settings.as_dict())

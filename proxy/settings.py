@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from mqproxy.backends.embedded.retention import RetentionPolicy, parse_delete_when
+from mqproxy.facade.routing_rules import RoutingTable
 
 ENV_PREFIX = "MQPROXY_"
 
@@ -146,6 +147,17 @@ class BackendSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutingSettings:
+    """The ``[routing]`` section with several backends: ``rules`` (``[[routing.rules]]`` tables of ``match``
+    = ``exact:TOPIC`` | ``prefix:TEXT`` | ``re:REGEX`` and ``backend`` = a name), tried in order, and the
+    ``default`` backend of topics no rule matches (``""``: none; such a topic is refused). ``[backend]``
+    is the backend named ``default``. See :mod:`mqproxy.facade.routing_rules`."""
+
+    default: str = ""
+    rules: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSettings:
     delay_levels: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     max_reconsume_times: int = field(default=16, metadata=_range(0, 1000))
@@ -266,6 +278,8 @@ class Settings:
     tls: TlsSettings = TlsSettings()
     log: LogSettings = LogSettings()
     backend: BackendSettings = BackendSettings()
+    backends: dict[str, BackendSettings] = field(default_factory=dict)
+    routing: RoutingSettings = RoutingSettings()
     store: StoreSettings = StoreSettings()
     broker: BrokerSettings = BrokerSettings()
     remoting: RemotingSettings = RemotingSettings()
@@ -293,11 +307,48 @@ class Settings:
     def as_dict(self) -> dict[str, dict[str, Any]]:
         """All sections as plain dicts (for the ``proxy.config`` event); password hashes and the secret key
         are redacted."""
-        out = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {
+            f.name: dataclasses.asdict(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "backends"
+        }
         out["mqtt"]["users"] = {user: "<redacted>" for user in self.mqtt.users}
         if self.backend.secret_key:
             out["backend"]["secret_key"] = "<redacted>"
+        out["backends"] = {name: dataclasses.asdict(b) for name, b in self.backends.items()}
+        for name, named in self.backends.items():
+            if named.secret_key:
+                out["backends"][name]["secret_key"] = "<redacted>"
         return out
+
+    @property
+    def routed(self) -> bool:
+        """True with several backends (any ``[backends.NAME]`` or ``[[routing.rules]]``)."""
+        return bool(self.backends or self.routing.rules)
+
+    def routing_table(self) -> RoutingTable:
+        """The validated rules and default as a :class:`~mqproxy.facade.routing_rules.RoutingTable`."""
+        from mqproxy.facade.routing_rules import parse_rule
+
+        rules = tuple(parse_rule(rule["match"], rule["backend"]) for rule in self.routing.rules)
+        return RoutingTable(rules, self.routing.default)
+
+    def backends_in_use(self) -> dict[str, BackendSettings]:
+        """The backends to open by name: every ``[backends.NAME]``, and ``[backend]`` as ``default`` when a
+        rule or ``routing.default`` names it, or when there is no routing at all."""
+        if not self.routed:
+            return {"default": self.backend}
+        table = self.routing_table()
+        named = {rule.backend for rule in table.rules} | {table.default}
+        return ({"default": self.backend} if "default" in named else {}) | dict(self.backends)
+
+    @property
+    def default_backend(self) -> BackendSettings | None:
+        """The backend of topics no rule matches (and of MQTT), None when there is none."""
+        if not self.routed:
+            return self.backend
+        name = self.routing.default
+        return None if not name else self.backend if name == "default" else self.backends[name]
 
 
 def parse_hostport(value: str, key: str = "server.listen") -> tuple[str, int]:
@@ -398,13 +449,19 @@ def build_settings(values: Mapping[str, Mapping[str, Any]], env_keys: set[str] |
     """Validate nested ``{section: {key: value}}`` into :class:`Settings`."""
     sections = _sections()
     built: dict[str, Any] = {}
+    from mqproxy.routing_settings import build_backends, check_routing  # imports this module
+
     for name, section_values in values.items():
         if name not in sections:
             raise SettingsError(f"unknown settings section {name!r} (known: {', '.join(sorted(sections))})")
         if not isinstance(section_values, Mapping):
             raise SettingsError(f"{name}: expected a table of keys")
+        if name == "backends":
+            built[name] = build_backends(section_values, env_keys or set())
+            continue
         built[name] = _build_section(name, sections[name], section_values, env_keys or set())
     settings = Settings(**built)
+    check_routing(settings)
     parse_hostport(settings.server.listen)
     if settings.server.advertised_address:
         from mqproxy.addresses import parse_advertised  # imports this module

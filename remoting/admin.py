@@ -76,7 +76,7 @@ async def consume_message_directly(session: RemotingSession, request: RemotingCo
         _, offset = parse_offset_msg_id(msg_id)
     except MessageIdError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad msgId {msg_id[:64]!r}: {exc}"[:256]) from None
-    message = await session.broker.get_message(offset)
+    message = await session.broker.get_message(offset, topic=note.topic or "")
     if message is None:
         raise RequestError(
             ResponseCode.SYSTEM_ERROR, f"no message for msgId {msg_id} (commit-log offset {offset})"

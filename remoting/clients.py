@@ -141,11 +141,13 @@ async def heart_beat(session: RemotingSession, request: RemotingCommand, note: N
         broker.announce_producer(group)
     session.producer_groups = announced_producers
     for info in consumers:
+        # registered first: a facade in front of several backends learns there where the group's retry
+        # topic belongs (with its subscribed topics)
+        changed = await broker.register_consumer(info)
         retry_topic = RETRY_PREFIX + info.group
         if retry_topic not in session.ensured_topics:
             await broker.create_topic(retry_topic, 1)
             session.ensured_topics.add(retry_topic)
-        changed = await broker.register_consumer(info)
         groups.join(info.group, client_id, session.conn)
         session.memberships.add((info.group, client_id))
         if changed:

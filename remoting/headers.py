@@ -316,6 +316,8 @@ class EndTransactionHeader:
     from_transaction_check: bool = boolean("fromTransactionCheck", False)
     msg_id: str | None = optional_text("msgId")
     transaction_id: str | None = optional_text("transactionId")
+    #: The half message's topic (5.x clients send it; 4.x ones do not).
+    topic: str | None = optional_text("topic")
 
 
 # --- pop --------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ async def view_message_by_id(session: RemotingSession, request: RemotingCommand,
     fields = Fields(request.ext_fields)
     offset = fields.integer("offset", wide=True)
     note.topic = fields.optional_text("topic")
-    message = await session.broker.get_message(offset) if offset >= 0 else None
+    message = await session.broker.get_message(offset, topic=note.topic or "") if offset >= 0 else None
     if message is None:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     note.topic = message.topic

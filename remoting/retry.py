@@ -37,7 +37,7 @@ async def consumer_send_msg_back(session: RemotingSession, request: RemotingComm
         raise RequestError(ResponseCode.INVALID_PARAMETER, "header field 'group' is empty")
     message = None
     if header.offset >= 0:
-        message = await session.broker.get_message(header.offset)
+        message = await session.broker.get_message(header.offset, topic=header.origin_topic)
     if message is None or _internal(message.topic):
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
     note.topic = note.topic or message.topic

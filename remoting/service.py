@@ -83,7 +83,7 @@ class RemotingService:
             long_poll_max_s=settings.remoting.long_poll_max_s,
         )
         inline: frozenset[int] = frozenset()
-        if settings.backend.kind == "embedded":
+        if not settings.routed and settings.backend.kind == "embedded":
             inline = INLINE_ON_EMBEDDED | (INLINE_SENDS if settings.store.flush == "async" else frozenset())
         limits = ConnectionLimits(
             max_frame_bytes=settings.remoting.max_frame_bytes,

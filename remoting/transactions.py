@@ -61,6 +61,7 @@ async def end_transaction(session: RemotingSession, request: RemotingCommand, no
             commitlog_offset=header.commit_log_offset,
             from_check=header.from_transaction_check,
             tran_state_table_offset=header.tran_state_table_offset,
+            topic=header.topic or "",
         )
     )
     if result is not None:

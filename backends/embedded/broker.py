@@ -271,7 +271,7 @@ class EmbeddedBroker:
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         return await self.store.wait_for_message(topic, queue_id, offset, timeout_s)
 
-    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+    async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
         return await self.store.get_message(commitlog_offset)
 
     async def query_messages(self, query: MessageQuery) -> list[StoredMessage]:

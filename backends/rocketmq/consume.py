@@ -225,7 +225,7 @@ class ConsumingRole:
 
     # --- lookups --------------------------------------------------------------------------------
 
-    async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
+    async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
         index, real = unpack_offset(commitlog_offset)
         name = self.cluster.index.name(index)
         if name is None:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,9 +108,16 @@ class ProxyProcess:
     """One ``mqproxy serve`` child. ``address`` is ``"127.0.0.1:PORT"`` once started."""
 
     def __init__(
-        self, executable: str, data_dir: Path, log_dir: Path, env: dict[str, str] | None = None
+        self,
+        executable: str,
+        data_dir: Path,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.executable = executable
+        #: Extra ``serve`` arguments (e.g. ``--config FILE``).
+        self.args = tuple(args)
         #: Extra environment for the child (e.g. ``MQPROXY_BROKER_*`` settings); None: inherit only.
         self.env = env
         self.data_dir = data_dir
@@ -136,7 +143,7 @@ class ProxyProcess:
         assert self.proc is None, "proxy already running"
         self._runs += 1
         cmd = [self.executable, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
-               "--log-format", "json"]
+               "--log-format", "json", *self.args]
         with open(self.log_dir / f"proxy-{self._runs}.stderr", "wb") as stderr:
             env = dict(os.environ, **self.env) if self.env else None
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,

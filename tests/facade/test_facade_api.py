@@ -8,8 +8,9 @@ import pytest
 
 from mqproxy.backends.embedded.broker import EmbeddedBroker
 from mqproxy.facade import api
+from mqproxy.facade.routing import RoutingFacade
 
-IMPLEMENTATIONS = [EmbeddedBroker]
+IMPLEMENTATIONS = [EmbeddedBroker, RoutingFacade]
 
 
 def _members(protocol: type) -> dict[str, object]:
