@@ -51,6 +51,7 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/store.py
 	@bash scripts/setup-bench-peers.sh
 	$(BIN)/python bench/cpu.py
+	$(BIN)/python bench/mqtt_idle.py
 
 # mqproxy vs a stock Apache RocketMQ 5.3.3 in the same run (Java 17 and Maven jars; about 10 minutes)
 bench-vs-rocketmq: system-deps $(STAMP_TEST)

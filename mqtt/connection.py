@@ -1,11 +1,13 @@
 """One MQTT network connection: :class:`MqttConnection`, the trio adapter around the sans-IO core
 (:class:`~mqproxy.mqtt.protocol.MqttProtocol`), served by the MQTT service.
 
-Tasks per connection (one nursery): the packet reader (this task), a writer that coalesces queued packets
-into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_timeout_s`` is a slow
-consumer and is disconnected; on plain TCP a push hub's delivery skips the writer and goes straight
-to the socket when nothing is queued before it), a drain watcher, and one delivery reader per
-subscription (:mod:`mqproxy.mqtt.delivery`).
+Tasks per connection (one nursery): the packet reader (this task; its read deadline is the deadline of
+the connection's one read scope, set before each read, not a cancel scope per read), a writer only while
+packets wait to be sent (:mod:`mqproxy.mqtt.writer`: on plain TCP a packet goes straight to the socket
+when nothing is queued before it; bounded outbox; a peer that takes nothing for ``write_timeout_s`` is a
+slow consumer and is disconnected), and one delivery reader per subscription
+(:mod:`mqproxy.mqtt.delivery`). An idle connection is one task: the server's drain reaches it through the
+gateway's registry of live connections (:meth:`Gateway.drains`), not a watcher task of its own.
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
 acknowledged in order (PUBACK / PUBREC only after the store accepted them).
 
@@ -51,6 +53,7 @@ _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 #: While the server drains, how long a connection that has not sent its CONNECT yet is waited for (to be
 #: refused politely) before it is closed.
 _DRAIN_CONNECT_WAIT_S = 2.0
+_NO_DEADLINE = float("inf")
 
 
 class MqttConnection(PacketWriter, Deliveries):
@@ -82,25 +85,24 @@ class MqttConnection(PacketWriter, Deliveries):
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
         close = Close(None, None)
+        registered = False
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer)
-                nursery.start_soon(self._watch_drain)
+                if self.gateway.drains(self):
+                    registered = True
+                else:  # a draining event the gateway does not watch (tests): a watcher of its own
+                    nursery.start_soon(self._watch_drain)
                 try:
                     close = await self._read_loop()
                 finally:
                     for scope in self._readers.values():
                         scope.cancel()
-                    final = self.proto.final_packet(close)
-                    if final is not None:
-                        self._write_nowait(final)
-                    self._send.close()
-                    self._direct = None
-                    with trio.move_on_after(1.0):
-                        await self._writer_done.wait()
+                    await self._close_writer(self.proto.final_packet(close), 1.0)
                     nursery.cancel_scope.cancel()
         finally:
+            if registered:
+                self.gateway.live.discard(self)
             if close.error and self.ctx.error is None:
                 self.ctx.error = close.error
                 self.ctx.detail = close.detail
@@ -117,14 +119,25 @@ class MqttConnection(PacketWriter, Deliveries):
             self._kicked = Close(reason_code, error, detail)
         self._read_scope.cancel()
 
+    def drain(self) -> None:
+        """The server drains: close now (connected) or after a moment (no CONNECT yet, see
+        :meth:`_watch_drain`); called by the gateway for every live connection."""
+        if self.proto.connected:
+            self._drain_kick()
+        elif self._nursery is not None:
+            self._nursery.start_soon(self._watch_drain)
+
+    def _drain_kick(self) -> None:
+        self.ctx.detail = self.ctx.detail or "server shutting down"
+        self.kick(mq.ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
+
     async def _watch_drain(self) -> None:
         await self.ctx.draining.wait()
         if not self.proto.connected:
             # A CONNECT read from now on is refused politely (CONNACK 0x89 server busy; 3.1.1 return code
             # 3 server unavailable, see _on_connect); one that does not arrive within a moment is not awaited.
             await trio.sleep(min(self.config.connect_timeout_s, _DRAIN_CONNECT_WAIT_S))
-        self.ctx.detail = self.ctx.detail or "server shutting down"
-        self.kick(mq.ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
+        self._drain_kick()
 
     # --- the end: detach, will ----------------------------------------------------------------
     async def _detach(self) -> None:
@@ -173,7 +186,7 @@ class MqttConnection(PacketWriter, Deliveries):
 
     # --- reading ------------------------------------------------------------------------------
     async def _read_loop(self) -> Close:
-        with self._read_scope:
+        with self._read_scope as scope:
             try:
                 await self._read_packets()
             except Close as close:
@@ -184,19 +197,21 @@ class MqttConnection(PacketWriter, Deliveries):
                 return Close(mq.ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 return self._kicked or Close(None, "connection_reset", str(exc) or type(exc).__name__)
+        if self._kicked is None and scope.cancelled_caught:  # the read deadline passed
+            return self.proto.timeout_close()
         return self._kicked or Close(None, None)
 
     async def _read_packets(self) -> None:
         proto = self.proto
+        scope = self._read_scope  # its deadline bounds each read (no scope of its own per read)
+        receive_some = self.stream.receive_some
         while True:
-            data: bytes | bytearray = b""
-            with trio.move_on_after(proto.read_timeout()) as scope:
-                try:
-                    data = await self.stream.receive_some(_READ_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    raise Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
-            if scope.cancelled_caught:
-                raise proto.timeout_close()
+            scope.deadline = trio.current_time() + proto.read_timeout()
+            try:
+                data = await receive_some(_READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
+            scope.deadline = _NO_DEADLINE
             if not data:
                 if proto.connected and not proto.normal_disconnect:
                     self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"
