@@ -66,7 +66,8 @@ class MqttConnection(PacketWriter, Deliveries):
         self.config = gateway.config
         self.proto = MqttProtocol(gateway.config)
         self.session: Session | None = None
-        self.detached = trio.Event()
+        self._detached: trio.Event | None = None  # made by the first waiter (most connections have none)
+        self._is_detached = False
         self._open_writer(stream, self.config)
         self._read_scope = trio.CancelScope()
         self._kicked: Close | None = None
@@ -111,7 +112,16 @@ class MqttConnection(PacketWriter, Deliveries):
                 try:
                     await self._detach()
                 finally:
-                    self.detached.set()
+                    self._is_detached = True
+                    if self._detached is not None:
+                        self._detached.set()
+
+    async def wait_detached(self) -> None:
+        """Wait until this connection has let go of its session (detached, will published)."""
+        if not self._is_detached:
+            if self._detached is None:
+                self._detached = trio.Event()
+            await self._detached.wait()
 
     def kick(self, reason_code: mq.ReasonCode | None, error: str | None, detail: str | None = None) -> None:
         """Ask the connection to close (takeover, drain, slow consumer, store failure)."""
@@ -331,7 +341,7 @@ class MqttConnection(PacketWriter, Deliveries):
                 f"client id reused by {self.ctx.conn_id}",
             )
             with trio.move_on_after(_CLEANUP_S):
-                await old.detached.wait()
+                await old.wait_detached()
         will = proto.will
         session, present = await gateway.open_session(
             client_id,
