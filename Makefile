@@ -52,6 +52,7 @@ bench: $(STAMP_TEST)
 	@bash scripts/setup-bench-peers.sh
 	$(BIN)/python bench/cpu.py
 	$(BIN)/python bench/mqtt_idle.py
+	$(BIN)/python bench/mqtt_codec.py
 
 # mqproxy vs a stock Apache RocketMQ 5.3.3 in the same run (Java 17 and Maven jars; about 10 minutes)
 bench-vs-rocketmq: system-deps $(STAMP_TEST)

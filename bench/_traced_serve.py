@@ -28,7 +28,7 @@ def _report(signum: int, frame: FrameType | None) -> None:
             _first.append(snapshot)
             return
         with open(os.environ["MQBENCH_TRACE_TOP"], "a") as out:
-            for stat in snapshot.compare_to(_first[0], "lineno")[:40]:
+            for stat in snapshot.compare_to(_first[0], os.environ.get("MQBENCH_TRACE_KEY", "lineno"))[:40]:
                 out.write(f"{stat}\n")
 
 
