@@ -51,6 +51,8 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/store.py
 	@bash scripts/setup-bench-peers.sh
 	$(BIN)/python bench/cpu.py
+	$(BIN)/python bench/mqtt_idle.py
+	$(BIN)/python bench/mqtt_codec.py
 
 # The reliability campaign (README "Reliability"): 10^6 fuzz inputs per codec (MQFUZZ_INPUTS), and
 # 100 kill -9 iterations under load per flush policy

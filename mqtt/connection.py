@@ -1,11 +1,13 @@
 """One MQTT network connection: :class:`MqttConnection`, the trio adapter around the sans-IO core
 (:class:`~mqproxy.mqtt.protocol.MqttProtocol`), served by the MQTT service.
 
-Tasks per connection (one nursery): the packet reader (this task), a writer that coalesces queued packets
-into one ``send_all`` (bounded queue; a peer that takes nothing for ``write_timeout_s`` is a slow
-consumer and is disconnected; on plain TCP a push hub's delivery skips the writer and goes straight
-to the socket when nothing is queued before it), a drain watcher, and one delivery reader per
-subscription (:mod:`mqproxy.mqtt.delivery`).
+Tasks per connection (one nursery): the packet reader (this task; its read deadline is the deadline of
+the connection's one read scope, set before each read, not a cancel scope per read), a writer only while
+packets wait to be sent (:mod:`mqproxy.mqtt.writer`: on plain TCP a packet goes straight to the socket
+when nothing is queued before it; bounded outbox; a peer that takes nothing for ``write_timeout_s`` is a
+slow consumer and is disconnected), and one delivery reader per subscription
+(:mod:`mqproxy.mqtt.delivery`). An idle connection is one task: the server's drain reaches it through the
+gateway's registry of live connections (:meth:`Gateway.drains`), not a watcher task of its own.
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
 acknowledged in order (PUBACK / PUBREC only after the store accepted them).
 
@@ -47,6 +49,7 @@ from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import WillRecord
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
+from mqproxy.runtime.streams import plain_layers
 
 __all__ = ["MqttConnection"]
 
@@ -57,6 +60,9 @@ _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 #: While the server drains, how long a connection that has not sent its CONNECT yet is waited for (to be
 #: refused politely) before it is closed.
 _DRAIN_CONNECT_WAIT_S = 2.0
+_NO_DEADLINE = float("inf")
+#: What ends the read loop without being a bug (:meth:`MqttConnection._close_for`).
+_READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
 class MqttConnection(PacketWriter, Deliveries):
@@ -69,7 +75,8 @@ class MqttConnection(PacketWriter, Deliveries):
         self.config = gateway.config
         self.proto = MqttProtocol(gateway.config)
         self.session: Session | None = None
-        self.detached = trio.Event()
+        self._detached: trio.Event | None = None  # made by the first waiter (most connections have none)
+        self._is_detached = False
         self._open_writer(stream, self.config)
         self._read_scope = trio.CancelScope()
         self._kicked: Close | None = None
@@ -88,25 +95,30 @@ class MqttConnection(PacketWriter, Deliveries):
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
         close = Close(None, None)
+        registered = False
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer)
-                nursery.start_soon(self._watch_drain)
-                try:
-                    close = await self._read_loop()
+                if self.gateway.drains(self):
+                    registered = True
+                else:  # a draining event the gateway does not watch (tests): a watcher of its own
+                    nursery.start_soon(self._watch_drain)
+                try:  # the read loop, inline: an idle connection waits in one frame fewer
+                    with self._read_scope as scope:
+                        await self._read_packets()
+                    close = self._kicked or (
+                        self.proto.timeout_close() if scope.cancelled_caught else Close(None, None)
+                    )
+                except _READ_ENDINGS as exc:
+                    close = self._close_for(exc)
                 finally:
                     for scope in self._readers.values():
                         scope.cancel()
-                    final = self.proto.final_packet(close)
-                    if final is not None:
-                        self._write_nowait(final)
-                    self._send.close()
-                    self._direct = None
-                    with trio.move_on_after(1.0):
-                        await self._writer_done.wait()
+                    await self._close_writer(self.proto.final_packet(close), 1.0)
                     nursery.cancel_scope.cancel()
         finally:
+            if registered:
+                self.gateway.live.discard(self)
             if close.error and self.ctx.error is None:
                 self.ctx.error = close.error
                 self.ctx.detail = close.detail
@@ -115,7 +127,16 @@ class MqttConnection(PacketWriter, Deliveries):
                 try:
                     await self._detach()
                 finally:
-                    self.detached.set()
+                    self._is_detached = True
+                    if self._detached is not None:
+                        self._detached.set()
+
+    async def wait_detached(self) -> None:
+        """Wait until this connection has let go of its session (detached, will published)."""
+        if not self._is_detached:
+            if self._detached is None:
+                self._detached = trio.Event()
+            await self._detached.wait()
 
     def kick(self, reason_code: mq.ReasonCode | None, error: str | None, detail: str | None = None) -> None:
         """Ask the connection to close (takeover, drain, slow consumer, store failure)."""
@@ -123,14 +144,25 @@ class MqttConnection(PacketWriter, Deliveries):
             self._kicked = Close(reason_code, error, detail)
         self._read_scope.cancel()
 
+    def drain(self) -> None:
+        """The server drains: close now (connected) or after a moment (no CONNECT yet, see
+        :meth:`_watch_drain`); called by the gateway for every live connection."""
+        if self.proto.connected:
+            self._drain_kick()
+        elif self._nursery is not None:
+            self._nursery.start_soon(self._watch_drain)
+
+    def _drain_kick(self) -> None:
+        self.ctx.detail = self.ctx.detail or "server shutting down"
+        self.kick(mq.ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
+
     async def _watch_drain(self) -> None:
         await self.ctx.draining.wait()
         if not self.proto.connected:
             # A CONNECT read from now on is refused politely (CONNACK 0x89 server busy; 3.1.1 return code
             # 3 server unavailable, see _on_connect); one that does not arrive within a moment is not awaited.
             await trio.sleep(min(self.config.connect_timeout_s, _DRAIN_CONNECT_WAIT_S))
-        self.ctx.detail = self.ctx.detail or "server shutting down"
-        self.kick(mq.ReasonCode.SERVER_SHUTTING_DOWN, None, "server shutting down")
+        self._drain_kick()
 
     # --- the end: detach, will ----------------------------------------------------------------
     async def _detach(self) -> None:
@@ -178,31 +210,35 @@ class MqttConnection(PacketWriter, Deliveries):
         )
 
     # --- reading ------------------------------------------------------------------------------
-    async def _read_loop(self) -> Close:
-        with self._read_scope:
-            try:
-                await self._read_packets()
-            except Close as close:
-                return close
-            except mq.MqttCodecError as exc:
-                return Close(exc.reason_code, error_name(exc.reason_code), exc.reason)
-            except BackendError as exc:
-                return Close(mq.ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                return self._kicked or Close(None, "connection_reset", str(exc) or type(exc).__name__)
-        return self._kicked or Close(None, None)
+    def _close_for(self, exc: BaseException) -> Close:
+        """How the connection ends after the read loop raised ``exc`` (one of ``_READ_ENDINGS``)."""
+        if isinstance(exc, Close):
+            return exc
+        if isinstance(exc, mq.MqttCodecError):
+            return Close(exc.reason_code, error_name(exc.reason_code), exc.reason)
+        if isinstance(exc, BackendError):
+            return Close(mq.ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+        return self._kicked or Close(None, "connection_reset", str(exc) or type(exc).__name__)
 
     async def _read_packets(self) -> None:
         proto = self.proto
+        scope = self._read_scope  # its deadline bounds each read (no scope of its own per read)
+        receive_some = self.stream.receive_some
+        # Plain TCP: read the socket itself once the sniffed bytes are replayed (counted as the counting
+        # layer would), so an idle connection waits in one frame fewer per wrapper.
+        layers = plain_layers(self.stream)
         while True:
-            data: bytes | bytearray = b""
-            with trio.move_on_after(proto.read_timeout()) as scope:
-                try:
-                    data = await self.stream.receive_some(_READ_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    raise Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
-            if scope.cancelled_caught:
-                raise proto.timeout_close()
+            scope.deadline = trio.current_time() + proto.read_timeout()
+            try:
+                if layers is not None and not any(p.replaying for p in layers[2]):
+                    data = await layers[0].receive_some(_READ_BYTES)
+                    if layers[1] is not None:
+                        layers[1].bytes_in += len(data)
+                else:
+                    data = await receive_some(_READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
+            scope.deadline = _NO_DEADLINE
             if not data:
                 if proto.connected and not proto.normal_disconnect:
                     self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"
@@ -323,7 +359,7 @@ class MqttConnection(PacketWriter, Deliveries):
                 f"client id reused by {self.ctx.conn_id}",
             )
             with trio.move_on_after(_CLEANUP_S):
-                await old.detached.wait()
+                await old.wait_detached()
         will = proto.will
         session, present = await gateway.open_session(
             client_id,

@@ -94,6 +94,9 @@ class Gateway:
         self._loaded = False
         self._load_lock = trio.Lock()
         self.timers = Timers(self._draining)
+        #: Live connections registered with :meth:`drains`.
+        self.live: set[Any] = set()
+        self._drain_watched = False
         self.publisher = Publisher(self)
 
     # --- start-up -----------------------------------------------------------------------------
@@ -409,6 +412,30 @@ class Gateway:
     async def run_timers(self) -> None:
         """The timer task, run by the gateway's owner until the server drains (or it is cancelled)."""
         await self.timers.run()
+
+    # --- live connections: one drain watcher for all of them -------------------------------------
+    def drains(self, connection: Any) -> bool:
+        """Register a live connection whose ``ctx.draining`` is the gateway's: :meth:`run_drain` calls its
+        ``drain()`` when the server drains (at once if it already does). False, with nothing registered,
+        for a connection on another draining event or while no :meth:`run_drain` runs: it watches its
+        own. The connection removes itself from :attr:`live` when it ends."""
+        if connection.ctx.draining is not self._draining or not self._drain_watched:
+            return False
+        self.live.add(connection)
+        if self._draining.is_set():
+            connection.drain()
+        return True
+
+    async def run_drain(self) -> None:
+        """Wait for the server to drain, then tell every live connection (run by the gateway's owner)."""
+        self._drain_watched = True
+        try:
+            await self._draining.wait()
+        finally:
+            if not self._draining.is_set():
+                self._drain_watched = False
+        for connection in list(self.live):
+            connection.drain()
 
 
 def _record(session: Session, disconnected_ms: int | None) -> SessionSnapshot | None:

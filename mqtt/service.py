@@ -104,6 +104,7 @@ class MqttService:
         self.broker.set_lmq_dispatch(self.lmq_dispatch)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.gateway.run_timers)
+            nursery.start_soon(self.gateway.run_drain)
             if self.gateway.cluster is not None:
                 nursery.start_soon(self.gateway.cluster.serve)
             task_status.started()

@@ -3,11 +3,14 @@ mqproxy.mqtt.writer
 ~~~~~~~~~~~~~~~~~~~
 
 The write side of one MQTT connection's trio adapter (:class:`PacketWriter`, a base of
-:class:`~mqproxy.mqtt.connection.MqttConnection`): a bounded queue of encoded packets drained by one writer
-task that coalesces what is queued into one ``send_all``. A peer that takes nothing for ``write_timeout_s``
-is a slow consumer and is kicked. On plain TCP, :meth:`PacketWriter._write_nowait` writes straight to the
-socket when nothing is queued before it (the push hubs' path); once a write was cut short nothing more
-goes to the socket.
+:class:`~mqproxy.mqtt.connection.MqttConnection`): a bounded outbox of encoded packets.
+
+On plain TCP a packet goes straight to the socket when nothing is queued before it (what the socket does
+not take is queued). Whatever is queued is drained by a writer task that exists only while there is
+something to send: it is started in the connection's nursery when the outbox gets its first byte string,
+coalesces what is queued into one ``send_all`` and ends when the outbox is empty, so an idle connection
+has no writer task. A peer that takes nothing for ``write_timeout_s`` is a slow consumer and is kicked;
+once a write was cut short or failed nothing more goes to the socket.
 """
 
 from __future__ import annotations
@@ -26,64 +29,90 @@ _COALESCE = 256
 
 
 class PacketWriter:
-    """The write queue of a connection; :meth:`kick` is the connection's."""
+    """The outbox of a connection; :meth:`kick` and ``_nursery`` are the connection's."""
 
     stream: trio.abc.Stream
     config: MqttConfig
     proto: MqttProtocol
+    _nursery: trio.Nursery | None
 
     def _open_writer(self, stream: trio.abc.Stream, config: MqttConfig) -> None:
-        self._send, self._receive = trio.open_memory_channel[bytes](config.send_buffer_packets)
+        self._outbox: list[bytes] = []
         self._direct = direct_sender(stream)
-        self._queued = 0  # byte strings handed to the writer and not yet sent
-        self._writer_done = trio.Event()
+        self._queued = 0  # byte strings accepted and not yet sent (the outbox and the writer's send_all)
+        self._limit = config.send_buffer_packets  # byte strings the outbox holds (not the one being sent)
+        self._writing = False  # a writer task runs
+        self._closed = False  # no more packets are accepted (the connection ends)
+        self._broken = False  # a write failed or was cut short: nothing more goes to the socket
+        self._room: trio.Event | None = None  # waited on by senders while the outbox is full
 
     def kick(self, reason_code: ReasonCode | None, error: str | None, detail: str | None = None) -> None:
         raise NotImplementedError
 
     async def _writer(self) -> None:
-        receive = self._receive
+        """Drain the outbox, then end (started by :meth:`_write_nowait`)."""
+        outbox = self._outbox
         try:
-            async for first in receive:
-                chunks = [first]
-                while len(chunks) < _COALESCE:
-                    try:
-                        chunks.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+            while outbox:
+                chunks = outbox[:_COALESCE]
+                del outbox[:_COALESCE]
                 with trio.move_on_after(self.config.write_timeout_s) as scope:
-                    await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else first)
+                    await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else chunks[0])
                 if scope.cancelled_caught:
+                    self._broken = True
                     self.kick(None, "slow_consumer", f"peer took no data for {self.config.write_timeout_s}s")
                     return
                 self._queued -= len(chunks)
+                self._wake()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._broken = True
             self.kick(None, "connection_reset", str(exc) or type(exc).__name__)
+        except BaseException:
+            self._broken = True
+            raise
         finally:
-            self._direct = None  # a packet may be cut short: nothing more goes to this socket
-            receive.close()
-            self._writer_done.set()
+            self._writing = False
+            if self._broken:
+                self._direct = None  # a packet may be cut short: nothing more goes to this socket
+                outbox.clear()
+                self._queued = 0
+            self._wake()
+
+    def _wake(self) -> None:
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
+
+    async def _flushed(self) -> None:
+        """Wait until the writer task (if any) has drained the outbox or failed."""
+        while self._writing:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
 
     async def send(self, packet: Packet) -> None:
         await self._send_bytes(self.proto.encode(packet))
 
     async def _send_bytes(self, data: bytes) -> None:
-        """Queue bytes for the writer. No schedule point while the queue has room, so the packets of one
-        read (e.g. a burst of PUBACKs) reach the writer together and leave in one ``send_all``."""
-        self._queued += 1  # counted before any wait: the writer may send it before we resume
-        try:
-            try:
-                self._send.send_nowait(data)
-            except trio.WouldBlock:
-                await self._send.send(data)
-        except BaseException:
-            self._queued -= 1
-            raise
+        """Send ``data`` after everything queued before it. No schedule point while the outbox has room,
+        so the packets of one read (e.g. a burst of PUBACKs) leave together. Raises
+        ``trio.ClosedResourceError`` once the connection ends, ``trio.BrokenResourceError`` once a
+        write failed."""
+        while len(self._outbox) >= self._limit and not (self._closed or self._broken):
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+        if not self._write_nowait(data):
+            if self._closed:
+                raise trio.ClosedResourceError("connection closed")
+            raise trio.BrokenResourceError("an earlier write failed")
 
     def _write_nowait(self, data: bytes) -> bool:
         """Send ``data`` after everything queued before it, without a schedule point: straight to the
         socket if nothing is queued and the socket takes it (what it does not take is queued), else
-        queued for the writer. False, with nothing written, if the queue is full or closed."""
+        queued for the writer. False, with nothing written, if the outbox is full or closed."""
+        if self._closed or self._broken:
+            return False
         if not self._queued and self._direct is not None:
             try:
                 written = self._direct(data)
@@ -92,10 +121,28 @@ class PacketWriter:
                 written = 0
             if written == len(data):
                 return True
-            data = data[written:]  # the queue is empty, so the rest fits
-        try:
-            self._send.send_nowait(data)
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            data = data[written:]  # the outbox is empty, so the rest fits
+        elif len(self._outbox) >= self._limit:
             return False
+        self._outbox.append(data)
         self._queued += 1
+        if not self._writing:
+            nursery = self._nursery
+            if nursery is None:
+                self._outbox.pop()
+                self._queued -= 1
+                return False
+            self._writing = True
+            nursery.start_soon(self._writer)
         return True
+
+    async def _close_writer(self, final: bytes | None, timeout_s: float) -> None:
+        """Queue ``final`` (if any), accept nothing more and wait up to ``timeout_s`` for the outbox to
+        drain."""
+        if final is not None:
+            self._write_nowait(final)
+        self._closed = True
+        self._wake()
+        with trio.move_on_after(timeout_s):
+            await self._flushed()
+        self._direct = None

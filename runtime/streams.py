@@ -4,6 +4,7 @@
 * :class:`PrefixedStream` replays bytes consumed while sniffing before reading the inner stream, so a
   protocol handler sees the connection from its first byte.
 * :func:`direct_sender` writes to a plain TCP connection without a task switch (broadcast fast path).
+* :func:`plain_layers` lets a reader of a plain TCP connection skip the wrappers once their replay is read.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class PrefixedStream(_DelegatingStream):
         """Replay bytes not yet read."""
         return bytes(self._prefix)
 
+    @property
+    def replaying(self) -> bool:
+        """Whether replay bytes are left to read (:attr:`pending` without the copy)."""
+        return bool(self._prefix)
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             await trio.lowlevel.checkpoint()
@@ -114,3 +120,28 @@ def direct_sender(stream: trio.abc.Stream) -> DirectSend | None:
         return n
 
     return send
+
+
+def plain_layers(
+    stream: trio.abc.Stream,
+) -> tuple[trio.SocketStream, CountingStream | None, tuple[PrefixedStream, ...]] | None:
+    """For plain TCP (:class:`PrefixedStream` and/or at most one :class:`CountingStream` over a
+    ``trio.SocketStream``): the socket stream, the counting layer and the prefixed layers; else None.
+
+    A reader may call the socket stream's ``receive_some`` itself, adding what it got to the counting
+    layer's ``bytes_in``, once no prefixed layer is :attr:`~PrefixedStream.replaying` ( one awaited
+    frame instead of one per layer, which an idle connection keeps for as long as it waits)."""
+    counting: CountingStream | None = None
+    prefixed: list[PrefixedStream] = []
+    inner = stream
+    while isinstance(inner, (PrefixedStream, CountingStream)):
+        if isinstance(inner, CountingStream):
+            if counting is not None:
+                return None
+            counting = inner
+        else:
+            prefixed.append(inner)
+        inner = inner.inner
+    if not isinstance(inner, trio.SocketStream):
+        return None
+    return inner, counting, tuple(prefixed)

@@ -258,15 +258,29 @@ def _decode_publish(first: int, buffer: bytearray, start: int, end: int, v5: boo
         if "\x00" in topic:
             raise malformed("topic name contains U+0000")
         validate_topic_name(topic)
-    return packets.Publish(
-        topic,
-        bytes(buffer[pos:end]),
-        _QOS[qos],
-        bool(first & 0x01),
-        bool(first & 0x08),
-        packet_id,
-        properties,
-    )
+    publish = _new_publish(_PUBLISH)
+    _set_topic(publish, topic)
+    _set_payload(publish, bytes(buffer[pos:end]))
+    _set_qos(publish, _QOS[qos])
+    _set_retain(publish, bool(first & 0x01))
+    _set_dup(publish, bool(first & 0x08))
+    _set_packet_id(publish, packet_id)
+    _set_properties(publish, properties)
+    return publish
+
+
+# The hot path builds a PUBLISH with its slots' setters: the frozen dataclass's ``__init__`` sets each
+# field through ``object.__setattr__`` and costs about twice as much. The result is the same object (same
+# type, fields, equality and hash; no ``__post_init__``).
+_PUBLISH = packets.Publish
+_new_publish = object.__new__
+_set_topic = _PUBLISH.topic.__set__  # type: ignore[attr-defined]
+_set_payload = _PUBLISH.payload.__set__  # type: ignore[attr-defined]
+_set_qos = _PUBLISH.qos.__set__  # type: ignore[attr-defined]
+_set_retain = _PUBLISH.retain.__set__  # type: ignore[attr-defined]
+_set_dup = _PUBLISH.dup.__set__  # type: ignore[attr-defined]
+_set_packet_id = _PUBLISH.packet_id.__set__  # type: ignore[attr-defined]
+_set_properties = _PUBLISH.properties.__set__  # type: ignore[attr-defined]
 
 
 def _ack_decoder(

@@ -199,9 +199,9 @@ async def test_no_direct_write_after_the_writer_timed_out_mid_packet(
     assert conn._direct is not None  # plain socket: the direct path is on
     cut = mq.encode(mq.Publish("a/b", bytes(1 << 20), Q0), 4)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._writer)
+        conn._nursery = nursery  # the writer task starts there when the socket does not take it all
         await conn._send_bytes(cut)
-        await conn._writer_done.wait()  # timed out (the autojump clock): kicked as a slow consumer
+        await conn._flushed()  # timed out (the autojump clock): kicked as a slow consumer
     assert conn._kicked is not None
     assert conn._kicked.error == "slow_consumer"
     got = readable_now()  # the peer wakes up and drains what the cut left
@@ -269,7 +269,7 @@ async def _queue_race_once() -> tuple[bytes, bool]:
         accepted.append(conn._write_nowait(b"e"))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._writer)
+        conn._nursery = nursery
         await conn._send_bytes(big)
         await trio.testing.wait_all_tasks_blocked()  # the writer is in send_all(big): the peer reads nothing
         await conn._send_bytes(b"b")  # fills the queue

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.runtime.streams import CountingStream, PrefixedStream, direct_sender
+from mqproxy.runtime.streams import CountingStream, PrefixedStream, direct_sender, plain_layers
 
 
 async def _prefixed_pair() -> tuple[PrefixedStream, PrefixedStream]:
@@ -102,3 +102,19 @@ async def test_direct_sender_is_only_for_plain_tcp() -> None:
     assert direct_sender(PrefixedStream(tls)) is None
     await client.aclose()
     await server.aclose()
+
+
+async def test_plain_layers_unwraps_plain_tcp_only() -> None:
+    a, b = trio.socket.socketpair()
+    sock, peer = trio.SocketStream(a), trio.SocketStream(b)
+    counting = CountingStream(sock)
+    prefixed = PrefixedStream(counting, b"hi")
+    assert plain_layers(prefixed) == (sock, counting, (prefixed,))
+    assert prefixed.replaying
+    assert await prefixed.receive_some() == b"hi"
+    assert not prefixed.replaying
+    assert plain_layers(CountingStream(CountingStream(sock))) is None, "two counters: not unwrapped"
+    memory, _ = trio.testing.memory_stream_pair()
+    assert plain_layers(PrefixedStream(memory)) is None
+    await sock.aclose()
+    await peer.aclose()

@@ -1,0 +1,50 @@
+"""An idle MQTT connection is one task: no writer task while nothing waits to be sent, no drain watcher
+of its own (the gateway's registry of live connections), no cancel scope per read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from mqproxy.codecs import mqtt as mq
+from mqproxy.settings import Settings
+
+from ..conftest import wait_until  # type: ignore[import-not-found]
+from .conftest import connect, gateway_of, running_server, subscribe  # type: ignore[import-not-found]
+
+Q1 = mq.QoS.AT_LEAST_ONCE
+
+
+async def test_an_idle_connection_has_no_task_but_its_own_and_is_registered(server: Any) -> None:
+    gateway = gateway_of(server)
+    client, connack = await connect(server.address, "idle-1", keep_alive=60)
+    assert connack.reason_code == mq.ReasonCode.SUCCESS
+    await wait_until(lambda: len(gateway.live) == 1)
+    (conn,) = gateway.live
+    await wait_until(lambda: not conn._writing)  # the CONNACK went straight to the socket
+    assert conn._nursery is not None
+    assert conn._nursery.child_tasks == frozenset(), "an idle connection runs no child task"
+    await subscribe(client, ("idle/t", Q1))  # a subscription adds its reader, nothing else
+    assert len(conn._nursery.child_tasks) == 1
+    await client.send(mq.PingReq())
+    assert isinstance(await client.receive(), mq.PingResp)
+    await client.send(mq.Disconnect())
+    await client.expect_eof()
+    await wait_until(lambda: not gateway.live)
+    await client.aclose()
+
+
+async def test_the_drain_reaches_registered_connections(log_sink: Any) -> None:
+    async with running_server(Settings.for_tests()) as server:
+        gateway = gateway_of(server)
+        clients = [(await connect(server.address, f"drained-{n}", level=5))[0] for n in range(3)]
+        await wait_until(lambda: len(gateway.live) == 3)
+        server.stop("test")
+        for client in clients:
+            with trio.fail_after(5):
+                got = await client.expect_eof()
+            disconnects = [p for p in got if isinstance(p, mq.Disconnect)]
+            assert [d.reason_code for d in disconnects] == [mq.ReasonCode.SERVER_SHUTTING_DOWN]
+            await client.aclose()
+        await wait_until(lambda: not gateway.live)
