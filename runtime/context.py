@@ -9,6 +9,7 @@ in; handlers bump ``requests`` through :meth:`ConnectionContext.request_event` a
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,7 +46,7 @@ class ConnectionContext:
     local: tuple[str, int]
     draining: trio.Event = field(default_factory=trio.Event)
     recorder: RequestRecorder = field(default_factory=_NoRecorder)
-    acl: AclHolder = field(default_factory=AclHolder)
+    acl: AclHolder = field(default_factory=lambda: AclHolder(clock=time.monotonic))
     log: Any = field(default_factory=lambda: structlog.get_logger("mqproxy.conn"))
     protocol: str | None = None
     #: The id the client gave itself (MQTT CONNECT, remoting heartbeat/request, gRPC ``x-mq-client-id``);
