@@ -95,21 +95,33 @@ class JavaProcess:
     port: int
     cwd: Path
     proc: subprocess.Popen[bytes] | None = None
+    #: Size of ``log`` when this start began: a retry appends to the same file, and only what this JVM
+    #: wrote (after the offset) says whether it is ready or found its port taken.
+    log_offset: int = 0
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
             self.proc = popen_in_group(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd
             )
         _register(self)
 
+    def _own_log(self) -> str:
+        """What this start of the JVM has written to ``log`` so far."""
+        if not self.log.exists():
+            return ""
+        with open(self.log, "rb") as f:
+            f.seek(self.log_offset)
+            return f.read().decode(errors="replace")
+
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
             assert self.proc is not None
-            text = self.log.read_text(errors="replace") if self.log.exists() else ""
+            text = self._own_log()
             if self.proc.poll() is not None:
                 rc = self.proc.returncode
                 self.stop()
