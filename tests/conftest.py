@@ -30,6 +30,11 @@ from mqproxy.log import configure_logging
 from mqproxy.model.types import StoredMessage
 from mqproxy.settings import LogSettings
 
+#: Proxies the tests start as child processes write each log event at once (``log.flush_interval_ms = 0``):
+#: tests read a child's events as soon as its client is done, and the default 100 ms batching would make
+#: them race the flush. The buffered sink itself is tested in-process (tests/proxy/test_log.py).
+os.environ.setdefault("MQPROXY_LOG_FLUSH_INTERVAL_MS", "0")
+
 SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_text(encoding="utf-8"))
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
 
