@@ -41,12 +41,12 @@ from mqproxy.model.errors import (
     TopicNotFound,
 )
 from mqproxy.mqtt.config import NEVER_EXPIRES
-from mqproxy.mqtt.delivery import Deliveries
-from mqproxy.mqtt.gateway import Gateway, now_ms
+from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.outcomes import Close, Inbound, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import WillRecord
+from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import plain_layers
@@ -65,7 +65,7 @@ _NO_DEADLINE = float("inf")
 _READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
-class MqttConnection(PacketWriter, Deliveries):
+class MqttConnection(PacketWriter, Subscribing):
     """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s."""
 
     def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway) -> None:
@@ -465,52 +465,3 @@ class MqttConnection(PacketWriter, Deliveries):
             status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
             self._log_request(mq.PacketType.PUBLISH, status, started, None, True)
             raise failure
-
-    # --- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------------
-    async def _on_subscribe(self, packet: mq.Subscribe) -> tuple[str, str | None]:
-        session = self.session
-        assert session is not None
-        gateway = self.gateway
-        granted = self.proto.subscriptions(packet, self._can_subscribe)
-        retained = []
-        for item in granted:
-            if item.spec is None:
-                continue
-            new = await gateway.subscribe(session, item.spec)
-            if new:
-                self._start_reader(item.spec.topic_filter)
-            if item.wants_retained(new):
-                retained.append(item)
-        suback, status, first = self.proto.suback(packet, granted)
-        await self.send(suback)
-        for item in retained:
-            spec = item.spec
-            assert spec is not None
-            for message in gateway.retained.matching(item.inner):
-                publish = self.proto.make_publish(
-                    message.topic,
-                    message.payload,
-                    message.qos,
-                    True,
-                    message.properties,
-                    message.store_timestamp_ms,
-                    spec,
-                    now_ms(),
-                )
-                if publish is not None:
-                    await self._push(publish, None, message.commitlog_offset, retained_for=spec.topic_filter)
-        if self._held:
-            await self._flush_state()
-        return status, first
-
-    async def _on_unsubscribe(self, packet: mq.Unsubscribe) -> tuple[str, str | None]:
-        session = self.session
-        assert session is not None
-        existed: list[bool] = []
-        for topic_filter in packet.topic_filters:
-            scope = self._readers.pop(topic_filter, None)
-            if scope is not None:
-                scope.cancel()
-            existed.append(await self.gateway.unsubscribe(session, topic_filter))
-        await self.send(self.proto.unsuback(packet.packet_id, existed))
-        return "SUCCESS", packet.topic_filters[0] if packet.topic_filters else None
