@@ -44,3 +44,13 @@ def wait_for() -> Any:
 def start_server() -> Any:
     """``async with start_server(settings) as handle`` runs a server with custom settings."""
     return running_server
+
+
+async def keep_alive_healthz(stream: trio.abc.Stream) -> bytes:
+    """``GET /healthz`` on an open HTTP/1.1 ``stream``; the answer up to its JSON body's end."""
+    await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    reply = bytearray()
+    with trio.fail_after(10):
+        while not reply.endswith(b"}"):
+            reply += await stream.receive_some(65536)
+    return bytes(reply)

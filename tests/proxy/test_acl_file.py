@@ -104,47 +104,34 @@ async def test_enforced_reloaded_and_counted(
     assert all("app-secret" not in repr(e) for e in log_sink.events)
 
 
+def _serve(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """``mqproxy serve`` over ``tmp_path / "d"`` with ``env``, run to its exit (a start-up error)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "mqproxy",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(tmp_path / "d"),
+    ]
+    return subprocess.run(argv, capture_output=True, timeout=60, env=env)
+
+
 def test_malformed_file_stops_the_start_with_status_2_naming_the_line(tmp_path: Path) -> None:
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text(
         "accounts:\n  - accessKey: app\n    secretKey: s\n    whiteRemoteAddress: 10.0.0.999\n"
     )
     env = {**os.environ, "MQPROXY_ACL_FILE": str(acl_file)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mqproxy",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "d"),
-        ],
-        capture_output=True,
-        timeout=60,
-        env=env,
-    )
+    proc = _serve(tmp_path, env)
     assert proc.returncode == 2
     assert f"acl.file: {acl_file}:4: white remote address".encode() in proc.stderr
     assert not (tmp_path / "d").exists()
 
 
 def test_missing_file_is_a_startup_error(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mqproxy",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "d"),
-        ],
-        capture_output=True,
-        timeout=60,
-        env={**os.environ, "MQPROXY_ACL_FILE": str(tmp_path / "nope.yml")},
-    )
+    proc = _serve(tmp_path, {**os.environ, "MQPROXY_ACL_FILE": str(tmp_path / "nope.yml")})
     assert proc.returncode == 2
     assert b"cannot read" in proc.stderr

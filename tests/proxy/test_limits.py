@@ -14,6 +14,7 @@ from mqproxy.limits import ConnectionLimiter
 from mqproxy.settings import Settings
 
 from ..conftest import read_until_eof  # type: ignore[import-not-found]
+from .conftest import keep_alive_healthz  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.usefixtures("log_sink")
 
@@ -69,15 +70,6 @@ REFUSALS = {
 }
 
 
-async def _healthz(stream: trio.abc.Stream) -> bytes:
-    await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    reply = bytearray()
-    with trio.fail_after(10):
-        while not reply.endswith(b"}"):
-            reply += await stream.receive_some(65536)
-    return bytes(reply)
-
-
 @pytest.mark.parametrize("name", list(REFUSALS))
 async def test_a_connection_over_max_connections_is_refused_in_its_protocol(
     start_server: Any, log_sink: Any, wait_for: Any, name: str
@@ -87,7 +79,7 @@ async def test_a_connection_over_max_connections_is_refused_in_its_protocol(
     async with start_server(settings) as handle:
         held = [await trio.open_tcp_stream(*handle.address) for _ in range(2)]
         for stream in held:
-            assert (await _healthz(stream)).startswith(b"HTTP/1.1 200")
+            assert (await keep_alive_healthz(stream)).startswith(b"HTTP/1.1 200")
         extra = await trio.open_tcp_stream(*handle.address)
         await extra.send_all(opening)
         check(await read_until_eof(extra, 10))
@@ -105,7 +97,7 @@ async def test_a_connection_over_max_connections_is_refused_in_its_protocol(
         await held[0].aclose()  # a slot frees: the next connection is served
         await wait_for(lambda: handle.state.limiter.total == 1)
         again = await trio.open_tcp_stream(*handle.address)
-        assert (await _healthz(again)).startswith(b"HTTP/1.1 200")
+        assert (await keep_alive_healthz(again)).startswith(b"HTTP/1.1 200")
         for stream in (again, held[1], extra):
             await stream.aclose()
 

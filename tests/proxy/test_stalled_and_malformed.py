@@ -15,6 +15,7 @@ from hyperframe.frame import Frame, GoAwayFrame, SettingsFrame
 from mqproxy.settings import Settings
 
 from ..conftest import read_until_eof  # type: ignore[import-not-found]
+from .conftest import keep_alive_healthz  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.usefixtures("log_sink")
 
@@ -75,15 +76,6 @@ STALLED = {
 }
 
 
-async def _keep_alive_healthz(stream: trio.abc.Stream) -> bytes:
-    await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    reply = bytearray()
-    with trio.fail_after(10):
-        while not reply.endswith(b"}"):
-            reply += await stream.receive_some(65536)
-    return bytes(reply)
-
-
 @pytest.mark.parametrize("name", list(STALLED))
 async def test_request_stalled_mid_frame_is_closed_at_the_frame_timeout(
     start_server: Any, log_sink: Any, wait_for: Any, name: str
@@ -95,7 +87,7 @@ async def test_request_stalled_mid_frame_is_closed_at_the_frame_timeout(
     settings = Settings.for_tests(server={"frame_timeout_s": 0.3, "idle_timeout_s": 60.0})
     async with start_server(settings) as handle:
         idle = await trio.open_tcp_stream(*handle.address)
-        assert (await _keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
+        assert (await keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
         stalled = await trio.open_tcp_stream(*handle.address)
         await stalled.send_all(opening)
         reply = await read_until_eof(stalled, 10)
@@ -110,4 +102,4 @@ async def test_request_stalled_mid_frame_is_closed_at_the_frame_timeout(
         await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
         (closed,) = log_sink.named("conn.closed")
         assert (closed["protocol"], closed["error"]) == (protocol, "frame_timeout")
-        assert (await _keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
+        assert (await keep_alive_healthz(idle)).startswith(b"HTTP/1.1 200")
