@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mqproxy.model.ids import MessageIdError, offset_msg_id
-from mqproxy.model.types import PROPERTY_UNIQ_KEY
+from mqproxy.model.types import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, StoredMessage
 
 __all__ = [
     "CONTENT_SPLITOR",
@@ -108,6 +108,18 @@ class SubBeforeRecord:
     retry_times: int = 0
     keys: str = ""
     region_id: str = DEFAULT_REGION
+
+    @classmethod
+    def of(cls, message: StoredMessage, group: str, request_id: str, timestamp_ms: int) -> SubBeforeRecord:
+        """The record of ``message`` handed to ``group``: its msgId, keys and retry count."""
+        return cls(
+            timestamp_ms=timestamp_ms,
+            group=group,
+            request_id=request_id,
+            msg_id=message_id(message.properties, message.store_host, message.commitlog_offset),
+            retry_times=message.reconsume_times,
+            keys=message.properties.get(PROPERTY_KEYS, ""),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

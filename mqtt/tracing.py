@@ -17,8 +17,8 @@ import uuid
 from collections import OrderedDict
 from typing import Final
 
-from mqproxy.codecs.rocketmq_trace import NULL_SINK, SubAfterRecord, SubBeforeRecord, TraceSink, message_id
-from mqproxy.model.types import PROPERTY_KEYS, StoredMessage
+from mqproxy.codecs.rocketmq_trace import NULL_SINK, SubAfterRecord, SubBeforeRecord, TraceSink
+from mqproxy.model.types import StoredMessage
 
 __all__ = ["MqttTracer"]
 
@@ -41,18 +41,9 @@ class MqttTracer:
         if not self.sink.enabled:
             return
         ts, request_id = now_ms(), uuid.uuid4().hex.upper()
-        msg_id = message_id(message.properties, message.store_host, message.commitlog_offset)
-        keys = message.properties.get(PROPERTY_KEYS, "")
-        self.sink.emit(
-            SubBeforeRecord(
-                timestamp_ms=ts,
-                group=client_id,
-                request_id=request_id,
-                msg_id=msg_id,
-                retry_times=message.reconsume_times,
-                keys=keys,
-            )
-        )
+        record = SubBeforeRecord.of(message, client_id, request_id, ts)
+        self.sink.emit(record)
+        msg_id, keys = record.msg_id, record.keys
         if packet_id is None:
             self._after(client_id, msg_id, keys, request_id, ts)
             return

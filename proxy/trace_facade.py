@@ -247,19 +247,9 @@ class TracingBroker:
         request_id, ts = uuid.uuid4().hex.upper(), now_ms()
         out = []
         for message in messages:
-            msg_id = message_id(message.properties, message.store_host, message.commitlog_offset)
-            keys = message.properties.get(PROPERTY_KEYS, "")
-            self._sink.emit(
-                SubBeforeRecord(
-                    timestamp_ms=ts,
-                    group=group,
-                    request_id=request_id,
-                    msg_id=msg_id,
-                    retry_times=message.reconsume_times,
-                    keys=keys,
-                )
-            )
-            out.append(_Pending(msg_id, keys, request_id, ts, message.queue_offset))
+            record = SubBeforeRecord.of(message, group, request_id, ts)
+            self._sink.emit(record)
+            out.append(_Pending(record.msg_id, record.keys, request_id, ts, message.queue_offset))
         return out
 
     def _sub_after(self, group: str, pending: _Pending, success: bool) -> None:
