@@ -10,8 +10,6 @@ node routes a topic no rule covers to nobody and says so with the rules.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +17,6 @@ from pathlib import Path
 import pytest
 from remoting_wire import remoting_exchange  # type: ignore[import-not-found]
 
-from ..conftest import running_stock_cluster  # type: ignore[import-not-found]
 from .cluster_harness import (
     ClusterMode,
     Loads,
@@ -32,8 +29,9 @@ from .cluster_harness import (
     started,
     wait_for,
 )
-from .conftest import STOCK_BROKER_CONF, Client, stock_rocketmq
+from .conftest import Client, stock_rocketmq
 from .harness import ProxyProcess
+from .two_clusters import DESCRIBED, broker, committed, consumer_ids, other, routing_node, two_clusters
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -41,42 +39,12 @@ QUEUES = 2
 COUNT = 20
 LIMIT_S = 90.0
 GET_ROUTEINFO_BY_TOPIC = 105
-QUERY_CONSUMER_OFFSET = 14
-GET_CONSUMER_LIST_BY_GROUP = 38
 TOPIC_NOT_EXIST = 17
-
-CONFIG = """
-[backends.east]
-kind = "rocketmq"
-namesrv = "{east}"
-refresh_s = 1.0
-
-[backends.west]
-kind = "rocketmq"
-namesrv = "{west}"
-refresh_s = 1.0
-
-[[routing.rules]]
-match = "prefix:east_"
-backend = "east"
-
-[[routing.rules]]
-match = "re:^west_[0-9a-f]+$"
-backend = "west"
-"""
 
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, stock_rocketmq.StockCluster]]:
-    """Two stock clusters of one broker each, started one after the other."""
-    with contextlib.ExitStack() as stack:
-        out: dict[str, stock_rocketmq.StockCluster] = {}
-        for name in ("east", "west"):
-            run = running_stock_cluster(
-                tmp_path_factory.mktemp(f"stock-{name}"), brokers=1, broker_conf=STOCK_BROKER_CONF
-            )
-            out[name] = next(run)
-            stack.callback(next, run, None)  # resumes the helper past its yield: stops that cluster
+    with two_clusters(tmp_path_factory) as out:
         yield out
 
 
@@ -84,17 +52,8 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, sto
 def node(
     clusters: dict[str, stock_rocketmq.StockCluster], proxy_bin: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ProxyProcess]:
-    """One mqproxy node in front of both clusters; it must exit 0 on SIGTERM."""
-    base = tmp_path_factory.mktemp("node")
-    (base / "data").mkdir()
-    config = base / "mqproxy.toml"
-    config.write_text(CONFIG.format(east=clusters["east"].namesrv_addr, west=clusters["west"].namesrv_addr))
-    proc = ProxyProcess(proxy_bin, base / "data", base, args=("--config", str(config)))
-    proc.start()
-    yield proc
-    if proc.proc is not None:
-        rc = proc.stop()
-        assert rc == 0, f"node exited with {rc} on SIGTERM:\n{proc.diagnostics()}"
+    with routing_node(clusters, proxy_bin, tmp_path_factory.mktemp("node")) as proc:
+        yield proc
 
 
 @pytest.fixture
@@ -105,30 +64,6 @@ def loads(
     made = Loads(java_driver("remoting", "mqtest.ClusterLoads", ("client4",)))
     yield made
     made.kill_all()
-
-
-def _broker(cluster: stock_rocketmq.StockCluster) -> str:
-    return str(cluster.broker_list[0].addr)
-
-
-def _consumer_ids(broker: str, group: str) -> list[str]:
-    reply, body = remoting_exchange(broker, GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-    if reply["code"] != 0 or not body:
-        return []
-    return list(json.loads(body).get("consumerIdList") or [])
-
-
-def _committed(broker: str, group: str, topic: str) -> list[int]:
-    """The offsets ``broker`` holds for ``group`` on each of ``topic``'s queues (-1: none)."""
-    out = []
-    for queue in range(QUEUES):
-        reply, _ = remoting_exchange(
-            broker, QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": str(queue)}
-        )
-        ext = reply.get("extFields") or {}
-        assert isinstance(ext, dict)
-        out.append(int(ext["offset"]) if reply["code"] == 0 else -1)
-    return out
 
 
 def test_two_topics_on_two_clusters_through_one_node(
@@ -170,9 +105,8 @@ def test_two_topics_on_two_clusters_through_one_node(
         )
     # consumer groups follow their topics: each is a member of its topic's cluster only
     for name, group in groups.items():
-        other = "west" if name == "east" else "east"
-        assert _consumer_ids(_broker(clusters[name]), group), f"{group} not a member on {name}"
-        assert _consumer_ids(_broker(clusters[other]), group) == [], f"{group} a member on {other}"
+        assert consumer_ids(broker(clusters[name]), group), f"{group} not a member on {name}"
+        assert consumer_ids(broker(clusters[other(name)]), group) == [], f"{group} a member on {other(name)}"
     for run in consumers.values():
         finish(run, LIMIT_S)  # shutdown commits the consumers' offsets
     for name, run in consumers.items():
@@ -183,17 +117,16 @@ def test_two_topics_on_two_clusters_through_one_node(
     # ask each cluster itself: its name server routes its topic only, its broker holds the messages and
     # the group's offsets
     for name, topic in topics.items():
-        other = "west" if name == "east" else "east"
         assert route(clusters[name].namesrv_addr, topic) is not None
-        assert route(clusters[other].namesrv_addr, topic) is None
-        assert sum(max_offsets(_broker(clusters[name]), topic, QUEUES)) == COUNT
-        assert sum(_committed(_broker(clusters[name]), groups[name], topic)) == COUNT
-        assert max(_committed(_broker(clusters[other]), groups[name], topic)) <= 0
+        assert route(clusters[other(name)].namesrv_addr, topic) is None
+        assert sum(max_offsets(broker(clusters[name]), topic, QUEUES)) == COUNT
+        assert sum(committed(broker(clusters[name]), groups[name], topic, QUEUES)) == COUNT
+        assert max(committed(broker(clusters[other(name)]), groups[name], topic, QUEUES)) <= 0
 
     # a topic no rule covers (and no default): refused with the rules named
     reply, _ = remoting_exchange(address, GET_ROUTEINFO_BY_TOPIC, {"topic": f"north_{uid}"})
     assert reply["code"] == TOPIC_NOT_EXIST, reply
-    assert "prefix:east_ -> east, re:^west_[0-9a-f]+$ -> west; no routing.default" in str(reply["remark"])
+    assert DESCRIBED in str(reply["remark"])
     reader = node.reader
     assert reader is not None
     wait_for(  # the node's log is read by another thread
