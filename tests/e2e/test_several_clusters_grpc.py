@@ -6,7 +6,8 @@ One Producer sends to a topic of each cluster; one SimpleConsumer of one group, 
 and acks every message. Then each cluster's own name server and broker are asked: each topic is routed and
 stored on its cluster only, and the group's offsets there are committed on its cluster only (a group whose
 topics live on two clusters is a member of both). A send to a topic no rule covers is refused with
-TOPIC_NOT_FOUND naming the rules, and the node logs ``backend.unrouted``.
+TOPIC_NOT_FOUND naming the rules, and the node logs ``backend.unrouted``. The Go 5.x client
+(``tests/e2e/go/grpc5``) sends to and receives from a topic of each cluster too, each with its own group.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 QUEUES = 2
 COUNT = 10
 RUN_TIMEOUT_S = 240.0
+GO_COUNT = 3
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +127,44 @@ async def test_raw_grpc_requests_for_an_unrouted_topic_get_topic_not_found_namin
     sent = await client.unary("SendMessage", pb.SendMessageRequest(messages=[message]))
     assert sent.status.code == pb.Code.TOPIC_NOT_FOUND, sent.status
     assert DESCRIBED in sent.status.message
+
+
+def test_go_grpc_client_through_one_node_to_two_clusters(
+    clusters: dict[str, stock_rocketmq.StockCluster],
+    node: ProxyProcess,
+    go_driver: Callable[[str], Client],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> None:
+    request.node._e2e_proxies = [node]
+    grpc5 = go_driver("grpc5")
+    uid = uuid.uuid4().hex[:8]
+    endpoint = str(node.address)
+    for name, topic in {"east": f"east_go{uid}", "west": f"west_{uid}"}.items():
+        create_topic(ClusterMode(clusters[name], "", tmp_path), topic, QUEUES)
+        sender = grpc5.spawn("send", "--endpoint", endpoint, "--topic", topic, "--count", str(GO_COUNT))
+        sender.wait(RUN_TIMEOUT_S)
+        assert (sender.done() or {}).get("ok") is True, sender.describe()
+        sent = {e["msgId"] for e in sender.of("sent")}
+        assert len(sent) == GO_COUNT, sender.describe()
+        group = f"{topic}_gocg"
+        receiver = grpc5.spawn(
+            "receive", "--endpoint", endpoint, "--group", group, "--topic", topic,
+            "--expect", str(GO_COUNT), "--timeout", "60s",
+        )  # fmt: skip
+        receiver.wait(RUN_TIMEOUT_S)
+        assert (receiver.done() or {}).get("ok") is True, receiver.describe()
+        assert {e["msgId"] for e in receiver.of("received")} == sent
+        assert {a["msgId"] for a in receiver.of("acked") if a["ok"]} == sent
+        here, there = clusters[name], clusters[other(name)]
+        assert sum(max_offsets(broker(here), topic, QUEUES)) == GO_COUNT
+        assert route(there.namesrv_addr, topic) is None
+        wait_for(
+            f"{group}'s offsets committed on {name}",
+            lambda here=here, topic=topic, group=group: (
+                sum(committed(broker(here), group, topic, QUEUES)) == GO_COUNT
+            ),
+            30.0,
+            receiver,
+        )
+        assert max(committed(broker(there), group, topic, QUEUES)) <= 0
