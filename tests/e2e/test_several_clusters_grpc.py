@@ -3,9 +3,10 @@
 RocketMQ 5.3 clusters (``two_clusters``: ``east_*`` topics to one, ``west_<hex>`` to the other, no default).
 
 One Producer sends to a topic of each cluster; one SimpleConsumer of one group, subscribed to both, receives
-and acks every message. Then each cluster's own name server and broker are asked: each topic is routed and
-stored on its cluster only, and the group's offsets there are committed on its cluster only (a group whose
-topics live on two clusters is a member of both). A send to a topic no rule covers is refused with
+and acks every message (each topic's first message only when it comes again, its invisible duration changed
+to 1 s at its first delivery). Then each cluster's own name server and broker are asked: each topic is
+routed and stored on its cluster only, and the group's offsets are committed on its cluster only (a group
+whose topics live on two clusters is a member of both). A send to a topic no rule covers is refused with
 TOPIC_NOT_FOUND naming the rules, and the node logs ``backend.unrouted``. The Go 5.x client
 (``tests/e2e/go/grpc5``) sends to and receives from a topic of each cluster too, each with its own group.
 """
@@ -80,6 +81,11 @@ def test_java_grpc_client_through_one_node_to_two_clusters(
     received = {e["id"]: e["topic"] for e in _events(run, "received", "routed")}
     assert received == sent  # every message, from its own topic
     assert {e["id"] for e in _events(run, "acked", "routed")} == set(sent)
+    # each topic's first message, not acked, was revived by its own cluster's broker and acked there
+    changed = {e["id"]: e["topic"] for e in _events(run, "changed", "routed")}
+    assert sorted(changed.values()) == sorted(topics.values())
+    again = {e["id"] for e in _events(run, "received", "routed") if e["delivery_attempt"] == 2}
+    assert set(changed) <= again
 
     # ask each cluster itself: its topic is routed and stored there only, the group's offsets are there
     for name, topic in topics.items():
