@@ -5,8 +5,9 @@ other) with ``routing.default = "west"``, and on a second node with no default.
 MQTT does not follow the routing rules: every MQTT message, its light queues, retained messages and session
 state live on the default backend (README "Several clusters" says why). So publishes to ``west_<hex>/...``
 and to ``east_<uid>/...`` both land in cluster west, each in the RocketMQ topic of its first level, and the
-subscribers of both get them; cluster east has neither topic. Without a default, MQTT is refused at CONNECT
-with a reason naming the rules.
+subscribers of both get them, a subscriber of ``+/+/temp`` (a wildcard first level) too; a retained message
+of ``east_<uid>/state`` reaches a later subscriber; cluster east has neither topic. Without a default, MQTT is
+refused at CONNECT with a reason naming the rules.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def test_mqtt_messages_land_on_the_default_cluster_whatever_the_rules(
     clients.append(subscriber)
     assert subscriber.rc == 0
     assert subscriber.subscribe((f"{parents['west']}/#", 1), (f"{parents['east']}/+/temp", 1)) == [1, 1]
+    anywhere = PahoClient(port, f"any-{uid}", protocol)  # a filter whose first level is a wildcard
+    clients.append(anywhere)
+    assert anywhere.subscribe(("+/+/temp", 1)) == [1]
     publisher = PahoClient(port, f"pub-{uid}", protocol)
     clients.append(publisher)
     assert publisher.rc == 0
@@ -105,12 +109,29 @@ def test_mqtt_messages_land_on_the_default_cluster_whatever_the_rules(
             publisher.publish(topic, f"{name}-{i}".encode(), qos=1)
             sent.append((topic, f"{name}-{i}".encode()))
     assert sorted(_drain(subscriber, len(sent))) == sorted(sent)
+    assert sorted(_drain(anywhere, len(sent))) == sorted(sent)
+    # a retained message of a first level the rules send east is kept (on west) for later subscribers
+    publisher.publish(f"{parents['east']}/state", b"kept", qos=1, retain=True)
+    late = PahoClient(port, f"late-{uid}", protocol)
+    clients.append(late)
+    assert late.subscribe((f"{parents['east']}/state", 1)) == [1]
+    retained = late.get(timeout=LIMIT_S)
+    assert (retained.topic, bytes(retained.payload), retained.retain) == (
+        f"{parents['east']}/state",
+        b"kept",
+        True,
+    )
 
     # each first level is a RocketMQ topic of cluster west (the default), holding its messages;
     # cluster east has neither, though the rules route "east_*" topics of the other protocols there
     west, east = clusters["west"], clusters["east"]
     for parent in parents.values():
-        wait_for(f"{parent} holds {COUNT} messages on west", lambda p=parent: _stored(west, p) == COUNT, 30.0)
+        stored = COUNT + (parent == parents["east"])  # and the retained one
+        wait_for(
+            f"{parent} holds {stored} messages on west",
+            lambda p=parent, n=stored: _stored(west, p) == n,
+            30.0,
+        )
         assert route(east.namesrv_addr, parent) is None
 
 
