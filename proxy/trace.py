@@ -17,8 +17,10 @@ Counted in ``mqproxy_trace_records_total{result}`` (``written``, ``dropped``, ``
 ``trace.dropping`` (the buffer is full: records are being dropped; once per episode) and
 ``trace.write_failed`` (a trace message could not be stored; at most one per :data:`FAIL_LOG_EVERY_S`).
 
-Every emitted record is also logged as a ``trace.record`` event (:func:`record_fields`), whatever becomes
-of it in the trace topic, so the Spark job can join records to connections: the event carries the
+Every emitted record is also logged as a ``trace.record`` event (:func:`record_fields`; of a
+``log_sample_rate`` share of messages, chosen by a hash of the message id so that every record of a chosen
+message is logged, on any node), whatever becomes of it in the trace topic, so the Spark job can join
+records to connections: the event carries the
 ``conn_id`` and ``protocol`` context variables of the connection task that emitted it (an emitter running
 outside that task binds them around its call, as the MQTT push hub's deliveries do).
 """
@@ -26,6 +28,7 @@ outside that task binds them around its call, as the MQTT push hub's deliveries 
 from __future__ import annotations
 
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -149,8 +152,11 @@ class TraceDispatcher:
         *,
         create_topic: bool = True,
         born_host: tuple[str, int] = ("127.0.0.1", 0),
+        log_sample_rate: float = 1.0,
     ) -> None:
         self.broker = broker
+        self._log_all = log_sample_rate >= 1.0
+        self._log_below = int(log_sample_rate * 2**32)  # of a msgId's CRC-32
         self.topic = topic
         self.buffer = TraceBuffer(capacity)
         self._count = count
@@ -161,7 +167,8 @@ class TraceDispatcher:
         self._episode_logged = False
 
     def emit(self, record: TraceRecord) -> None:
-        log_info(_log, "trace.record", record_fields(record))
+        if self._log_all or (self._log_below and zlib.crc32(record.msg_id.encode()) < self._log_below):
+            log_info(_log, "trace.record", record_fields(record))
         if not self.buffer.add(record):
             self._count("dropped", 1)
             if not self._episode_logged:

@@ -206,6 +206,23 @@ async def test_every_emitted_record_is_logged_with_its_connection(log_sink: Even
     ]  # fmt: skip
 
 
+async def test_log_sampling_keeps_or_drops_a_message_whole(log_sink: EventSink) -> None:
+    dispatcher = TraceDispatcher(
+        cast(BrokerFacade, FakeBroker()), "T", 10_000, Recorder(), log_sample_rate=0.25
+    )
+    for i in range(400):
+        dispatcher.emit(sub_before(i))
+        dispatcher.emit(SubAfterRecord(request_id="R", msg_id=f"M{i}", cost_ms=1, success=True))
+    logged = Counter(e["msg_id"] for e in log_sink.named("trace.record"))
+    assert set(logged.values()) == {2}  # both records of a logged message
+    assert 60 <= len(logged) <= 140  # about a quarter of the 400 messages
+    assert len(dispatcher.buffer) == 800  # the trace topic still gets every record
+    silent = TraceDispatcher(cast(BrokerFacade, FakeBroker()), "T", 10, Recorder(), log_sample_rate=0.0)
+    log_sink.clear()
+    silent.emit(sub_before(1))
+    assert log_sink.named("trace.record") == []
+
+
 class ListSink:
     enabled = True
 
