@@ -33,6 +33,7 @@ from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import InboundQos2, SubscriptionSpec
 from mqproxy.mqtt.store import queue_ids
+from mqproxy.runtime.context import ConnectionContext
 
 __all__ = ["Deliveries"]
 
@@ -48,6 +49,7 @@ class Deliveries:
 
     proto: MqttProtocol
     gateway: Gateway
+    ctx: ConnectionContext
     session: Session | None
     _readers: dict[str, trio.CancelScope]
     _nursery: trio.Nursery | None
@@ -264,9 +266,12 @@ class Deliveries:
         if parts and not self._write_nowait(parts[0] if len(parts) == 1 else b"".join(parts)):
             return 0
         tracer = self.gateway.tracer
-        if tracer.sink.enabled:
-            for message in sent:
-                tracer.delivered(session.client_id, message, None)
+        if tracer.sink.enabled and sent:
+            # The hub's task is not this connection's: bind its id for the trace.record events.
+            ctx = self.ctx
+            with structlog.contextvars.bound_contextvars(conn_id=ctx.conn_id, protocol=ctx.protocol):
+                for message in sent:
+                    tracer.delivered(session.client_id, message, None)
         for done in range(offset, offset + handled):
             cursor.complete(done)
         cursor.next_offset = offset + handled

@@ -161,6 +161,7 @@ async def serve(
                 state.metrics.count_trace,
                 create_topic=not settings.backend.cluster,
                 born_host=ids,
+                log_sample_rate=settings.trace.log_sample_rate,
             )
             state.broker = cast(
                 "BrokerFacade", TracingBroker(backend.broker, state.tracer, settings.trace.topic, ids)

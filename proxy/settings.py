@@ -256,11 +256,14 @@ _TOPIC_NAME = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
 class TraceSettings:
     """Message trace (:mod:`mqproxy.trace`): with ``enabled`` the proxy writes RocketMQ trace records
     (Pub, SubBefore, SubAfter) of every protocol's traffic to ``topic``, where ``mqadmin queryMsgTraceById``
-    and RocketMQ Dashboard read them; at most ``buffer_records`` wait to be written (more are dropped)."""
+    and RocketMQ Dashboard read them; at most ``buffer_records`` wait to be written (more are dropped).
+    ``log_sample_rate``: the share of messages whose records are also logged (``trace.record``), chosen by
+    message id so that a message is logged whole or not at all."""
 
     enabled: bool = False
     topic: str = "RMQ_SYS_TRACE_TOPIC"
     buffer_records: int = field(default=10_000, metadata=_range(1, 10_000_000))
+    log_sample_rate: float = field(default=1.0, metadata=_range(0.0, 1.0))
 
     def __post_init__(self) -> None:
         if not _TOPIC_NAME.fullmatch(self.topic):

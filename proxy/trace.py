@@ -16,24 +16,42 @@ written to the trace topic through the broker facade, batched and asynchronously
 Counted in ``mqproxy_trace_records_total{result}`` (``written``, ``dropped``, ``failed``); events
 ``trace.dropping`` (the buffer is full: records are being dropped; once per episode) and
 ``trace.write_failed`` (a trace message could not be stored; at most one per :data:`FAIL_LOG_EVERY_S`).
+
+Every emitted record is also logged as a ``trace.record`` event (:func:`record_fields`; of a
+``log_sample_rate`` share of messages, chosen by a hash of the message id so that every record of a chosen
+message is logged, on any node), whatever becomes of it in the trace topic, so the Spark job can join
+records to connections: the event carries the
+``conn_id`` and ``protocol`` context variables of the connection task that emitted it (an emitter running
+outside that task binds them around its call, as the MQTT push hub's deliveries do).
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import structlog
 import trio
 
-from mqproxy.codecs.rocketmq_trace import NULL_SINK, TraceRecord, TraceSink, pack
+from mqproxy.codecs.rocketmq_trace import (
+    NULL_SINK,
+    EndTransactionRecord,
+    PubRecord,
+    SubAfterRecord,
+    SubBeforeRecord,
+    TraceRecord,
+    TraceSink,
+    pack,
+)
 from mqproxy.facade.api import BrokerFacade, SendRequest
+from mqproxy.log import log_info
 from mqproxy.model.errors import BackendError
 from mqproxy.model.types import PROPERTY_KEYS, Message
 
-__all__ = ["NULL_SINK", "TraceBuffer", "TraceDispatcher", "TraceSink"]
+__all__ = ["NULL_SINK", "TraceBuffer", "TraceDispatcher", "TraceSink", "record_fields"]
 
 _log = structlog.get_logger("mqproxy.trace")
 
@@ -45,6 +63,44 @@ MAX_BODY_BYTES: Final = 128_000
 #: Most records one trace message holds (bounds its ``KEYS`` property).
 MAX_RECORDS_PER_MESSAGE: Final = 64
 FAIL_LOG_EVERY_S: Final = 10.0
+
+
+def record_fields(record: TraceRecord) -> dict[str, Any]:
+    """The fields of the ``trace.record`` event of ``record`` (``conn_id`` and ``protocol`` come from
+    context variables): ``trace_type`` (``Pub``, ``SubBefore``, ``SubAfter``, ``EndTransaction``),
+    ``msg_id``, ``group``, ``timestamp_ms`` always; ``topic`` (Pub, EndTransaction), ``cost_ms`` and
+    ``success`` (Pub, SubAfter), ``request_id`` (SubBefore, SubAfter: one per delivered batch),
+    ``retry_times`` (SubBefore), ``transaction_state`` (EndTransaction) and ``keys`` (when the message
+    has keys) where the record has them."""
+    fields: dict[str, Any]
+    match record:
+        case PubRecord():
+            fields = {
+                "trace_type": "Pub", "msg_id": record.msg_id, "group": record.group,
+                "timestamp_ms": record.timestamp_ms, "topic": record.topic, "cost_ms": record.cost_ms,
+                "success": record.success,
+            }  # fmt: skip
+        case SubBeforeRecord():
+            fields = {
+                "trace_type": "SubBefore", "msg_id": record.msg_id, "group": record.group,
+                "timestamp_ms": record.timestamp_ms, "request_id": record.request_id,
+                "retry_times": record.retry_times,
+            }  # fmt: skip
+        case SubAfterRecord():
+            fields = {
+                "trace_type": "SubAfter", "msg_id": record.msg_id, "group": record.group,
+                "timestamp_ms": record.timestamp_ms, "request_id": record.request_id,
+                "cost_ms": record.cost_ms, "success": record.success,
+            }  # fmt: skip
+        case EndTransactionRecord():
+            fields = {
+                "trace_type": "EndTransaction", "msg_id": record.msg_id, "group": record.group,
+                "timestamp_ms": record.timestamp_ms, "topic": record.topic,
+                "transaction_state": record.state,
+            }  # fmt: skip
+    if record.keys:
+        fields["keys"] = record.keys
+    return fields
 
 
 class TraceBuffer:
@@ -96,8 +152,11 @@ class TraceDispatcher:
         *,
         create_topic: bool = True,
         born_host: tuple[str, int] = ("127.0.0.1", 0),
+        log_sample_rate: float = 1.0,
     ) -> None:
         self.broker = broker
+        self._log_all = log_sample_rate >= 1.0
+        self._log_below = int(log_sample_rate * 2**32)  # of a msgId's CRC-32
         self.topic = topic
         self.buffer = TraceBuffer(capacity)
         self._count = count
@@ -108,6 +167,8 @@ class TraceDispatcher:
         self._episode_logged = False
 
     def emit(self, record: TraceRecord) -> None:
+        if self._log_all or (self._log_below and zlib.crc32(record.msg_id.encode()) < self._log_below):
+            log_info(_log, "trace.record", record_fields(record))
         if not self.buffer.add(record):
             self._count("dropped", 1)
             if not self._episode_logged:

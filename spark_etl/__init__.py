@@ -7,9 +7,12 @@ Modules (import them directly; this package imports nothing heavy):
 * ``transforms`` — pure ``DataFrame -> DataFrame`` functions (connections, requests, rollups, ...).
 * ``replication`` — the same over the message connector's ``connector.*`` events (batches, per-rule minutes).
 * ``consumer_lag`` — the same over the proxy's ``metrics.lag`` readings (per reading, per group/topic minute).
+* ``message_trace`` — the same over the proxy's ``trace.record`` events joined to their connections (per
+  record, per message id).
 * ``batch`` / ``stream`` — the jobs; ``report`` — HTML + PNG charts; ``cli`` — ``mqproxy-etl``.
 * ``synthetic`` — deterministic log corpora with pure-Python reference answers (tests, bench);
-  ``synthetic_connector`` and ``synthetic_lag`` generate the connector's and the lag events for them.
+  ``synthetic_connector``, ``synthetic_lag`` and ``synthetic_trace`` generate the connector's, the lag and
+  the message-trace events for them.
 * ``notebooks/sre_overview.ipynb`` — loads the tables and draws the report's charts.
 
 Tenant: a request's tenant is its ``group`` (the producer/consumer group RocketMQ clients are

@@ -6,6 +6,8 @@ Output layout under ``output`` (each table a Parquet dataset partitioned by ``da
     replication/ replication_minute/   the message connector's batches and per-rule minutes
                                        (empty when the logs hold no connector events)
     consumer_lag/ consumer_lag_minute/ the proxy's metrics.lag readings and per group/topic minutes
+    message_trace/ message_paths/      the proxy's trace.record events joined to their connections, and
+                                       one row per message id (empty when tracing was off)
     quarantine/      malformed lines as JSON lines {"line": ..., "reason": ...}
     _summary.json    counts: input rows, valid events, malformed by reason, rows per table
 
@@ -23,7 +25,7 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from mqproxy.spark_etl import consumer_lag, replication, transforms
+from mqproxy.spark_etl import consumer_lag, message_trace, replication, transforms
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
 
 __all__ = ["QUARANTINE", "SUMMARY_FILE", "TABLES", "BatchSummary", "build_tables", "read_raw", "run_batch"]
@@ -43,9 +45,13 @@ TABLES: Final = (
     "replication_minute",
     "consumer_lag",
     "consumer_lag_minute",
+    "message_trace",
+    "message_paths",
 )
 """Output tables, in the order they are written."""
-_LARGE: Final = frozenset({"connections", "requests", "replication", "consumer_lag"})
+_LARGE: Final = frozenset(
+    {"connections", "requests", "replication", "consumer_lag", "message_trace", "message_paths"}
+)
 
 
 def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataFrame]:
@@ -62,6 +68,8 @@ def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataF
         "replication_minute": replication.replication_minute_rollup(events),
         "consumer_lag": consumer_lag.consumer_lag(events),
         "consumer_lag_minute": consumer_lag.consumer_lag_minute(events),
+        "message_trace": message_trace.message_trace(events),
+        "message_paths": message_trace.message_paths(events),
     }
 
 

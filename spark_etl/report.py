@@ -303,6 +303,15 @@ def _table_sections(data: ReportData) -> list[tuple[str, list[Row], str]]:
                 " last_minute=last reading",
             )
         )
+    if data.message_paths:
+        sections.append(
+            (
+                "<h2>Message paths</h2>",
+                data.message_paths[:20],
+                "producer_protocol=producer, consumer_protocol=consumer, messages,"
+                " first_delivery_p50=first delivery p50 ms, first_delivery_max=max ms",
+            )
+        )
     return sections
 
 

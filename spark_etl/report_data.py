@@ -44,6 +44,8 @@ class ReportData:
     """``replication_minute`` rows, by minute, connector and rule."""
     consumer_lag: list[Row] = field(default_factory=list)
     """``consumer_lag_minute`` rows, by minute, group and topic."""
+    message_paths: list[Row] = field(default_factory=list)
+    """``message_paths`` summed per producer protocol and consumer protocol (see :func:`_path_rows`)."""
     summary: dict[str, Any] | None = None
 
     @property
@@ -86,6 +88,31 @@ def _rows(spark: SparkSession, path: str, order: Sequence[Any], limit: int | Non
     return rows
 
 
+def _path_rows(spark: SparkSession, path: str) -> list[Row]:
+    """``message_paths`` per ``(producer_protocol, consumer_protocol)``: distinct messages, and the p50 and
+    max of their first-delivery delay (ms); a message nobody was handed counts under consumer ``(none)``,
+    one without a Pub in the logs under producer ``(unknown)``. By descending messages."""
+    try:
+        df = spark.read.parquet(path)
+    except AnalysisException:
+        return []
+    pairs = df.select(
+        "msg_id",
+        F.coalesce("producer_protocol", F.lit("(unknown)")).alias("producer_protocol"),
+        F.explode_outer(F.transform("consumers", lambda c: c["protocol"])).alias("consumer_protocol"),
+        "first_delivery_ms",
+    )
+    rolled = pairs.groupBy(
+        "producer_protocol", F.coalesce("consumer_protocol", F.lit("(none)")).alias("consumer_protocol")
+    ).agg(
+        F.countDistinct("msg_id").alias("messages"),
+        F.percentile_approx("first_delivery_ms", 0.5, 10_000).alias("first_delivery_p50"),
+        F.max("first_delivery_ms").alias("first_delivery_max"),
+    )
+    ordered = rolled.orderBy(F.col("messages").desc(), "producer_protocol", "consumer_protocol")
+    return [row.asDict() for row in ordered.collect()]
+
+
 def _read_summary(tables_dir: str) -> dict[str, Any] | None:
     path = Path(tables_dir.removeprefix("file:")) / SUMMARY_FILE
     if "://" in tables_dir and not tables_dir.startswith("file:"):
@@ -116,5 +143,6 @@ def load_report_data(spark: SparkSession, tables_dir: str, *, top: int = 10) -> 
         tenants=_rows(spark, f"{tables_dir}/tenants", [F.col("bytes").desc(), "tenant"], top * 5),
         replication=replication,
         consumer_lag=_rows(spark, f"{tables_dir}/consumer_lag_minute", ["minute", "group", "topic"]),
+        message_paths=_path_rows(spark, f"{tables_dir}/message_paths"),
         summary=_read_summary(tables_dir),
     )

@@ -161,4 +161,13 @@ USED_FIELDS: Final[dict[str, DataType]] = {
     "consumer_offset": LongType(),
     "reading_ms": LongType(),
     "last_copied_ms": LongType(),
+    "trace_type": StringType(),
+    "msg_id": StringType(),
+    "timestamp_ms": LongType(),
+    "cost_ms": LongType(),
+    "success": BooleanType(),
+    "request_id": StringType(),
+    "retry_times": LongType(),
+    "transaction_state": StringType(),
+    "keys": StringType(),
 }

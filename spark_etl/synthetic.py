@@ -7,7 +7,7 @@ rejected sniffs, failing requests, clock skew (a connection whose close is stamp
 accept, as after an NTP step), and client ids outside ASCII. :data:`MALFORMED_LINES` are lines the
 ETL must quarantine. ``incident_after`` injects a gRPC slowdown, for the report's "what changed".
 ``connector_rules`` adds a message connector's ``connector.*`` events (batches, lag reports, dead
-letters, errors) for that many rules, after the connections' events.
+letters, errors) for that many rules; ``lag_groups`` lag readings; ``trace_messages`` traced messages.
 
 The ``expected_*`` functions recompute the ETL tables in plain Python from the generated events;
 tests compare Spark's output to them exactly, and the benchmark uses them as a sanity check.
@@ -28,6 +28,7 @@ import orjson
 
 from mqproxy.spark_etl.synthetic_connector import connector_events
 from mqproxy.spark_etl.synthetic_lag import lag_events
+from mqproxy.spark_etl.synthetic_trace import trace_events
 
 __all__ = [
     "MALFORMED_LINES",
@@ -104,6 +105,8 @@ class CorpusOptions:
     has an ``error_ratio`` chance of a dead letter and of a retried error."""
     lag_groups: int = 0
     """Consumer groups whose lag is read every 15 s (``metrics.lag`` events, two topics each)."""
+    trace_messages: int = 0
+    """Messages traced from producers to consumers (``trace.record`` events, see ``synthetic_trace``)."""
 
 
 def _client(rng: random.Random, protocol: str, opts: CorpusOptions) -> tuple[str, str, str | None]:
@@ -243,6 +246,14 @@ def iter_events(connections: int, options: CorpusOptions | None = None) -> Itera
         )
     if opts.lag_groups:
         yield from lag_events(opts.lag_groups, start=opts.start, span=opts.span, seed=opts.seed)
+    if opts.trace_messages:
+        yield from trace_events(
+            opts.trace_messages,
+            start=opts.start,
+            span=opts.span,
+            seed=opts.seed,
+            error_ratio=opts.error_ratio,
+        )
 
 
 def encode(event: Event) -> bytes:

@@ -56,6 +56,7 @@ def test_unknown_section_is_named() -> None:
         ("trace", "topic", "", r"trace\.topic"),
         ("trace", "topic", "x" * 128, r"trace\.topic"),
         ("trace", "buffer_records", 0, r"trace\.buffer_records.*out of range"),
+        ("trace", "log_sample_rate", 1.5, r"trace\.log_sample_rate.*out of range"),
     ],
 )
 def test_bad_values_are_named(section: str, key: str, value: object, match: str) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any, cast
 
 import pytest
+import structlog
 import trio
 
 from mqproxy.backend_setup import service_settings
@@ -27,7 +28,7 @@ from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.receipts import PoppedMessage, PopResult, Receipt
 from mqproxy.model.types import Message, PullResult, PullStatus, SendResult, StoredMessage, TopicConfig
 from mqproxy.settings import BrokerSettings
-from mqproxy.trace import FLUSH_RECORDS, TraceBuffer, TraceDispatcher
+from mqproxy.trace import FLUSH_RECORDS, TraceBuffer, TraceDispatcher, record_fields
 from mqproxy.trace_facade import TracingBroker
 from tests.conftest import EventSink, wait_until
 
@@ -166,6 +167,60 @@ async def test_dispatcher_counts_failed_writes(log_sink: EventSink) -> None:
     failed = log_sink.named("trace.write_failed")
     assert failed[0]["topic"] == "TRACE_T"
     assert failed[0]["error"] == "StoreUnavailable"
+
+
+def test_record_fields_per_type() -> None:
+    pub = PubRecord(timestamp_ms=5, group="PG", topic="T", msg_id="M", keys="k1 k2", cost_ms=2,
+                    success=False, tags="A", body_length=9)  # fmt: skip
+    assert record_fields(pub) == {
+        "trace_type": "Pub", "msg_id": "M", "group": "PG", "timestamp_ms": 5, "topic": "T", "cost_ms": 2,
+        "success": False, "keys": "k1 k2",
+    }  # fmt: skip
+    before = SubBeforeRecord(timestamp_ms=6, group="CG", request_id="R", msg_id="M", retry_times=1)
+    assert record_fields(before) == {
+        "trace_type": "SubBefore", "msg_id": "M", "group": "CG", "timestamp_ms": 6, "request_id": "R",
+        "retry_times": 1,
+    }  # fmt: skip
+    after = SubAfterRecord(request_id="R", msg_id="M", cost_ms=4, success=True, timestamp_ms=10, group="CG")
+    assert record_fields(after) == {
+        "trace_type": "SubAfter", "msg_id": "M", "group": "CG", "timestamp_ms": 10, "request_id": "R",
+        "cost_ms": 4, "success": True,
+    }  # fmt: skip
+    end = EndTransactionRecord(timestamp_ms=7, group="PG", topic="T", msg_id="M", transaction_id="X",
+                               state="COMMIT_MESSAGE", keys="k")  # fmt: skip
+    assert record_fields(end) == {
+        "trace_type": "EndTransaction", "msg_id": "M", "group": "PG", "timestamp_ms": 7, "topic": "T",
+        "transaction_state": "COMMIT_MESSAGE", "keys": "k",
+    }  # fmt: skip
+
+
+async def test_every_emitted_record_is_logged_with_its_connection(log_sink: EventSink) -> None:
+    dispatcher = TraceDispatcher(cast(BrokerFacade, FakeBroker()), "TRACE_T", 1, Recorder())
+    with structlog.contextvars.bound_contextvars(conn_id="c1", protocol="grpc"):
+        dispatcher.emit(sub_before(1))
+        dispatcher.emit(sub_before(2))  # dropped from the full buffer, logged all the same
+    dispatcher.emit(sub_before(3))  # emitted outside any connection
+    events = log_sink.named("trace.record")  # validated against the log-event schema
+    assert [(e["msg_id"], e.get("conn_id"), e.get("protocol")) for e in events] == [
+        ("M1", "c1", "grpc"), ("M2", "c1", "grpc"), ("M3", None, None)
+    ]  # fmt: skip
+
+
+async def test_log_sampling_keeps_or_drops_a_message_whole(log_sink: EventSink) -> None:
+    dispatcher = TraceDispatcher(
+        cast(BrokerFacade, FakeBroker()), "T", 10_000, Recorder(), log_sample_rate=0.25
+    )
+    for i in range(400):
+        dispatcher.emit(sub_before(i))
+        dispatcher.emit(SubAfterRecord(request_id="R", msg_id=f"M{i}", cost_ms=1, success=True))
+    logged = Counter(e["msg_id"] for e in log_sink.named("trace.record"))
+    assert set(logged.values()) == {2}  # both records of a logged message
+    assert 60 <= len(logged) <= 140  # about a quarter of the 400 messages
+    assert len(dispatcher.buffer) == 800  # the trace topic still gets every record
+    silent = TraceDispatcher(cast(BrokerFacade, FakeBroker()), "T", 10, Recorder(), log_sample_rate=0.0)
+    log_sink.clear()
+    silent.emit(sub_before(1))
+    assert log_sink.named("trace.record") == []
 
 
 class ListSink:

@@ -1,7 +1,9 @@
 """Message trace end to end in one process: with ``[trace] enabled`` a remoting send, an MQTT publish and
 delivery and a gRPC send, receive and ack each leave RocketMQ trace records in the trace topic, found by
 the message id as ``mqadmin queryMsgTraceById`` finds them (a key query on the trace topic) and decoded
-back; ``mqproxy_trace_records_total`` counts them."""
+back; ``mqproxy_trace_records_total`` counts them. Each record is also logged as a ``trace.record`` event
+naming the connection it came from (the producer's, the consumer's), for every protocol and for the MQTT
+push hub's deliveries, which run outside the connection's task."""
 
 from __future__ import annotations
 
@@ -69,6 +71,26 @@ def kinds(records: list[TraceRecord]) -> list[str]:
     return sorted(type(r).__name__ for r in records)
 
 
+def conn_of(log_sink: EventSink, **fields: object) -> str:
+    """The ``conn_id`` of the one connection whose ``request`` events include one with ``fields``."""
+    found = {
+        e["conn_id"]
+        for e in log_sink.named("request")
+        if all(e.get(name) == value for name, value in fields.items())
+    }
+    assert len(found) == 1, (fields, found)
+    return found.pop()
+
+
+def logged(log_sink: EventSink, msg_id: str) -> dict[str, list[dict[str, object]]]:
+    """The ``trace.record`` events of ``msg_id`` by trace type."""
+    out: dict[str, list[dict[str, object]]] = {}
+    for event in log_sink.named("trace.record"):
+        if event["msg_id"] == msg_id:
+            out.setdefault(str(event["trace_type"]), []).append(event)
+    return out
+
+
 async def test_every_protocol_leaves_trace_records(log_sink: EventSink) -> None:
     settings = Settings.for_tests(trace={"enabled": True})
     async with running_server(settings) as server:
@@ -89,19 +111,31 @@ async def test_every_protocol_leaves_trace_records(log_sink: EventSink) -> None:
         assert server.state.broker is not None
         by_key = await server.state.broker.query_messages(MessageQuery(TRACE_TOPIC, "order-1"))
         assert by_key  # the message keys index the trace message too
+        (pub_event,) = logged(log_sink, "AC1000010000000000000000000REM01")["Pub"]
+        assert pub_event["conn_id"] == conn_of(log_sink, op="SEND_MESSAGE_V2", topic="T")
+        assert (pub_event["protocol"], pub_event["group"], pub_event["topic"], pub_event["keys"]) == (
+            "remoting", "PG", "T", "order-1"
+        )  # fmt: skip
+        assert pub_event["timestamp_ms"] == pub.timestamp_ms
+        assert pub_event["success"] is True
 
         # --- MQTT: a publish and its QoS 1 delivery ----------------------------------------------
         subscriber, _ = await connect(server.address, "sub-1", level=mq.MQTT_5)
         await subscribe(subscriber, ("home/+/temp", mq.QoS.AT_LEAST_ONCE))
+        # QoS 0 to a caught-up reader: delivered by the LMQ's push hub, a task of no connection
+        quiet, _ = await connect(server.address, "sub-0", level=mq.MQTT_5)
+        await subscribe(quiet, ("home/#", mq.QoS.AT_MOST_ONCE))
         publisher, _ = await connect(server.address, "pub-1", level=mq.MQTT_5)
         await publisher.send(mq.Publish("home/kitchen/temp", b"21.5", mq.QoS.AT_LEAST_ONCE, packet_id=7))
         assert isinstance(await publisher.receive(), mq.PubAck)
         got = await receive_publish(subscriber)  # PUBACKed
         assert got.payload == b"21.5"
+        assert (await receive_publish(quiet)).payload == b"21.5"
 
         async def mqtt_traced() -> bool:
             records = await all_trace_records(server)
-            return any(isinstance(r, SubAfterRecord) and r.group == "sub-1" for r in records)
+            acked = {r.group for r in records if isinstance(r, SubAfterRecord)}
+            return {"sub-1", "sub-0"} <= acked
 
         await wait_until(mqtt_traced)
         # the MQTT publish came without a UNIQ_KEY: it was given one, the id its delivery is traced by
@@ -111,11 +145,25 @@ async def test_every_protocol_leaves_trace_records(log_sink: EventSink) -> None:
         mqtt_id = mqtt_pubs[0].msg_id
         assert mqtt_pubs[0].topic == "home"  # the MQTT topic's parent RocketMQ topic
         mine = await traces(server, mqtt_id)
-        assert kinds(mine) == ["PubRecord", "SubAfterRecord", "SubBeforeRecord"]
-        before = next(r for r in mine if isinstance(r, SubBeforeRecord))
-        after = next(r for r in mine if isinstance(r, SubAfterRecord))
-        assert (before.group, after.group, after.success) == ("sub-1", "sub-1", True)
+        assert kinds(mine) == ["PubRecord", *["SubAfterRecord"] * 2, *["SubBeforeRecord"] * 2]
+        before = next(r for r in mine if isinstance(r, SubBeforeRecord) and r.group == "sub-1")
+        after = next(r for r in mine if isinstance(r, SubAfterRecord) and r.group == "sub-1")
+        assert after.success
         assert after.request_id == before.request_id
+        events = logged(log_sink, mqtt_id)
+        sub_conn, quiet_conn = conn_of(log_sink, client_id="sub-1"), conn_of(log_sink, client_id="sub-0")
+        assert [(e["conn_id"], e["protocol"]) for e in events["Pub"]] == [
+            (conn_of(log_sink, client_id="pub-1", op="PUBLISH"), "mqtt")
+        ]
+        assert {(e["group"], e["conn_id"], e["protocol"]) for e in events["SubBefore"]} == {
+            ("sub-1", sub_conn, "mqtt"), ("sub-0", quiet_conn, "mqtt")
+        }  # fmt: skip
+        assert {(e["group"], e["conn_id"]) for e in events["SubAfter"]} == {
+            ("sub-1", sub_conn), ("sub-0", quiet_conn)
+        }  # fmt: skip
+        by_group = {e["group"]: e for e in events["SubBefore"] + events["SubAfter"]}
+        assert by_group["sub-1"]["request_id"] == before.request_id
+        await quiet.aclose()
         await subscriber.aclose()
         await publisher.aclose()
 
@@ -164,9 +212,17 @@ async def test_every_protocol_leaves_trace_records(log_sink: EventSink) -> None:
         assert (pub.topic, pub.tags, pub.keys) == ("G_T", "B", "gk")
         after = next(r for r in mine if isinstance(r, SubAfterRecord))
         assert (after.group, after.success) == ("GG", True)
+        grpc_conn = conn_of(log_sink, op="SendMessage")
+        events = logged(log_sink, "GRPC-MSG-1")
+        assert sorted(events) == ["Pub", "SubAfter", "SubBefore"]
+        assert {(e["conn_id"], e["protocol"]) for found in events.values() for e in found} == {
+            (grpc_conn, "grpc")
+        }
+        assert events["SubAfter"][0]["cost_ms"] == after.cost_ms
         # the trace topic's own messages are never traced; every record is counted as written
         records = await all_trace_records(server)
         assert all(r.msg_id for r in records)
+        assert len(log_sink.named("trace.record")) == len(records)  # every record logged once
         exposition = render_metrics(server.state)[0].decode()
         assert f'mqproxy_trace_records_total{{result="written"}} {float(len(records))}' in exposition
         assert 'mqproxy_trace_records_total{result="dropped"} 0.0' in exposition

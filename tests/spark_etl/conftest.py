@@ -45,7 +45,7 @@ class BatchRun:
 def batch_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
     """Batch job over a corpus that crosses midnight (two date partitions), spreads over a nested
     directory, carries a gRPC incident at 23:57, clock skew, non-ASCII client ids, a message
-    connector copying two rules, a blank line and the seven MALFORMED_LINES."""
+    connector copying two rules, lag readings, traced messages, a blank line and the seven MALFORMED_LINES."""
     from mqproxy.spark_etl import synthetic
     from mqproxy.spark_etl.batch import run_batch
 
@@ -59,6 +59,7 @@ def batch_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
         incident_after=timedelta(minutes=5),
         connector_rules=2,
         lag_groups=2,
+        trace_messages=120,
     )
     events = list(synthetic.iter_events(400, opts))
     root = tmp_path_factory.mktemp("batch")

@@ -85,6 +85,7 @@ def test_write_report_produces_html_and_readable_pngs(spark: Any, batch_run: Any
         "Replication delay",
         "Replication per rule",
         "Consumer lag",
+        "Message paths",
     ):
         assert f">{heading}" in page, heading
     assert "grpc p99 latency" in page
@@ -120,6 +121,24 @@ def test_lag_totals_per_group_and_topic(spark: Any, batch_run: Any) -> None:
         mine = sorted((e for e in readings if (e["group"], e["topic"]) == key), key=lambda e: e["reading_ms"])
         assert total["lag_last"] == mine[-1]["lag"]
         assert total["lag_max"] == max(e["lag"] for e in mine)
+
+
+def test_message_paths_per_producer_and_consumer_protocol(spark: Any, batch_run: Any) -> None:
+    from mqproxy.spark_etl.synthetic_trace import expected_message_paths
+
+    data = report.load_report_data(spark, str(batch_run.output))
+    got = {(r["producer_protocol"], r["consumer_protocol"]): r for r in data.message_paths}
+    paths = expected_message_paths(batch_run.events).values()
+    expected: dict[tuple[str, str], list[int | None]] = {}
+    for p in paths:
+        consumers = {c[0] or "(none)" for c in p["consumers"]} or {"(none)"}
+        for consumer in consumers:
+            key = (p["producer_protocol"] or "(unknown)", consumer)
+            expected.setdefault(key, []).append(p["first_delivery_ms"])
+    assert {k: r["messages"] for k, r in got.items()} == {k: len(v) for k, v in expected.items()}
+    for key, delays in expected.items():
+        known = [d for d in delays if d is not None]
+        assert got[key]["first_delivery_max"] == (max(known) if known else None), key
 
 
 def test_report_without_connector_events_leaves_replication_out(spark: Any, tmp_path: Path) -> None:
