@@ -39,6 +39,7 @@ clients: system-deps
 	@if [ -f scripts/setup-mqtt-node.sh ]; then bash scripts/setup-mqtt-node.sh; fi
 	@$(PY) scripts/stock_rocketmq.py fetch >/dev/null
 	@$(PY) scripts/go_drivers.py build >/dev/null
+	@$(PY) scripts/prometheus_server.py build >/dev/null
 
 test: system-deps $(STAMP_TEST) clients
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
