@@ -146,7 +146,8 @@ def test_panels_show_what_the_traffic_did(run: Run) -> None:
     failed = query("Failed requests by protocol and operation", pick=_peak)
     assert any(k.startswith("remoting ") and v > 0 for k, v in failed.items()), failed  # the unsupported one
     ratio = query("Error ratio by protocol", pick=_peak)
-    assert ratio["mqtt"] == 0 and 0 < ratio["remoting"] < 1, ratio  # a protocol without errors shows 0
+    assert ratio["mqtt"] == 0, ratio  # a protocol without errors shows 0, not nothing
+    assert 0 < ratio["remoting"] < 1, ratio
     assert max(query("Rejected before a protocol was chosen", pick=_peak).values()) > 0
     assert max(query("Copied by rule", pick=_peak).values()) > 0
     assert query("MQTT sessions", "B")["subscriptions"] == 1
