@@ -150,6 +150,8 @@ def test_panels_show_what_the_traffic_did(run: Run) -> None:
     assert 0 < ratio["remoting"] < 1, ratio
     assert max(query("Rejected before a protocol was chosen", pick=_peak).values()) > 0
     assert max(query("Copied by rule", pick=_peak).values()) > 0
+    received = query("Bytes by protocol", pick=_peak)
+    assert received["in mqtt"] > 0, received  # the MQTT clients stay connected: counted per scrape
     assert query("MQTT sessions", "B")["subscriptions"] == 1
     assert query("Store size")["store"] > 0
     assert query("Connector lag by rule")["orders"] == 0
