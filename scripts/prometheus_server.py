@@ -118,10 +118,20 @@ class PrometheusServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
-        """Start and wait until ready; returns ``host:port``."""
+        """Start and wait until ready; returns ``host:port``. A free port another process takes between
+        our probe and Prometheus's bind is retried on a new port (twice)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         config.write_text(scrape_config(self.targets, self.scrape_interval_s), encoding="utf-8")
+        for attempt in range(3):
+            try:
+                return self._start_once(config)
+            except PrometheusError as exc:
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, config: Path) -> str:
         self.address = f"127.0.0.1:{free_port()}"
         log = self.workdir / "prometheus.log"
         with open(log, "ab") as out:
