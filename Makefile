@@ -12,7 +12,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST:= $(VENV)/.installed-test
 CONSTRAINTS := constraints.txt
 
-.PHONY: serve test test-fast system-deps clients bench bench-vs-rocketmq bench-cluster fuzz kill9 clean
+.PHONY: serve test test-fast system-deps clients dashboard-png bench bench-vs-rocketmq bench-cluster fuzz kill9 clean
 
 $(BIN)/python:
 	@bash scripts/setup-system.sh venv
@@ -39,12 +39,17 @@ clients: system-deps
 	@if [ -f scripts/setup-mqtt-node.sh ]; then bash scripts/setup-mqtt-node.sh; fi
 	@$(PY) scripts/stock_rocketmq.py fetch >/dev/null
 	@$(PY) scripts/go_drivers.py build >/dev/null
+	@$(PY) scripts/prometheus_server.py build >/dev/null
 
 test: system-deps $(STAMP_TEST) clients
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
 
 test-fast: $(STAMP_TEST)
 	$(BIN)/python -m pytest -q
+
+# docs/dashboard.png: the Grafana dashboard's queries on a stock Prometheus, 60 s of load on a live proxy
+dashboard-png: $(STAMP_TEST) clients
+	$(BIN)/python scripts/render_dashboard.py --seconds 60 --out docs/dashboard.png
 
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/negotiation.py

@@ -25,6 +25,7 @@ import trio
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
 from mqproxy.context import LiveConnection, ServerState, format_addr
 from mqproxy.limits import REASON_MAX_CONNECTIONS, REASON_MAX_PER_ADDRESS, REFUSAL_READ_S, refusal_bytes
+from mqproxy.metrics import count_bytes
 from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import CountingStream, PrefixedStream
@@ -129,7 +130,7 @@ async def handle_connection(
         log=_log,
     )
     server.connection_opened()
-    server.live[conn_id] = LiveConnection(ctx, wire, started)
+    live = server.live[conn_id] = LiveConnection(ctx, wire, started)
     limiter = server.limiter
     admitted = limiter.open_total()
     address: str | None = None  # counted against its per-address limit
@@ -203,8 +204,7 @@ async def handle_connection(
             await trio.aclose_forcefully(wire)
         if negotiated:
             server.metrics.connections_open.labels(ctx.protocol).dec()
-            server.metrics.bytes_in.labels(ctx.protocol).inc(wire.bytes_in)
-            server.metrics.bytes_out.labels(ctx.protocol).inc(wire.bytes_out)
+            count_bytes(server.metrics, live)  # what scrapes have not counted yet
             _log.info(
                 "conn.closed",
                 protocol=ctx.protocol,

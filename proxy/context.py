@@ -38,11 +38,15 @@ class ByteCounts(Protocol):
 
 @dataclass(eq=False, slots=True)
 class LiveConnection:
-    """One open connection as the console lists it (registered from accept to close)."""
+    """One open connection as the console lists it (registered from accept to close). ``counted_in`` /
+    ``counted_out``: the part of its byte counts already added to ``mqproxy_bytes_*_total``
+    (:func:`mqproxy.metrics.count_bytes`, at each scrape and at close)."""
 
     ctx: ConnectionContext
     wire: ByteCounts
     started_monotonic: float
+    counted_in: int = 0
+    counted_out: int = 0
 
 
 def always_healthy() -> str | None:

@@ -17,10 +17,17 @@ from mqproxy.lag import LagCollector
 from mqproxy.lag_sources import INTERNAL_GROUPS, LagRefresher
 from mqproxy.model.errors import BackendError
 
-__all__ = ["INTERNAL_GROUPS", "LATENCY_BUCKETS_S", "Metrics", "refresh_backend_metrics", "render_metrics"]
+__all__ = [
+    "INTERNAL_GROUPS",
+    "LATENCY_BUCKETS_S",
+    "Metrics",
+    "count_bytes",
+    "refresh_backend_metrics",
+    "render_metrics",
+]
 
 if TYPE_CHECKING:
-    from mqproxy.context import ServerState
+    from mqproxy.context import LiveConnection, ServerState
     from mqproxy.settings import MetricsSettings
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 30)
@@ -233,11 +240,30 @@ class _GatewayCollector:
             yield family(name, documentation, value=stats[key])
 
 
+def count_bytes(metrics: Metrics, live: LiveConnection) -> None:
+    """Add what ``live`` moved since it was last counted to ``mqproxy_bytes_received/sent_total`` (under
+    its protocol; nothing before one is negotiated). Called per scrape for every open connection and once
+    at close, so long-lived connections count as they go and every byte counts once."""
+    protocol = live.ctx.protocol
+    if protocol is None:
+        return
+    received, sent = live.wire.bytes_in, live.wire.bytes_out
+    if received > live.counted_in:
+        metrics.bytes_in.labels(protocol).inc(received - live.counted_in)
+        live.counted_in = received
+    if sent > live.counted_out:
+        metrics.bytes_out.labels(protocol).inc(sent - live.counted_out)
+        live.counted_out = sent
+
+
 async def refresh_backend_metrics(server: ServerState) -> None:
-    """Update the store-size gauge from the broker facade (per scrape) and the consumer-lag series (when
-    older than ``metrics.lag_refresh_s``, :mod:`mqproxy.lag_sources`). While the backend cannot answer (a
+    """Count the open connections' bytes so far (:func:`count_bytes`), update the store-size gauge from the
+    broker facade (per scrape) and the consumer-lag series (when older than ``metrics.lag_refresh_s``,
+    :mod:`mqproxy.lag_sources`). While the backend cannot answer (a
     cluster out of reach) they keep their last values."""
     metrics, backend = server.metrics, server.broker
+    for live in list(server.live.values()):
+        count_bytes(metrics, live)
     if backend is None:
         return  # not open yet
     try:
