@@ -2,8 +2,9 @@
 
 Named databases (one keyspace per kind, store-notes §8):
 
-* ``cq``: ``>QQ`` (queue id, queue offset) → ``>qIIq`` (commit-log offset, frame size, tag hash,
-  store timestamp ms). Big-endian keys sort by (queue, offset), so a queue is one contiguous range.
+* ``cq``: ``>QQ`` (queue id, queue offset) → commit-log offset, frame size, tag hash, store timestamp ms
+  (:mod:`~mqproxy.backends.embedded.cq_entry`: 16 or 20 B, or 24 B ``>qIIq`` as written before issue 18).
+  Big-endian keys sort by (queue, offset), so a queue is one contiguous range.
 * ``qids``: queue name key (``topic \\x00 >I queue_id``) → ``>Q`` queue id. Ids are dense u64s, so a
   million light queues cost one small row each and no file or Python object per queue.
 * ``offsets``: ``>H len(group)`` group, queue name key → ``>q`` committed consumer offset.
@@ -40,12 +41,12 @@ from pathlib import Path
 import lmdb
 import orjson
 
+from mqproxy.backends.embedded.cq_entry import pack_entry, unpack_entry
 from mqproxy.backends.embedded.index_retention import RetentionIndex
 from mqproxy.model.errors import BackendError, StoreUnavailable
 from mqproxy.model.types import TopicConfig
 
 CQ_KEY = struct.Struct(">QQ")
-CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -170,7 +171,7 @@ class Index(RetentionIndex):
         if found:
             key_qid, last = CQ_KEY.unpack(cursor.key())
             if key_qid == qid:
-                offset, ts = last + 1, CQ_VALUE.unpack(cursor.value())[3]
+                offset, ts = last + 1, unpack_entry(cursor.value())[3]
         floor = txn.get(_U64.pack(qid), db=self._floors)
         if floor is not None:
             floor_offset, floor_ms = _FLOOR.unpack(floor)
@@ -192,7 +193,7 @@ class Index(RetentionIndex):
             cursor = txn.cursor()
             if not cursor.set_range(CQ_KEY.pack(qid, start)):
                 return out
-            unpack_key, unpack_value = CQ_KEY.unpack, CQ_VALUE.unpack
+            unpack_key, unpack_value = CQ_KEY.unpack, unpack_entry
             for key, value in cursor:
                 key_qid, offset = unpack_key(key)
                 if key_qid != qid or len(out) >= limit:
@@ -203,7 +204,7 @@ class Index(RetentionIndex):
     def entry(self, qid: int, offset: int) -> tuple[int, int, int, int] | None:
         with self._env.begin(db=self._cq) as txn:
             value = txn.get(CQ_KEY.pack(qid, offset))
-        return None if value is None else CQ_VALUE.unpack(value)
+        return None if value is None else unpack_entry(value)
 
     def commit(
         self,
@@ -216,7 +217,7 @@ class Index(RetentionIndex):
     ) -> None:
         """Write a dispatched batch (consume-queue entries, :func:`key_rows`) and the new checkpoint in one
         transaction."""
-        pack_key, pack_value = CQ_KEY.pack, CQ_VALUE.pack
+        pack_key, pack_value = CQ_KEY.pack, pack_entry
         try:
             with self._env.begin(write=True) as txn:
                 new_queues = list(new_queues)
@@ -301,7 +302,7 @@ class Index(RetentionIndex):
 
         The caller validated ``keep`` and ``below`` against the queue's bounds.
         """
-        pack_key, unpack_value = CQ_KEY.pack, CQ_VALUE.unpack
+        pack_key, unpack_value = CQ_KEY.pack, unpack_entry
         try:
             with self._env.begin(write=True) as txn:
                 end, _ = self._last(txn, qid)
@@ -311,7 +312,7 @@ class Index(RetentionIndex):
                     if value is None:
                         raise BackendError(f"queue {qid} has no entry at offset {offset}")
                     clo, size, tag, _ts = unpack_value(value)
-                    kept.append(CQ_VALUE.pack(clo, size, tag, now_ms))
+                    kept.append(pack_entry(clo, size, tag, now_ms))
                 cursor = txn.cursor(db=self._cq)
                 cursor.putmulti([(pack_key(qid, end + i), v) for i, v in enumerate(kept)])
                 _delete_entries(cursor, qid, below)
@@ -413,7 +414,7 @@ class Index(RetentionIndex):
         try:
             with self._env.begin(write=True) as txn:
                 first = txn.get(CQ_KEY.pack(qid, 0), db=self._cq)
-                if first is not None and CQ_VALUE.unpack(first)[0] == commitlog_offset:
+                if first is not None and unpack_entry(first)[0] == commitlog_offset:
                     return False
                 if first is None and self._last(txn, qid)[0] == 0:
                     return False

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from mqproxy.backends.embedded.cq_entry import pack_entry, unpack_entry
 from mqproxy.model.errors import StoreUnavailable
 
 _CQ_KEY = struct.Struct(">QQ")
-_CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
 _FLOOR = struct.Struct(">Qq")
 _CHECKPOINT = b"checkpoint"
@@ -67,10 +67,10 @@ class RetentionIndex:
                         if not create:
                             continue
                     else:
-                        clo, _size, tag, ts = _CQ_VALUE.unpack(value)
+                        clo, _size, tag, ts = unpack_entry(value)
                         if clo != old:
                             continue
-                    txn.put(key, _CQ_VALUE.pack(new, size, tag, ts), db=self._cq)
+                    txn.put(key, pack_entry(new, size, tag, ts), db=self._cq)
                     retarget[old] = (new, first)
                     changed += 1
                 for old, (new, first) in retarget.items():
@@ -136,7 +136,7 @@ class RetentionIndex:
                     return found, offset, False
                 examine -= 1
                 resume = offset + 1
-                clo, size, tag, ts = _CQ_VALUE.unpack(value)
+                clo, size, tag, ts = unpack_entry(value)
                 if clo < below:
                     found.append((qid, offset, clo, size, tag, ts))
         return found, resume, True
@@ -163,7 +163,7 @@ class RetentionIndex:
                         key_qid, offset = _CQ_KEY.unpack(cursor.key())
                         if key_qid != qid:
                             break
-                        clo, _size, _tag, ts = _CQ_VALUE.unpack(cursor.value())
+                        clo, _size, _tag, ts = unpack_entry(cursor.value())
                         if clo >= below:
                             emptied = False
                             break
