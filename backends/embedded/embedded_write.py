@@ -15,9 +15,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from mqproxy.backends.embedded.cq_entry import pack_entry
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
-from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
+from mqproxy.backends.embedded.index import CQ_KEY, key_rows, queue_key
 from mqproxy.backends.embedded.records import body_crc, encode_message
 from mqproxy.backends.embedded.sending import (
     check_batch,
@@ -125,11 +126,12 @@ class EmbeddedWriting(EmbeddedRecovery):
         start = self._log.end
         try:
             positions = iter(self._log.append(payloads))
-            entries: list[Entry] = []
+            rows: list[tuple[bytes, bytes]] = []  # packed consume-queue rows
             keys: list[bytes] = []
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
             handoff: list[StoredMessage] = []
+            pack_key = CQ_KEY.pack
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
                     answers.append(plan)
@@ -139,13 +141,15 @@ class EmbeddedWriting(EmbeddedRecovery):
                     clo, size = next(positions)
                     if fresh is not None:
                         handoff.append(self._fresh(topic, queue_id, queue_offset, clo, size, store_ts, fresh))
-                    entries.append((qid, queue_offset, clo, size, code, store_ts))
-                    keys.extend(key_rows(topic, message_keys, store_ts, clo))
+                    value = pack_entry(clo, size, code, store_ts)  # one value for the queue and its LMQs
+                    rows.append((pack_key(qid, queue_offset), value))
+                    if message_keys:
+                        keys.extend(key_rows(topic, message_keys, store_ts, clo))
                     for lqid, loff in lmq_slots:
-                        entries.append((lqid, loff, clo, size, code, store_ts))
+                        rows.append((pack_key(lqid, loff), value))
                     results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
-            self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts, keys)
+            self._index.commit(rows, new_queues.items(), self._next_qid, end, store_ts, keys)
         except BaseException as exc:
             # Nothing was acknowledged: forget the records and the queue ids allocated for them.
             if self._log.end != start:

@@ -206,7 +206,7 @@ class Index(RetentionIndex):
             value = txn.get(CQ_KEY.pack(qid, offset))
         return None if value is None else unpack_entry(value)
 
-    def commit(
+    def commit_entries(
         self,
         entries: Iterable[Entry],
         new_queues: Iterable[tuple[bytes, int]],
@@ -215,17 +215,31 @@ class Index(RetentionIndex):
         latest_store_ms: int,
         keys: Iterable[bytes] = (),
     ) -> None:
-        """Write a dispatched batch (consume-queue entries, :func:`key_rows`) and the new checkpoint in one
-        transaction."""
-        pack_key, pack_value = CQ_KEY.pack, pack_entry
+        """:meth:`commit` of consume-queue entries as tuples."""
+        pack_key = CQ_KEY.pack
+        rows = [(pack_key(q, o), pack_entry(c, s, t, ts)) for q, o, c, s, t, ts in entries]
+        self.commit(rows, new_queues, next_qid, checkpoint, latest_store_ms, keys)
+
+    def commit(
+        self,
+        rows: list[tuple[bytes, bytes]],
+        new_queues: Iterable[tuple[bytes, int]],
+        next_qid: int,
+        checkpoint: int,
+        latest_store_ms: int,
+        keys: Iterable[bytes] = (),
+    ) -> None:
+        """Write a dispatched batch (consume-queue rows: ``CQ_KEY`` key and
+        :func:`~mqproxy.backends.embedded.cq_entry.pack_entry` value; :func:`key_rows`) and the new
+        checkpoint in one transaction."""
         try:
             with self._env.begin(write=True) as txn:
                 new_queues = list(new_queues)
                 for name, qid in new_queues:
                     txn.put(name, _U64.pack(qid), db=self._qids)
-                cursor = txn.cursor(db=self._cq)
-                cursor.putmulti([(pack_key(q, o), pack_value(c, s, t, ts)) for q, o, c, s, t, ts in entries])
-                txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
+                txn.cursor(db=self._cq).putmulti(rows)
+                if keys:
+                    txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
                 if new_queues:
                     txn.put(_NEXT_QID, _U64.pack(next_qid), db=self._meta)
                 txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_store_ms), db=self._meta)
