@@ -1,8 +1,11 @@
-"""The value of one consume-queue row in the index (``cq``): where the message's record is, its tag hash and
-store time.
+"""Consume-queue rows in the index: where a message's record is, its tag hash and store time.
 
-Two layouts, told apart by length (both are read; :func:`pack_entry` writes the short one whenever the
-numbers fit, issue 18):
+Since issue 18 the rows live in ``cqd``, a duplicate-sorted database with fixed-size values: key = queue
+id (:data:`QID`), values = :data:`ROW` (queue offset first, so a queue's values sort by offset), appended
+with ``MDB_APPENDDUP`` so LMDB fills their pages instead of splitting them in half.
+
+Before, ``cq`` held one key (``>QQ`` queue id, queue offset) per row, its value in one of these layouts,
+told apart by length (read once, when an old store is opened and ``cq`` moves to ``cqd``):
 
 * 16 B ``>HIIHI``: commit-log offset (48 bits, high 16 then low 32), frame size, store time ms (48 bits,
   high 16 then low 32); the tag hash is 0. 20 B: the same followed by ``>I`` tag hash.
@@ -13,6 +16,8 @@ numbers fit, issue 18):
 from __future__ import annotations
 
 import struct
+
+import lmdb
 
 LONG = struct.Struct(">qIIq")
 _SHORT = struct.Struct(">HIIHI")
@@ -49,3 +54,92 @@ def unpack_entry(value: bytes) -> tuple[int, int, int, int]:
         clo_hi, clo_lo, size, ms_hi, ms_lo, tag = _SHORT_TAG.unpack(value)
         return clo_hi << 32 | clo_lo, size, tag, ms_hi << 32 | ms_lo
     return LONG.unpack(value)  # type: ignore[return-value]
+
+
+# --- the ``cqd`` database: one duplicate-sorted key per queue --------------------------------------------
+#: ``cqd`` key: the queue id.
+QID = struct.Struct(">Q")
+#: ``cqd`` value (fixed size, so LMDB packs a queue's values densely): queue offset (sorts them), commit-log
+#: offset (48 bits), frame size, tag hash, store time ms (48 bits).
+ROW = struct.Struct(">QHIIIHI")
+_OFFSET = struct.Struct(">Q")
+_TAIL = struct.Struct(">HIIIHI")
+
+
+def row_tail(commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes:
+    """A ``cqd`` value without its queue offset (the same for a message's queue and LMQ rows); raise
+    ValueError for numbers the layout cannot hold (beyond 48 bits or negative)."""
+    if not (0 <= commitlog_offset <= _MAX48 and 0 <= store_ms <= _MAX48):
+        raise ValueError(f"commit-log offset {commitlog_offset} or store time {store_ms} out of range")
+    return _TAIL.pack(
+        commitlog_offset >> 32, commitlog_offset & _LOW32, size, tag, store_ms >> 32, store_ms & _LOW32
+    )
+
+
+def pack_row(offset: int, commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes:
+    return _OFFSET.pack(offset) + row_tail(commitlog_offset, size, tag, store_ms)
+
+
+def offset_prefix(offset: int) -> bytes:
+    return _OFFSET.pack(offset)
+
+
+def unpack_row(value: bytes) -> tuple[int, int, int, int, int]:
+    """(queue offset, commit-log offset, frame size, tag hash, store time ms) of a ``cqd`` value."""
+    offset, clo_hi, clo_lo, size, tag, ms_hi, ms_lo = ROW.unpack(value)
+    return offset, clo_hi << 32 | clo_lo, size, tag, ms_hi << 32 | ms_lo
+
+
+def seek(cursor: lmdb.Cursor, qid: int, offset: int) -> bool:
+    """Position ``cursor`` (on ``cqd``) at queue ``qid``'s first row at or after ``offset``."""
+    return bool(cursor.set_range_dup(QID.pack(qid), _OFFSET.pack(offset)))
+
+
+def find(cursor: lmdb.Cursor, qid: int, offset: int) -> bytes | None:
+    """Queue ``qid``'s row at ``offset`` (the cursor is left on it), or None."""
+    prefix = _OFFSET.pack(offset)
+    if cursor.set_range_dup(QID.pack(qid), prefix):
+        value = cursor.value()
+        if value[:8] == prefix:
+            return bytes(value)
+    return None
+
+
+def first_row(cursor: lmdb.Cursor, qid: int) -> bytes | None:
+    return bytes(cursor.value()) if cursor.set_key(QID.pack(qid)) else None
+
+
+def last_row(cursor: lmdb.Cursor, qid: int) -> bytes | None:
+    if cursor.set_key(QID.pack(qid)) and cursor.last_dup():
+        return bytes(cursor.value())
+    return None
+
+
+def delete_below(cursor: lmdb.Cursor, qid: int, below: int) -> None:
+    """Delete queue ``qid``'s rows below offset ``below``."""
+    key = QID.pack(qid)
+    if not cursor.set_key(key):
+        return
+    unpack = _OFFSET.unpack_from
+    while cursor.key() == key and unpack(cursor.value())[0] < below:
+        if not cursor.delete():  # moves to the next row
+            return
+
+
+def upsert(cursor: lmdb.Cursor, key: bytes, value: bytes) -> None:
+    """Put a row, replacing the queue's row at the same offset if there is one."""
+    prefix = value[:8]
+    if cursor.set_range_dup(key, prefix) and cursor.value()[:8] == prefix:
+        if cursor.value() == value:
+            return
+        cursor.delete()
+    cursor.put(key, value)
+
+
+def append_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
+    """Put rows whose offsets are past their queue's last row (``MDB_APPENDDUP``: pages fill up); rows
+    that do not append (a row at an offset already held) go in by :func:`upsert`."""
+    _, added = cursor.putmulti(rows, append=True)
+    if added != len(rows):
+        for key, value in rows:
+            upsert(cursor, key, value)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from mqproxy.backends.embedded.cq_entry import pack_entry
+from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
-from mqproxy.backends.embedded.index import CQ_KEY, key_rows, queue_key
+from mqproxy.backends.embedded.index import key_rows, queue_key
 from mqproxy.backends.embedded.records import body_crc, encode_message
 from mqproxy.backends.embedded.sending import (
     check_batch,
@@ -131,7 +131,7 @@ class EmbeddedWriting(EmbeddedRecovery):
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
             handoff: list[StoredMessage] = []
-            pack_key = CQ_KEY.pack
+            pack_key, pack_offset = QID.pack, offset_prefix
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
                     answers.append(plan)
@@ -141,12 +141,12 @@ class EmbeddedWriting(EmbeddedRecovery):
                     clo, size = next(positions)
                     if fresh is not None:
                         handoff.append(self._fresh(topic, queue_id, queue_offset, clo, size, store_ts, fresh))
-                    value = pack_entry(clo, size, code, store_ts)  # one value for the queue and its LMQs
-                    rows.append((pack_key(qid, queue_offset), value))
+                    tail = row_tail(clo, size, code, store_ts)  # the same for the queue and its LMQs
+                    rows.append((pack_key(qid), pack_offset(queue_offset) + tail))
                     if message_keys:
                         keys.extend(key_rows(topic, message_keys, store_ts, clo))
                     for lqid, loff in lmq_slots:
-                        rows.append((pack_key(lqid, loff), value))
+                        rows.append((pack_key(lqid), pack_offset(loff) + tail))
                     results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
             self._index.commit(rows, new_queues.items(), self._next_qid, end, store_ts, keys)

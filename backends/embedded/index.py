@@ -2,9 +2,11 @@
 
 Named databases (one keyspace per kind, store-notes §8):
 
-* ``cq``: ``>QQ`` (queue id, queue offset) → commit-log offset, frame size, tag hash, store timestamp ms
-  (:mod:`~mqproxy.backends.embedded.cq_entry`: 16 or 20 B, or 24 B ``>qIIq`` as written before issue 18).
-  Big-endian keys sort by (queue, offset), so a queue is one contiguous range.
+* ``cqd``: ``>Q`` queue id → duplicate-sorted fixed-size values (queue offset, commit-log offset, frame size,
+  tag hash, store timestamp ms; :mod:`~mqproxy.backends.embedded.cq_entry`). A queue is one key; its
+  values sort by offset and are appended with ``MDB_APPENDDUP``, which fills LMDB's pages (a key per entry,
+  as ``cq`` had before issue 18, left queues written side by side in half-full pages). A store written
+  before then has its ``cq`` rows moved to ``cqd`` when opened.
 * ``qids``: queue name key (``topic \\x00 >I queue_id``) → ``>Q`` queue id. Ids are dense u64s, so a
   million light queues cost one small row each and no file or Python object per queue.
 * ``offsets``: ``>H len(group)`` group, queue name key → ``>q`` committed consumer offset.
@@ -41,7 +43,19 @@ from pathlib import Path
 import lmdb
 import orjson
 
-from mqproxy.backends.embedded.cq_entry import pack_entry, unpack_entry
+from mqproxy.backends.embedded.cq_entry import (
+    QID,
+    append_rows,
+    delete_below,
+    find,
+    first_row,
+    last_row,
+    pack_row,
+    seek,
+    unpack_entry,
+    unpack_row,
+    upsert,
+)
 from mqproxy.backends.embedded.index_retention import RetentionIndex
 from mqproxy.model.errors import BackendError, StoreUnavailable
 from mqproxy.model.types import TopicConfig
@@ -74,18 +88,6 @@ def key_rows(topic: str, keys: Iterable[str], store_ms: int, commitlog_offset: i
     return [prefix + key.encode() + b"\x00" + suffix for key in keys]
 
 
-def _delete_entries(cursor: lmdb.Cursor, qid: int, below: int) -> None:
-    """Delete queue ``qid``'s entries below offset ``below`` (``cursor`` is on the ``cq`` database)."""
-    if not cursor.set_range(CQ_KEY.pack(qid, 0)):
-        return
-    key = cursor.key()
-    while key:
-        key_qid, offset = CQ_KEY.unpack(key)
-        if key_qid != qid or offset >= below or not cursor.delete():
-            return
-        key = cursor.key()
-
-
 def queue_key(topic: str, queue_id: int) -> bytes:
     """The ``qids`` key of a queue (topic names never contain NUL)."""
     return topic.encode() + b"\x00" + _U32.pack(queue_id)
@@ -111,7 +113,7 @@ class Index(RetentionIndex):
             )
         except lmdb.Error as exc:
             raise StoreUnavailable(f"cannot open index at {path}: {exc}") from exc
-        self._cq = self._env.open_db(b"cq")
+        self._cq = self._env.open_db(b"cqd", dupsort=True, dupfixed=True)
         self._qids = self._env.open_db(b"qids")
         self._offsets = self._env.open_db(b"offsets")
         self._topics = self._env.open_db(b"topics")
@@ -122,6 +124,26 @@ class Index(RetentionIndex):
         self._moved = self._env.open_db(b"moved")
         self._moved_rev = self._env.open_db(b"movedrev")
         self._build_lmq_offsets()
+        self._move_old_cq()
+
+    def _move_old_cq(self) -> None:
+        """Move the rows of a store written before issue 18 (``cq``, a key per entry) to ``cqd``, once."""
+        try:
+            old = self._env.open_db(b"cq", create=False)
+        except lmdb.NotFoundError:
+            return
+        try:
+            with self._env.begin(write=True) as txn:
+                rows = txn.cursor(db=self._cq)
+                for key, value in txn.cursor(db=old):
+                    qid, offset = CQ_KEY.unpack(key)
+                    clo, size, tag, ts = unpack_entry(value)
+                    key, row = QID.pack(qid), pack_row(offset, clo, size, tag, ts)
+                    if not rows.put(key, row, append=True):  # sorted, so this appends but for a duplicate
+                        upsert(rows, key, row)
+                txn.drop(old, delete=True)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"index write failed: {exc}") from exc
 
     def _build_lmq_offsets(self) -> None:
         """Fill ``lmqoffs`` from ``offsets`` once (stores written before the reverse index existed)."""
@@ -164,14 +186,11 @@ class Index(RetentionIndex):
 
     def _last(self, txn: lmdb.Transaction, qid: int) -> tuple[int, int]:
         """(next offset, ms of the last append or rewrite; 0 if none) of queue ``qid``."""
-        cursor = txn.cursor(db=self._cq)
-        positioned = cursor.set_range(CQ_KEY.pack(qid + 1, 0))
-        found = cursor.prev() if positioned else cursor.last()
+        row = last_row(txn.cursor(db=self._cq), qid)
         offset = ts = 0
-        if found:
-            key_qid, last = CQ_KEY.unpack(cursor.key())
-            if key_qid == qid:
-                offset, ts = last + 1, unpack_entry(cursor.value())[3]
+        if row is not None:
+            last, _clo, _size, _tag, ts = unpack_row(row)
+            offset = last + 1
         floor = txn.get(_U64.pack(qid), db=self._floors)
         if floor is not None:
             floor_offset, floor_ms = _FLOOR.unpack(floor)
@@ -180,31 +199,28 @@ class Index(RetentionIndex):
 
     def first_offset(self, qid: int) -> int | None:
         with self._env.begin(db=self._cq) as txn:
-            cursor = txn.cursor()
-            if not cursor.set_range(CQ_KEY.pack(qid, 0)):
-                return None
-            key_qid, offset = CQ_KEY.unpack(cursor.key())
-            return offset if key_qid == qid else None
+            row = first_row(txn.cursor(), qid)
+            return None if row is None else unpack_row(row)[0]
 
     def entries(self, qid: int, start: int, limit: int) -> list[tuple[int, int, int, int, int]]:
         """Up to ``limit`` entries from ``start``: (queue offset, commit-log offset, size, tag hash, ts)."""
         out: list[tuple[int, int, int, int, int]] = []
+        if limit <= 0:
+            return out
         with self._env.begin(db=self._cq) as txn:
             cursor = txn.cursor()
-            if not cursor.set_range(CQ_KEY.pack(qid, start)):
+            if not seek(cursor, qid, start):
                 return out
-            unpack_key, unpack_value = CQ_KEY.unpack, unpack_entry
-            for key, value in cursor:
-                key_qid, offset = unpack_key(key)
-                if key_qid != qid or len(out) >= limit:
+            for value in cursor.iternext_dup():
+                out.append(unpack_row(value))
+                if len(out) >= limit:
                     break
-                out.append((offset, *unpack_value(value)))
         return out
 
     def entry(self, qid: int, offset: int) -> tuple[int, int, int, int] | None:
         with self._env.begin(db=self._cq) as txn:
-            value = txn.get(CQ_KEY.pack(qid, offset))
-        return None if value is None else unpack_entry(value)
+            row = find(txn.cursor(), qid, offset)
+        return None if row is None else unpack_row(row)[1:]
 
     def commit_entries(
         self,
@@ -215,10 +231,11 @@ class Index(RetentionIndex):
         latest_store_ms: int,
         keys: Iterable[bytes] = (),
     ) -> None:
-        """:meth:`commit` of consume-queue entries as tuples."""
-        pack_key = CQ_KEY.pack
-        rows = [(pack_key(q, o), pack_entry(c, s, t, ts)) for q, o, c, s, t, ts in entries]
-        self.commit(rows, new_queues, next_qid, checkpoint, latest_store_ms, keys)
+        """:meth:`commit` of consume-queue entries as tuples, each replacing a row at its offset (recovery
+        re-dispatches records that may be indexed already)."""
+        pack_key = QID.pack
+        rows = [(pack_key(q), pack_row(o, c, s, t, ts)) for q, o, c, s, t, ts in entries]
+        self.commit(rows, new_queues, next_qid, checkpoint, latest_store_ms, keys, replace=True)
 
     def commit(
         self,
@@ -228,16 +245,23 @@ class Index(RetentionIndex):
         checkpoint: int,
         latest_store_ms: int,
         keys: Iterable[bytes] = (),
+        *,
+        replace: bool = False,
     ) -> None:
-        """Write a dispatched batch (consume-queue rows: ``CQ_KEY`` key and
-        :func:`~mqproxy.backends.embedded.cq_entry.pack_entry` value; :func:`key_rows`) and the new
-        checkpoint in one transaction."""
+        """Write a dispatched batch (consume-queue rows: ``QID`` key and
+        :func:`~mqproxy.backends.embedded.cq_entry.pack_row` value, past each queue's end unless
+        ``replace``; :func:`key_rows`) and the new checkpoint in one transaction."""
         try:
             with self._env.begin(write=True) as txn:
                 new_queues = list(new_queues)
                 for name, qid in new_queues:
                     txn.put(name, _U64.pack(qid), db=self._qids)
-                txn.cursor(db=self._cq).putmulti(rows)
+                cursor = txn.cursor(db=self._cq)
+                if replace:
+                    for key, value in rows:
+                        upsert(cursor, key, value)
+                else:
+                    append_rows(cursor, rows)
                 if keys:
                     txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
                 if new_queues:
@@ -316,20 +340,19 @@ class Index(RetentionIndex):
 
         The caller validated ``keep`` and ``below`` against the queue's bounds.
         """
-        pack_key, unpack_value = CQ_KEY.pack, unpack_entry
         try:
             with self._env.begin(write=True) as txn:
                 end, _ = self._last(txn, qid)
+                cursor = txn.cursor(db=self._cq)
                 kept = []
-                for offset in keep:
-                    value = txn.get(pack_key(qid, offset), db=self._cq)
+                for i, offset in enumerate(keep):
+                    value = find(cursor, qid, offset)
                     if value is None:
                         raise BackendError(f"queue {qid} has no entry at offset {offset}")
-                    clo, size, tag, _ts = unpack_value(value)
-                    kept.append(pack_entry(clo, size, tag, now_ms))
-                cursor = txn.cursor(db=self._cq)
-                cursor.putmulti([(pack_key(qid, end + i), v) for i, v in enumerate(kept)])
-                _delete_entries(cursor, qid, below)
+                    _offset, clo, size, tag, _ts = unpack_row(value)
+                    kept.append((QID.pack(qid), pack_row(end + i, clo, size, tag, now_ms)))
+                append_rows(cursor, kept)
+                delete_below(cursor, qid, below)
                 floor = below
                 old = txn.get(_U64.pack(qid), db=self._floors)
                 if old is not None:
@@ -342,11 +365,8 @@ class Index(RetentionIndex):
             raise StoreUnavailable(f"index write failed: {exc}") from exc
 
     def _first(self, txn: lmdb.Transaction, qid: int) -> int | None:
-        cursor = txn.cursor(db=self._cq)
-        if not cursor.set_range(CQ_KEY.pack(qid, 0)):
-            return None
-        key_qid, offset = CQ_KEY.unpack(cursor.key())
-        return offset if key_qid == qid else None
+        row = first_row(txn.cursor(db=self._cq), qid)
+        return None if row is None else unpack_row(row)[0]
 
     def scan_lmqs(
         self,
@@ -408,7 +428,9 @@ class Index(RetentionIndex):
 
     def _drop_queue(self, txn: lmdb.Transaction, key: bytes, qid: int) -> None:
         """Delete a queue's entries, floor and (light queue) consumer offsets; keep its name row."""
-        _delete_entries(txn.cursor(db=self._cq), qid, 1 << 64)
+        cursor = txn.cursor(db=self._cq)
+        if cursor.set_key(QID.pack(qid)):
+            cursor.delete(dupdata=True)
         txn.delete(_U64.pack(qid), db=self._floors)
         readers = txn.cursor(db=self._lmq_offsets)
         groups = []
@@ -427,8 +449,8 @@ class Index(RetentionIndex):
         (entries, floor, consumer offsets) and return True. A re-dispatch of the same record is a no-op."""
         try:
             with self._env.begin(write=True) as txn:
-                first = txn.get(CQ_KEY.pack(qid, 0), db=self._cq)
-                if first is not None and unpack_entry(first)[0] == commitlog_offset:
+                first = find(txn.cursor(db=self._cq), qid, 0)
+                if first is not None and unpack_row(first)[1] == commitlog_offset:
                     return False
                 if first is None and self._last(txn, qid)[0] == 0:
                     return False

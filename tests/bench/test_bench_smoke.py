@@ -98,7 +98,7 @@ def test_disk_bytes_bench_prints_the_breakdown() -> None:
         match = re.search(rf"^  {section} +({FLOAT}) B/message$", out, re.M)
         assert match, f"no {section} line:\n{out}"
     assert re.search(r"^  body +64\.0 B/message$", out, re.M), out
-    assert re.search(rf"^  cq +\d+ pages +{FLOAT} B/message +900 entries +{FLOAT} B/entry$", out, re.M), out
+    assert re.search(rf"^  cqd +\d+ pages +{FLOAT} B/message +900 entries +{FLOAT} B/entry$", out, re.M), out
     match = re.search(rf"^total on disk: ({FLOAT}) B per message", out, re.M)
     assert match, out
     assert 64 < float(match.group(1)) < 2000
