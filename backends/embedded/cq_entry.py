@@ -136,10 +136,22 @@ def upsert(cursor: lmdb.Cursor, key: bytes, value: bytes) -> None:
     cursor.put(key, value)
 
 
-def append_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
-    """Put rows whose offsets are past their queue's last row (``MDB_APPENDDUP``: pages fill up); rows
-    that do not append (a row at an offset already held) go in by :func:`upsert`."""
+def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
+    """Put rows, a row replacing the queue's row at its offset if there is one. When every row of a queue
+    lies past the queue's last row (one look-up per queue; the usual case) they go in with
+    ``MDB_APPENDDUP``, which fills pages; else each by :func:`upsert` (an appended duplicate offset would
+    otherwise sit beside the old row)."""
+    lowest: dict[bytes, bytes] = {}
+    for key, value in rows:
+        prefix = value[:8]
+        if key not in lowest or prefix < lowest[key]:
+            lowest[key] = prefix
+    for key, prefix in lowest.items():
+        if cursor.set_key(key) and cursor.last_dup() and bytes(cursor.value()[:8]) >= prefix:
+            for key_, value in rows:
+                upsert(cursor, key_, value)
+            return
     _, added = cursor.putmulti(rows, append=True)
-    if added != len(rows):
+    if added != len(rows):  # a row equal to another of the batch, or the queue changed under us
         for key, value in rows:
             upsert(cursor, key, value)

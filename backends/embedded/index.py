@@ -45,12 +45,12 @@ import orjson
 
 from mqproxy.backends.embedded.cq_entry import (
     QID,
-    append_rows,
     delete_below,
     find,
     first_row,
     last_row,
     pack_row,
+    put_rows,
     seek,
     unpack_entry,
     unpack_row,
@@ -231,11 +231,10 @@ class Index(RetentionIndex):
         latest_store_ms: int,
         keys: Iterable[bytes] = (),
     ) -> None:
-        """:meth:`commit` of consume-queue entries as tuples, each replacing a row at its offset (recovery
-        re-dispatches records that may be indexed already)."""
+        """:meth:`commit` of consume-queue entries as tuples (recovery re-dispatching)."""
         pack_key = QID.pack
         rows = [(pack_key(q), pack_row(o, c, s, t, ts)) for q, o, c, s, t, ts in entries]
-        self.commit(rows, new_queues, next_qid, checkpoint, latest_store_ms, keys, replace=True)
+        self.commit(rows, new_queues, next_qid, checkpoint, latest_store_ms, keys)
 
     def commit(
         self,
@@ -245,23 +244,17 @@ class Index(RetentionIndex):
         checkpoint: int,
         latest_store_ms: int,
         keys: Iterable[bytes] = (),
-        *,
-        replace: bool = False,
     ) -> None:
         """Write a dispatched batch (consume-queue rows: ``QID`` key and
-        :func:`~mqproxy.backends.embedded.cq_entry.pack_row` value, past each queue's end unless
-        ``replace``; :func:`key_rows`) and the new checkpoint in one transaction."""
+        :func:`~mqproxy.backends.embedded.cq_entry.pack_row` value; one at an offset already held
+        replaces that row; :func:`key_rows`) and the new checkpoint in one transaction."""
         try:
             with self._env.begin(write=True) as txn:
                 new_queues = list(new_queues)
                 for name, qid in new_queues:
                     txn.put(name, _U64.pack(qid), db=self._qids)
                 cursor = txn.cursor(db=self._cq)
-                if replace:
-                    for key, value in rows:
-                        upsert(cursor, key, value)
-                else:
-                    append_rows(cursor, rows)
+                put_rows(cursor, rows)
                 if keys:
                     txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
                 if new_queues:
@@ -351,7 +344,7 @@ class Index(RetentionIndex):
                         raise BackendError(f"queue {qid} has no entry at offset {offset}")
                     _offset, clo, size, tag, _ts = unpack_row(value)
                     kept.append((QID.pack(qid), pack_row(end + i, clo, size, tag, now_ms)))
-                append_rows(cursor, kept)
+                put_rows(cursor, kept)
                 delete_below(cursor, qid, below)
                 floor = below
                 old = txn.get(_U64.pack(qid), db=self._floors)

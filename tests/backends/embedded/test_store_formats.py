@@ -9,11 +9,19 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqproxy.backends.embedded.cq_entry import pack_entry, unpack_entry
+from mqproxy.backends.embedded.cq_entry import (
+    QID,
+    pack_entry,
+    pack_row,
+    put_rows,
+    unpack_entry,
+    unpack_row,
+)
 from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.backends.embedded.records import KIND_COMPACT, decode_message, encode_message
 from mqproxy.backends.embedded.sending import stored_properties
@@ -167,3 +175,18 @@ def test_consume_queue_values(entry: tuple[int, int, int, int], size: int) -> No
     value = pack_entry(*entry)
     assert len(value) == size
     assert unpack_entry(value) == entry
+
+
+def test_consume_queue_rows_replace_instead_of_duplicating(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), max_dbs=2, map_size=1 << 24)
+    db = env.open_db(b"cqd", dupsort=True, dupfixed=True)
+    key = QID.pack(7)
+    with env.begin(write=True, db=db) as txn:
+        cursor = txn.cursor()
+        put_rows(cursor, [(key, pack_row(o, 100 + o, 10, 0, 5)) for o in range(3)])
+        put_rows(cursor, [(key, pack_row(2, 999, 10, 0, 5)), (key, pack_row(3, 103, 10, 0, 5))])
+        put_rows(cursor, [(key, pack_row(1, 555, 10, 1, 6))])
+        cursor.set_key(key)
+        rows = [unpack_row(v) for v in cursor.iternext_dup()]
+    assert rows == [(0, 100, 10, 0, 5), (1, 555, 10, 1, 6), (2, 999, 10, 0, 5), (3, 103, 10, 0, 5)]
+    env.close()
