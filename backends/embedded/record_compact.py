@@ -75,6 +75,8 @@ PROPERTY_CODES: tuple[str, ...] = (
 )
 _CODE_OF = {key: bytes((code,)) for code, key in enumerate(PROPERTY_CODES) if code}
 _EXT, _BORN_ABS, _IPV4, _LMQ_PROPS, _WIDE, _LMQ_SHORT = 1, 2, 4, 8, 16, 32
+#: Bits :func:`~mqproxy.backends.embedded.records.layout` reads.
+IPV4, LMQ_SHORT = _IPV4, _LMQ_SHORT
 _HEAD = struct.Struct(">BBiIqiH")
 _HEAD_WIDE = struct.Struct(">BBiqqiH")
 _EXT_FIELDS = struct.Struct(">iii")

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 import orjson
 
 from mqproxy.backends.embedded.record_compact import (
+    IPV4,
     KIND_COMPACT,
+    LMQ_SHORT,
     decode_compact,
     encode_message,
     property_sizes,
@@ -218,11 +220,11 @@ def layout(payload: bytes) -> dict[str, int]:
     sections = property_sizes(payload) if compact else _v1_property_sizes(record.properties)
     for key, size in sections.items():
         out[f"property {key}"] = size
-    host = 4 if compact and payload[1] & 4 else len(record.born_host[0].encode())
+    host = 4 if compact and payload[1] & IPV4 else len(record.born_host[0].encode())
     topic = len(record.topic.encode())
     if compact:
         lmqs = sum(1 + len(name.encode()) + 4 for name, _ in record.lmqs)
-        if payload[1] & 32:  # LMQ_SHORT: names without %LMQ%
+        if payload[1] & LMQ_SHORT:  # names without %LMQ%
             lmqs -= 5 * len(record.lmqs)
     else:
         lmqs = sum(1 + len(name.encode()) + 8 for name, _ in record.lmqs)

@@ -3,6 +3,7 @@ same, also once new (compact) records join them; the compact record and consume-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tarfile
@@ -25,6 +26,7 @@ from mqproxy.backends.embedded.cq_entry import (
 from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.backends.embedded.records import KIND_COMPACT, decode_message, encode_message
 from mqproxy.backends.embedded.sending import stored_properties
+from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.types import Message, StoredMessage
 
 from .v1_store import MESSAGES  # type: ignore[import-not-found]
@@ -190,3 +192,9 @@ def test_consume_queue_rows_replace_instead_of_duplicating(tmp_path: Path) -> No
         rows = [unpack_row(v) for v in cursor.iternext_dup()]
     assert rows == [(0, 100, 10, 0, 5), (1, 555, 10, 1, 6), (2, 999, 10, 0, 5), (3, 103, 10, 0, 5)]
     env.close()
+
+
+@given(st.binary(max_size=120), st.sampled_from([0, 4, 8, 16, 32, 36, 44, 63]))
+def test_compact_decoder_only_raises_store_unavailable(data: bytes, bits: int) -> None:
+    with contextlib.suppress(StoreUnavailable):
+        decode_message(bytes((KIND_COMPACT, bits)) + data)
