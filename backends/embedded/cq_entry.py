@@ -155,3 +155,23 @@ def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
     if added != len(rows):  # a row equal to another of the batch, or the queue changed under us
         for key, value in rows:
             upsert(cursor, key, value)
+
+
+_OLD_KEY = struct.Struct(">QQ")
+
+
+def move_old_rows(env: lmdb.Environment, cqd: lmdb._Database) -> None:
+    """Move the rows of a store written before issue 18 (``cq``: a ``>QQ`` (queue id, queue offset) key per
+    row) to ``cqd`` and drop ``cq``, in one transaction; nothing to do when there is no ``cq``."""
+    try:
+        old = env.open_db(b"cq", create=False)
+    except lmdb.NotFoundError:
+        return
+    with env.begin(write=True) as txn:
+        rows = txn.cursor(db=cqd)
+        for key, value in txn.cursor(db=old):
+            qid, offset = _OLD_KEY.unpack(key)
+            row_key, row = QID.pack(qid), pack_row(offset, *unpack_entry(value))
+            if not rows.put(row_key, row, append=True):  # sorted, so this appends but for a duplicate
+                upsert(rows, row_key, row)
+        txn.drop(old, delete=True)

@@ -49,18 +49,16 @@ from mqproxy.backends.embedded.cq_entry import (
     find,
     first_row,
     last_row,
+    move_old_rows,
     pack_row,
     put_rows,
     seek,
-    unpack_entry,
     unpack_row,
-    upsert,
 )
 from mqproxy.backends.embedded.index_retention import RetentionIndex
 from mqproxy.model.errors import BackendError, StoreUnavailable
 from mqproxy.model.types import TopicConfig
 
-CQ_KEY = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -124,24 +122,8 @@ class Index(RetentionIndex):
         self._moved = self._env.open_db(b"moved")
         self._moved_rev = self._env.open_db(b"movedrev")
         self._build_lmq_offsets()
-        self._move_old_cq()
-
-    def _move_old_cq(self) -> None:
-        """Move the rows of a store written before issue 18 (``cq``, a key per entry) to ``cqd``, once."""
         try:
-            old = self._env.open_db(b"cq", create=False)
-        except lmdb.NotFoundError:
-            return
-        try:
-            with self._env.begin(write=True) as txn:
-                rows = txn.cursor(db=self._cq)
-                for key, value in txn.cursor(db=old):
-                    qid, offset = CQ_KEY.unpack(key)
-                    clo, size, tag, ts = unpack_entry(value)
-                    key, row = QID.pack(qid), pack_row(offset, clo, size, tag, ts)
-                    if not rows.put(key, row, append=True):  # sorted, so this appends but for a duplicate
-                        upsert(rows, key, row)
-                txn.drop(old, delete=True)
+            move_old_rows(self._env, self._cq)
         except lmdb.Error as exc:
             raise StoreUnavailable(f"index write failed: {exc}") from exc
 
