@@ -59,10 +59,10 @@ def unpack_entry(value: bytes) -> tuple[int, int, int, int]:
 # --- the ``cqd`` database: one duplicate-sorted key per queue --------------------------------------------
 #: ``cqd`` key: the queue id.
 QID = struct.Struct(">Q")
-#: ``cqd`` value (fixed size, so LMDB packs a queue's values densely): queue offset (sorts them), commit-log
-#: offset (48 bits), frame size, tag hash, store time ms (48 bits).
-ROW = struct.Struct(">QHIIIHI")
-_OFFSET = struct.Struct(">Q")
+#: ``cqd`` value (fixed size, so LMDB packs a queue's values densely), 26 B: queue offset (sorts them),
+#: commit-log offset, frame size, tag hash, store time ms; offsets and time are 48 bits (high 16, low 32).
+ROW = struct.Struct(">HIHIIIHI")
+_PREFIX = 6  # bytes of the queue offset at the start of a value
 _TAIL = struct.Struct(">HIIIHI")
 
 
@@ -77,30 +77,35 @@ def row_tail(commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes
 
 
 def pack_row(offset: int, commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes:
-    return _OFFSET.pack(offset) + row_tail(commitlog_offset, size, tag, store_ms)
+    return offset_prefix(offset) + row_tail(commitlog_offset, size, tag, store_ms)
 
 
 def offset_prefix(offset: int) -> bytes:
-    return _OFFSET.pack(offset)
+    """The first bytes of a ``cqd`` value: the queue offset (raises OverflowError beyond 48 bits)."""
+    return offset.to_bytes(_PREFIX, "big")
 
 
 def unpack_row(value: bytes) -> tuple[int, int, int, int, int]:
     """(queue offset, commit-log offset, frame size, tag hash, store time ms) of a ``cqd`` value."""
-    offset, clo_hi, clo_lo, size, tag, ms_hi, ms_lo = ROW.unpack(value)
-    return offset, clo_hi << 32 | clo_lo, size, tag, ms_hi << 32 | ms_lo
+    off_hi, off_lo, clo_hi, clo_lo, size, tag, ms_hi, ms_lo = ROW.unpack(value)
+    return off_hi << 32 | off_lo, clo_hi << 32 | clo_lo, size, tag, ms_hi << 32 | ms_lo
 
 
 def seek(cursor: lmdb.Cursor, qid: int, offset: int) -> bool:
     """Position ``cursor`` (on ``cqd``) at queue ``qid``'s first row at or after ``offset``."""
-    return bool(cursor.set_range_dup(QID.pack(qid), _OFFSET.pack(offset)))
+    if offset > _MAX48:
+        return False
+    return bool(cursor.set_range_dup(QID.pack(qid), offset_prefix(max(offset, 0))))
 
 
 def find(cursor: lmdb.Cursor, qid: int, offset: int) -> bytes | None:
     """Queue ``qid``'s row at ``offset`` (the cursor is left on it), or None."""
-    prefix = _OFFSET.pack(offset)
+    if not 0 <= offset <= _MAX48:
+        return None
+    prefix = offset_prefix(offset)
     if cursor.set_range_dup(QID.pack(qid), prefix):
         value = cursor.value()
-        if value[:8] == prefix:
+        if value[:_PREFIX] == prefix:
             return bytes(value)
     return None
 
@@ -120,16 +125,19 @@ def delete_below(cursor: lmdb.Cursor, qid: int, below: int) -> None:
     key = QID.pack(qid)
     if not cursor.set_key(key):
         return
-    unpack = _OFFSET.unpack_from
-    while cursor.key() == key and unpack(cursor.value())[0] < below:
+    if below > _MAX48:
+        cursor.delete(dupdata=True)
+        return
+    limit = offset_prefix(max(below, 0))
+    while cursor.key() == key and bytes(cursor.value()[:_PREFIX]) < limit:
         if not cursor.delete():  # moves to the next row
             return
 
 
 def upsert(cursor: lmdb.Cursor, key: bytes, value: bytes) -> None:
     """Put a row, replacing the queue's row at the same offset if there is one."""
-    prefix = value[:8]
-    if cursor.set_range_dup(key, prefix) and cursor.value()[:8] == prefix:
+    prefix = value[:_PREFIX]
+    if cursor.set_range_dup(key, prefix) and cursor.value()[:_PREFIX] == prefix:
         if cursor.value() == value:
             return
         cursor.delete()
@@ -143,11 +151,11 @@ def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
     otherwise sit beside the old row)."""
     lowest: dict[bytes, bytes] = {}
     for key, value in rows:
-        prefix = value[:8]
+        prefix = value[:_PREFIX]
         if key not in lowest or prefix < lowest[key]:
             lowest[key] = prefix
     for key, prefix in lowest.items():
-        if cursor.set_key(key) and cursor.last_dup() and bytes(cursor.value()[:8]) >= prefix:
+        if cursor.set_key(key) and cursor.last_dup() and bytes(cursor.value()[:_PREFIX]) >= prefix:
             for key_, value in rows:
                 upsert(cursor, key_, value)
             return

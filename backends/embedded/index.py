@@ -3,7 +3,7 @@
 Named databases (one keyspace per kind, store-notes §8):
 
 * ``cqd``: ``>Q`` queue id → duplicate-sorted fixed-size values (queue offset, commit-log offset, frame size,
-  tag hash, store timestamp ms; :mod:`~mqproxy.backends.embedded.cq_entry`). A queue is one key; its
+  tag hash, store timestamp ms; 26 B; :mod:`~mqproxy.backends.embedded.cq_entry`). A queue is one key; its
   values sort by offset and are appended with ``MDB_APPENDDUP``, which fills LMDB's pages (a key per entry,
   as ``cq`` had before issue 18, left queues written side by side in half-full pages). A store written
   before then has its ``cq`` rows moved to ``cqd`` when opened.

@@ -4,8 +4,9 @@
 the older kind 1 records. All integers big-endian::
 
     >B   kind (3)            >B  bits (below)
-    >i   queue_id            >I  queue_offset (>q with WIDE)
-    >q   store_timestamp_ms  >i  born_timestamp_ms - store_timestamp_ms (0 with BORN_ABS)  >H born port
+    >H   queue_id            >I  queue_offset      >HI store_timestamp_ms (48 bits)
+         (WIDE: >i queue_id, >q queue_offset, >q store_timestamp_ms)
+    >h   born_timestamp_ms - store_timestamp_ms (0 with BORN_ABS)   >H born port
     [EXT: >i flag, >i sys_flag, >i reconsume_times]   [BORN_ABS: >q born_timestamp_ms]
     born host: IPV4: 4 address bytes; else >B length, host (UTF-8)
     >B   topic length, topic (ASCII)
@@ -19,9 +20,9 @@ Varints are unsigned LEB128. Bits: EXT 1 (flag, sys_flag or reconsume_times is n
 born time does not fit the delta), IPV4 4 (a dotted quad that reads back as given), LMQ_PROPS 8
 (``INNER_MULTI_DISPATCH`` and ``INNER_MULTI_QUEUE_OFFSET`` are not stored: they were the last two
 properties and equal to the LMQ list joined by commas, and are appended again when read), WIDE 16 (an
-offset does not fit 32 bits), LMQ_SHORT 32 (every LMQ name starts with ``%LMQ%``). The body CRC is not
-stored (the frame CRC covers the body): it is computed when read. What is read back equals what was given,
-property order included.
+offset does not fit 32 bits, the queue id 16 bits or the store time 48 bits), LMQ_SHORT 32 (every LMQ
+name starts with ``%LMQ%``). The body CRC is not stored (the frame CRC covers the body): it is computed
+when read. What is read back equals what was given, property order included.
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ _CODE_OF = {key: bytes((code,)) for code, key in enumerate(PROPERTY_CODES) if co
 _EXT, _BORN_ABS, _IPV4, _LMQ_PROPS, _WIDE, _LMQ_SHORT = 1, 2, 4, 8, 16, 32
 #: Bits :func:`~mqproxy.backends.embedded.records.layout` reads.
 IPV4, LMQ_SHORT = _IPV4, _LMQ_SHORT
-_HEAD = struct.Struct(">BBiIqiH")
-_HEAD_WIDE = struct.Struct(">BBiqqiH")
+_HEAD = struct.Struct(">BBHIHIhH")
+_HEAD_WIDE = struct.Struct(">BBiqqhH")
+_MAX48 = (1 << 48) - 1
 _EXT_FIELDS = struct.Struct(">iii")
 _U32_MAX = 0xFFFFFFFF
 _BYTE = tuple(bytes((n,)) for n in range(256))
@@ -204,7 +206,7 @@ def encode_message(
     if flag or sys_flag or reconsume_times:
         bits = _EXT
         parts.append(_EXT_FIELDS.pack(flag, sys_flag, reconsume_times))
-    if not -0x80000000 <= delta <= 0x7FFFFFFF:
+    if not -0x8000 <= delta <= 0x7FFF:
         bits |= _BORN_ABS
         parts.append(_Q.pack(born_timestamp_ms))
         delta = 0
@@ -219,7 +221,9 @@ def encode_message(
         parts += (_BYTE[len(host_b)], host_b)
     topic_b = topic.encode()
     parts += (_BYTE[len(topic_b)], topic_b)
-    wide = not 0 <= queue_offset <= _U32_MAX
+    wide = not (
+        0 <= queue_offset <= _U32_MAX and 0 <= queue_id <= 0xFFFF and 0 <= store_timestamp_ms <= _MAX48
+    )
     count = len(properties)
     if lmqs:
         if not wide:
@@ -264,8 +268,21 @@ def encode_message(
         props.append(encoded)
     props_b = b"".join(props)
     parts += (_varint(len(props_b)), props_b, _varint(len(body)), body)
-    head = _HEAD_WIDE if wide else _HEAD
-    parts[0] = head.pack(KIND_COMPACT, bits, queue_id, queue_offset, store_timestamp_ms, delta, port)
+    if wide:
+        parts[0] = _HEAD_WIDE.pack(
+            KIND_COMPACT, bits, queue_id, queue_offset, store_timestamp_ms, delta, port
+        )
+    else:
+        parts[0] = _HEAD.pack(
+            KIND_COMPACT,
+            bits,
+            queue_id,
+            queue_offset,
+            store_timestamp_ms >> 32,
+            store_timestamp_ms & _U32_MAX,
+            delta,
+            port,
+        )
     return b"".join(parts)
 
 
@@ -309,7 +326,8 @@ def decode_compact(payload: bytes) -> Fields:
         pos = _HEAD_WIDE.size
         unpack_offset, offset_size = _Q.unpack_from, 8
     else:
-        _, _, queue_id, queue_offset, store_ts, delta, port = _HEAD.unpack_from(payload, 0)
+        _, _, queue_id, queue_offset, ts_high, ts_low, delta, port = _HEAD.unpack_from(payload, 0)
+        store_ts = ts_high << 32 | ts_low
         pos = _HEAD.size
         unpack_offset, offset_size = _I.unpack_from, 4
     flag = sys_flag = reconsume = 0

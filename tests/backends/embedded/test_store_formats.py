@@ -24,6 +24,7 @@ from mqproxy.backends.embedded.cq_entry import (
     unpack_row,
 )
 from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
+from mqproxy.backends.embedded.index import Index
 from mqproxy.backends.embedded.records import KIND_COMPACT, decode_message, encode_message
 from mqproxy.backends.embedded.sending import stored_properties
 from mqproxy.model.errors import StoreUnavailable
@@ -161,7 +162,7 @@ def test_compact_record_is_small() -> None:
         properties=stored_properties(properties, ("%LMQ%bench%disk", "%LMQ%bench%|23"), [7, 7]),
         body=bytes(64),
     )
-    assert len(payload) == 155  # was 344 as a kind 1 record
+    assert len(payload) == 149  # was 344 as a kind 1 record
 
 
 @pytest.mark.parametrize(
@@ -198,3 +199,17 @@ def test_consume_queue_rows_replace_instead_of_duplicating(tmp_path: Path) -> No
 def test_compact_decoder_only_raises_store_unavailable(data: bytes, bits: int) -> None:
     with contextlib.suppress(StoreUnavailable):
         decode_message(bytes((KIND_COMPACT, bits)) + data)
+
+
+def test_consume_queue_look_ups_past_48_bit_offsets(tmp_path: Path) -> None:
+    index = Index(tmp_path / "index", map_size=1 << 24)
+    index.commit([(QID.pack(3), pack_row(o, 10 * o, 10, 0, 5)) for o in range(4)], [], 4, 40, 5)
+    assert index.entries(3, 2**62, 10) == []
+    assert index.entries(3, 2, 10) == [(2, 20, 10, 0, 5), (3, 30, 10, 0, 5)]
+    assert index.entry(3, 2**63 - 1) is None
+    assert index.next_offset(3) == 4
+    assert index.rewrite(3, [3], 4, 9) == (4, 5)  # offsets 0-3 go, offset 3's record kept as offset 4
+    assert index.entries(3, 0, 10) == [(4, 30, 10, 0, 9)]
+    assert index.rewrite(3, [], 2**64 - 1, 10) == (5, 5)  # a floor past 48 bits empties the queue
+    assert index.entries(3, 0, 10) == []
+    index.close()
