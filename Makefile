@@ -54,6 +54,8 @@ dashboard-png: $(STAMP_TEST) clients
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/negotiation.py
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/disk_bytes.py
+	$(BIN)/python bench/append_cpu.py
 	@bash scripts/setup-bench-peers.sh
 	$(BIN)/python bench/cpu.py
 	$(BIN)/python bench/mqtt_idle.py

@@ -46,7 +46,7 @@ class EmbeddedRecovery(EmbeddedFlushing):
 
         def flush_batch(checkpoint: int) -> None:
             nonlocal rebuilt
-            index.commit(batch, new_queues.items(), self._next_qid, checkpoint, latest_store_ms, keys)
+            index.commit_entries(batch, new_queues.items(), self._next_qid, checkpoint, latest_store_ms, keys)
             rebuilt += len(batch)
             batch.clear()
             keys.clear()

@@ -15,19 +15,34 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
-from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
+from mqproxy.backends.embedded.index import key_rows, queue_key
 from mqproxy.backends.embedded.records import body_crc, encode_message
-from mqproxy.backends.embedded.sending import check_batch, check_message, index_keys, stored_properties
+from mqproxy.backends.embedded.sending import (
+    check_batch,
+    check_message,
+    index_keys,
+    stored_base,
+    stored_properties,
+)
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
-from mqproxy.model.types import Message, SendResult, StoredMessage
+from mqproxy.model.types import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_TAGS,
+    Message,
+    SendResult,
+    StoredMessage,
+)
 
 #: What a message that had a reader waiting becomes once written: its fields but the log position.
 _Fresh = tuple[Message, dict[str, str], bytes]
 #: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash,
 #: the keys it is indexed by, and for the hand-off to waiting readers what it is made of (or None).
+_LMQ_KEYS = frozenset((PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET))
 _Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int, tuple[str, ...], _Fresh | None]
 
 
@@ -111,11 +126,12 @@ class EmbeddedWriting(EmbeddedRecovery):
         start = self._log.end
         try:
             positions = iter(self._log.append(payloads))
-            entries: list[Entry] = []
+            rows: list[tuple[bytes, bytes]] = []  # packed consume-queue rows
             keys: list[bytes] = []
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
             handoff: list[StoredMessage] = []
+            pack_key, pack_offset = QID.pack, offset_prefix
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
                     answers.append(plan)
@@ -125,13 +141,15 @@ class EmbeddedWriting(EmbeddedRecovery):
                     clo, size = next(positions)
                     if fresh is not None:
                         handoff.append(self._fresh(topic, queue_id, queue_offset, clo, size, store_ts, fresh))
-                    entries.append((qid, queue_offset, clo, size, code, store_ts))
-                    keys.extend(key_rows(topic, message_keys, store_ts, clo))
+                    tail = row_tail(clo, size, code, store_ts)  # the same for the queue and its LMQs
+                    rows.append((pack_key(qid), pack_offset(queue_offset) + tail))
+                    if message_keys:
+                        keys.extend(key_rows(topic, message_keys, store_ts, clo))
                     for lqid, loff in lmq_slots:
-                        entries.append((lqid, loff, clo, size, code, store_ts))
+                        rows.append((pack_key(lqid), pack_offset(loff) + tail))
                     results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
-            self._index.commit(entries, new_queues.items(), self._next_qid, end, store_ts, keys)
+            self._index.commit(rows, new_queues.items(), self._next_qid, end, store_ts, keys)
         except BaseException as exc:
             # Nothing was acknowledged: forget the records and the queue ids allocated for them.
             if self._log.end != start:
@@ -182,16 +200,27 @@ class EmbeddedWriting(EmbeddedRecovery):
         parent_waited = awaited((topic, queue_id), now)
         for message, lmqs in zip(messages, targets, strict=True):
             queue_offset = assign(parent)
-            lmq_slots: list[tuple[int, int]] = []
-            lmq_offsets: list[int] = []
-            for name in lmqs:
-                lqid = lmq_qid(name)
-                loff = assign(lqid)
-                lmq_slots.append((lqid, loff))
-                lmq_offsets.append(loff)
-            lmq_map = dict(zip(lmqs, lmq_offsets, strict=True))
-            properties = stored_properties(message.properties, lmqs, lmq_offsets)
-            body = bytes(message.body)
+            properties = message.properties
+            body = message.body if type(message.body) is bytes else bytes(message.body)
+            if lmqs:
+                lmq_slots: list[tuple[int, int]] = []
+                lmq_list: list[tuple[str, int]] = []
+                for name in lmqs:
+                    lqid = lmq_qid(name)
+                    loff = assign(lqid)
+                    lmq_slots.append((lqid, loff))
+                    lmq_list.append((name, loff))
+                lmq_map = dict(lmq_list)
+                if _LMQ_KEYS.isdisjoint(properties):
+                    # the record derives the two LMQ properties stored_properties appends
+                    record_properties = properties if "WAIT" not in properties else stored_base(properties)
+                    hint: bool | None = True
+                else:
+                    record_properties = stored_properties(properties, lmqs, [o for _, o in lmq_list])
+                    hint = None
+            else:
+                lmq_slots, lmq_list, lmq_map = [], [], {}
+                record_properties, hint = properties, None
             waited = parent_waited
             if not waited:
                 for name in lmqs:  # a loop, not any(<genexpr>): this runs per message
@@ -209,20 +238,29 @@ class EmbeddedWriting(EmbeddedRecovery):
                     store_timestamp_ms=store_ts,
                     reconsume_times=message.reconsume_times,
                     born_host=message.born_host,
-                    lmqs=list(lmq_map.items()),
-                    properties=properties,
+                    lmqs=lmq_list,
+                    properties=record_properties,
                     body=body,
+                    lmq_properties=hint,
                 )
             )
+            fresh: _Fresh | None = None
+            if waited:
+                stored = (
+                    stored_properties(properties, lmqs, [o for _, o in lmq_list])
+                    if hint
+                    else dict(record_properties)
+                )
+                fresh = (message, stored, body)
             plan.append(
                 (
                     parent,
                     queue_offset,
                     lmq_slots,
                     lmq_map,
-                    tag_hash(message.tags),
-                    index_keys(message.properties),
-                    (message, properties, body) if waited else None,
+                    tag_hash(properties.get(PROPERTY_TAGS)),
+                    index_keys(properties),
+                    fresh,
                 )
             )
         return plan

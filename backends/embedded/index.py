@@ -2,8 +2,11 @@
 
 Named databases (one keyspace per kind, store-notes §8):
 
-* ``cq``: ``>QQ`` (queue id, queue offset) → ``>qIIq`` (commit-log offset, frame size, tag hash,
-  store timestamp ms). Big-endian keys sort by (queue, offset), so a queue is one contiguous range.
+* ``cqd``: ``>Q`` queue id → duplicate-sorted fixed-size values (queue offset, commit-log offset, frame size,
+  tag hash, store timestamp ms; 26 B; :mod:`~mqproxy.backends.embedded.cq_entry`). A queue is one key; its
+  values sort by offset and are appended with ``MDB_APPENDDUP``, which fills LMDB's pages (a key per entry,
+  as ``cq`` had before issue 18, left queues written side by side in half-full pages). A store written
+  before then has its ``cq`` rows moved to ``cqd`` when opened.
 * ``qids``: queue name key (``topic \\x00 >I queue_id``) → ``>Q`` queue id. Ids are dense u64s, so a
   million light queues cost one small row each and no file or Python object per queue.
 * ``offsets``: ``>H len(group)`` group, queue name key → ``>q`` committed consumer offset.
@@ -40,12 +43,22 @@ from pathlib import Path
 import lmdb
 import orjson
 
+from mqproxy.backends.embedded.cq_entry import (
+    QID,
+    delete_below,
+    find,
+    first_row,
+    last_row,
+    move_old_rows,
+    pack_row,
+    put_rows,
+    seek,
+    unpack_row,
+)
 from mqproxy.backends.embedded.index_retention import RetentionIndex
 from mqproxy.model.errors import BackendError, StoreUnavailable
 from mqproxy.model.types import TopicConfig
 
-CQ_KEY = struct.Struct(">QQ")
-CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -73,18 +86,6 @@ def key_rows(topic: str, keys: Iterable[str], store_ms: int, commitlog_offset: i
     return [prefix + key.encode() + b"\x00" + suffix for key in keys]
 
 
-def _delete_entries(cursor: lmdb.Cursor, qid: int, below: int) -> None:
-    """Delete queue ``qid``'s entries below offset ``below`` (``cursor`` is on the ``cq`` database)."""
-    if not cursor.set_range(CQ_KEY.pack(qid, 0)):
-        return
-    key = cursor.key()
-    while key:
-        key_qid, offset = CQ_KEY.unpack(key)
-        if key_qid != qid or offset >= below or not cursor.delete():
-            return
-        key = cursor.key()
-
-
 def queue_key(topic: str, queue_id: int) -> bytes:
     """The ``qids`` key of a queue (topic names never contain NUL)."""
     return topic.encode() + b"\x00" + _U32.pack(queue_id)
@@ -110,7 +111,7 @@ class Index(RetentionIndex):
             )
         except lmdb.Error as exc:
             raise StoreUnavailable(f"cannot open index at {path}: {exc}") from exc
-        self._cq = self._env.open_db(b"cq")
+        self._cq = self._env.open_db(b"cqd", dupsort=True, dupfixed=True)
         self._qids = self._env.open_db(b"qids")
         self._offsets = self._env.open_db(b"offsets")
         self._topics = self._env.open_db(b"topics")
@@ -121,6 +122,10 @@ class Index(RetentionIndex):
         self._moved = self._env.open_db(b"moved")
         self._moved_rev = self._env.open_db(b"movedrev")
         self._build_lmq_offsets()
+        try:
+            move_old_rows(self._env, self._cq)
+        except lmdb.Error as exc:
+            raise StoreUnavailable(f"index write failed: {exc}") from exc
 
     def _build_lmq_offsets(self) -> None:
         """Fill ``lmqoffs`` from ``offsets`` once (stores written before the reverse index existed)."""
@@ -163,14 +168,11 @@ class Index(RetentionIndex):
 
     def _last(self, txn: lmdb.Transaction, qid: int) -> tuple[int, int]:
         """(next offset, ms of the last append or rewrite; 0 if none) of queue ``qid``."""
-        cursor = txn.cursor(db=self._cq)
-        positioned = cursor.set_range(CQ_KEY.pack(qid + 1, 0))
-        found = cursor.prev() if positioned else cursor.last()
+        row = last_row(txn.cursor(db=self._cq), qid)
         offset = ts = 0
-        if found:
-            key_qid, last = CQ_KEY.unpack(cursor.key())
-            if key_qid == qid:
-                offset, ts = last + 1, CQ_VALUE.unpack(cursor.value())[3]
+        if row is not None:
+            last, _clo, _size, _tag, ts = unpack_row(row)
+            offset = last + 1
         floor = txn.get(_U64.pack(qid), db=self._floors)
         if floor is not None:
             floor_offset, floor_ms = _FLOOR.unpack(floor)
@@ -179,33 +181,30 @@ class Index(RetentionIndex):
 
     def first_offset(self, qid: int) -> int | None:
         with self._env.begin(db=self._cq) as txn:
-            cursor = txn.cursor()
-            if not cursor.set_range(CQ_KEY.pack(qid, 0)):
-                return None
-            key_qid, offset = CQ_KEY.unpack(cursor.key())
-            return offset if key_qid == qid else None
+            row = first_row(txn.cursor(), qid)
+            return None if row is None else unpack_row(row)[0]
 
     def entries(self, qid: int, start: int, limit: int) -> list[tuple[int, int, int, int, int]]:
         """Up to ``limit`` entries from ``start``: (queue offset, commit-log offset, size, tag hash, ts)."""
         out: list[tuple[int, int, int, int, int]] = []
+        if limit <= 0:
+            return out
         with self._env.begin(db=self._cq) as txn:
             cursor = txn.cursor()
-            if not cursor.set_range(CQ_KEY.pack(qid, start)):
+            if not seek(cursor, qid, start):
                 return out
-            unpack_key, unpack_value = CQ_KEY.unpack, CQ_VALUE.unpack
-            for key, value in cursor:
-                key_qid, offset = unpack_key(key)
-                if key_qid != qid or len(out) >= limit:
+            for value in cursor.iternext_dup():
+                out.append(unpack_row(value))
+                if len(out) >= limit:
                     break
-                out.append((offset, *unpack_value(value)))
         return out
 
     def entry(self, qid: int, offset: int) -> tuple[int, int, int, int] | None:
         with self._env.begin(db=self._cq) as txn:
-            value = txn.get(CQ_KEY.pack(qid, offset))
-        return None if value is None else CQ_VALUE.unpack(value)
+            row = find(txn.cursor(), qid, offset)
+        return None if row is None else unpack_row(row)[1:]
 
-    def commit(
+    def commit_entries(
         self,
         entries: Iterable[Entry],
         new_queues: Iterable[tuple[bytes, int]],
@@ -214,17 +213,32 @@ class Index(RetentionIndex):
         latest_store_ms: int,
         keys: Iterable[bytes] = (),
     ) -> None:
-        """Write a dispatched batch (consume-queue entries, :func:`key_rows`) and the new checkpoint in one
-        transaction."""
-        pack_key, pack_value = CQ_KEY.pack, CQ_VALUE.pack
+        """:meth:`commit` of consume-queue entries as tuples (recovery re-dispatching)."""
+        pack_key = QID.pack
+        rows = [(pack_key(q), pack_row(o, c, s, t, ts)) for q, o, c, s, t, ts in entries]
+        self.commit(rows, new_queues, next_qid, checkpoint, latest_store_ms, keys)
+
+    def commit(
+        self,
+        rows: list[tuple[bytes, bytes]],
+        new_queues: Iterable[tuple[bytes, int]],
+        next_qid: int,
+        checkpoint: int,
+        latest_store_ms: int,
+        keys: Iterable[bytes] = (),
+    ) -> None:
+        """Write a dispatched batch (consume-queue rows: ``QID`` key and
+        :func:`~mqproxy.backends.embedded.cq_entry.pack_row` value; one at an offset already held
+        replaces that row; :func:`key_rows`) and the new checkpoint in one transaction."""
         try:
             with self._env.begin(write=True) as txn:
                 new_queues = list(new_queues)
                 for name, qid in new_queues:
                     txn.put(name, _U64.pack(qid), db=self._qids)
                 cursor = txn.cursor(db=self._cq)
-                cursor.putmulti([(pack_key(q, o), pack_value(c, s, t, ts)) for q, o, c, s, t, ts in entries])
-                txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
+                put_rows(cursor, rows)
+                if keys:
+                    txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
                 if new_queues:
                     txn.put(_NEXT_QID, _U64.pack(next_qid), db=self._meta)
                 txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_store_ms), db=self._meta)
@@ -301,20 +315,19 @@ class Index(RetentionIndex):
 
         The caller validated ``keep`` and ``below`` against the queue's bounds.
         """
-        pack_key, unpack_value = CQ_KEY.pack, CQ_VALUE.unpack
         try:
             with self._env.begin(write=True) as txn:
                 end, _ = self._last(txn, qid)
+                cursor = txn.cursor(db=self._cq)
                 kept = []
-                for offset in keep:
-                    value = txn.get(pack_key(qid, offset), db=self._cq)
+                for i, offset in enumerate(keep):
+                    value = find(cursor, qid, offset)
                     if value is None:
                         raise BackendError(f"queue {qid} has no entry at offset {offset}")
-                    clo, size, tag, _ts = unpack_value(value)
-                    kept.append(CQ_VALUE.pack(clo, size, tag, now_ms))
-                cursor = txn.cursor(db=self._cq)
-                cursor.putmulti([(pack_key(qid, end + i), v) for i, v in enumerate(kept)])
-                _delete_entries(cursor, qid, below)
+                    _offset, clo, size, tag, _ts = unpack_row(value)
+                    kept.append((QID.pack(qid), pack_row(end + i, clo, size, tag, now_ms)))
+                put_rows(cursor, kept)
+                delete_below(cursor, qid, below)
                 floor = below
                 old = txn.get(_U64.pack(qid), db=self._floors)
                 if old is not None:
@@ -327,11 +340,8 @@ class Index(RetentionIndex):
             raise StoreUnavailable(f"index write failed: {exc}") from exc
 
     def _first(self, txn: lmdb.Transaction, qid: int) -> int | None:
-        cursor = txn.cursor(db=self._cq)
-        if not cursor.set_range(CQ_KEY.pack(qid, 0)):
-            return None
-        key_qid, offset = CQ_KEY.unpack(cursor.key())
-        return offset if key_qid == qid else None
+        row = first_row(txn.cursor(db=self._cq), qid)
+        return None if row is None else unpack_row(row)[0]
 
     def scan_lmqs(
         self,
@@ -393,7 +403,9 @@ class Index(RetentionIndex):
 
     def _drop_queue(self, txn: lmdb.Transaction, key: bytes, qid: int) -> None:
         """Delete a queue's entries, floor and (light queue) consumer offsets; keep its name row."""
-        _delete_entries(txn.cursor(db=self._cq), qid, 1 << 64)
+        cursor = txn.cursor(db=self._cq)
+        if cursor.set_key(QID.pack(qid)):
+            cursor.delete(dupdata=True)
         txn.delete(_U64.pack(qid), db=self._floors)
         readers = txn.cursor(db=self._lmq_offsets)
         groups = []
@@ -412,8 +424,8 @@ class Index(RetentionIndex):
         (entries, floor, consumer offsets) and return True. A re-dispatch of the same record is a no-op."""
         try:
             with self._env.begin(write=True) as txn:
-                first = txn.get(CQ_KEY.pack(qid, 0), db=self._cq)
-                if first is not None and CQ_VALUE.unpack(first)[0] == commitlog_offset:
+                first = find(txn.cursor(db=self._cq), qid, 0)
+                if first is not None and unpack_row(first)[1] == commitlog_offset:
                     return False
                 if first is None and self._last(txn, qid)[0] == 0:
                     return False

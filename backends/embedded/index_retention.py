@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from mqproxy.backends.embedded.cq_entry import QID, find, pack_row, seek, unpack_row, upsert
 from mqproxy.model.errors import StoreUnavailable
 
-_CQ_KEY = struct.Struct(">QQ")
-_CQ_VALUE = struct.Struct(">qIIq")
 _U64 = struct.Struct(">Q")
 _FLOOR = struct.Struct(">Qq")
 _CHECKPOINT = b"checkpoint"
@@ -60,17 +59,17 @@ class RetentionIndex:
                     if checkpoint > current:
                         txn.put(_CHECKPOINT, _CHECKPOINT_VALUE.pack(checkpoint, latest_ms), db=self._meta)
                 retarget: dict[int, tuple[int, int]] = {}
+                rows = txn.cursor(db=self._cq)
                 for qid, offset, old, new, size, tag, ts, first in moves:
-                    key = _CQ_KEY.pack(qid, offset)
-                    value = txn.get(key, db=self._cq)
+                    value = find(rows, qid, offset)
                     if value is None:
                         if not create:
                             continue
                     else:
-                        clo, _size, tag, ts = _CQ_VALUE.unpack(value)
+                        _offset, clo, _size, tag, ts = unpack_row(value)
                         if clo != old:
                             continue
-                    txn.put(key, _CQ_VALUE.pack(new, size, tag, ts), db=self._cq)
+                    upsert(rows, QID.pack(qid), pack_row(offset, new, size, tag, ts))
                     retarget[old] = (new, first)
                     changed += 1
                 for old, (new, first) in retarget.items():
@@ -126,17 +125,14 @@ class RetentionIndex:
         resume = start
         with self._env.begin(db=self._cq) as txn:
             cursor = txn.cursor()
-            if not cursor.set_range(_CQ_KEY.pack(qid, start)):
+            if not seek(cursor, qid, start):
                 return found, resume, True
-            for key, value in cursor:
-                key_qid, offset = _CQ_KEY.unpack(key)
-                if key_qid != qid:
-                    return found, resume, True
+            for value in cursor.iternext_dup():
+                offset, clo, size, tag, ts = unpack_row(value)
                 if len(found) >= limit or examine <= 0:
                     return found, offset, False
                 examine -= 1
                 resume = offset + 1
-                clo, size, tag, ts = _CQ_VALUE.unpack(value)
                 if clo < below:
                     found.append((qid, offset, clo, size, tag, ts))
         return found, resume, True
@@ -155,15 +151,15 @@ class RetentionIndex:
                 for qid in qids:
                     if entries >= limit:
                         break
-                    positioned = cursor.set_range(_CQ_KEY.pack(qid, 0))
+                    key = QID.pack(qid)
+                    positioned = cursor.set_key(key)
                     dropped = 0
                     last = (0, 0)  # (queue offset, store time) of the last entry dropped
                     emptied = True
                     while positioned:
-                        key_qid, offset = _CQ_KEY.unpack(cursor.key())
-                        if key_qid != qid:
+                        if cursor.key() != key:
                             break
-                        clo, _size, _tag, ts = _CQ_VALUE.unpack(cursor.value())
+                        offset, clo, _size, _tag, ts = unpack_row(cursor.value())
                         if clo >= below:
                             emptied = False
                             break

@@ -23,6 +23,9 @@ and the "newest record" of compaction keep using it), ``>q`` offset it was moved
 earlier copy), ``>H`` entry count, then per index entry that pointed at it ``>H`` queue-name key length,
 key, ``>q`` queue offset; then the original payload. :func:`decode_message` reads through the wrapper,
 so a moved message reads exactly as before.
+
+Since issue 18 new messages are written as the compact kind 3 record of
+:mod:`~mqproxy.backends.embedded.record_compact`; kind 1 records are still read.
 """
 
 from __future__ import annotations
@@ -34,10 +37,32 @@ from dataclasses import dataclass
 
 import orjson
 
+from mqproxy.backends.embedded.record_compact import (
+    IPV4,
+    KIND_COMPACT,
+    LMQ_SHORT,
+    decode_compact,
+    encode_message,
+    property_sizes,
+)
 from mqproxy.model.errors import StoreUnavailable
 
 KIND_MESSAGE = 1
 KIND_MOVED = 2
+__all__ = [
+    "KIND_COMPACT",
+    "KIND_MESSAGE",
+    "KIND_MOVED",
+    "MessageRecord",
+    "MovedRecord",
+    "body_crc",
+    "decode_message",
+    "decode_moved",
+    "decode_stored",
+    "encode_message",
+    "encode_moved",
+    "layout",
+]
 _FIXED = struct.Struct(">BiqiiqqiI")
 _H = struct.Struct(">H")
 _I = struct.Struct(">I")
@@ -63,50 +88,6 @@ class MessageRecord:
 
 def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
-
-
-def encode_message(
-    *,
-    topic: str,
-    queue_id: int,
-    queue_offset: int,
-    flag: int,
-    sys_flag: int,
-    born_timestamp_ms: int,
-    store_timestamp_ms: int,
-    reconsume_times: int,
-    born_host: tuple[str, int],
-    lmqs: Sequence[tuple[str, int]],
-    properties: Mapping[str, str],
-    body: bytes,
-) -> bytes:
-    host = born_host[0].encode()
-    topic_b = topic.encode()
-    props = orjson.dumps(dict(properties))
-    parts = [
-        _FIXED.pack(
-            KIND_MESSAGE,
-            queue_id,
-            queue_offset,
-            flag,
-            sys_flag,
-            born_timestamp_ms,
-            store_timestamp_ms,
-            reconsume_times,
-            body_crc(body),
-        ),
-        bytes((len(host),)),
-        host,
-        _H.pack(born_host[1]),
-        _H.pack(len(topic_b)),
-        topic_b,
-        _H.pack(len(lmqs)),
-    ]
-    for name, offset in lmqs:
-        name_b = name.encode()
-        parts += (bytes((len(name_b),)), name_b, _Q.pack(offset))
-    parts += (_I.pack(len(props)), props, _I.pack(len(body)), body)
-    return b"".join(parts)
 
 
 @dataclass(slots=True, frozen=True)
@@ -169,6 +150,12 @@ def decode_message(payload: bytes) -> MessageRecord:
     moved = decode_moved(payload)
     if moved is not None:
         payload = moved.payload
+    if payload and payload[0] == KIND_COMPACT:
+        try:
+            fields = decode_compact(payload)
+        except (ValueError, IndexError, struct.error, UnicodeDecodeError, OSError) as exc:
+            raise StoreUnavailable(f"malformed commit-log record: {exc}") from None
+        return MessageRecord(*fields)
     try:
         (kind, queue_id, queue_offset, flag, sys_flag, born_ts, store_ts, reconsume, crc) = (
             _FIXED.unpack_from(payload, 0)
@@ -217,3 +204,38 @@ def decode_message(payload: bytes) -> MessageRecord:
         properties=properties,
         body=bytes(body),
     )
+
+
+def layout(payload: bytes) -> dict[str, int]:
+    """Bytes of each section of a stored record (for ``bench/disk_bytes.py``): record header (fixed fields
+    and length prefixes), born host, topic, LMQ list, each stored property by key, body; a moved record's
+    wrapper counts as ``moved wrapper``."""
+    out: dict[str, int] = {}
+    moved = decode_moved(payload)
+    if moved is not None:
+        out["moved wrapper"] = len(payload) - len(moved.payload)
+        payload = moved.payload
+    record = decode_message(payload)
+    compact = payload[0] == KIND_COMPACT
+    sections = property_sizes(payload) if compact else _v1_property_sizes(record.properties)
+    for key, size in sections.items():
+        out[f"property {key}"] = size
+    host = 4 if compact and payload[1] & IPV4 else len(record.born_host[0].encode())
+    topic = len(record.topic.encode())
+    if compact:
+        lmqs = sum(1 + len(name.encode()) + 4 for name, _ in record.lmqs)
+        if payload[1] & LMQ_SHORT:  # names without %LMQ%
+            lmqs -= 5 * len(record.lmqs)
+    else:
+        lmqs = sum(1 + len(name.encode()) + 8 for name, _ in record.lmqs)
+    out["born host"] = host
+    out["topic"] = topic
+    out["LMQ list"] = lmqs
+    out["body"] = len(record.body)
+    out["record header (fixed fields, lengths)"] = len(payload) - sum(out.values())
+    return out
+
+
+def _v1_property_sizes(properties: Mapping[str, str]) -> dict[str, int]:
+    """Bytes of each property in a kind 1 record's JSON object ('"k":"v"' and a comma or brace)."""
+    return {key: len(orjson.dumps({key: value})) - 1 for key, value in properties.items()}

@@ -63,10 +63,15 @@ def stored_properties(
     """The properties to store: LMQ targets and their assigned offsets added (spec §9.3)."""
     if not targets:
         return dict(properties)
-    out = {k: v for k, v in properties.items() if k != "WAIT"}
+    out = stored_base(properties)
     out[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(targets)
     out[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = ",".join(map(str, offsets))
     return out
+
+
+def stored_base(properties: Mapping[str, str]) -> dict[str, str]:
+    """The properties of a multi-dispatched message before its LMQ properties are added: ``WAIT`` left out."""
+    return {k: v for k, v in properties.items() if k != "WAIT"}
 
 
 #: A key longer than this (UTF-8 bytes) is not indexed (the index key must stay below LMDB's 511 bytes).
@@ -76,6 +81,8 @@ MAX_INDEXED_KEY_BYTES = 255
 def index_keys(properties: Mapping[str, str]) -> tuple[str, ...]:
     """What a message can be found by (QUERY_MESSAGE): each space-separated ``KEYS`` entry and its
     ``UNIQ_KEY``, deduplicated; empty and over-long keys are left out (the broker's IndexService)."""
+    if PROPERTY_KEYS not in properties and PROPERTY_UNIQ_KEY not in properties:
+        return ()
     keys = properties.get(PROPERTY_KEYS, "").split(" ")
     keys.append(properties.get(PROPERTY_UNIQ_KEY, ""))
     return tuple(

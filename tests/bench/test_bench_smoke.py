@@ -88,3 +88,24 @@ def test_cpu_bench_prints_cpu_per_message_for_every_case() -> None:
     for case in ("qos0", "qos1", "remoting"):
         assert re.search(rf"^  round 1  mqproxy +{case} +{FLOAT} us CPU/msg$", out, re.M), out
         assert re.search(rf"^  {case} +mqproxy +{FLOAT} us \(1\.00x\)", out, re.M), out
+
+
+@pytest.mark.slow
+def test_disk_bytes_bench_prints_the_breakdown() -> None:
+    out = run_bench("disk_bytes.py", "--messages", "300")
+    assert re.search(r"^commit log: 300 records, \d+ B on disk, " + FLOAT + " B per message$", out, re.M), out
+    for section in ("body", "frame header", "topic", "property MQTT_TOPIC"):
+        match = re.search(rf"^  {section} +({FLOAT}) B/message$", out, re.M)
+        assert match, f"no {section} line:\n{out}"
+    assert re.search(r"^  body +64\.0 B/message$", out, re.M), out
+    assert re.search(rf"^  cqd +\d+ pages +{FLOAT} B/message +900 entries +{FLOAT} B/entry$", out, re.M), out
+    match = re.search(rf"^total on disk: ({FLOAT}) B per message", out, re.M)
+    assert match, out
+    assert 64 < float(match.group(1)) < 2000
+
+
+@pytest.mark.slow
+def test_append_cpu_bench_prints_both_figures() -> None:
+    out = run_bench("append_cpu.py", "--messages", "640", "--rounds", "1")
+    assert re.search(rf"^store\.send, 64 tasks: min {FLOAT} µs CPU/message", out, re.M), out
+    assert re.search(rf"^encode_message alone: min {FLOAT} µs CPU/message", out, re.M), out
