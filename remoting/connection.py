@@ -402,8 +402,14 @@ async def serve_remoting(
                 if draining is not None and draining.is_set() and not (go_away and in_flight):
                     break
                 data = b""
-                with trio.CancelScope() as read_scope:
-                    data = await _receive(connection, frame_started + limits.frame_timeout_s)
+                frame_deadline = frame_started + limits.frame_timeout_s
+                while not connection.closed:  # one cancel scope per read: its deadline, or the drain
+                    read_scope = trio.CancelScope(deadline=_read_deadline(connection, frame_deadline))
+                    with read_scope:
+                        data = await _receive(connection)
+                    if not read_scope.cancelled_caught or (draining is not None and draining.is_set()):
+                        break
+                    _check_deadlines(connection, frame_deadline)  # else activity moved the idle deadline
                 read_scope = None
                 if not data:
                     break
@@ -430,25 +436,28 @@ async def serve_remoting(
     return stats
 
 
-async def _receive(conn: RemotingConnection, frame_deadline: float) -> bytes | bytearray:
-    """The next bytes from the peer; b"" at EOF, at idle timeout, when an incomplete frame is still
-    incomplete at ``frame_deadline`` or when the connection failed."""
+def _read_deadline(conn: RemotingConnection, frame_deadline: float) -> float:
     idle = conn.limits.idle_timeout_s
-    while not conn.closed:
-        deadline = conn.last_activity + idle if math.isfinite(idle) else math.inf
-        with trio.move_on_at(min(deadline, frame_deadline)):
-            try:
-                return await conn.wire.receive_some(_RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                if conn.stats.error is None:
-                    conn.stats.error, conn.stats.detail = "connection_lost", str(exc) or None
-                return b""
-        if trio.current_time() >= frame_deadline:
-            limit = conn.limits.frame_timeout_s
-            conn.fail("frame_timeout", f"a frame stayed incomplete for {limit:g} s")
-        elif trio.current_time() >= conn.last_activity + idle:
-            conn.fail("idle_timeout", f"nothing read or written for {idle:g} s")
-    return b""
+    return min(conn.last_activity + idle if math.isfinite(idle) else math.inf, frame_deadline)
+
+
+def _check_deadlines(conn: RemotingConnection, frame_deadline: float) -> None:
+    """After a read ran out of time: fail the connection if the frame or idle timeout passed."""
+    now, idle = trio.current_time(), conn.limits.idle_timeout_s
+    if now >= frame_deadline:
+        conn.fail("frame_timeout", f"a frame stayed incomplete for {conn.limits.frame_timeout_s:g} s")
+    elif now >= conn.last_activity + idle:
+        conn.fail("idle_timeout", f"nothing read or written for {idle:g} s")
+
+
+async def _receive(conn: RemotingConnection) -> bytes | bytearray:
+    """The next bytes from the peer; b"" at EOF or when the connection failed (bound it with a scope)."""
+    try:
+        return await conn.wire.receive_some(_RECEIVE_BYTES)
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        if conn.stats.error is None:
+            conn.stats.error, conn.stats.detail = "connection_lost", str(exc) or None
+        return b""
 
 
 def _encode_response(response: RemotingCommand, max_frame_bytes: int) -> bytes:
