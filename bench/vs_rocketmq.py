@@ -29,7 +29,9 @@ each target in turn:
     the backlog the producer case left (``produced`` = sum of the queues' max offsets on the broker).
     Its printed TPS is a 10 s window that a drain of a few seconds never fills, so a small wrapper
     (``bench/java/remoting/ConsumerProbe.java``) runs it unchanged in the same JVM and reads its own
-    received-message counter every 10 ms: TPS = messages / time from the first to the last one.
+    received-message counter every 10 ms: TPS = N / time from the first message to the N-th, N
+    the smallest backlog of the targets (a short drain is mostly the client JVM's warm-up: unequal
+    backlogs would not compare).
 ``latency``
     ``bench/java/remoting/RemotingSend.java``: one DefaultMQProducer (client 5.5.0, as the benchmark
     Producer) shared by THREADS threads, each sending one SIZE-byte message at a time synchronously; every
@@ -76,7 +78,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import stock_rocketmq as rmq  # noqa: E402  (scripts/ is not a package; the launcher is stdlib-only)
 from _figures import uptime  # noqa: E402
 from _remoting_client import ProxyProcess, peak_rss_kib  # noqa: E402
-from _vs_cases import CASES, PRODUCER_WINDOW_S, RUNNERS, Row  # noqa: E402
+from _vs_cases import CASES, PRODUCER_WINDOW_S, RUNNERS, Row, drain_counts  # noqa: E402
 from _vs_clients import Clients  # noqa: E402
 from _vs_report import (  # noqa: E402
     IDLE_S,
@@ -180,6 +182,8 @@ def main() -> int:
             flush=True,
         )
         for case in opts.cases:
+            if case == "drain":
+                opts.drain_counts = drain_counts(targets, opts)
             print(f"\n== {case}: {TITLES[case].format(**vars(opts))}", flush=True)
             for flush in opts.flush:
                 pair = [t for t in targets if t.flush == flush]

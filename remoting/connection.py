@@ -23,25 +23,26 @@ reason, e.g. ``bad_json_header``), stays idle too long (``idle_timeout``), leave
 long (``frame_timeout``) or stops reading our writes (``write_timeout``). It never closes ``stream``; the
 caller does, then logs ``conn.closed`` from ``stats``. Cancelling it is safe.
 
-Behaviour: a request frame that arrives alone in its read and whose code is in
-``limits.inline_codes`` (requests that complete without waiting on anything but the store's write, e.g.
-sends and offset updates on the embedded backend) is handled inline by the read loop: no task, and the
-next read waits for it. Every other request frame runs in its own task (long polls do not block other
-requests; the frames of one read run concurrently, so their sends share one store write). Responses may
-go out of order (clients match them by opaque); responses are queued whole in the connection's
-:class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in one
-``send_all``; while ``max_outbox_bytes`` wait to be written, writers wait); frames with the response
-bit are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`)
-and never dispatched. In-flight limit (``max_in_flight``): a two-way request beyond it is answered
-SYSTEM_BUSY ``[OVERLOAD]`` at once by the reader, as a broker whose request queue is full does (the Java
-producer retries code 2 elsewhere), and a oneway one (which has no answer to carry a refusal, and which a
-broker would drop) waits for a slot; either way reading stops while the answer or the slot waits, so a
-flooding client is slowed by TCP back-pressure and its requests never pile up as tasks. While the server
-drains, a client newer than 5.3.1 gets GO_AWAY (1500) for each further two-way request (it reconnects and
-sends it again) until the requests in flight are done; an older one is no longer read. When the peer
-closes, oneway requests still in flight complete (up to ``cleanup_timeout_s``; a consumer's last offset
-commits are oneway), the others are cancelled. When the connection ends its consumers are unregistered and the
-remaining members of their groups get NOTIFY_CONSUMER_IDS_CHANGED.
+Behaviour: a request frame that arrives alone in its read and whose code is in ``limits.inline_codes``
+(requests that complete without waiting on anything but the store's write, e.g. sends and offset updates on
+the embedded backend) is handled inline by the read loop: no task, and the next read waits for it; its
+response goes straight to the socket when nothing else is being written (plain TCP,
+:mod:`mqproxy.remoting.wire`, which also does the reads). Every other request frame runs in its own task
+(long polls do not block other requests; the frames of one read run concurrently, so their sends share one
+store write). Responses may go out of order (clients match them by opaque); responses are queued whole in
+the connection's :class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in
+one ``send_all``; while ``max_outbox_bytes`` wait to be written, writers wait); frames with the response bit
+are matched against this connection's own server->client calls (:meth:`RemotingConnection.call`) and never
+dispatched. In-flight limit (``max_in_flight``): a two-way request beyond it is answered SYSTEM_BUSY
+``[OVERLOAD]`` at once by the reader, as a broker whose request queue is full does (the Java producer
+retries code 2 elsewhere), and a oneway one (which has no answer to carry a refusal, and which a broker
+would drop) waits for a slot; either way reading stops while the answer or the slot waits, so a flooding
+client is slowed by TCP back-pressure and its requests never pile up as tasks. While the server drains, a
+client newer than 5.3.1 gets GO_AWAY (1500) for each further two-way request (it reconnects and sends it
+again) until the requests in flight are done; an older one is no longer read. When the peer closes, oneway
+requests still in flight complete (up to ``cleanup_timeout_s``; a consumer's last offset commits are
+oneway), the others are cancelled. When the connection ends its consumers are unregistered and the remaining
+members of their groups get NOTIFY_CONSUMER_IDS_CHANGED.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from mqproxy.facade.api import BrokerFacade
 from mqproxy.remoting.context import RequestCallback, ServerContext, ignore_request
 from mqproxy.remoting.session import RemotingSession
 from mqproxy.remoting.transactions import check_command
+from mqproxy.remoting.wire import SocketWire
 from mqproxy.remoting_client.outbox import FrameOutbox, OutboxBroken
 
 if TYPE_CHECKING:
@@ -125,6 +127,7 @@ class RemotingConnection:
         self, stream: trio.abc.Stream, nursery: trio.Nursery, stats: ConnectionStats, limits: ConnectionLimits
     ) -> None:
         self.stream = stream
+        self.wire = SocketWire(stream)
         self.nursery = nursery
         self.stats = stats
         self.limits = limits
@@ -151,6 +154,22 @@ class RemotingConnection:
             await self._outbox.put(frame)
         except OutboxBroken:
             pass  # the connection ended (see _write_failed)
+
+    async def write_now(self, frame: bytes) -> None:
+        """:meth:`write`, but while nothing is queued or being written the socket (plain TCP) takes what
+        it can at once, without a schedule point; only the rest is queued."""
+        if not self.closed and self._outbox.idle:
+            try:
+                sent = self.wire.send_now(frame)
+            except trio.BrokenResourceError as exc:
+                self.fail("connection_lost", str(exc) or None)
+                return
+            if sent:
+                self._sent(sent)
+                if sent == len(frame):
+                    return
+                frame = frame[sent:]
+        await self.write(frame)
 
     async def flush(self) -> None:
         """Wait until every frame queued so far was written (or the connection ended)."""
@@ -299,7 +318,7 @@ async def serve_remoting(
         on_request(handled.event(latency_ms=0.0, req_bytes=size, resp_bytes=len(frame)))
 
     async def serve_request(
-        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int
+        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, inline: bool
     ) -> None:
         nonlocal in_flight, oneways
         started = trio.current_time()
@@ -311,7 +330,7 @@ async def serve_remoting(
             if handled.response is not None:
                 frame = _encode_response(handled.response, limits.max_frame_bytes)
                 handled.response.body = b""  # kept once (in the frame) while it waits for the outbox
-                await conn.write(frame)
+                await (conn.write_now(frame) if inline else conn.write(frame))
                 resp_bytes = len(frame)
             latency_ms = (trio.current_time() - started) * 1000.0
             on_request(handled.event(latency_ms=latency_ms, req_bytes=size, resp_bytes=resp_bytes))
@@ -373,9 +392,9 @@ async def serve_remoting(
                             slot_free = None
                         in_flight += 1
                         if len(commands) == 1 and command.code in limits.inline_codes:
-                            await serve_request(connection, session, command, size)
+                            await serve_request(connection, session, command, size, True)
                         else:
-                            nursery.start_soon(serve_request, connection, session, command, size)
+                            nursery.start_soon(serve_request, connection, session, command, size, False)
                     if not decoder.buffered:
                         frame_started = math.inf
                     elif commands or math.isinf(frame_started):  # this read began the frame
@@ -383,8 +402,14 @@ async def serve_remoting(
                 if draining is not None and draining.is_set() and not (go_away and in_flight):
                     break
                 data = b""
-                with trio.CancelScope() as read_scope:
-                    data = await _receive(connection, frame_started + limits.frame_timeout_s)
+                frame_deadline = frame_started + limits.frame_timeout_s
+                while not connection.closed:  # one cancel scope per read: its deadline, or the drain
+                    read_scope = trio.CancelScope(deadline=_read_deadline(connection, frame_deadline))
+                    with read_scope:
+                        data = await _receive(connection)
+                    if not read_scope.cancelled_caught or (draining is not None and draining.is_set()):
+                        break
+                    _check_deadlines(connection, frame_deadline)  # else activity moved the idle deadline
                 read_scope = None
                 if not data:
                     break
@@ -411,25 +436,28 @@ async def serve_remoting(
     return stats
 
 
-async def _receive(conn: RemotingConnection, frame_deadline: float) -> bytes | bytearray:
-    """The next bytes from the peer; b"" at EOF, at idle timeout, when an incomplete frame is still
-    incomplete at ``frame_deadline`` or when the connection failed."""
+def _read_deadline(conn: RemotingConnection, frame_deadline: float) -> float:
     idle = conn.limits.idle_timeout_s
-    while not conn.closed:
-        deadline = conn.last_activity + idle if math.isfinite(idle) else math.inf
-        with trio.move_on_at(min(deadline, frame_deadline)):
-            try:
-                return await conn.stream.receive_some(_RECEIVE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                if conn.stats.error is None:
-                    conn.stats.error, conn.stats.detail = "connection_lost", str(exc) or None
-                return b""
-        if trio.current_time() >= frame_deadline:
-            limit = conn.limits.frame_timeout_s
-            conn.fail("frame_timeout", f"a frame stayed incomplete for {limit:g} s")
-        elif trio.current_time() >= conn.last_activity + idle:
-            conn.fail("idle_timeout", f"nothing read or written for {idle:g} s")
-    return b""
+    return min(conn.last_activity + idle if math.isfinite(idle) else math.inf, frame_deadline)
+
+
+def _check_deadlines(conn: RemotingConnection, frame_deadline: float) -> None:
+    """After a read ran out of time: fail the connection if the frame or idle timeout passed."""
+    now, idle = trio.current_time(), conn.limits.idle_timeout_s
+    if now >= frame_deadline:
+        conn.fail("frame_timeout", f"a frame stayed incomplete for {conn.limits.frame_timeout_s:g} s")
+    elif now >= conn.last_activity + idle:
+        conn.fail("idle_timeout", f"nothing read or written for {idle:g} s")
+
+
+async def _receive(conn: RemotingConnection) -> bytes | bytearray:
+    """The next bytes from the peer; b"" at EOF or when the connection failed (bound it with a scope)."""
+    try:
+        return await conn.wire.receive_some(_RECEIVE_BYTES)
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        if conn.stats.error is None:
+            conn.stats.error, conn.stats.detail = "connection_lost", str(exc) or None
+        return b""
 
 
 def _encode_response(response: RemotingCommand, max_frame_bytes: int) -> bytes:

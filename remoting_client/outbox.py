@@ -101,6 +101,12 @@ class FrameOutbox:
         return self._error
 
     @property
+    def idle(self) -> bool:
+        """Usable, nothing queued and no write under way: a caller may write to the stream directly
+        (until its next schedule point) and put what the stream did not take."""
+        return not self._writing and not self._frames and self._error is None
+
+    @property
     def queued_bytes(self) -> int:
         return self._queued_bytes
 

@@ -14,9 +14,9 @@ ALLOWED = {"codecs", "model", "facade", "runtime", "negotiation", "remoting", "a
 #: Single modules of other packages it may import: the frame outbox its connections share with the
 #: remoting client (a trio writer; it knows nothing of brokers).
 ALLOWED_MODULES = {"mqproxy.remoting_client.outbox"}
-#: The modules that may wait, time or do I/O: the connection driver and service, the session (latency),
-#: pop (long polls and pop times) and produce (time-based unique keys).
-DRIVERS = {"connection.py", "service.py", "session.py", "pop.py", "produce.py"}
+#: The modules that may wait, time or do I/O: the connection driver, its socket wire and service, the
+#: session (latency), pop (long polls and pop times) and produce (time-based unique keys).
+DRIVERS = {"connection.py", "wire.py", "service.py", "session.py", "pop.py", "produce.py"}
 IO = {"trio", "socket", "ssl", "time", "asyncio", "selectors", "threading"}
 
 
