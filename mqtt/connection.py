@@ -1,7 +1,8 @@
 """One MQTT network connection: :class:`MqttConnection`, the trio adapter around the sans-IO core
 (:class:`~mqproxy.mqtt.protocol.MqttProtocol`), served by the MQTT service.
 
-Tasks per connection (one nursery): the packet reader (this task; its read deadline is the deadline of
+Tasks per connection (hosted by a :class:`~mqproxy.runtime.tasks.TaskHost` in the nursery that runs the
+connection, not a nursery each): the packet reader (this task; its read deadline is the deadline of
 the connection's one read scope, set before each read, not a cancel scope per read), a writer only while
 packets wait to be sent (:mod:`mqproxy.mqtt.writer`: on plain TCP a packet goes straight to the socket
 when nothing is queued before it; bounded outbox; a peer that takes nothing for ``write_timeout_s`` is a
@@ -50,6 +51,7 @@ from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import plain_layers
+from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["MqttConnection"]
 
@@ -81,7 +83,7 @@ class MqttConnection(PacketWriter, Subscribing):
         self._read_scope = trio.CancelScope()
         self._kicked: Close | None = None
         self._readers: dict[str, trio.CancelScope] = {}
-        self._nursery: trio.Nursery | None = None
+        self._nursery: TaskHost | None = None  # the connection's tasks (writer, readers), while it runs
         self._deferred: list[mq.Packet] = []
         self._held: list[InFlight] = []
         #: This connection's topic permissions, set when its CONNECT is admitted.
@@ -96,26 +98,30 @@ class MqttConnection(PacketWriter, Subscribing):
     async def run(self) -> None:
         close = Close(None, None)
         registered = False
+        # The connection's tasks run beside it, in the nursery that runs it (no nursery of its own).
+        tasks = self._nursery = TaskHost(trio.lowlevel.current_task().parent_nursery, self._task_failed)
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                if self.gateway.drains(self):
-                    registered = True
-                else:  # a draining event the gateway does not watch (tests): a watcher of its own
-                    nursery.start_soon(self._watch_drain)
-                try:  # the read loop, inline: an idle connection waits in one frame fewer
-                    with self._read_scope as scope:
-                        await self._read_packets()
-                    close = self._kicked or (
-                        self.proto.timeout_close() if scope.cancelled_caught else Close(None, None)
-                    )
-                except _READ_ENDINGS as exc:
-                    close = self._close_for(exc)
-                finally:
-                    for scope in self._readers.values():
-                        scope.cancel()
+            if self.gateway.drains(self):
+                registered = True
+            else:  # a draining event the gateway does not watch (tests): a watcher of its own
+                tasks.start_soon(self._watch_drain)
+            try:  # the read loop, inline: an idle connection waits in one frame fewer
+                with self._read_scope as scope:
+                    await self._read_packets()
+                close = self._kicked or (
+                    self.proto.timeout_close() if scope.cancelled_caught else Close(None, None)
+                )
+            except _READ_ENDINGS as exc:
+                close = self._close_for(exc)
+            finally:
+                for scope in self._readers.values():
+                    scope.cancel()
+                if tasks.error is None:
                     await self._close_writer(self.proto.final_packet(close), 1.0)
-                    nursery.cancel_scope.cancel()
+                tasks.cancel()
+                await tasks.join()
+            if tasks.error is not None:  # a bug in one of the connection's tasks (as a nursery would)
+                raise tasks.error
         finally:
             if registered:
                 self.gateway.live.discard(self)
@@ -130,6 +136,10 @@ class MqttConnection(PacketWriter, Subscribing):
                     self._is_detached = True
                     if self._detached is not None:
                         self._detached.set()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """One of the connection's tasks raised: end the read loop (``run`` re-raises ``exc``)."""
+        self._read_scope.cancel()
 
     async def wait_detached(self) -> None:
         """Wait until this connection has let go of its session (detached, will published)."""

@@ -33,6 +33,7 @@ from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import InboundQos2, SubscriptionSpec
 from mqproxy.mqtt.store import queue_ids
+from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["Deliveries"]
 
@@ -50,7 +51,7 @@ class Deliveries:
     gateway: Gateway
     session: Session | None
     _readers: dict[str, trio.CancelScope]
-    _nursery: trio.Nursery | None
+    _nursery: TaskHost | None
     #: QoS 2 acks (PUBREL, PUBCOMP) that wait until the session's QoS 2 state is durable.
     _deferred: list[Packet]
     #: Durable QoS 2 deliveries whose PUBLISH waits until their record is durable.
@@ -324,7 +325,7 @@ class Deliveries:
         cluster that is every queue whose broker answers (the message goes to one of them); a broker that
         is down is left out (sends do not go there), and if none answers the id is recorded unmarked (a
         re-sent PUBLISH counts as stored)."""
-        session.awaiting_rel.update(packet_id for packet_id, _ in accepted)
+        session.expect_rel([packet_id for packet_id, _ in accepted])
         if not session.persistent:
             return
         sizes: dict[str, list[tuple[int, int]]] = {}
