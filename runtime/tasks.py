@@ -52,7 +52,8 @@ class TaskHost:
         """How many tasks started here have not ended yet."""
         return len(self._scopes) if self._scopes else 0
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> trio.CancelScope:
+        """Start ``fn(*args)``; returns the cancel scope it runs in (cancelling it ends that task only)."""
         scope = trio.CancelScope()
         if self._cancelled:
             scope.cancel()
@@ -65,6 +66,7 @@ class TaskHost:
             )
         else:
             self._nursery.start_soon(self._run, scope, fn, args, name=fn)
+        return scope
 
     async def _run(
         self, scope: trio.CancelScope, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
