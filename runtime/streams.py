@@ -4,6 +4,7 @@
 * :class:`PrefixedStream` replays bytes consumed while sniffing before reading the inner stream, so a
   protocol handler sees the connection from its first byte.
 * :func:`direct_sender` writes to a plain TCP connection without a task switch (broadcast fast path).
+* :func:`receive_now` reads what a plain TCP connection has received already, without waiting.
 * :func:`plain_layers` lets a reader of a plain TCP connection skip the wrappers once their replay is read.
 """
 
@@ -120,6 +121,26 @@ def direct_sender(stream: trio.abc.Stream) -> DirectSend | None:
         return n
 
     return send
+
+
+def receive_now(stream: CountingStream, max_bytes: int) -> bytes | None:
+    """What a plain TCP ``stream`` (a :class:`CountingStream` over a ``trio.SocketStream``) has received
+    already, up to ``max_bytes``, without waiting or a trio checkpoint: the bytes (``b""`` at the end of
+    the stream), counted like :meth:`CountingStream.receive_some`. None when nothing is there yet, the
+    stream is not plain TCP, or the read fails: the caller awaits ``receive_some`` then, which reports
+    errors as usual. For a reader that usually finds its data there (a new connection's first bytes)."""
+    inner = stream.inner
+    if not isinstance(inner, trio.SocketStream):
+        return None
+    fileno = inner.socket.fileno()
+    if fileno < 0:
+        return None
+    try:
+        data = os.read(fileno, max_bytes)
+    except OSError:  # BlockingIOError (nothing yet) included
+        return None
+    stream.bytes_in += len(data)
+    return data
 
 
 def plain_layers(

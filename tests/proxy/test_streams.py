@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.runtime.streams import CountingStream, PrefixedStream, direct_sender, plain_layers
+from mqproxy.runtime.streams import CountingStream, PrefixedStream, direct_sender, plain_layers, receive_now
 
 
 async def _prefixed_pair() -> tuple[PrefixedStream, PrefixedStream]:
@@ -118,3 +118,23 @@ async def test_plain_layers_unwraps_plain_tcp_only() -> None:
     assert plain_layers(PrefixedStream(memory)) is None
     await sock.aclose()
     await peer.aclose()
+
+
+async def test_receive_now_reads_what_is_there_counts_it_and_never_waits() -> None:
+    server, client = await _tcp_pair()
+    counted = CountingStream(server)
+    assert receive_now(counted, 100) is None  # nothing yet: the caller awaits receive_some
+    await client.send_all(b"CONNECT")
+    with trio.fail_after(5):
+        await trio.lowlevel.wait_readable(server.socket)
+    assert receive_now(counted, 4) == b"CONN"
+    assert receive_now(counted, 100) == b"ECT"
+    assert counted.bytes_in == 7
+    await client.aclose()
+    with trio.fail_after(5):
+        await trio.lowlevel.wait_readable(server.socket)
+    assert receive_now(counted, 100) == b""  # the peer closed
+    a, _ = trio.testing.memory_stream_pair()
+    assert receive_now(CountingStream(a), 100) is None  # not plain TCP
+    await server.aclose()
+    assert receive_now(counted, 100) is None  # closed locally
