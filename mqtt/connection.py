@@ -50,7 +50,7 @@ from mqproxy.mqtt.session_record import WillRecord
 from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
-from mqproxy.runtime.streams import plain_layers
+from mqproxy.runtime.streams import plain_layers, receive_plain
 from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["MqttConnection"]
@@ -235,13 +235,14 @@ class MqttConnection(PacketWriter, Subscribing):
         scope = self._read_scope  # its deadline bounds each read (no scope of its own per read)
         receive_some = self.stream.receive_some
         # Plain TCP: read the socket itself once the sniffed bytes are replayed (counted as the counting
-        # layer would), so an idle connection waits in one frame fewer per wrapper.
+        # layer would), so an idle connection waits in one frame fewer per wrapper, and in one frame over
+        # trio's wait_readable instead of trio's socket layers (receive_plain).
         layers = plain_layers(self.stream)
         while True:
             scope.deadline = trio.current_time() + proto.read_timeout()
             try:
                 if layers is not None and not any(p.replaying for p in layers[2]):
-                    data = await layers[0].receive_some(_READ_BYTES)
+                    data = await receive_plain(layers[0], _READ_BYTES)
                     if layers[1] is not None:
                         layers[1].bytes_in += len(data)
                 else:
@@ -254,6 +255,7 @@ class MqttConnection(PacketWriter, Subscribing):
                     self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"
                 raise Close(None, None)
             packets = proto.receive_data(data)
+            packet: mq.Packet | None = None
             index = 0
             while index < len(packets):
                 packet = packets[index]
@@ -271,6 +273,7 @@ class MqttConnection(PacketWriter, Subscribing):
                     raise Close(None, None)
             if self._deferred or self._held:
                 await self._flush_state()
+            del data, packets, packet  # not kept alive by an idle connection's wait
 
     def _log_request(
         self, kind: mq.PacketType, status: str, started: float, topic: str | None, failed: bool = False
