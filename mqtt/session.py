@@ -83,6 +83,30 @@ _NO_IDS = _NoIds()
 
 
 class Session:
+    __slots__ = (  # one per session: no attribute dict
+        "_next_packet_id",
+        "_slots",
+        "awaiting_rel",
+        "client_id",
+        "connection",
+        "cursors",
+        "ended",
+        "epoch",
+        "expiry_interval",
+        "held",
+        "inflight",
+        "lanes",
+        "rel_marks",
+        "restarted_at_ms",
+        "restored",
+        "send_quota",
+        "settled",
+        "shared",
+        "subscriptions",
+        "unconfirmed",
+        "will",
+    )
+
     def __init__(self, client_id: str, expiry_interval: int, send_quota: int) -> None:
         self.client_id = client_id
         self.expiry_interval = expiry_interval
