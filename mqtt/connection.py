@@ -63,6 +63,8 @@ _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 #: refused politely) before it is closed.
 _DRAIN_CONNECT_WAIT_S = 2.0
 _NO_DEADLINE = float("inf")
+#: How a connection ends unless something else says (read-only; ``run`` replaces it, never raises it).
+_NOT_CLOSED = Close(None, None)
 #: What ends the read loop without being a bug (:meth:`MqttConnection._close_for`).
 _READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -96,7 +98,7 @@ class MqttConnection(PacketWriter, Subscribing):
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
-        close = Close(None, None)
+        close = _NOT_CLOSED  # a value, never raised: no exception object per connection while it runs
         registered = False
         # The connection's tasks run beside it, in the nursery that runs it (no nursery of its own).
         tasks = self._nursery = TaskHost(trio.lowlevel.current_task().parent_nursery, self._task_failed)
