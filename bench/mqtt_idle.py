@@ -12,20 +12,27 @@ Servers: ``--server NAME=PYTHON`` (repeatable; default this interpreter as ``mqp
 ``PYTHON -m mqproxy serve`` (embedded store, async flush), so another checkout's venv is the "before";
 mosquitto (persistence off) is the peer when installed (``scripts/setup-bench-peers.sh``).
 
+``--profile DIR`` samples each mqproxy server with py-spy over the connect phase and the subscribe phase
+of the first round (``DIR/<server>-connect.txt``, ``DIR/<server>-subscribe.txt``, collapsed stacks) and
+prints where the time goes (:mod:`bench._profile`).
+
     python bench/mqtt_idle.py [--server before=../base/.venv/bin/python --server after=.venv/bin/python]
-                              [--conns 2000] [--subscribes 10000] [--rounds 1]
+                              [--conns 2000] [--subscribes 10000] [--rounds 1] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import stat
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import trio
@@ -33,6 +40,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _mqtt_brokers import Broker, rss_bytes, start_mosquitto, start_mqproxy, wait_quiet
 from _mqtt_load import LEVEL, LoadError, MqttClient, connect
+from _profile import summarize
 from _remoting_client import cpu_seconds
 
 from mqproxy.codecs import mqtt
@@ -52,6 +60,39 @@ def _traced_python(tmp: Path, python: str, name: str) -> tuple[str, Path]:
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     return str(wrapper), trace_file
+
+
+@contextlib.contextmanager
+def _spy(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy sampling ``pid`` into ``out`` (collapsed stacks) over the block; nothing if ``out`` is None."""
+    if out is None:
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("py-spy")),
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--nonblocking",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+        spy.wait(30)
+        print(f"{out.name}:\n{summarize(out)}", flush=True)
 
 
 def _lines(path: Path) -> list[str]:
@@ -85,11 +126,14 @@ async def _open_idle(broker: Broker, count: int, tag: str) -> tuple[list[MqttCli
     return clients, time.monotonic() - t0, cpu_seconds(broker.pid) - cpu0
 
 
-async def idle_case(broker: Broker, count: int, trace_file: Path | None) -> dict[str, float]:
+async def idle_case(
+    broker: Broker, count: int, trace_file: Path | None, profile: Path | None = None
+) -> dict[str, float]:
     await wait_quiet(broker.pid)
     traced0 = await _traced_bytes(broker.pid, trace_file) if trace_file else 0
     rss0 = rss_bytes(broker.pid)
-    clients, wall, cpu = await _open_idle(broker, count, f"idle{time.monotonic_ns()}")
+    with _spy(broker.pid, profile):
+        clients, wall, cpu = await _open_idle(broker, count, f"idle{time.monotonic_ns()}")
     await trio.sleep(SETTLE_S)
     rss1 = rss_bytes(broker.pid)
     traced1 = await _traced_bytes(broker.pid, trace_file) if trace_file else 0
@@ -101,9 +145,14 @@ async def idle_case(broker: Broker, count: int, trace_file: Path | None) -> dict
     return out
 
 
-async def subscribe_case(broker: Broker, count: int) -> dict[str, float]:
+async def subscribe_case(broker: Broker, count: int, profile: Path | None = None) -> dict[str, float]:
     await wait_quiet(broker.pid)
     client = await connect(broker.port, f"subs{time.monotonic_ns()}", keep_alive=60)
+    with _spy(broker.pid, profile):
+        return await _subscribe(broker, client, count)
+
+
+async def _subscribe(broker: Broker, client: MqttClient, count: int) -> dict[str, float]:
     window = trio.Semaphore(SUBSCRIBE_WINDOW)
     acked = 0
     done = trio.Event()
@@ -138,7 +187,9 @@ def _mkdir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
-async def run_server(name: str, python: str | None, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+async def run_server(
+    name: str, python: str | None, args: argparse.Namespace, tmp: Path, profile: Path | None
+) -> dict[str, float]:
     figures: dict[str, float] = {}
     _mkdir(tmp)
     if name == "mosquitto":
@@ -152,8 +203,9 @@ async def run_server(name: str, python: str | None, args: argparse.Namespace, tm
     _mkdir(tmp / "plain")
     broker = start_mqproxy(tmp / "plain", name, python)
     try:
-        figures.update(await idle_case(broker, args.conns, None))
-        figures.update(await subscribe_case(broker, args.subscribes))
+        spy = {p: profile / f"{name}-{p}.txt" if profile else None for p in ("connect", "subscribe")}
+        figures.update(await idle_case(broker, args.conns, None, spy["connect"]))
+        figures.update(await subscribe_case(broker, args.subscribes, spy["subscribe"]))
     finally:
         broker.stop()
     _mkdir(tmp / "traced")
@@ -178,7 +230,13 @@ async def main(args: argparse.Namespace) -> None:
             for name, python in servers:
                 try:
                     results[name].append(
-                        await run_server(name, python, args, Path(tmp) / f"r{round_no}-{name}")
+                        await run_server(
+                            name,
+                            python,
+                            args,
+                            Path(tmp) / f"r{round_no}-{name}",
+                            args.profile if round_no == 0 else None,
+                        )
                     )
                 except FileNotFoundError as exc:
                     print(f"  ({name}: {exc})", flush=True)
@@ -217,5 +275,6 @@ if __name__ == "__main__":
     parser.add_argument("--subscribes", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true", help="skip mosquitto")
+    parser.add_argument("--profile", type=Path, help="py-spy the first round's mqproxy phases into DIR")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     trio.run(main, parser.parse_args())

@@ -1,7 +1,8 @@
 """One MQTT network connection: :class:`MqttConnection`, the trio adapter around the sans-IO core
 (:class:`~mqproxy.mqtt.protocol.MqttProtocol`), served by the MQTT service.
 
-Tasks per connection (one nursery): the packet reader (this task; its read deadline is the deadline of
+Tasks per connection (hosted by a :class:`~mqproxy.runtime.tasks.TaskHost` in the nursery that runs the
+connection, not a nursery each): the packet reader (this task; its read deadline is the deadline of
 the connection's one read scope, set before each read, not a cancel scope per read), a writer only while
 packets wait to be sent (:mod:`mqproxy.mqtt.writer`: on plain TCP a packet goes straight to the socket
 when nothing is queued before it; bounded outbox; a peer that takes nothing for ``write_timeout_s`` is a
@@ -49,7 +50,8 @@ from mqproxy.mqtt.session_record import WillRecord
 from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
-from mqproxy.runtime.streams import plain_layers
+from mqproxy.runtime.streams import plain_layers, receive_plain
+from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["MqttConnection"]
 
@@ -61,6 +63,8 @@ _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 #: refused politely) before it is closed.
 _DRAIN_CONNECT_WAIT_S = 2.0
 _NO_DEADLINE = float("inf")
+#: How a connection ends unless something else says (read-only; ``run`` replaces it, never raises it).
+_NOT_CLOSED = Close(None, None)
 #: What ends the read loop without being a bug (:meth:`MqttConnection._close_for`).
 _READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -81,7 +85,7 @@ class MqttConnection(PacketWriter, Subscribing):
         self._read_scope = trio.CancelScope()
         self._kicked: Close | None = None
         self._readers: dict[str, trio.CancelScope] = {}
-        self._nursery: trio.Nursery | None = None
+        self._nursery: TaskHost | None = None  # the connection's tasks (writer, readers), while it runs
         self._deferred: list[mq.Packet] = []
         self._held: list[InFlight] = []
         #: This connection's topic permissions, set when its CONNECT is admitted.
@@ -94,28 +98,32 @@ class MqttConnection(PacketWriter, Subscribing):
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
-        close = Close(None, None)
+        close = _NOT_CLOSED  # a value, never raised: no exception object per connection while it runs
         registered = False
+        # The connection's tasks run beside it, in the nursery that runs it (no nursery of its own).
+        tasks = self._nursery = TaskHost(trio.lowlevel.current_task().parent_nursery, self._task_failed)
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                if self.gateway.drains(self):
-                    registered = True
-                else:  # a draining event the gateway does not watch (tests): a watcher of its own
-                    nursery.start_soon(self._watch_drain)
-                try:  # the read loop, inline: an idle connection waits in one frame fewer
-                    with self._read_scope as scope:
-                        await self._read_packets()
-                    close = self._kicked or (
-                        self.proto.timeout_close() if scope.cancelled_caught else Close(None, None)
-                    )
-                except _READ_ENDINGS as exc:
-                    close = self._close_for(exc)
-                finally:
-                    for scope in self._readers.values():
-                        scope.cancel()
+            if self.gateway.drains(self):
+                registered = True
+            else:  # a draining event the gateway does not watch (tests): a watcher of its own
+                tasks.start_soon(self._watch_drain)
+            try:  # the read loop, inline: an idle connection waits in one frame fewer
+                with self._read_scope as scope:
+                    await self._read_packets()
+                close = self._kicked or (
+                    self.proto.timeout_close() if scope.cancelled_caught else Close(None, None)
+                )
+            except _READ_ENDINGS as exc:
+                close = self._close_for(exc)
+            finally:
+                for scope in self._readers.values():
+                    scope.cancel()
+                if tasks.error is None:
                     await self._close_writer(self.proto.final_packet(close), 1.0)
-                    nursery.cancel_scope.cancel()
+                tasks.cancel()
+                await tasks.join()
+            if tasks.error is not None:  # a bug in one of the connection's tasks (as a nursery would)
+                raise tasks.error
         finally:
             if registered:
                 self.gateway.live.discard(self)
@@ -130,6 +138,10 @@ class MqttConnection(PacketWriter, Subscribing):
                     self._is_detached = True
                     if self._detached is not None:
                         self._detached.set()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """One of the connection's tasks raised: end the read loop (``run`` re-raises ``exc``)."""
+        self._read_scope.cancel()
 
     async def wait_detached(self) -> None:
         """Wait until this connection has let go of its session (detached, will published)."""
@@ -225,13 +237,14 @@ class MqttConnection(PacketWriter, Subscribing):
         scope = self._read_scope  # its deadline bounds each read (no scope of its own per read)
         receive_some = self.stream.receive_some
         # Plain TCP: read the socket itself once the sniffed bytes are replayed (counted as the counting
-        # layer would), so an idle connection waits in one frame fewer per wrapper.
+        # layer would), so an idle connection waits in one frame fewer per wrapper, and in one frame over
+        # trio's wait_readable instead of trio's socket layers (receive_plain).
         layers = plain_layers(self.stream)
         while True:
             scope.deadline = trio.current_time() + proto.read_timeout()
             try:
                 if layers is not None and not any(p.replaying for p in layers[2]):
-                    data = await layers[0].receive_some(_READ_BYTES)
+                    data = await receive_plain(layers[0], _READ_BYTES)
                     if layers[1] is not None:
                         layers[1].bytes_in += len(data)
                 else:
@@ -244,6 +257,7 @@ class MqttConnection(PacketWriter, Subscribing):
                     self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"
                 raise Close(None, None)
             packets = proto.receive_data(data)
+            packet: mq.Packet | None = None
             index = 0
             while index < len(packets):
                 packet = packets[index]
@@ -261,6 +275,7 @@ class MqttConnection(PacketWriter, Subscribing):
                     raise Close(None, None)
             if self._deferred or self._held:
                 await self._flush_state()
+            del data, packets, packet  # not kept alive by an idle connection's wait
 
     def _log_request(
         self, kind: mq.PacketType, status: str, started: float, topic: str | None, failed: bool = False

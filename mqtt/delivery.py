@@ -34,6 +34,7 @@ from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import InboundQos2, SubscriptionSpec
 from mqproxy.mqtt.store import queue_ids
 from mqproxy.runtime.context import ConnectionContext
+from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["Deliveries"]
 
@@ -52,7 +53,7 @@ class Deliveries:
     ctx: ConnectionContext
     session: Session | None
     _readers: dict[str, trio.CancelScope]
-    _nursery: trio.Nursery | None
+    _nursery: TaskHost | None
     #: QoS 2 acks (PUBREL, PUBCOMP) that wait until the session's QoS 2 state is durable.
     _deferred: list[Packet]
     #: Durable QoS 2 deliveries whose PUBLISH waits until their record is durable.
@@ -71,66 +72,66 @@ class Deliveries:
         raise NotImplementedError
 
     # --- readers ------------------------------------------------------------------------------
-    def _start_reader(self, topic_filter: str) -> None:
+    def _start_reader(self, topic_filter: str, at_end: bool = False) -> None:
+        """Start the reader of a subscription (cancelled through ``_readers``). ``at_end``: a new
+        subscription whose cursors were just placed at their queue's end (the first pull is skipped: the
+        reader parks at once, and a message stored meanwhile ends that wait at once)."""
         assert self._nursery is not None
         assert self.session is not None
-        scope = trio.CancelScope()
-        self._readers[topic_filter] = scope
         if topic_filter in self.session.shared:
-            self._nursery.start_soon(self._shared_reader, topic_filter, scope)
+            scope = self._nursery.start_soon(self._shared_reader, topic_filter)
         else:
-            self._nursery.start_soon(self._reader, topic_filter, scope)
+            scope = self._nursery.start_soon(self._reader, topic_filter, at_end)
+        self._readers[topic_filter] = scope
 
-    async def _shared_reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+    async def _shared_reader(self, topic_filter: str) -> None:
         session = self.session
         assert session is not None
         backend = self.gateway.backend
         group = session.shared[topic_filter]
         inner = group.topic_filter
-        with scope:
-            try:
-                while True:
-                    spec = session.subscriptions.get(topic_filter)
-                    if (
-                        spec is None
-                        or session.shared.get(topic_filter) is not group
-                        or session.connection is not self
+        try:
+            while True:
+                spec = session.subscriptions.get(topic_filter)
+                if (
+                    spec is None
+                    or session.shared.get(topic_filter) is not group
+                    or session.connection is not self
+                ):
+                    return
+                await session.acquire_slot()  # claim only what this member can take now
+                message, cursor, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
+                handed = False
+                try:
+                    await self._deliver(spec, inner, cursor, message, offset, (group, message))
+                    handed = True
+                finally:
+                    if not handed and not any(
+                        e.shared is not None and e.shared[1] is message for e in session.inflight.values()
                     ):
-                        return
-                    await session.acquire_slot()  # claim only what this member can take now
-                    message, cursor, offset = await group.claim(backend, self.gateway.config.poll_interval_s)
-                    handed = False
-                    try:
-                        await self._deliver(spec, inner, cursor, message, offset, (group, message))
-                        handed = True
-                    finally:
-                        if not handed and not any(
-                            e.shared is not None and e.shared[1] is message for e in session.inflight.values()
-                        ):
-                            group.give_back(message, cursor, offset)
-                    if self._held:
-                        await self._flush_state()  # a QoS 2 delivery goes out once its record is durable
-                    await group.commit(backend)
-                    await trio.lowlevel.checkpoint()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            except BackendError as exc:
-                self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
+                        group.give_back(message, cursor, offset)
+                if self._held:
+                    await self._flush_state()  # a QoS 2 delivery goes out once its record is durable
+                await group.commit(backend)
+                await trio.lowlevel.checkpoint()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        except BackendError as exc:
+            self.kick(ReasonCode.UNSPECIFIED_ERROR, "store_failed", str(exc))
 
-    async def _reader(self, topic_filter: str, scope: trio.CancelScope) -> None:
+    async def _reader(self, topic_filter: str, at_end: bool) -> None:
         """Read every queue of the subscription's LMQ (one, embedded; one per broker on a cluster)."""
         session = self.session
         assert session is not None
         lanes = session.lanes_of(topic_filter)
-        with scope:
-            if len(lanes) == 1:
-                await self._lane(topic_filter, lanes[0])
-                return
-            async with trio.open_nursery() as nursery:
-                for cursor in lanes:
-                    nursery.start_soon(self._lane, topic_filter, cursor)
+        if len(lanes) == 1:
+            await self._lane(topic_filter, lanes[0], at_end)
+            return
+        async with trio.open_nursery() as nursery:
+            for cursor in lanes:
+                nursery.start_soon(self._lane, topic_filter, cursor, at_end)
 
-    async def _lane(self, topic_filter: str, cursor: Cursor) -> None:
+    async def _lane(self, topic_filter: str, cursor: Cursor, at_end: bool = False) -> None:
         """Deliver from one queue of the subscription's LMQ. With several queues (a cluster's brokers),
         a queue whose broker fails is retried every poll interval instead of ending the connection."""
         session = self.session
@@ -139,7 +140,7 @@ class Deliveries:
         several = len(session.lanes_of(topic_filter)) > 1
         while True:
             try:
-                await self._read_lane(topic_filter, cursor)
+                await self._read_lane(topic_filter, cursor, at_end)
                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
@@ -150,7 +151,7 @@ class Deliveries:
                 _log.warning("mqtt.lane_failed", topic=cursor.lmq, queue_id=cursor.queue_id, detail=str(exc))
                 await trio.sleep(config.poll_interval_s)
 
-    async def _read_lane(self, topic_filter: str, cursor: Cursor) -> None:
+    async def _read_lane(self, topic_filter: str, cursor: Cursor, at_end: bool = False) -> None:
         session = self.session
         assert session is not None
         backend = self.gateway.backend
@@ -162,6 +163,11 @@ class Deliveries:
             spec = session.subscriptions.get(topic_filter)
             if spec is None or cursor not in session.lanes_of(topic_filter) or session.connection is not self:
                 return
+            if at_end:  # placed at the queue's end just now: nothing to pull yet
+                at_end = False
+                if cursor.positioned:
+                    await hubs.park(topic_filter, cursor, self._deliver_now, config.poll_interval_s)
+                    continue
             if not cursor.positioned:
                 await self.gateway.position(cursor)
             start = cursor.next_offset
@@ -329,7 +335,7 @@ class Deliveries:
         cluster that is every queue whose broker answers (the message goes to one of them); a broker that
         is down is left out (sends do not go there), and if none answers the id is recorded unmarked (a
         re-sent PUBLISH counts as stored)."""
-        session.awaiting_rel.update(packet_id for packet_id, _ in accepted)
+        session.expect_rel([packet_id for packet_id, _ in accepted])
         if not session.persistent:
             return
         sizes: dict[str, list[tuple[int, int]]] = {}

@@ -33,6 +33,24 @@ __all__ = ["MqttProtocol"]
 class MqttProtocol:
     """The protocol state of one connection (see the module docstring)."""
 
+    __slots__ = (  # one per connection: no attribute dict
+        "alias_maximum",
+        "aliases",
+        "client_id",
+        "client_max_packet",
+        "config",
+        "connected",
+        "decoder",
+        "keep_alive",
+        "level",
+        "normal_disconnect",
+        "out_aliases",
+        "problem_information",
+        "username",
+        "will",
+        "will_on_disconnect",
+    )
+
     def __init__(self, config: MqttConfig) -> None:
         self.config = config
         self.level = 4

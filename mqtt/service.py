@@ -20,7 +20,7 @@ the cluster is unreachable (a CONNECT meanwhile gets Server unavailable with the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import structlog
@@ -127,6 +127,9 @@ class MqttService:
             limit=LMQ_SWEEP_LIMIT,
         )
 
-    async def serve(self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected) -> None:
-        """Serve one MQTT connection (TCP, TLS or a WebSocket stream) until it closes."""
-        await MqttConnection(stream, ctx, self.gateway).run()
+    def serve(
+        self, stream: trio.abc.Stream, ctx: ConnectionContext, detected: Detected
+    ) -> Coroutine[Any, Any, None]:
+        """Serve one MQTT connection (TCP, TLS or a WebSocket stream) until it closes: the connection's
+        own ``run`` coroutine, awaited by the caller (an idle connection waits in one frame fewer)."""
+        return MqttConnection(stream, ctx, self.gateway).run()

@@ -68,7 +68,45 @@ class InFlight:
     retained_for: str | None = None  # a retained message sent at SUBSCRIBE: the subscription's filter
 
 
+class _NoIds(set[int]):
+    """The one empty id set every session starts with (most never hold an id: 216 B saved per session).
+    Read-only: growing it is a bug (:meth:`Session.expect_rel` replaces it first); ``discard`` is a no-op."""
+
+    def add(self, element: int) -> None:
+        raise TypeError("the shared empty id set is read-only")
+
+    def update(self, *others: Any) -> None:
+        raise TypeError("the shared empty id set is read-only")
+
+
+_NO_IDS = _NoIds()
+
+
 class Session:
+    __slots__ = (  # one per session: no attribute dict
+        "_next_packet_id",
+        "_slots",
+        "awaiting_rel",
+        "client_id",
+        "connection",
+        "cursors",
+        "ended",
+        "epoch",
+        "expiry_interval",
+        "held",
+        "inflight",
+        "lanes",
+        "rel_marks",
+        "restarted_at_ms",
+        "restored",
+        "send_quota",
+        "settled",
+        "shared",
+        "subscriptions",
+        "unconfirmed",
+        "will",
+    )
+
     def __init__(self, client_id: str, expiry_interval: int, send_quota: int) -> None:
         self.client_id = client_id
         self.expiry_interval = expiry_interval
@@ -83,13 +121,13 @@ class Session:
         #: Shared filters no longer subscribed whose groups still wait for QoS 2 deliveries of ours.
         self.held: dict[str, Any] = {}
         self.inflight: dict[int, InFlight] = {}
-        self.awaiting_rel: set[int] = set()
+        self.awaiting_rel: set[int] = _NO_IDS  # a set of its own from the first id (expect_rel)
         #: Persistent sessions: the LMQ and its queues' sizes just before the message of an id in
         #: ``awaiting_rel`` was stored, until the store accepted it (see
         #: :class:`~mqproxy.mqtt.session_record.InboundQos2`).
         self.rel_marks: dict[int, InboundQos2] = {}
         #: Ids restored after a restart whose message may or may not be stored (:meth:`confirm_stored`).
-        self.unconfirmed: set[int] = set()
+        self.unconfirmed: set[int] = _NO_IDS  # a set of its own only after a restart (load_qos2)
         self.restarted_at_ms = 0
         #: Completed durable QoS 2 deliveries whose offset the stored committed offset has not passed.
         self.settled: list[tuple[Cursor, int]] = []
@@ -101,7 +139,7 @@ class Session:
         self.will: WillRecord | None = None
         self.ended = False
         self._next_packet_id = 1
-        self._slots = trio.lowlevel.ParkingLot()
+        self._slots: trio.lowlevel.ParkingLot | None = None  # made by the first wait for a slot
 
     @property
     def persistent(self) -> bool:
@@ -216,6 +254,12 @@ class Session:
             self.restored.append(record)
 
     # --- inbound QoS 2 -------------------------------------------------------------------------
+    def expect_rel(self, packet_ids: list[int]) -> None:
+        """Add QoS 2 ids that now await their PUBREL."""
+        if self.awaiting_rel is _NO_IDS:
+            self.awaiting_rel = set()
+        self.awaiting_rel.update(packet_ids)
+
     def release(self, packet_id: int) -> bool:
         """PUBREL: forget ``packet_id``; False if it was not awaiting one."""
         if packet_id not in self.awaiting_rel:
@@ -339,6 +383,8 @@ class Session:
     async def acquire_slot(self) -> None:
         """Wait until the in-flight window has room for one more QoS 1/2 PUBLISH."""
         while len(self.inflight) >= self.send_quota:
+            if self._slots is None:
+                self._slots = trio.lowlevel.ParkingLot()
             await self._slots.park()
 
     def add_inflight(
@@ -386,7 +432,8 @@ class Session:
                 self.settled.append((cursor, entry.offset))
                 if len(self.settled) > 2 * self.send_quota:
                     self._prune_settled()
-        self._slots.unpark()
+        if self._slots is not None:
+            self._slots.unpark()
         return entry
 
     async def give_back_shared(self, backend: LightStore) -> None:
@@ -422,7 +469,8 @@ class Session:
         self.restored.clear()
 
     def wake_all(self) -> None:
-        self._slots.unpark_all()
+        if self._slots is not None:
+            self._slots.unpark_all()
 
     async def commit_offsets(self, backend: LightStore) -> None:
         """Store every cursor's committed offset that changed (persistent sessions only). A subscription

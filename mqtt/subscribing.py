@@ -34,7 +34,7 @@ class Subscribing(Deliveries):
                 continue
             new = await gateway.subscribe(session, item.spec)
             if new:
-                self._start_reader(item.spec.topic_filter)
+                self._start_reader(item.spec.topic_filter, at_end=True)
             if item.wants_retained(new):
                 retained.append(item)
         suback, status, first = self.proto.suback(packet, granted)

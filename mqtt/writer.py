@@ -21,6 +21,7 @@ from mqproxy.codecs.mqtt import Packet, ReasonCode
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.runtime.streams import direct_sender
+from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["PacketWriter"]
 
@@ -34,7 +35,7 @@ class PacketWriter:
     stream: trio.abc.Stream
     config: MqttConfig
     proto: MqttProtocol
-    _nursery: trio.Nursery | None
+    _nursery: TaskHost | None
 
     def _open_writer(self, stream: trio.abc.Stream, config: MqttConfig) -> None:
         self._outbox: list[bytes] = []

@@ -3,7 +3,9 @@
 Flow: ``conn.accepted`` → read a bounded prefix under ``server.sniff_timeout_s`` → consume a PROXY
 header (its source becomes the peer) → terminate TLS and sniff again inside it → hand the connection,
 with the sniffed bytes replayed, to the route's handler (``conn.negotiated``) → ``conn.closed``.
-A connection that never gets a protocol ends with exactly one ``conn.rejected`` instead.
+A connection that never gets a protocol ends with exactly one ``conn.rejected`` instead. The
+``conn.accepted``, ``conn.negotiated`` and ``conn.closed`` lines are rendered straight to the log sink
+(:func:`~mqproxy.log.log_info`: the same lines, about half the cost of structlog's chain).
 
 Limits (:mod:`mqproxy.limits`): a socket accepted while ``server.max_connections`` are admitted, or one
 whose source address (the PROXY header's when present) already has ``server.max_connections_per_address``,
@@ -25,10 +27,11 @@ import trio
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
 from mqproxy.context import LiveConnection, ServerState, format_addr
 from mqproxy.limits import REASON_MAX_CONNECTIONS, REASON_MAX_PER_ADDRESS, REFUSAL_READ_S, refusal_bytes
+from mqproxy.log import log_info
 from mqproxy.metrics import count_bytes
 from mqproxy.negotiation import Detected, NeedMore, Protocol, Unknown, sniff
 from mqproxy.runtime.context import ConnectionContext
-from mqproxy.runtime.streams import CountingStream, PrefixedStream
+from mqproxy.runtime.streams import CountingStream, PrefixedStream, receive_now
 
 _log = structlog.get_logger("mqproxy.conn")
 
@@ -87,6 +90,18 @@ class _Sniffer:
         room = self.max_bytes - len(self.buf)
         if room <= 0:
             raise Rejected("sniff_limit", f"no decision within {self.max_bytes} bytes")
+        # A plain TCP client's first bytes are usually there already: no cancel scope or wait for them.
+        data = receive_now(self.stream, room) if isinstance(self.stream, CountingStream) else None
+        if data is None:
+            data = await self._receive(room)
+        if not data:
+            if self.buf:
+                raise Rejected("eof_during_sniff", f"peer closed after {len(self.buf)} bytes")
+            raise Rejected("empty_connection", "peer closed before sending anything")
+        self.buf += data
+
+    async def _receive(self, room: int) -> bytes | bytearray:
+        """Wait for more bytes until the phase's deadline (``sniff_timeout`` after it)."""
         data = None
         with trio.move_on_at(self.deadline):
             try:
@@ -95,11 +110,7 @@ class _Sniffer:
                 raise Rejected("reset_during_sniff", str(exc)) from None
         if data is None:
             raise Rejected("sniff_timeout", f"{len(self.buf)} bytes in {self.timeout_s}s, no decision")
-        if not data:
-            if self.buf:
-                raise Rejected("eof_during_sniff", f"peer closed after {len(self.buf)} bytes")
-            raise Rejected("empty_connection", "peer closed before sending anything")
-        self.buf += data
+        return data
 
 
 def _peer_of(stream: trio.SocketStream) -> tuple[tuple[str, int], tuple[str, int]]:
@@ -134,7 +145,7 @@ async def handle_connection(
     limiter = server.limiter
     admitted = limiter.open_total()
     address: str | None = None  # counted against its per-address limit
-    _log.info("conn.accepted", peer=format_addr(peer), local=format_addr(local))
+    log_info(_log, "conn.accepted", {"peer": format_addr(peer), "local": format_addr(local)})
     negotiated = False
     sniff_ms = 0.0
     stream: trio.abc.Stream | None = None
@@ -149,14 +160,17 @@ async def handle_connection(
         sniff_ms = (time.monotonic() - started) * 1000
         ctx.protocol = detected.protocol.value
         structlog.contextvars.bind_contextvars(protocol=ctx.protocol)
-        _log.info(
+        log_info(
+            _log,
             "conn.negotiated",
-            protocol=ctx.protocol,
-            tls=ctx.tls,
-            alpn=ctx.alpn,
-            proxied=ctx.proxied,
-            peer=format_addr(ctx.peer),
-            sniff_ms=round(sniff_ms, 3),
+            {
+                "protocol": ctx.protocol,
+                "tls": ctx.tls,
+                "alpn": ctx.alpn,
+                "proxied": ctx.proxied,
+                "peer": format_addr(ctx.peer),
+                "sniff_ms": round(sniff_ms, 3),
+            },
         )
         negotiated = True
         server.metrics.connections_total.labels(ctx.protocol).inc()
@@ -205,15 +219,18 @@ async def handle_connection(
         if negotiated:
             server.metrics.connections_open.labels(ctx.protocol).dec()
             count_bytes(server.metrics, live)  # what scrapes have not counted yet
-            _log.info(
+            log_info(
+                _log,
                 "conn.closed",
-                protocol=ctx.protocol,
-                bytes_in=wire.bytes_in,
-                bytes_out=wire.bytes_out,
-                duration_ms=round((time.monotonic() - started) * 1000, 3),
-                requests=ctx.requests,
-                error=ctx.error,
-                detail=ctx.detail,
+                {
+                    "protocol": ctx.protocol,
+                    "bytes_in": wire.bytes_in,
+                    "bytes_out": wire.bytes_out,
+                    "duration_ms": round((time.monotonic() - started) * 1000, 3),
+                    "requests": ctx.requests,
+                    "error": ctx.error,
+                    "detail": ctx.detail,
+                },
             )
         if address is not None:
             limiter.close_address(address)

@@ -32,7 +32,7 @@ class _NoRecorder:
         return None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # one per connection: no attribute dict
 class ConnectionContext:
     """One accepted connection as its protocol handler sees it.
 

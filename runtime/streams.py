@@ -4,6 +4,8 @@
 * :class:`PrefixedStream` replays bytes consumed while sniffing before reading the inner stream, so a
   protocol handler sees the connection from its first byte.
 * :func:`direct_sender` writes to a plain TCP connection without a task switch (broadcast fast path).
+* :func:`receive_now` reads what a plain TCP connection has received already, without waiting.
+* :func:`receive_plain` is ``SocketStream.receive_some`` in one frame (a long-lived reader's wait).
 * :func:`plain_layers` lets a reader of a plain TCP connection skip the wrappers once their replay is read.
 """
 
@@ -120,6 +122,51 @@ def direct_sender(stream: trio.abc.Stream) -> DirectSend | None:
         return n
 
     return send
+
+
+def receive_now(stream: CountingStream, max_bytes: int) -> bytes | None:
+    """What a plain TCP ``stream`` (a :class:`CountingStream` over a ``trio.SocketStream``) has received
+    already, up to ``max_bytes``, without waiting or a trio checkpoint: the bytes (``b""`` at the end of
+    the stream), counted like :meth:`CountingStream.receive_some`. None when nothing is there yet, the
+    stream is not plain TCP, or the read fails: the caller awaits ``receive_some`` then, which reports
+    errors as usual. For a reader that usually finds its data there (a new connection's first bytes)."""
+    inner = stream.inner
+    if not isinstance(inner, trio.SocketStream):
+        return None
+    fileno = inner.socket.fileno()
+    if fileno < 0:
+        return None
+    try:
+        data = os.read(fileno, max_bytes)
+    except OSError:  # BlockingIOError (nothing yet) included
+        return None
+    stream.bytes_in += len(data)
+    return data
+
+
+async def receive_plain(stream: trio.SocketStream, max_bytes: int) -> bytes:
+    """``stream.receive_some(max_bytes)`` for a reader that waits long (an idle connection): the same
+    bytes, errors and checkpoints (a cancelled caller is cancelled before reading; a read that finds data
+    yields once, shielded), but the wait is one frame over trio's ``wait_readable`` instead of trio's four
+    socket layers and their context manager (about 1.5 KB per waiting connection). The caller must be the
+    stream's only reader."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    sock = stream.socket
+    while True:
+        fileno = sock.fileno()
+        if fileno < 0:
+            raise trio.ClosedResourceError("the socket was closed")
+        try:
+            data: bytes | None = os.read(fileno, max_bytes)
+        except BlockingIOError:
+            data = None  # wait outside the handler: it would keep the exception alive while waiting
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+        if data is None:
+            await trio.lowlevel.wait_readable(sock)
+            continue
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return data
 
 
 def plain_layers(

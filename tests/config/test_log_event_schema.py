@@ -15,8 +15,14 @@ SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_tex
 ROOT = Path(__file__).resolve().parents[2]
 #: Every source folder that installs as part of the ``mqproxy`` package (pyproject ``package-dir``).
 SOURCE_DIRS = sorted(
-    {d.split("/")[0] for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-     ["package-dir"].values()} - {"spark_etl", "config"})
+    {
+        d.split("/")[0]
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "package-dir"
+        ].values()
+    }
+    - {"spark_etl", "config"}
+)
 LOG_METHODS = {"debug", "info", "warning", "error", "critical", "exception"}
 
 
@@ -36,16 +42,20 @@ def test_conditional_requirements_mirror_the_event_table() -> None:
 
 
 def _emitted_event_names() -> set[str]:
-    """First string argument of every ``<logger>.info("name", ...)``-style call in the sources."""
+    """First string argument of every ``<logger>.info("name", ...)``-style call in the sources, and the
+    event name of every ``log_info(logger, "name", fields)`` (the hot-path events rendered directly)."""
     names: set[str] = set()
     for folder in SOURCE_DIRS:
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                if not isinstance(node, ast.Call):
                     continue
-                if node.func.attr not in LOG_METHODS or not node.args:
+                if isinstance(node.func, ast.Name) and node.func.id == "log_info" and len(node.args) > 1:
+                    first = node.args[1]
+                elif isinstance(node.func, ast.Attribute) and node.func.attr in LOG_METHODS and node.args:
+                    first = node.args[0]
+                else:
                     continue
-                first = node.args[0]
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
                     names.add(first.value)
     return names

@@ -255,7 +255,7 @@ def test_outbound_qos2_flow_and_inbound_pubrel() -> None:
         False,
     )
     assert not session.inflight, "a refusing PUBREC ends the flow"
-    session.awaiting_rel.add(5)
+    session.expect_rel([5])
     assert proto.on_pubrel(session, mq.PubRel(5)) == ("SUCCESS", mq.PubComp(5), True), (
         "persistent: PUBCOMP waits"
     )

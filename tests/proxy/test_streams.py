@@ -6,7 +6,14 @@ import pytest
 import trio
 import trio.testing
 
-from mqproxy.runtime.streams import CountingStream, PrefixedStream, direct_sender, plain_layers
+from mqproxy.runtime.streams import (
+    CountingStream,
+    PrefixedStream,
+    direct_sender,
+    plain_layers,
+    receive_now,
+    receive_plain,
+)
 
 
 async def _prefixed_pair() -> tuple[PrefixedStream, PrefixedStream]:
@@ -118,3 +125,50 @@ async def test_plain_layers_unwraps_plain_tcp_only() -> None:
     assert plain_layers(PrefixedStream(memory)) is None
     await sock.aclose()
     await peer.aclose()
+
+
+async def test_receive_now_reads_what_is_there_counts_it_and_never_waits() -> None:
+    server, client = await _tcp_pair()
+    counted = CountingStream(server)
+    assert receive_now(counted, 100) is None  # nothing yet: the caller awaits receive_some
+    await client.send_all(b"CONNECT")
+    with trio.fail_after(5):
+        await trio.lowlevel.wait_readable(server.socket)
+    assert receive_now(counted, 4) == b"CONN"
+    assert receive_now(counted, 100) == b"ECT"
+    assert counted.bytes_in == 7
+    await client.aclose()
+    with trio.fail_after(5):
+        await trio.lowlevel.wait_readable(server.socket)
+    assert receive_now(counted, 100) == b""  # the peer closed
+    a, _ = trio.testing.memory_stream_pair()
+    assert receive_now(CountingStream(a), 100) is None  # not plain TCP
+    await server.aclose()
+    assert receive_now(counted, 100) is None  # closed locally
+
+
+async def test_receive_plain_waits_reads_and_reports_like_receive_some() -> None:
+    server, client = await _tcp_pair()
+    got: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+
+        async def read() -> None:
+            got.append(await receive_plain(server, 3))
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # it waits for data
+        await client.send_all(b"hello")
+    assert got == [b"hel"]
+    assert await receive_plain(server, 100) == b"lo"
+    with trio.CancelScope() as scope:  # a cancelled reader is cancelled even when data is there
+        await client.send_all(b"x")
+        scope.cancel()
+        await receive_plain(server, 100)
+    assert scope.cancelled_caught
+    assert await receive_plain(server, 100) == b"x"
+    await client.aclose()
+    assert await receive_plain(server, 100) == b""  # the peer closed
+    await server.aclose()
+    with pytest.raises(trio.ClosedResourceError):
+        await receive_plain(server, 100)
