@@ -1,8 +1,12 @@
 """Benchmarks of mqproxy.spark_etl (needs the ``etl`` extra and Java).
 
-* batch: events per second of ``run_batch`` (all seven tables plus quarantine) over N synthetic
+* batch: events per second of ``run_batch`` (all eleven tables plus quarantine) over N synthetic
   events in 8 JSON-lines files, on ``--master`` (default ``local[2]``). The session is started and
   warmed up with a 2,000-event run first, so the figure is the steady-state job, not JVM start-up.
+  Each run also prints the driver JVM's CPU seconds (``/proc``), GC and JIT time and the load average.
+  ``--peer`` then times a bare read of the same files (same schema), a count and one Parquet write:
+  the floor for any job over them. ``--profile`` turns on Spark's event log and prints, per action
+  (the batch labels each with a job description), wall time, summed task run and CPU time, and stages.
 * stream: end-to-end delay from a log file being renamed into the input directory to the minute it
   closes appearing in the Parquet rollup (its ``_spark_metadata`` commit, i.e. visible to readers).
   Each file holds one minute of events; with ``--watermark 0 seconds`` file k closes minute k-1.
@@ -12,6 +16,7 @@ Usage::
 
     .venv/bin/python bench/etl.py --events 1000000 --events 10000000
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 10
+    .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --profile
 
 Prints one JSON object per measurement on stdout.
 """
