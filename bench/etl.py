@@ -1,8 +1,12 @@
 """Benchmarks of mqproxy.spark_etl (needs the ``etl`` extra and Java).
 
-* batch: events per second of ``run_batch`` (all seven tables plus quarantine) over N synthetic
+* batch: events per second of ``run_batch`` (all eleven tables plus quarantine) over N synthetic
   events in 8 JSON-lines files, on ``--master`` (default ``local[2]``). The session is started and
   warmed up with a 2,000-event run first, so the figure is the steady-state job, not JVM start-up.
+  Each run also prints the driver JVM's CPU seconds (``/proc``), GC and JIT time and the load average.
+  ``--peer`` then times a bare read of the same files (same schema), a count and one Parquet write:
+  the floor for any job over them. ``--profile`` turns on Spark's event log and prints, per action
+  (the batch labels each with a job description), wall time, summed task run and CPU time, and stages.
 * stream: end-to-end delay from a log file being renamed into the input directory to the minute it
   closes appearing in the Parquet rollup (its ``_spark_metadata`` commit, i.e. visible to readers).
   Each file holds one minute of events; with ``--watermark 0 seconds`` file k closes minute k-1.
@@ -12,6 +16,7 @@ Usage::
 
     .venv/bin/python bench/etl.py --events 1000000 --events 10000000
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 10
+    .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --profile
 
 Prints one JSON object per measurement on stdout.
 """
@@ -31,8 +36,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from _etl_profile import summarize
+
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import run_batch
+from mqproxy.spark_etl.schema import READ_SCHEMA
 from mqproxy.spark_etl.session import build_session
 from mqproxy.spark_etl.stream import ROLLUP, start_stream
 
@@ -64,25 +72,87 @@ def write_corpus(directory: Path, n: int, seed: int = 1) -> float:
     return time.perf_counter() - started
 
 
-def bench_batch(spark: Any, work: Path, n: int) -> dict[str, Any]:
+def jvm_cpu_s(spark: Any) -> float:
+    """CPU seconds (user + system) the Spark driver JVM has used so far, from ``/proc``."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jvm_gc_jit_s(spark: Any) -> tuple[float, float]:
+    """Seconds the driver JVM has spent in garbage collection (all collectors) and JIT compilation."""
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    gc_ms = sum(max(0, bean.getCollectionTime()) for bean in management.getGarbageCollectorMXBeans())
+    return gc_ms / 1000, management.getCompilationMXBean().getTotalCompilationTime() / 1000
+
+
+def _timed(
+    spark: Any, n: int, started: float, cpu_before: float, gc_jit: tuple[float, float]
+) -> dict[str, Any]:
+    wall = time.perf_counter() - started
+    cpu = jvm_cpu_s(spark) - cpu_before
+    gc, jit = jvm_gc_jit_s(spark)
+    return {
+        "job_s": round(wall, 1),
+        "events_per_s": round(n / wall),
+        "jvm_cpu_s": round(cpu, 1),
+        "events_per_cpu_s": round(n / cpu),
+        "gc_s": round(gc - gc_jit[0], 1),
+        "jit_s": round(jit - gc_jit[1], 1),
+        "loadavg": os.getloadavg(),
+    }
+
+
+def bench_peer(spark: Any, logs: Path, out: Path, n: int) -> dict[str, Any]:
+    """The floor: a bare read of the same JSON lines (same schema), a count, and one Parquet write."""
+    started, cpu, gc_jit = time.perf_counter(), jvm_cpu_s(spark), jvm_gc_jit_s(spark)
+    raw = spark.read.schema(READ_SCHEMA).json(str(logs))
+    rows = raw.count()
+    raw.write.mode("overwrite").parquet(str(out))
+    if rows != n:
+        raise RuntimeError(f"expected {n} rows, the peer counted {rows}")
+    return {"bench": "batch-peer", "events": n} | _timed(spark, n, started, cpu, gc_jit)
+
+
+def bench_batch(spark: Any, work: Path, n: int, *, peer: bool = False) -> list[dict[str, Any]]:
+    """The batch job over ``n`` events; with ``peer``, then :func:`bench_peer` over the same files."""
     logs = work / f"logs-{n}"
     gen_s = write_corpus(logs, n)
     size = sum(p.stat().st_size for p in logs.iterdir())
-    started = time.perf_counter()
+    started, cpu, gc_jit = time.perf_counter(), jvm_cpu_s(spark), jvm_gc_jit_s(spark)
     summary = run_batch(spark, str(logs), str(work / f"tables-{n}"))
-    job_s = time.perf_counter() - started
+    timed = _timed(spark, n, started, cpu, gc_jit)
     if summary.valid_events != n:
         raise RuntimeError(f"expected {n} events, the job counted {summary.valid_events}")
+    results = [
+        {"bench": "batch", "events": n, "input_mb": round(size / 1e6, 1), "generate_s": round(gen_s, 1)}
+        | timed
+        | {"table_rows": summary.table_rows}
+    ]
+    if peer:
+        results.append(bench_peer(spark, logs, work / f"peer-{n}", n))
     shutil.rmtree(logs)
-    return {
-        "bench": "batch",
-        "events": n,
-        "input_mb": round(size / 1e6, 1),
-        "generate_s": round(gen_s, 1),
-        "job_s": round(job_s, 1),
-        "events_per_s": round(n / job_s),
-        "table_rows": summary.table_rows,
-    }
+    return results
+
+
+def print_profile(log_dir: Path, after_ms: float) -> None:
+    """One JSON line per Spark action since ``after_ms``: wall, task run and CPU time, stages."""
+    (log,) = (p for p in log_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+    for ex in summarize(log, after_ms=after_ms):
+        stages = [
+            {
+                "stage": s.name.split(" at ")[0],
+                "tasks": s.tasks,
+                "wall_ms": s.wall_ms,
+                "run_ms": s.run_ms,
+                "cpu_ms": s.cpu_ms,
+                "in_mb": round(s.input_mb, 1),
+                "shuffle_w_mb": round(s.shuffle_write_mb, 1),
+            }
+            for s in ex.stages
+        ]
+        line = {"bench": "profile", "action": ex.description, "wall_ms": ex.wall_ms}
+        print(json.dumps(line | {"run_ms": ex.run_ms, "cpu_ms": ex.cpu_ms, "stages": stages}), flush=True)
 
 
 def _committed_minutes(out: Path) -> int:
@@ -159,18 +229,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-events-per-file", type=int, default=2000)
     parser.add_argument("--trigger-seconds", type=float, default=0.5)
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--peer", action="store_true", help="also time a bare read + count + Parquet write")
+    parser.add_argument(
+        "--profile", action="store_true", help="Spark event log: print each action's time and stages"
+    )
     args = parser.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mqproxy-etl-bench-"))
     started = time.perf_counter()
-    spark = build_session(args.master, driver_memory=args.driver_memory)
+    conf: dict[str, str] = {}
+    if args.profile:
+        (work / "eventlog").mkdir(parents=True, exist_ok=True)
+        conf = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": f"file:{work / 'eventlog'}",
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    spark = build_session(args.master, driver_memory=args.driver_memory, conf=conf)
     try:
         print(
             json.dumps({"bench": "session", "start_s": round(time.perf_counter() - started, 1)}), flush=True
         )
-        warm = bench_batch(spark, work / "warmup", 2000)
+        (warm,) = bench_batch(spark, work / "warmup", 2000)
         print(json.dumps(warm | {"bench": "batch-warmup"}), flush=True)
         for n in args.events or [1_000_000]:
-            print(json.dumps(bench_batch(spark, work, n)), flush=True)
+            measured_after = time.time() * 1000
+            for result in bench_batch(spark, work, n, peer=args.peer):
+                print(json.dumps(result), flush=True)
+            if args.profile:
+                print_profile(work / "eventlog", measured_after)
         if args.stream_files:
             result = bench_stream(
                 spark, work, args.stream_files, args.stream_events_per_file, args.trigger_seconds

@@ -13,6 +13,12 @@ Output layout under ``output`` (each table a Parquet dataset partitioned by ``da
 
 Re-running over a new day of logs replaces only the partitions (days) present in the new input
 (dynamic partition overwrite); other days stay.
+
+The JSON lines are parsed once: :func:`stage_events` narrows the parsed rows to the fields the tables
+read plus the quarantine columns, and that frame is cached for every table. The first action (the
+quarantine write) builds the cache and counts rows and malformed lines by reason in the same pass
+(an ``Observation``); each table's row count is an observation on its own write. Each action runs
+under a job description ``mqproxy-etl batch: NAME`` (Spark UI, event log).
 """
 
 from __future__ import annotations
@@ -26,9 +32,18 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from mqproxy.spark_etl import consumer_lag, message_trace, replication, transforms
-from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
+from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA, USED_FIELDS
 
-__all__ = ["QUARANTINE", "SUMMARY_FILE", "TABLES", "BatchSummary", "build_tables", "read_raw", "run_batch"]
+__all__ = [
+    "QUARANTINE",
+    "SUMMARY_FILE",
+    "TABLES",
+    "BatchSummary",
+    "build_tables",
+    "read_raw",
+    "run_batch",
+    "stage_events",
+]
 
 QUARANTINE: Final = "quarantine"
 SUMMARY_FILE: Final = "_summary.json"
@@ -101,6 +116,30 @@ def read_raw(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
+_REASON: Final = "_quarantine_reason"
+_LINE: Final = "_quarantine_line"
+
+
+def stage_events(raw: DataFrame) -> DataFrame:
+    """What the batch caches: the fields the tables read (``USED_FIELDS``) and, on malformed rows
+    only, the quarantine reason and line (null on valid rows).
+
+    Far narrower than ``raw`` (every schema field), so the cache is cheaper to build and to scan.
+    The line re-encodes every schema field, so Spark still parses (and type-checks) all of them:
+    what counts as malformed is the same as on ``raw``.
+    """
+    invalid = ~transforms.is_valid()
+    return raw.select(
+        *USED_FIELDS,
+        F.when(invalid, transforms.quarantine_reason()).alias(_REASON),
+        F.when(invalid, transforms.quarantine_line()).alias(_LINE),
+    )
+
+
+def _valid(staged: DataFrame) -> DataFrame:
+    return staged.where(F.col(_REASON).isNull()).drop(_REASON, _LINE)
+
+
 def _write_summary(spark: SparkSession, output: str, summary: BatchSummary) -> None:
     text = json.dumps(asdict(summary), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     if "://" not in output or output.startswith("file:"):
@@ -119,17 +158,28 @@ def _write_summary(spark: SparkSession, output: str, summary: BatchSummary) -> N
 
 def run_batch(spark: SparkSession, input_path: str, output: str, *, top_clients: int = 50) -> BatchSummary:
     """Run the batch job; return (and write to ``output/_summary.json``) its summary."""
-    raw = read_raw(spark, input_path).cache()
+    context = spark.sparkContext
+    staged = stage_events(read_raw(spark, input_path)).cache()
     try:
-        malformed = transforms.quarantine(raw)
-        reasons = F.when(transforms.is_valid(), F.lit(None)).otherwise(transforms.quarantine_reason())
-        counted = raw.groupBy(reasons.alias("reason")).agg(F.count(F.lit(1)).alias("n")).collect()
-        counts = {row["reason"]: row["n"] for row in counted if row["reason"] is not None}
-        input_rows = sum(row["n"] for row in counted)
-        malformed.coalesce(1).write.mode("overwrite").json(f"{output}/{QUARANTINE}")
-        events = transforms.valid_events(raw)
+        context.setJobDescription(f"mqproxy-etl batch: {QUARANTINE}")
+        seen = Observation(QUARANTINE)
+        reason = F.col(_REASON)
+        counted = staged.observe(
+            seen,
+            F.count(F.lit(1)).alias("rows"),
+            *(F.count_if(reason == name).alias(name) for name in transforms.QUARANTINE_REASONS),
+        )
+        malformed = counted.where(reason.isNotNull()).select(
+            F.col(_LINE).alias("line"), reason.alias("reason")
+        )
+        # repartition, not coalesce: this action also builds the cache, at the scan's parallelism.
+        malformed.repartition(1).write.mode("overwrite").json(f"{output}/{QUARANTINE}")
+        metrics = seen.get
+        input_rows = int(metrics["rows"])
+        counts = {name: int(metrics[name]) for name in transforms.QUARANTINE_REASONS if metrics[name]}
         table_rows: dict[str, int] = {}
-        for name, table in build_tables(events, top_clients=top_clients).items():
+        for name, table in build_tables(_valid(staged), top_clients=top_clients).items():
+            context.setJobDescription(f"mqproxy-etl batch: {name}")
             # Row counts come from an observation on the write itself: no second pass.
             observation = Observation(name)
             observed = table.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -138,7 +188,8 @@ def run_batch(spark: SparkSession, input_path: str, output: str, *, top_clients:
             out.write.mode("overwrite").partitionBy("date").parquet(f"{output}/{name}")
             table_rows[name] = int(observation.get["rows"])
     finally:
-        raw.unpersist()
+        context.setJobDescription(None)  # type: ignore[arg-type]
+        staged.unpersist()
     valid = input_rows - sum(counts.values())
     summary = BatchSummary(
         input=input_path,

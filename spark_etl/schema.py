@@ -21,7 +21,8 @@ PERMISSIVE reads fill with the raw text of lines that do not parse.
 
 ``USED_FIELDS`` names every field the transforms read, with the Spark type they expect; the
 drift test checks it against the JSON Schema, so renaming or retyping a field there fails a test
-instead of silently producing null columns.
+instead of silently producing null columns. The batch job caches only these columns
+(``batch.stage_events``): a transform reading a field not listed fails there (AnalysisException).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from mqproxy.spark_etl.schema import CORRUPT_COLUMN, EVENT_SCHEMA
 __all__ = [
     "PERCENTILES",
     "PERCENTILE_ACCURACY",
+    "QUARANTINE_REASONS",
     "ROLLUP_METRICS",
     "UNKNOWN",
     "connections",
@@ -39,6 +40,7 @@ __all__ = [
     "op_rollup",
     "protocol_minute_rollup",
     "quarantine",
+    "quarantine_line",
     "quarantine_reason",
     "requests",
     "tenant",
@@ -50,6 +52,8 @@ __all__ = [
 PERCENTILES: Final = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY: Final = 10_000
 UNKNOWN: Final = "(unknown)"
+#: Every value :func:`quarantine_reason` yields.
+QUARANTINE_REASONS: Final = ("unparseable", "missing_ts", "missing_event")
 #: The metric columns of :func:`protocol_minute_rollup`, in table order (after date, minute, protocol).
 ROLLUP_METRICS: Final = (
     "requests",
@@ -96,6 +100,12 @@ def valid_events(raw: DataFrame) -> DataFrame:
     return raw.where(is_valid()).drop(CORRUPT_COLUMN)
 
 
+def quarantine_line() -> Column:
+    """A malformed row's text (meaningful only where :func:`is_valid` is false); see :func:`quarantine`."""
+    parsed = F.to_json(F.struct(*[F.col(f.name) for f in EVENT_SCHEMA.fields]))
+    return F.coalesce(F.col(CORRUPT_COLUMN), parsed)
+
+
 def quarantine(raw: DataFrame) -> DataFrame:
     """Malformed rows as ``(line, reason)``.
 
@@ -103,10 +113,7 @@ def quarantine(raw: DataFrame) -> DataFrame:
     keeps the raw text), ``missing_ts`` or ``missing_event`` (valid JSON without a required
     field: ``line`` is then the parsed fields re-encoded as JSON).
     """
-    parsed = F.to_json(F.struct(*[F.col(f.name) for f in EVENT_SCHEMA.fields]))
-    return raw.where(~is_valid()).select(
-        F.coalesce(F.col(CORRUPT_COLUMN), parsed).alias("line"), quarantine_reason().alias("reason")
-    )
+    return raw.where(~is_valid()).select(quarantine_line().alias("line"), quarantine_reason().alias("reason"))
 
 
 def tenant() -> Column:
