@@ -1,7 +1,7 @@
-"""``bench/kill9.py``: kill -9 under remoting + MQTT QoS 1 load, restart, nothing acknowledged lost (sync) or
-no more than the last flush interval (async), recovery timed. The slow test (in ``make test``) kills 100 times:
-50 per flush policy (``MQBENCH_KILL9_ITERATIONS``; ``make kill9`` runs 100 per policy); the quick ones check
-the verdict logic."""
+"""``bench/kill9.py``: kill -9 under remoting + MQTT QoS 1 load, restart, nothing acknowledged lost (sync)
+or no more than the last flush interval (async), recovery timed. The slow test (in ``make test``) kills
+100 times: 50 per flush policy (``MQBENCH_KILL9_ITERATIONS``; ``make kill9`` runs 100 per policy); the quick
+ones check the verdict logic."""
 
 from __future__ import annotations
 

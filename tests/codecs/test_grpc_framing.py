@@ -34,7 +34,7 @@ from .grpc_peer import Peer, of, request_headers  # type: ignore[import-not-foun
     [("3S", 3.0), ("3010m", 3.01), ("8760H", 8760 * 3600.0), ("1M", 60.0), ("250u", 250e-6), ("7n", 7e-9),
      ("0S", 0.0), ("99999999S", 99999999.0), ("00000001m", 1e-3),
      ("", None), ("S", None), ("123456789S", None), ("3s", None), ("3", None), ("-1S", None), (" 3S", None),
-     ("3.5S", None), ("3SS", None), ("３S", None)],
+     ("3.5S", None), ("3SS", None), ("\uff13S", None)]  # a fullwidth digit three,
 )
 def test_parse_grpc_timeout(value: str, seconds: float | None) -> None:
     assert parse_grpc_timeout(value) == (pytest.approx(seconds) if seconds is not None else None)
@@ -86,7 +86,8 @@ def test_empty_message_is_a_five_byte_frame() -> None:
     peer.send(sid, b"\x00\x00\x00\x00\x00", end_stream=True)
     events = peer.pump()
     [msg] = of(events, MessageReceived)
-    assert isinstance(msg, MessageReceived) and msg.payload == b""
+    assert isinstance(msg, MessageReceived)
+    assert msg.payload == b""
     assert v2.NotifyClientTerminationRequest.FromString(msg.payload).HasField("group") is False
 
 
@@ -96,7 +97,8 @@ def test_unparseable_protobuf_is_exposed_raw_and_decode_raises() -> None:
     garbage = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, length-delimited, absurd length
     peer.send(sid, encode_message(garbage), end_stream=True)
     [msg] = of(peer.pump(), MessageReceived)
-    assert isinstance(msg, MessageReceived) and msg.payload == garbage
+    assert isinstance(msg, MessageReceived)
+    assert msg.payload == garbage
     with pytest.raises(DecodeError):
         v2.SendMessageRequest.FromString(msg.payload)
 
@@ -127,7 +129,8 @@ def test_invalid_request_headers_are_answered_and_reset(
     sid = peer.open(list(headers.items()))
     peer.send(sid, encode_message(b"x"))
     events = peer.pump()
-    assert not of(events, RequestReceived) and not of(events, MessageReceived)
+    assert not of(events, RequestReceived)
+    assert not of(events, MessageReceived)
     [rej] = of(events, RequestRejected)
     assert isinstance(rej, RequestRejected)
     assert (rej.stream_id, rej.http_status, rej.grpc_status) == (sid, http_status, grpc_status)
@@ -150,7 +153,9 @@ def test_rejected_request_already_half_closed_gets_no_reset() -> None:
     peer = Peer()
     sid = peer.open(request_headers(**{"te": None}), end_stream=True)
     events = peer.pump()
-    assert of(events, RequestRejected) and sid not in peer.resets() and peer.ended(sid)
+    assert of(events, RequestRejected)
+    assert sid not in peer.resets()
+    assert peer.ended(sid)
 
 
 def test_oversized_message_resource_exhausted() -> None:
@@ -161,7 +166,8 @@ def test_oversized_message_resource_exhausted() -> None:
     events = peer.pump()
     assert [type(e) for e in events] == [RequestReceived, MessageReceived, RequestRejected]
     rej = events[-1]
-    assert isinstance(rej, RequestRejected) and rej.grpc_status is GrpcStatus.RESOURCE_EXHAUSTED
+    assert isinstance(rej, RequestRejected)
+    assert rej.grpc_status is GrpcStatus.RESOURCE_EXHAUSTED
     assert ("grpc-status", "8") in peer.response_headers(sid)[0]
     assert peer.resets()[sid] == ErrorCodes.NO_ERROR
     # later DATA for the finished stream is discarded; the connection stays usable
@@ -178,7 +184,8 @@ def test_oversized_after_response_headers_uses_trailers() -> None:
     events = peer.pump()
     assert of(events, RequestRejected)
     headers, trailers = peer.response_headers(sid)
-    assert headers[0] == (":status", "200") and trailers[0] == ("grpc-status", "8")
+    assert headers[0] == (":status", "200")
+    assert trailers[0] == ("grpc-status", "8")
 
 
 def test_truncated_message_then_end_stream_is_internal() -> None:
@@ -188,7 +195,8 @@ def test_truncated_message_then_end_stream_is_internal() -> None:
     events = peer.pump()
     assert [type(e) for e in events] == [RequestReceived, RequestRejected]
     rej = events[-1]
-    assert isinstance(rej, RequestRejected) and rej.grpc_status is GrpcStatus.INTERNAL
+    assert isinstance(rej, RequestRejected)
+    assert rej.grpc_status is GrpcStatus.INTERNAL
     assert peer.response_headers(sid) == [[(":status", "200"), ("content-type", "application/grpc"),
                                            ("grpc-status", "13"),
                                            ("grpc-message", "request ended inside a message")]]
@@ -206,7 +214,8 @@ def test_compressed_messages_rejected(encoding: str | None, flag: int, status: G
     peer.send(sid, struct.pack(">BI", flag, 3) + b"abc")
     events = peer.pump()
     [rej] = of(events, RequestRejected)
-    assert isinstance(rej, RequestRejected) and rej.grpc_status is status
+    assert isinstance(rej, RequestRejected)
+    assert rej.grpc_status is status
     block = peer.response_headers(sid)[0]
     assert ("grpc-status", str(int(status))) in block
     if status is GrpcStatus.UNIMPLEMENTED:
@@ -230,7 +239,8 @@ def test_connection_buffer_budget() -> None:
     assert not of(events, RequestRejected)
     peer.send(b, struct.pack(">BI", 0, 1000) + b"x" * 900)
     [rej] = of(peer.pump(), RequestRejected)
-    assert isinstance(rej, RequestRejected) and rej.stream_id == b
+    assert isinstance(rej, RequestRejected)
+    assert rej.stream_id == b
     assert rej.grpc_status is GrpcStatus.RESOURCE_EXHAUSTED
     peer.send(a, b"x" * 100, end_stream=True)  # stream a still completes
     assert [type(e) for e in peer.pump()] == [MessageReceived, RequestEnded]
@@ -247,4 +257,5 @@ def test_fuzz_stream_bodies_never_raise(body: bytes, cut: int) -> None:
     events = peer.pump()
     assert isinstance(events[0], RequestReceived)
     assert isinstance(events[-1], RequestEnded | RequestRejected)
-    assert peer.server.open_streams <= 1 and peer.server._buffered == 0
+    assert peer.server.open_streams <= 1
+    assert peer.server._buffered == 0

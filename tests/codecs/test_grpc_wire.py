@@ -47,7 +47,8 @@ def test_server_preface_settings() -> None:
     assert changed[SettingCodes.ENABLE_PUSH].new_value == 0
     # the connection window was opened beyond the 65535 default
     opened = [e for e in events if isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0]
-    assert opened and opened[0].delta > 65_535
+    assert opened
+    assert opened[0].delta > 65_535
 
 
 def _literal(name: bytes, value: bytes) -> bytes:
@@ -107,8 +108,10 @@ def test_grpc_python_style_preface_settings_ping_and_large_frames() -> None:
     server.end_response(1, GrpcStatus.OK)
     frames = _frames(server.data_to_send())
     data = [f for f in frames if f[0] == 0x0]
-    assert len(data) == 1 and data[0][3] == encode_message(body)  # one DATA frame: the client allows 4 MiB
-    assert frames[-1][0] == 0x1 and frames[-1][1] & 0x1
+    assert len(data) == 1
+    assert data[0][3] == encode_message(body)
+    assert frames[-1][0] == 0x1
+    assert frames[-1][1] & 0x1
 
 
 def test_golden_request_split_at_every_offset() -> None:
@@ -158,7 +161,8 @@ def test_unary_round_trip_with_protobuf() -> None:
     assert ("x-trace-bin", b"\x00\x01\x02") in req.metadata
     assert ("user-agent", "grpc-python/1.85") in req.metadata
     names = {name for name, _ in req.metadata}
-    assert not names & {"te", "content-type", "grpc-timeout"} and not any(n.startswith(":") for n in names)
+    assert not names & {"te", "content-type", "grpc-timeout"}
+    assert not any(n.startswith(":") for n in names)
     msg = events[1]
     assert isinstance(msg, MessageReceived)
     decoded = v2.SendMessageRequest.FromString(msg.payload)
@@ -176,11 +180,14 @@ def test_unary_round_trip_with_protobuf() -> None:
     peer.pump()
     headers, trailers = peer.response_headers(sid)
     assert headers[:2] == [(":status", "200"), ("content-type", "application/grpc")]
-    assert ("x-mq-request-id", "r1") in headers and ("x-bin", "/w") in headers
+    assert ("x-mq-request-id", "r1") in headers
+    assert ("x-bin", "/w") in headers
     assert trailers == [("grpc-status", "0")]
     [body] = peer.messages(sid)
     assert v2.SendMessageResponse.FromString(body).entries[0].message_id == "01ABC"
-    assert peer.ended(sid) and peer.server.open_streams == 0 and sid not in peer.resets()
+    assert peer.ended(sid)
+    assert peer.server.open_streams == 0
+    assert sid not in peer.resets()
 
 
 def test_server_streaming_response() -> None:
@@ -189,7 +196,8 @@ def test_server_streaming_response() -> None:
     request = v2.ReceiveMessageRequest(batch_size=16).SerializeToString()
     peer.send(sid, encode_message(request), end_stream=True)
     events = peer.pump()
-    assert isinstance(events[0], RequestReceived) and events[0].deadline_s == pytest.approx(8.01)
+    assert isinstance(events[0], RequestReceived)
+    assert events[0].deadline_s == pytest.approx(8.01)
     parts = [v2.ReceiveMessageResponse(status=v2.Status(code=v2.Code.OK))]
     for i in range(3):
         r = v2.ReceiveMessageResponse()
@@ -231,14 +239,16 @@ def test_three_mib_both_directions_with_small_windows() -> None:
     peer.send(sid, encode_message(body), end_stream=True)
     events = peer.pump()
     [msg] = of(events, MessageReceived)
-    assert isinstance(msg, MessageReceived) and msg.payload == body
+    assert isinstance(msg, MessageReceived)
+    assert msg.payload == body
     peer.server.send_message(sid, body)
     assert peer.server.pending_outbound_bytes(sid) > 0  # did not fit in the client's window
     peer.server.end_response(sid, GrpcStatus.OK)
     peer.pump()
     assert peer.messages(sid) == [body]
     assert peer.response_headers(sid)[-1] == [("grpc-status", "0")]
-    assert peer.server.pending_outbound_bytes() == 0 and peer.server.open_streams == 0
+    assert peer.server.pending_outbound_bytes() == 0
+    assert peer.server.open_streams == 0
 
 
 def test_rst_stream_mid_request_drops_state() -> None:
@@ -251,7 +261,8 @@ def test_rst_stream_mid_request_drops_state() -> None:
     peer.client.reset_stream(sid, ErrorCodes.CANCEL)
     events = peer.pump()
     assert events == [StreamReset(stream_id=sid, error_code=ErrorCodes.CANCEL, remote=True)]
-    assert peer.server.open_streams == 0 and peer.server._buffered == 0
+    assert peer.server.open_streams == 0
+    assert peer.server._buffered == 0
     assert peer.server.pending_outbound_bytes() == 0
     # a late answer for the reset stream is ignored, not an error
     peer.server.send_message(sid, b"late")
@@ -299,7 +310,8 @@ def test_graceful_shutdown_finishes_in_flight_calls_and_refuses_new_ones() -> No
     server.data_to_send()
     server.shutdown()
     [goaway] = _frames(server.data_to_send())
-    assert goaway[:3] == (0x7, 0, 0) and goaway[3] == b"\x00\x00\x00\x01\x00\x00\x00\x00"  # last=1, NO_ERROR
+    assert goaway[:3] == (0x7, 0, 0)
+    assert goaway[3] == b"\x00\x00\x00\x01\x00\x00\x00\x00"
     # a new stream after our GOAWAY is refused; stream 1 still completes
     late = len(_GOLDEN_BLOCK).to_bytes(3, "big") + b"\x01\x05\x00\x00\x00\x03" + _GOLDEN_BLOCK
     events = server.receive_data(late + GOLDEN_REQUEST[-17:])
@@ -379,7 +391,8 @@ def test_hpack_bomb_over_header_list_limit_is_enhance_your_calm() -> None:
         peer.server.receive_data(wire)
     assert info.value.error_code == ErrorCodes.ENHANCE_YOUR_CALM
     goaway = peer.server.data_to_send()
-    assert goaway[3] == 0x7 and int.from_bytes(goaway[9 + 4:9 + 8], "big") == ErrorCodes.ENHANCE_YOUR_CALM
+    assert goaway[3] == 0x7
+    assert int.from_bytes(goaway[9 + 4:9 + 8], "big") == ErrorCodes.ENHANCE_YOUR_CALM
 
 
 def test_refuses_streams_beyond_max_concurrent_and_stays_usable() -> None:
@@ -414,7 +427,7 @@ def test_late_headers_on_a_reset_stream_at_the_limit_are_a_stream_error() -> Non
     assert [type(e) for e in events] == [RequestRejected]  # answered 400 + RST(NO_ERROR)
     events = server.receive_data(headers(3, _GOLDEN_BLOCK, 0x4))
     assert [type(e) for e in events] == [RequestReceived]  # stream 3 now holds the only slot
-    server._h2.open_inbound_streams  # let h2 forget closed stream 1, as it does during normal traffic
+    _ = server._h2.open_inbound_streams  # let h2 forget closed stream 1, as it does during normal traffic
     assert 1 not in server._h2.streams
     server.data_to_send()
     events = server.receive_data(headers(1, _literal(b"x-trailer", b"1"), 0x5))  # late trailers for stream 1
@@ -438,18 +451,21 @@ def test_ten_thousand_streams_bounded_memory(batches: int) -> None:
         for sid in sids:
             peer.client.send_data(sid, b"\x00\x00\x00\x00\x00", end_stream=True)
         events = peer.pump()
-        assert len(of(events, RequestReceived)) == 100 and len(of(events, RequestEnded)) == 100
+        assert len(of(events, RequestReceived)) == 100
+        assert len(of(events, RequestEnded)) == 100
         assert peer.server.open_streams == 100
         for sid in sids:
             peer.server.end_response(sid, GrpcStatus.OK)
         peer.pump()
         ended = {e.stream_id for e in peer.client_events if isinstance(e, h2.events.StreamEnded)}
-        assert ended == set(sids) and not peer.resets()
+        assert ended == set(sids)
+        assert not peer.resets()
         peer.client_events.clear()
         if batch in (5, batches - 1):
             gc.collect()
             objects_at[batch] = len(gc.get_objects())
-    assert peer.server.open_streams == 0 and peer.server._buffered == 0
+    assert peer.server.open_streams == 0
+    assert peer.server._buffered == 0
     assert len(peer.server._h2.streams) <= 100
     # 9,000 more calls leave no per-call objects behind (h2 keeps only a size-limited id -> reason table)
     assert objects_at[batches - 1] - objects_at[5] < 500
@@ -521,4 +537,6 @@ def test_measure_unary_round_trip_and_throughput(capsys: pytest.CaptureFixture[s
               f"(h2 + framing + protobuf decode/encode), client+server {total_us:.0f} us/call; "
               f"3 MiB message through the server codec: in {mib / inbound_s:.0f} MB/s, "
               f"out {mib / outbound_s:.0f} MB/s")
-    assert server_us < 20_000 and mib / inbound_s > 5 and mib / outbound_s > 5
+    assert server_us < 20_000
+    assert mib / inbound_s > 5
+    assert mib / outbound_s > 5

@@ -169,13 +169,16 @@ def test_field(message: str, name: str, number: int, type_name: str, kind: str) 
     elif field.type == FieldDescriptor.TYPE_ENUM:
         assert field.enum_type.name == type_name
     else:
-        assert field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.name == type_name
+        assert field.type == FieldDescriptor.TYPE_MESSAGE
+        assert field.message_type.name == type_name
     assert field.is_repeated == (kind == "*")
     if kind == "?":
-        assert field.has_presence and field.containing_oneof is not None
+        assert field.has_presence
+        assert field.containing_oneof is not None
         assert field.containing_oneof.name == f"_{name}"  # synthetic oneof of proto3 `optional`
     elif kind.startswith("@"):
-        assert field.containing_oneof is not None and field.containing_oneof.name == kind[1:]
+        assert field.containing_oneof is not None
+        assert field.containing_oneof.name == kind[1:]
     else:
         assert field.containing_oneof is None
 
@@ -322,7 +325,8 @@ def test_golden_bytes() -> None:
     assert msg.SerializeToString() == b"\x12\x06\x0a\x01a\x12\x01b\x22\x01x"
     # proto3 `optional`: an explicitly set empty tag is on the wire, an unset one is not
     props = v2.SystemProperties(tag="")
-    assert props.HasField("tag") and props.SerializeToString() == b"\x0a\x00"
+    assert props.HasField("tag")
+    assert props.SerializeToString() == b"\x0a\x00"
     assert v2.SystemProperties().SerializeToString() == b""
     assert v2.SendResultEntry(offset=-1).SerializeToString() == b"\x20" + b"\xff" * 9 + b"\x01"
     assert v2.ReceiveMessageRequest(batch_size=32).SerializeToString() == b"\x20\x20"
@@ -332,7 +336,8 @@ def test_golden_decode_of_a_python_client_heartbeat() -> None:
     # HeartbeatRequest{group{name "GroupTest"}, client_type SIMPLE_CONSUMER} as the Python client encodes it
     wire = b"\x0a\x0b\x12\x09GroupTest\x10\x03"
     hb = v2.HeartbeatRequest.FromString(wire)
-    assert hb.HasField("group") and hb.group.name == "GroupTest"
+    assert hb.HasField("group")
+    assert hb.group.name == "GroupTest"
     assert hb.client_type == v2.ClientType.SIMPLE_CONSUMER
 
 
@@ -370,8 +375,10 @@ def test_send_message_request_round_trip() -> None:
     back = v2.SendMessageRequest.FromString(req.SerializeToString())
     assert back == req
     sp = back.messages[0].system_properties
-    assert sp.HasField("queue_offset") and sp.queue_offset == 0  # presence survives a zero value
-    assert not sp.HasField("receipt_handle") and not sp.HasField("message_group")
+    assert sp.HasField("queue_offset")
+    assert sp.queue_offset == 0
+    assert not sp.HasField("receipt_handle")
+    assert not sp.HasField("message_group")
     assert sp.born_timestamp.ToMilliseconds() == 1_700_000_000_123
     assert sp.invisible_duration.ToSeconds() == 15
     assert dict(back.messages[0].user_properties) == {"p1": "v1", "中文": "值"}
@@ -386,10 +393,12 @@ def test_receive_message_response_oneof_round_trips() -> None:
     stamp.delivery_timestamp.GetCurrentTime()
     for original, case in ((status, "status"), (message, "message"), (stamp, "delivery_timestamp")):
         back = v2.ReceiveMessageResponse.FromString(original.SerializeToString())
-        assert back == original and back.WhichOneof("content") == case
+        assert back == original
+        assert back.WhichOneof("content") == case
     # setting another member clears the previous one
     status.message.body = b"x"
-    assert status.WhichOneof("content") == "message" and not status.HasField("status")
+    assert status.WhichOneof("content") == "message"
+    assert not status.HasField("status")
 
 
 def test_telemetry_command_with_settings_round_trip() -> None:
@@ -416,10 +425,12 @@ def test_telemetry_command_with_settings_round_trip() -> None:
     backoff.exponential_backoff.multiplier = 2.0
     for original in (cmd, reply):
         back = v2.TelemetryCommand.FromString(original.SerializeToString())
-        assert back == original and back.WhichOneof("command") == "settings"
+        assert back == original
+        assert back.WhichOneof("command") == "settings"
         assert back.settings.WhichOneof("pub_sub") == "publishing"
     back = v2.TelemetryCommand.FromString(reply.SerializeToString())
-    assert back.HasField("status") and back.status.code == v2.Code.OK
+    assert back.HasField("status")
+    assert back.status.code == v2.Code.OK
     assert back.settings.backoff_policy.WhichOneof("strategy") == "exponential_backoff"
     assert back.settings.backoff_policy.exponential_backoff.multiplier == 2.0
     assert not v2.TelemetryCommand.FromString(cmd.SerializeToString()).HasField("status")
@@ -430,7 +441,8 @@ def test_lite_and_offset_messages_round_trip() -> None:
     req.lite_topic_set.extend(["a", "b"])
     req.offset_option.policy = v2.OffsetPolicy.MIN
     back = v2.SyncLiteSubscriptionRequest.FromString(req.SerializeToString())
-    assert back == req and back.HasField("version")
+    assert back == req
+    assert back.HasField("version")
     assert back.offset_option.WhichOneof("offset_type") == "policy"
 
 

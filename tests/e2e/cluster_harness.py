@@ -7,7 +7,8 @@ Contracts:
   started in cluster mode against its name server (``MQPROXY_BACKEND_KIND=rocketmq``); ``start_node``
   starts one more (``namesrv=`` another address), ``stop()`` stops them all and returns their exit codes.
 * :func:`create_topic` creates a topic (optionally typed) on brokers directly (UPDATE_AND_CREATE_TOPIC, no
-  admin JVM) and waits for the name server's route; :func:`create_group` creates a consumer group on them; :func:`route` is a route as a name server or a node answers it;
+  admin JVM) and waits for the name server's route; :func:`create_group` creates a consumer group on them;
+  :func:`route` is a route as a name server or a node answers it;
   :func:`max_offsets` reads a broker's queue ends (GET_MAX_OFFSET).
 * :class:`Loads` starts ClusterLoads commands; each run is held (stdin open) until :func:`finish` closes
   its stdin, and every run still alive at the end of a test is killed (:meth:`Loads.kill_all`).
@@ -84,7 +85,7 @@ class ClusterMode:
         """SIGTERM every running node; their exit codes by name. Each node's whole log is kept beside its
         stderr (``node-NAME/proxy.stdout`` under the work directory) for a look after a failure."""
         codes = {name: node.stop() for name, node in self.nodes.items() if node.proc is not None}
-        for name, node in self.nodes.items():
+        for node in self.nodes.values():
             if node.reader is not None:
                 (node.log_dir / "proxy.stdout").write_text("\n".join(node.reader.lines) + "\n")
         return codes

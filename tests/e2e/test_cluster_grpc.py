@@ -133,7 +133,8 @@ def test_normal_messages_sent_through_a_are_received_and_acked_through_b(
         assert any(e.get("topic") == topic for e in requests_of(rmq, "B", op)), op
         assert not any(e.get("topic") == topic for e in requests_of(rmq, "A", op)), op
     stored = [sum(max_offsets(b.addr, topic, QUEUES)) for b in rmq.stock.broker_list]
-    assert sum(stored) == 16 and min(stored) > 0, stored
+    assert sum(stored) == 16, stored
+    assert min(stored) > 0, stored
 
 
 def test_acks_through_b_of_messages_popped_through_a(rmq: ClusterMode, scenarios: Scenarios) -> None:
@@ -207,7 +208,8 @@ def test_fifo_message_groups_keep_their_order_across_both_brokers(
     assert all(e["delivery_attempt"] == 1 for e in got)
     # the groups' queues are on both brokers
     stored = [sum(max_offsets(b.addr, scenarios.topic(scenario), QUEUES)) for b in rmq.stock.broker_list]
-    assert sum(stored) == 30 and min(stored) > 0, stored
+    assert sum(stored) == 30, stored
+    assert min(stored) > 0, stored
 
 
 def test_transaction_check_back_reaches_the_producer_on_a(rmq: ClusterMode, scenarios: Scenarios) -> None:
@@ -233,7 +235,9 @@ def test_check_back_reaches_a_producer_on_the_other_node(rmq: ClusterMode, scena
     (sent,) = sent_ids(events)
     closed = [n for n, e in enumerate(events) if e["event"] == "closed"]
     checked_by_b = [n for n, e in enumerate(events) if e["event"] == "checked" and e["by"] == "B"]
-    assert checked_by_b and closed and checked_by_b[-1] > closed[0]
+    assert checked_by_b
+    assert closed
+    assert checked_by_b[-1] > closed[0]
     assert {events[n]["id"] for n in checked_by_b} == {sent}
     received = [e for e in events if e["event"] == "received"]
     assert {e["id"] for e in received} == {sent}

@@ -13,7 +13,6 @@ from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.config import MqttConfig
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.store import FacadeStore
-
 from mqproxy.settings import Settings
 
 from ..proxy.conftest import running_server  # type: ignore[import-not-found]

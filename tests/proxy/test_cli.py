@@ -35,7 +35,8 @@ def test_serve_answers_healthz_and_stops_gracefully_on_signal(tmp_path: Path, si
     proc, log = _start(tmp_path)
     try:
         addr = wait_proxy_started(proc, log)
-        assert addr[0] == "127.0.0.1" and addr[1] > 0
+        assert addr[0] == "127.0.0.1"
+        assert addr[1] > 0
         assert _get(addr, "/healthz").startswith(b"HTTP/1.1 200 OK")
         proc.send_signal(sig)
         assert proc.wait(timeout=20) == 0

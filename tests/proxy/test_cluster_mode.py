@@ -72,7 +72,7 @@ async def test_a_node_starts_without_its_cluster_and_says_why(tmp_path: Path, lo
             return (await _healthz(handle))[0] == 503
 
         await wait_until(unavailable)
-        status, body = await _healthz(handle)
+        _, body = await _healthz(handle)
         assert body["status"] == "unavailable"
         assert namesrv in body["reason"], "the reason names the name server"
     (started,) = log_sink.named("proxy.started")
@@ -111,4 +111,5 @@ async def test_mqtt_connect_is_refused_as_server_unavailable(
     assert closed["protocol"] == "mqtt"
     assert namesrv in closed["detail"]
     connects = [e for e in log_sink.named("request") if e["op"] == "CONNECT"]
-    assert connects and all(e["status"] == "SERVER_UNAVAILABLE" for e in connects)
+    assert connects
+    assert all(e["status"] == "SERVER_UNAVAILABLE" for e in connects)

@@ -70,7 +70,9 @@ async def test_healthz_and_404(server: Any, log_sink: Any, wait_for: Any) -> Non
     assert [e["protocol"] for e in negotiated] == ["http", "http"]
     assert all(e["tls"] is False and e["sniff_ms"] >= 0 for e in negotiated)
     closed = log_sink.named("conn.closed")[0]
-    assert closed["bytes_in"] > 0 and closed["bytes_out"] > 0 and closed["requests"] == 1
+    assert closed["bytes_in"] > 0
+    assert closed["bytes_out"] > 0
+    assert closed["requests"] == 1
     assert closed["error"] is None
     conn_ids = {e["conn_id"] for e in log_sink.events if e["event"].startswith("conn.")}
     assert len(conn_ids) == 2
@@ -146,7 +148,8 @@ async def test_tls_on_the_same_port(start_server: Any, tls_files: Any, log_sink:
         assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
         await wait_for(lambda: len(log_sink.named("conn.rejected")) == 1)
     negotiated = log_sink.named("conn.negotiated")
-    assert negotiated[0]["tls"] is True and negotiated[0]["alpn"] == "http/1.1"
+    assert negotiated[0]["tls"] is True
+    assert negotiated[0]["alpn"] == "http/1.1"
     assert log_sink.named("conn.rejected")[0]["reason"] == "tls_handshake_failed"
 
 
@@ -185,7 +188,8 @@ async def test_bad_first_bytes_are_rejected_once(
     await read_until_eof(s)
     await wait_for(lambda: len(_closed_events(log_sink)) == 1)
     rejected = log_sink.named("conn.rejected")
-    assert len(rejected) == 1 and rejected[0]["reason"] == reason
+    assert len(rejected) == 1
+    assert rejected[0]["reason"] == reason
     assert rejected[0]["bytes_in"] <= len(payload)
     s = await _connect(server)
     assert (await _http_get(s, "/healthz")).startswith(b"HTTP/1.1 200")
@@ -238,7 +242,8 @@ async def test_graceful_stop_closes_idle_connections_and_logs(
     names = [e["event"] for e in log_sink.events]
     assert names.index("proxy.stopping") < names.index("proxy.stopped")
     stopping = log_sink.named("proxy.stopping")[0]
-    assert stopping["open_connections"] == 1 and stopping["reason"] == "test"
+    assert stopping["open_connections"] == 1
+    assert stopping["reason"] == "test"
     assert log_sink.named("proxy.stopped")[0]["connections_total"] == 1
 
 
@@ -305,7 +310,8 @@ async def test_remoting_frame_is_routed_and_answered_as_name_server(
     host, port = server.address
     assert route["brokerDatas"][0]["brokerAddrs"]["0"] == f"{host}:{port}"
     unknown, _ = await _remoting_call(s, {"code": 99999, "opaque": 8, "flag": 0, "extFields": {}})
-    assert unknown["code"] == 3 and "99999" in unknown["remark"]
+    assert unknown["code"] == 3
+    assert "99999" in unknown["remark"]
     await s.aclose()
     await wait_for(lambda: len(log_sink.named("conn.closed")) == 1)
     requests = log_sink.named("request")
@@ -314,7 +320,9 @@ async def test_remoting_frame_is_routed_and_answered_as_name_server(
         ("UNKNOWN_99999", "error"),
     ]
     closed = log_sink.named("conn.closed")[0]
-    assert closed["protocol"] == "remoting" and closed["requests"] == 2 and closed["error"] is None
+    assert closed["protocol"] == "remoting"
+    assert closed["requests"] == 2
+    assert closed["error"] is None
 
 
 async def test_graceful_stop_answers_a_held_long_poll_at_once(start_server: Any, log_sink: Any) -> None:
@@ -352,7 +360,8 @@ async def test_graceful_stop_answers_a_held_long_poll_at_once(start_server: Any,
     assert len(reply) == 4 + total  # one answer, then a clean close
     assert waited < 5
     closed = log_sink.named("conn.closed")
-    assert closed[0]["error"] is None and closed[0]["requests"] == 2
+    assert closed[0]["error"] is None
+    assert closed[0]["requests"] == 2
 
 
 async def test_metrics_report_store_size_and_consumer_lag(server: Any) -> None:

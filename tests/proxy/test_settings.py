@@ -105,7 +105,7 @@ def test_tls_keys_go_together() -> None:
 def test_bad_toml_is_a_settings_error(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[server\n")
-    with pytest.raises(SettingsError, match="c.toml"):
+    with pytest.raises(SettingsError, match=r"c\.toml"):
         load_settings(cfg)
     with pytest.raises(SettingsError, match="cannot read"):
         load_settings(tmp_path / "missing.toml")

@@ -100,5 +100,5 @@ def test_packed_offsets_name_their_broker() -> None:
     assert unpack_offset(packed) == (3, 123_456_789)
     assert unpack_offset(42) == (0, 42)
     assert packed < 2**63
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="does not fit"):
         pack_offset(1, 2**48)
