@@ -3,8 +3,8 @@ own name servers), one mqproxy node in front of both, and what each cluster's br
 group (members, committed offsets).
 
 The node's routing sends ``east_*`` topics to cluster ``east`` and ``west_<hex>`` topics to ``west``;
-:func:`node_config` adds a ``routing.default`` when asked. At most one pair runs at a time: each test
-module starts its own pair (module scope) and stops it at its end.
+:func:`node_config` adds a ``routing.default`` when asked. ``test_several_clusters.py`` starts one pair for
+all its tests (module scope) and stops it at its end.
 """
 
 from __future__ import annotations
