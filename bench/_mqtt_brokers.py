@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -173,7 +174,7 @@ def start_amqtt(tmp: Path) -> Broker:
 def start_mqproxy(tmp: Path, name: str = "mqproxy", python: str | None = None) -> Broker:
     """``mqproxy serve`` on the embedded store (async flush), run by ``python`` (default: this one)."""
     proxy = start_proxy(
-        tmp / f"data-{name}", tmp / f"{name}.log", flush="async", **({"python": python} if python else {})
+        tmp / f"data-{name}", tmp / f"{name}.log", flush="async", python=python or sys.executable
     )
     return Broker(name, proxy.port, proxy.pid, proxy.stop)
 

@@ -13,7 +13,8 @@ first one (the peers run alone, after the first round):
 Servers: ``--server NAME=PYTHON`` (repeatable) runs ``PYTHON -m mqproxy serve`` (embedded store, async
 flush, JSON log to a file), so another checkout's venv is the "before" of a change (default: this
 interpreter only). Peers, same run: mosquitto for the MQTT cases (when installed:
-``scripts/setup-bench-peers.sh``) and ``bench/remoting.py``'s no-storage trio baseline for ``remoting``.
+``scripts/setup-bench-peers.sh``) and ``bench/_mqtt_baseline.py``'s floor (trio and mqproxy's MQTT codec, no
+store), ``bench/remoting.py``'s no-storage trio baseline for ``remoting``.
 ``--profile DIR`` adds a first, unmeasured round that samples every server with py-spy (``pip install
 py-spy``) into ``DIR/<server>-<case>.txt`` (collapsed stacks) and prints where the time goes
 (``bench/_profile.py``).
@@ -41,6 +42,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _figures import uptime
+from _mqtt_baseline import MQTT_BASELINE_SERVER
 from _mqtt_brokers import Broker, start_mosquitto
 from _mqtt_ladder import FAN_IN_PUBLISHERS, _ladder_step
 from _peer import start_peer
@@ -53,6 +55,8 @@ MOSQUITTO = "mosquitto"
 #: A case: the same load offered to every broker of the list at once; broker CPU us per message, each.
 Case = Callable[[list[Broker], argparse.Namespace], Awaitable[list[float]]]
 BASELINE = "trio-baseline"
+#: The MQTT floor: trio + mqproxy's codec, no store (``bench/_mqtt_baseline.py``).
+MQTT_BASELINE = "trio-mqtt"
 
 
 def _mqtt_case(qos: int) -> Case:
@@ -107,9 +111,9 @@ CASES: dict[str, Case] = {
 def _start(name: str, python: str, tmp: Path) -> Broker:
     if name == MOSQUITTO:
         return start_mosquitto(tmp)
-    if name == BASELINE:
-        proc, port = start_peer(BASELINE_SERVER)
-        return Broker(BASELINE, port, proc.pid, proc.kill)
+    if name in (BASELINE, MQTT_BASELINE):
+        proc, port = start_peer(BASELINE_SERVER if name == BASELINE else MQTT_BASELINE_SERVER)
+        return Broker(name, port, proc.pid, proc.kill)
     proxy = start_proxy(tmp / f"data-{name}", tmp / f"{name}.log", flush="async", python=python)
     return Broker(name, proxy.port, proxy.pid, proxy.stop)
 
@@ -157,7 +161,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per MQTT case")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds first")
     parser.add_argument("--drain", type=float, default=3.0, help="seconds to wait for stragglers")
-    parser.add_argument("--no-peers", action="store_true", help="skip mosquitto and the trio baseline")
+    parser.add_argument("--no-peers", action="store_true", help="skip mosquitto and the trio baselines")
     parser.add_argument("--profile", type=Path, help="py-spy each mqproxy case into this folder")
     args = parser.parse_args()
     servers = [tuple(spec.split("=", 1)) for spec in args.server] or [("mqproxy", sys.executable)]
@@ -203,7 +207,8 @@ def main() -> int:
 def _peers(
     cases: list[str], args: argparse.Namespace, tmp: Path, results: dict[tuple[str, str], list[float]]
 ) -> None:
-    for peer, peer_cases in ((MOSQUITTO, ("qos0", "qos1")), (BASELINE, ("remoting",))):
+    mqtt = ("qos0", "qos1")
+    for peer, peer_cases in ((MOSQUITTO, mqtt), (MQTT_BASELINE, mqtt), (BASELINE, ("remoting",))):
         wanted = [c for c in cases if c in peer_cases]
         if not wanted:
             continue
@@ -232,9 +237,9 @@ def _report(
         for name, *_ in servers:
             med = statistics.median(results[(name, case)])
             cells.append(f"{name} {med:7.1f} us ({med / base:4.2f}x)")
-        peer = MOSQUITTO if case != "remoting" else BASELINE
-        if results.get((peer, case)):
-            cells.append(f"peer {peer} {statistics.median(results[(peer, case)]):6.1f} us")
+        for peer in (MOSQUITTO, MQTT_BASELINE) if case != "remoting" else (BASELINE,):
+            if results.get((peer, case)):
+                cells.append(f"peer {peer} {statistics.median(results[(peer, case)]):6.1f} us")
         print(f"  {case:9} " + "  ".join(cells))
 
 

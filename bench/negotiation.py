@@ -178,7 +178,9 @@ def main() -> None:
                     None,
                 )
             )
-            cases = [(name, payload, None) for name, payload in PAYLOADS.items()]
+            cases: list[tuple[str, bytes, ssl.SSLContext | None]] = [
+                (name, payload, None) for name, payload in PAYLOADS.items()
+            ]
             cases.append(("tls+http", HTTP_GET, client_tls))
             for name, payload, tls in cases:
                 n = args.connections if tls is None else max(200, args.connections // 5)
@@ -209,8 +211,8 @@ def main() -> None:
         print(f"{name:28} {rate:10.0f} {p50:20.2f} {p99:9.2f}")
     print()
     print(f"{'sniff latency (server side)':28} {'count':>10} {'p50 ms':>20} {'p99 ms':>9}")
-    for (proto, tls), values in sorted(sniff.items()):
-        label = f"{proto}{' (tls)' if tls else ''}"
+    for (proto, over_tls), values in sorted(sniff.items()):
+        label = f"{proto}{' (tls)' if over_tls else ''}"
         print(f"{label:28} {len(values):10d} {percentile(values, 50):20.3f} {percentile(values, 99):9.3f}")
 
 
