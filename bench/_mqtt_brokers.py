@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from _mqtt_baseline import MQTT_BASELINE_SERVER
+from _peer import start_peer
 from _remoting_client import cpu_seconds, start_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,6 +155,12 @@ def start_mosquitto(tmp: Path) -> Broker:
     proc = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
     wait_listening(proc, port, "mosquitto")
     return Broker("mosquitto", port, proc.pid, _stopper(proc))
+
+
+def start_trio_floor(tmp: Path) -> Broker:
+    """The MQTT floor of mqproxy's stack (``bench/_mqtt_baseline.py``: trio and its codec, no store)."""
+    proc, port = start_peer(MQTT_BASELINE_SERVER)
+    return Broker("trio-mqtt", port, proc.pid, proc.kill)
 
 
 def start_amqtt(tmp: Path) -> Broker:

@@ -42,8 +42,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _figures import uptime
-from _mqtt_baseline import MQTT_BASELINE_SERVER
-from _mqtt_brokers import Broker, start_mosquitto
+from _mqtt_brokers import Broker, start_mosquitto, start_trio_floor
 from _mqtt_ladder import FAN_IN_PUBLISHERS, _ladder_step
 from _peer import start_peer
 from _profile import summarize
@@ -111,9 +110,11 @@ CASES: dict[str, Case] = {
 def _start(name: str, python: str, tmp: Path) -> Broker:
     if name == MOSQUITTO:
         return start_mosquitto(tmp)
-    if name in (BASELINE, MQTT_BASELINE):
-        proc, port = start_peer(BASELINE_SERVER if name == BASELINE else MQTT_BASELINE_SERVER)
-        return Broker(name, port, proc.pid, proc.kill)
+    if name == MQTT_BASELINE:
+        return start_trio_floor(tmp)
+    if name == BASELINE:
+        proc, port = start_peer(BASELINE_SERVER)
+        return Broker(BASELINE, port, proc.pid, proc.kill)
     proxy = start_proxy(tmp / f"data-{name}", tmp / f"{name}.log", flush="async", python=python)
     return Broker(name, proxy.port, proxy.pid, proxy.stop)
 

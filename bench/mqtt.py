@@ -37,7 +37,9 @@ mosquitto above about 30-50k msgs/s). ``--idle`` counts above this process's ope
 The peers come from ``scripts/setup-bench-peers.sh`` (Debian mosquitto; amqtt 0.12.1 in
 ``.clients/amqtt``); a missing peer is skipped with a note. mosquitto runs with a generated config
 (loopback listener, anonymous, persistence off, everything else default: max_inflight_messages 20,
-max_queued_messages 1000); amqtt with loopback listener and anonymous auth only.
+max_queued_messages 1000); amqtt with loopback listener and anonymous auth only. ``trio-mqtt`` (not in the
+default list) is the floor of mqproxy's own stack: trio and mqproxy's MQTT codec relaying with no store
+(``bench/_mqtt_baseline.py``).
 
     python bench/mqtt.py [--only mqproxy,mosquitto,amqtt] [--idle 2000] [--lmqs 100000]
                          [--seconds 1.5] [--idle 10000,100000 --lmqs 1000000 for the issue's sizes]
@@ -67,6 +69,7 @@ from _mqtt_brokers import (
     start_amqtt,
     start_mosquitto,
     start_mqproxy,
+    start_trio_floor,
     wait_quiet,
 )
 from _mqtt_ladder import FAN_IN_PUBLISHERS, PAYLOAD, RATES_QOS1, ladder
@@ -324,7 +327,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mqproxy-bench-mqtt-") as tmp:
         root = Path(tmp)
         for name in only:
-            starters = {"mqproxy": start_mqproxy, "mosquitto": start_mosquitto, "amqtt": start_amqtt}
+            starters = {
+                "mqproxy": start_mqproxy,
+                "mosquitto": start_mosquitto,
+                "amqtt": start_amqtt,
+                "trio-mqtt": start_trio_floor,
+            }
             if name not in starters:
                 raise SystemExit(f"unknown broker {name!r}")
             if args.cases - {"lmq"}:
