@@ -32,7 +32,7 @@ HEADER_SIZE = FRAME_HEADER.size
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 _NAME_DIGITS = 20
 #: Payloads :meth:`CommitLog.payload_at` keeps (a pull of a batch reads its base once).
-_RECENT_LIMIT = 256
+_RECENT_LIMIT = 32
 
 #: ``on_record(offset, frame_size, payload)``, called by :meth:`CommitLog.open` for each recovered record.
 RecordSink = Callable[[int, int, bytes], None]

@@ -32,7 +32,7 @@ from mqproxy.model.types import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MU
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
-_CACHE_LIMIT = 1024
+_CACHE_LIMIT = 64
 #: A base's shared fields: born host, topic, LMQ names, stored properties (the derived LMQ ones left
 #: out), bits.
 _Base = tuple[str, str, tuple[str, ...], dict[str, str], int]
