@@ -19,6 +19,7 @@ from mqproxy.backends.embedded.commitlog import CommitLog, read_payload
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_flush import EmbeddedFlushing
 from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
+from mqproxy.backends.embedded.record_layout import MAX_BASE_BYTES
 from mqproxy.backends.embedded.record_shared import is_shared
 from mqproxy.backends.embedded.records import MessageRecord, MovedRecord, decode_message, decode_moved
 from mqproxy.backends.embedded.sending import index_keys
@@ -40,7 +41,7 @@ class _ScannedBases:
         self._payloads: dict[int, bytes] = {}
 
     def seen(self, offset: int, payload: bytes) -> None:
-        if not is_shared(payload):
+        if len(payload) <= MAX_BASE_BYTES and not is_shared(payload):
             if len(self._payloads) >= 4096:
                 self._payloads.clear()
             self._payloads[offset] = payload

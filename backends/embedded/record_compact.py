@@ -26,8 +26,8 @@ it is computed when read. What is read back equals what was given, property orde
 
 A SHARED record (since issue 18's round 4) holds only what is its own; its born host, topic, LMQ names and
 properties (and the IPV4, LMQ_SHORT, LMQ_PROPS bits) are those of its *base*, a record without SHARED
-written earlier in the same append (so in the same segment, before it: a torn write cuts the record with
-or after its base, and retention deletes them together)::
+of at most ``record_layout.MAX_BASE_BYTES`` written earlier in the same append (so in the same segment,
+before it: a torn write cuts the record with or after its base, and retention deletes them together)::
 
     header as above (SHARED set)    varint back: this frame's offset - the base frame's offset
     [EXT]   [BORN_ABS]    varint LMQ count (the base's), then per LMQ: >I LMQ queue offset (>q with WIDE)
@@ -301,7 +301,7 @@ def encode_message(
     record = b"".join(parts)
     if shared is not None:
         if sharing:
-            shared.added(bits)
+            shared.added(bits, len(record))
         shared.position += len(record) + FRAME_HEADER_BYTES
     return record
 

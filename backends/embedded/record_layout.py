@@ -27,6 +27,9 @@ _EXT_FIELDS = EXT_FIELDS = struct.Struct(">iii")
 _U32_MAX = 0xFFFFFFFF
 _BYTE = tuple(bytes((n,)) for n in range(256))
 
+#: Largest record that becomes a base: readers cache bases and read one per SHARED record, so a base is
+#: small whatever the bodies (a large message's fields are a small part of it anyway).
+MAX_BASE_BYTES = 1024
 #: What a base is found by: born host, topic, LMQ names, stored property items, whether LMQ_PROPS.
 SharedKey = tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...], bool]
 
@@ -78,13 +81,14 @@ class SharedBases:
             self._last = (key, lmqs, found)
         return found
 
-    def added(self, bits: int) -> None:
-        """The record :meth:`find` found no base for was written whole at :attr:`position`, with ``bits``."""
-        if self._pending is not None:
+    def added(self, bits: int, size: int) -> None:
+        """The record :meth:`find` found no base for was written whole at :attr:`position`, with ``bits``,
+        in ``size`` bytes; it becomes a base unless larger than :data:`MAX_BASE_BYTES`."""
+        if self._pending is not None and size <= MAX_BASE_BYTES:
             key, lmqs = self._pending
             entry = self.bases[key] = (self.position, bits & SHARED_KEY_BITS)
             self._last = (key, lmqs, entry)
-            self._pending = None
+        self._pending = None
 
     def rollback(self, position: int) -> None:
         """Forget the records from ``position`` on (their send failed; other records take their place)."""

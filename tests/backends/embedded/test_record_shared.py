@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from mqproxy.backends.embedded.commitlog import frame
 from mqproxy.backends.embedded.embedded import EmbeddedStore, open_embedded_store
 from mqproxy.backends.embedded.index import Index
+from mqproxy.backends.embedded.record_layout import MAX_BASE_BYTES
 from mqproxy.backends.embedded.record_shared import is_shared
 from mqproxy.backends.embedded.records import (
     KIND_COMPACT,
@@ -108,6 +109,15 @@ def test_records_after_the_first_refer_to_it_and_read_back_the_same() -> None:
         assert decode_message(whole) == record
     with pytest.raises(StoreUnavailable):  # without the log holding its base
         decode_message(payloads[1])
+
+
+def test_only_small_records_become_bases() -> None:
+    shared = SharedBases()
+    big = [encode_message(**_fields(i, body=bytes(MAX_BASE_BYTES)), shared=shared) for i in range(2)]
+    assert [is_shared(p) for p in big] == [False, False]
+    small = encode_message(**_fields(2), shared=shared)
+    bigger = encode_message(**_fields(3, body=bytes(4 * MAX_BASE_BYTES)), shared=shared)
+    assert (is_shared(small), is_shared(bigger)) == (False, True)
 
 
 def test_a_send_that_failed_is_forgotten_as_a_base() -> None:
