@@ -207,9 +207,9 @@ def encode_message(
         bits |= _BORN_ABS
         parts.append(_Q.pack(born_timestamp_ms))
         delta = 0
-    sharing = shared is not None and (lmq_properties is not None or not lmqs)  # (else: rare, not shared)
-    if sharing:
-        assert shared is not None
+    sharing = False
+    if shared is not None and (lmq_properties is not None or not lmqs):  # (else: rare, not shared)
+        sharing = True
         found = shared.find(host, topic, tuple(properties.items()), lmqs, bool(lmqs and lmq_properties))
         if found is not None:
             return encode_shared(
