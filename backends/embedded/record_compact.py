@@ -29,8 +29,9 @@ properties (and the IPV4, LMQ_SHORT, LMQ_PROPS bits) are those of its *base*, a 
 of at most ``record_layout.MAX_BASE_BYTES`` written earlier in the same append (so in the same segment,
 before it: a torn write cuts the record with or after its base, and retention deletes them together)::
 
-    header as above (SHARED set)    varint back: this frame's offset - the base frame's offset
-    [EXT]   [BORN_ABS]    varint LMQ count (the base's), then per LMQ: >I LMQ queue offset (>q with WIDE)
+    header as above (SHARED set; WIDE only for its own fields)
+    varint back: this frame's offset - the base frame's offset    [EXT]   [BORN_ABS]
+    varint LMQ count (the base's), then per LMQ: varint zigzag(LMQ queue offset - the base's)
     varint body length, body
 
 :mod:`~mqproxy.backends.embedded.record_shared` reads it, given the log to fetch the base from.

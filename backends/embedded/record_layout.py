@@ -34,18 +34,23 @@ MAX_BASE_BYTES = 1024
 SharedKey = tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...], bool]
 
 
+#: A base: its frame position in bytes from the append's first frame, its :data:`SHARED_KEY_BITS` bits and
+#: its LMQ offsets (a SHARED record stores its own as differences from them).
+Base = tuple[int, int, tuple[int, ...]]
+
+
 class SharedBases:
-    """The records of one append that later ones may refer to: :data:`SharedKey` -> (the record's frame
-    position in bytes from the append's first frame, its :data:`SHARED_KEY_BITS`); ``position`` is where
+    """The records of one append that later ones may refer to: :data:`SharedKey` -> :data:`Base`;
+    ``position`` is where
     the next record's frame goes. The last match is compared first (consecutive records from one
     publisher share their fields), the table searched when it differs."""
 
     __slots__ = ("_last", "_pending", "bases", "position")
 
     def __init__(self) -> None:
-        self.bases: dict[SharedKey, tuple[int, int]] = {}
+        self.bases: dict[SharedKey, Base] = {}
         self.position = 0
-        self._last: tuple[SharedKey, Sequence[tuple[str, int]], tuple[int, int]] | None = None
+        self._last: tuple[SharedKey, Sequence[tuple[str, int]], Base] | None = None
         self._pending: tuple[SharedKey, Sequence[tuple[str, int]]] | None = None
 
     def find(
@@ -55,7 +60,7 @@ class SharedBases:
         items: tuple[tuple[str, str], ...],
         lmqs: Sequence[tuple[str, int]],
         derived: bool,
-    ) -> tuple[int, int] | None:
+    ) -> Base | None:
         """The base of a record with these fields (``items``: the stored properties), or None: then the
         record is written whole and :meth:`added` makes it the base of later ones."""
         last = self._last
@@ -86,7 +91,8 @@ class SharedBases:
         in ``size`` bytes; it becomes a base unless larger than :data:`MAX_BASE_BYTES`."""
         if self._pending is not None and size <= MAX_BASE_BYTES:
             key, lmqs = self._pending
-            entry = self.bases[key] = (self.position, bits & SHARED_KEY_BITS)
+            offsets = tuple([offset for _, offset in lmqs])
+            entry = self.bases[key] = (self.position, bits & SHARED_KEY_BITS, offsets)
             self._last = (key, lmqs, entry)
         self._pending = None
 
@@ -94,7 +100,7 @@ class SharedBases:
         """Forget the records from ``position`` on (their send failed; other records take their place)."""
         self.position = position
         self._last = self._pending = None
-        for key in [k for k, (at, _) in self.bases.items() if at >= position]:
+        for key in [k for k, (at, _, _) in self.bases.items() if at >= position]:
             del self.bases[key]
 
 
@@ -146,19 +152,18 @@ def _varint2(n: int) -> bytes:
     return _varint(n)
 
 
-def _fits32(lmqs: Sequence[tuple[str, int]]) -> bool:
-    for _, offset in lmqs:
-        if not 0 <= offset <= _U32_MAX:
-            return False
-    return True
+def zigzag(n: int) -> int:
+    """``n`` as an unsigned varint value (0, -1, 1, -2, ... -> 0, 1, 2, 3, ...)."""
+    return n << 1 if n >= 0 else (-n << 1) - 1
 
 
-_I2 = struct.Struct(">II")
+def unzigzag(n: int) -> int:
+    return n >> 1 if not n & 1 else -((n + 1) >> 1)
 
 
 def encode_shared(
     shared: SharedBases,
-    base: tuple[int, int],
+    base: Base,
     bits: int,
     parts: list[bytes],
     queue_id: int,
@@ -171,17 +176,17 @@ def encode_shared(
 ) -> bytes:
     """A SHARED record whose base is ``base`` (from :meth:`SharedBases.find`): ``parts`` holds the head's
     place and the EXT and BORN_ABS fields, ``bits`` their bits."""
-    at, base_bits = base
+    at, base_bits, base_offsets = base
     bits |= base_bits | SHARED
     parts.insert(1, _varint2(shared.position - at))
     n = len(lmqs)
     parts.append(_BYTE[n] if n < 0x80 else _varint(n))
-    if (
-        0 <= queue_offset <= _U32_MAX
-        and 0 <= queue_id <= 0xFFFF
-        and 0 <= store_timestamp_ms <= _MAX48
-        and (n == 0 or _fits32(lmqs))
-    ):
+    i = 0
+    for _, offset in lmqs:  # (lmqs and base_offsets are as long: the same names)
+        d = offset - base_offsets[i]  # > 0 in an append: its offsets come after its base's
+        parts.append(_BYTE[d << 1] if 0 <= d < 0x40 else _varint(zigzag(d)))
+        i += 1
+    if 0 <= queue_offset <= _U32_MAX and 0 <= queue_id <= 0xFFFF and 0 <= store_timestamp_ms <= _MAX48:
         parts[0] = _HEAD.pack(
             KIND_COMPACT,
             bits,
@@ -192,15 +197,10 @@ def encode_shared(
             delta,
             port,
         )
-        if n == 2:
-            parts.append(_I2.pack(lmqs[0][1], lmqs[1][1]))
-        elif n:
-            parts += [_I.pack(offset) for _, offset in lmqs]
     else:
         parts[0] = _HEAD_WIDE.pack(
             KIND_COMPACT, bits | _WIDE, queue_id, queue_offset, store_timestamp_ms, delta, port
         )
-        parts += [_Q.pack(offset) for _, offset in lmqs]
     parts += (_varint2(len(body)), body)
     record = b"".join(parts)
     shared.position += len(record) + FRAME_HEADER_BYTES

@@ -27,6 +27,7 @@ from mqproxy.backends.embedded.record_layout import (
     SHARED_KEY_BITS,
     WIDE,
     read_varint,
+    unzigzag,
 )
 from mqproxy.model.types import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET
 
@@ -34,8 +35,8 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">I")
 _CACHE_LIMIT = 64
 #: A base's shared fields: born host, topic, LMQ names, stored properties (the derived LMQ ones left
-#: out), bits.
-_Base = tuple[str, str, tuple[str, ...], dict[str, str], int]
+#: out), bits, LMQ offsets.
+_Base = tuple[str, str, tuple[str, ...], dict[str, str], int, tuple[int, ...]]
 _BASES: dict[bytes, _Base] = {}
 
 
@@ -61,7 +62,8 @@ def _base_fields(base: bytes) -> _Base:
         properties = fields[11]
         if base[1] & LMQ_PROPS:  # the derived two come last; each record appends its own
             properties = dict(islice(properties.items(), len(properties) - 2))
-        found = (fields[8][0], fields[9], tuple(name for name, _ in fields[10]), properties, base[1])
+        names = tuple(name for name, _ in fields[10])
+        found = (fields[8][0], fields[9], names, properties, base[1], tuple(o for _, o in fields[10]))
         if len(_BASES) >= _CACHE_LIMIT:
             _BASES.clear()
         _BASES[bytes(base)] = found
@@ -75,16 +77,16 @@ def decode_shared(payload: bytes, offset: int, source: BaseSource | None) -> Fie
     if bits & WIDE:
         _, _, queue_id, queue_offset, store_ts, delta, port = HEAD_WIDE.unpack_from(payload, 0)
         pos = HEAD_WIDE.size
-        unpack_offset, offset_size = _Q.unpack_from, 8
     else:
         _, _, queue_id, queue_offset, ts_high, ts_low, delta, port = HEAD.unpack_from(payload, 0)
         store_ts = ts_high << 32 | ts_low
         pos = HEAD.size
-        unpack_offset, offset_size = _I.unpack_from, 4
     back, pos = read_varint(payload, pos)
     if source is None or not 0 < back <= offset:
         raise ValueError("a shared record is read with the log holding its base")
-    host, topic, names, base_properties, base_bits = _base_fields(source.payload_at(offset - back))
+    host, topic, names, base_properties, base_bits, base_offsets = _base_fields(
+        source.payload_at(offset - back)
+    )
     if (base_bits ^ bits) & SHARED_KEY_BITS:
         raise ValueError("a shared record and its base disagree on their layout")
     flag = sys_flag = reconsume = 0
@@ -99,8 +101,10 @@ def decode_shared(payload: bytes, offset: int, source: BaseSource | None) -> Fie
     count, pos = read_varint(payload, pos)
     if count != len(names):
         raise ValueError("a shared record's LMQ count differs from its base's")
-    offsets = [unpack_offset(payload, pos + i * offset_size)[0] for i in range(count)]
-    pos += count * offset_size
+    offsets = []
+    for base_offset in base_offsets:
+        d, pos = read_varint(payload, pos)
+        offsets.append(base_offset + unzigzag(d))
     properties = dict(base_properties)
     if bits & LMQ_PROPS:
         properties[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(names)
@@ -133,8 +137,11 @@ def own_sizes(payload: bytes) -> dict[str, int]:
     _, after = read_varint(payload, pos)
     out = {"base reference": after - pos}
     pos = after + (EXT_FIELDS.size if payload[1] & EXT else 0) + (8 if payload[1] & BORN_ABS else 0)
-    count, _ = read_varint(payload, pos)
-    out["LMQ list"] = count * (8 if payload[1] & WIDE else 4)
+    count, pos = read_varint(payload, pos)
+    start = pos
+    for _ in range(count):
+        _, pos = read_varint(payload, pos)
+    out["LMQ list"] = pos - start
     return out
 
 
