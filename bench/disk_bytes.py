@@ -6,7 +6,9 @@ client to ``bench/#`` (so every message is LMQ-dispatched as in real use), publi
 them all, stops the proxy cleanly and reads the store back:
 
 * commit log: bytes per message, split into frame header, record header (fixed fields, born host,
-  lengths), topic, LMQ list, properties by key, body (:func:`~mqproxy.backends.embedded.records.layout`);
+  lengths), topic, LMQ list, properties by key, base reference (a record sharing its append's earlier
+  one's fields), body (:func:`~mqproxy.backends.embedded.records.layout`); and how many records are
+  SHARED;
 * index: the LMDB file size and, per named database, pages in use and entries (bytes per entry);
 * other files under the data directory.
 
@@ -36,6 +38,7 @@ from _mqtt_load import LEVEL, ByteCountingSubscriber, connect, publish_size
 from _remoting_client import start_proxy
 
 from mqproxy.backends.embedded.commitlog import CommitLog
+from mqproxy.backends.embedded.record_shared import is_shared
 from mqproxy.backends.embedded.records import MessageRecord, decode_message, layout
 from mqproxy.codecs import mqtt
 
@@ -98,14 +101,15 @@ def commitlog_breakdown(directory: Path) -> tuple[int, collections.Counter[str],
     sections: collections.Counter[str] = collections.Counter()
     records = 0
     try:
-        for _offset, size, payload in log.iter_records(log.start):
+        for offset, size, payload in log.iter_records(log.start):
             records += 1
-            peer_log, peer_cq = rocketmq_bytes(decode_message(payload))
+            peer_log, peer_cq = rocketmq_bytes(decode_message(payload, offset, log))
             sections["peer commitlog"] += peer_log
             sections["peer consumequeue"] += peer_cq
-            parts = layout(payload)
+            parts = layout(payload, offset, log)
             sections["frame header"] += size - len(payload)
             sections.update(parts)
+            sections["(records sharing a base's fields)"] += is_shared(payload)
     finally:
         log.close()
     on_disk = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
@@ -147,6 +151,8 @@ def report(data_dir: Path, total: int) -> None:
     messages = max(records, 1)
     print(f"commit log: {records} records, {log_disk} B on disk, {log_disk / total:.1f} B per message")
     peer_log, peer_cq = sections.pop("peer commitlog"), sections.pop("peer consumequeue")
+    shared = sections.pop("(records sharing a base's fields)", 0)
+    print(f"  records sharing an earlier record's fields (SHARED): {shared} ({shared / messages:.1%})")
     for name, value in sorted(sections.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<42} {value / messages:7.1f} B/message")
     file_bytes, rows = index_breakdown(index_dir)

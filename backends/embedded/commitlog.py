@@ -31,6 +31,8 @@ HEADER_SIZE = FRAME_HEADER.size
 #: Largest frame recovery accepts; anything bigger is treated as corruption.
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 _NAME_DIGITS = 20
+#: Payloads :meth:`CommitLog.payload_at` keeps (a pull of a batch reads its base once).
+_RECENT_LIMIT = 32
 
 #: ``on_record(offset, frame_size, payload)``, called by :meth:`CommitLog.open` for each recovered record.
 RecordSink = Callable[[int, int, bytes], None]
@@ -69,6 +71,7 @@ class CommitLog:
         self._end = 0  # global offset one past the last valid record
         self._dirty: set[int] = set()  # fds written since the last sync
         self._closed = False
+        self._recent: dict[int, bytes] = {}  # offset -> payload read by payload_at
 
     # --- opening and recovery -------------------------------------------------------------------
     @classmethod
@@ -196,6 +199,7 @@ class CommitLog:
             raise ValueError("can only cut back inside the current segment")
         os.ftruncate(self._fds[-1], offset - base)
         self._end = offset
+        self._recent.clear()
 
     def _roll(self) -> int:
         base = self._end
@@ -256,6 +260,20 @@ class CommitLog:
         if zlib.crc32(data, zlib.crc32(header[:4])) != crc:
             return None
         return length, data
+
+    def payload_at(self, offset: int) -> bytes:
+        """The payload of the record at ``offset`` (the base of a SHARED record), from a small cache of
+        the last ones read; raise StoreUnavailable if no valid record starts there."""
+        payload = self._recent.get(offset)
+        if payload is None:
+            found = self.read_at(offset)
+            if found is None:
+                raise StoreUnavailable(f"no record at commit-log offset {offset}")
+            payload = found[1]
+            if len(self._recent) >= _RECENT_LIMIT:
+                self._recent.clear()
+            self._recent[offset] = payload
+        return payload
 
     def iter_records(self, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
         """Every record at or after ``start`` (a record boundary) as (offset, frame size, payload).
@@ -319,6 +337,7 @@ class CommitLog:
         nothing from now on). The caller makes sure no fdatasync of those fds is running in a thread."""
         self._check_open()
         paths: list[Path] = []
+        self._recent.clear()
         while len(self._bases) > 1 and self._bases[1] <= below:
             base = self._bases.pop(0)
             fd = self._fds.pop(0)
@@ -345,6 +364,29 @@ class CommitLog:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailable("commit log is closed")
+
+
+def read_payload(directory: Path, offset: int) -> bytes:
+    """The payload of the record at global ``offset`` in the log in ``directory``, read without opening
+    the log (recovery, while :meth:`CommitLog.open` scans); raise StoreUnavailable if none is there."""
+    bases = sorted(
+        int(p.name) for p in directory.iterdir() if p.name.isdigit() and len(p.name) == _NAME_DIGITS
+    )
+    i = bisect.bisect_right(bases, offset) - 1
+    if i < 0:
+        raise StoreUnavailable(f"no record at commit-log offset {offset}")
+    with open(directory / segment_name(bases[i]), "rb") as f:
+        f.seek(offset - bases[i])
+        header = f.read(HEADER_SIZE)
+        length, crc = FRAME_HEADER.unpack(header) if len(header) == HEADER_SIZE else (0, 0)
+        payload = f.read(length - HEADER_SIZE) if HEADER_SIZE < length <= MAX_FRAME_BYTES else b""
+    if (
+        not payload
+        or len(payload) != length - HEADER_SIZE
+        or zlib.crc32(payload, zlib.crc32(header[:4])) != crc
+    ):
+        raise StoreUnavailable(f"no record at commit-log offset {offset}")
+    return payload
 
 
 def sync_fds(fds: Sequence[int]) -> None:

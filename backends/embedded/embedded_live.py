@@ -24,7 +24,7 @@ from mqproxy.backends.embedded.commitlog import CommitLog
 from mqproxy.backends.embedded.embedded_queues import EmbeddedQueues
 from mqproxy.backends.embedded.index import key_rows, offset_key, queue_key
 from mqproxy.backends.embedded.index_retention import Relocation
-from mqproxy.backends.embedded.records import decode_message, decode_moved, encode_moved
+from mqproxy.backends.embedded.records import decode_message, decode_moved, encode_moved, expand_shared
 from mqproxy.backends.embedded.retention import PROGRESS_GROUPS, STATE_TOPICS, live_from, records_to_move
 from mqproxy.backends.embedded.sending import index_keys
 from mqproxy.model.errors import StoreUnavailable
@@ -62,7 +62,7 @@ def scan_segment(log: CommitLog, base: int) -> DoomedSegment:
         moved = decode_moved(payload)
         if moved is not None:
             found.queues.update(key for key, _ in moved.targets)
-        record = decode_message(payload)
+        record = decode_message(payload, offset, log)
         found.queues.add(queue_key(record.topic, record.queue_id))
         found.queues.update(queue_key(name, LMQ_QUEUE_ID) for name, _ in record.lmqs)
         keys = index_keys(record.properties)
@@ -161,7 +161,7 @@ class EmbeddedLiveState(EmbeddedQueues):
         payloads = []
         firsts = []
         for clo, entries in moves.items():
-            payload = self._log.read(clo, entries[0][3])
+            payload = expand_shared(self._log.read(clo, entries[0][3]), clo, self._log)
             moved = decode_moved(payload)
             firsts.append(clo if moved is None else moved.original)
             payloads.append(encode_moved(clo, [(keys[e[0]], e[1]) for e in entries], payload))

@@ -67,7 +67,7 @@ class EmbeddedReading(EmbeddedWriting):
                     break
                 stored = handoff(clo)  # just written for a waiting reader: no read back, no decode
                 if stored is None:
-                    record, named = decode_stored(self._log.read(clo, entry_size), clo)
+                    record, named = decode_stored(self._log.read(clo, entry_size), clo, self._log)
                     stored = self._stored(record, named, entry_size)
                 position = queue_offset + 1
                 if tags is not None and stored.properties.get(PROPERTY_TAGS) not in tags:
@@ -116,7 +116,7 @@ class EmbeddedReading(EmbeddedWriting):
         if found is None:
             return None
         size, payload = found
-        record, named = decode_stored(payload, commitlog_offset)
+        record, named = decode_stored(payload, commitlog_offset, self._log)
         return self._stored(record, named, size)
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 
-from mqproxy.backends.embedded.commitlog import CommitLog
+from mqproxy.backends.embedded.commitlog import CommitLog, read_payload
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_flush import EmbeddedFlushing
 from mqproxy.backends.embedded.index import Entry, key_rows, queue_key
+from mqproxy.backends.embedded.record_layout import MAX_BASE_BYTES
+from mqproxy.backends.embedded.record_shared import is_shared
 from mqproxy.backends.embedded.records import MessageRecord, MovedRecord, decode_message, decode_moved
 from mqproxy.backends.embedded.sending import index_keys
 from mqproxy.model.topics import LMQ_QUEUE_ID, MAX_QUEUE_COUNT, default_queue_count
@@ -27,6 +30,27 @@ from mqproxy.model.types import PROPERTY_TAGS
 _RECOVERY_BATCH = 4096
 
 _log = structlog.get_logger("mqproxy.store")
+
+
+class _ScannedBases:
+    """The base records of SHARED ones while recovery scans: those just scanned, else read from the
+    segment files (a base before the scan's start)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._payloads: dict[int, bytes] = {}
+
+    def seen(self, offset: int, payload: bytes) -> None:
+        if len(payload) <= MAX_BASE_BYTES and not is_shared(payload):
+            if len(self._payloads) >= 4096:
+                self._payloads.clear()
+            self._payloads[offset] = payload
+
+    def payload_at(self, offset: int) -> bytes:
+        payload = self._payloads.get(offset)
+        if payload is None:
+            payload = self._payloads[offset] = read_payload(self._directory, offset)
+        return payload
 
 
 class EmbeddedRecovery(EmbeddedFlushing):
@@ -55,6 +79,8 @@ class EmbeddedRecovery(EmbeddedFlushing):
         # An empty index (deleted for repair) is a rebuild too: moved records re-create their entries.
         rebuilding = checkpoint == 0
 
+        bases = _ScannedBases(self.data_dir / "commitlog")
+
         def on_record(offset: int, size: int, payload: bytes) -> None:
             nonlocal latest_store_ms
             moved = decode_moved(payload)
@@ -62,7 +88,8 @@ class EmbeddedRecovery(EmbeddedFlushing):
                 flush_batch(offset)
                 self._redispatch_moved(moved, offset, size, rebuilding, new_queues)
                 return
-            record = decode_message(payload)
+            bases.seen(offset, payload)
+            record = decode_message(payload, offset, bases)
             latest_store_ms = max(latest_store_ms, record.store_timestamp_ms)
             self._restart_lmqs(record, offset, new_queues, flush_batch)
             batch.extend(self._entries_for(record, offset, size, new_queues))

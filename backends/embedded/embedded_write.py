@@ -19,7 +19,7 @@ from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
 from mqproxy.backends.embedded.index import key_rows, queue_key
-from mqproxy.backends.embedded.records import body_crc, encode_message
+from mqproxy.backends.embedded.records import SharedBases, body_crc, encode_message
 from mqproxy.backends.embedded.sending import (
     check_batch,
     check_message,
@@ -85,6 +85,7 @@ class EmbeddedWriting(EmbeddedRecovery):
         store_ts = self._clock.now_ms()  # one store time per write keeps every queue's times sorted
         payloads: list[bytes] = []
         plans: list[list[_Planned] | Exception] = []
+        shared = SharedBases()  # records repeating an earlier one's fields refer to it
 
         def qid_of(key: bytes) -> int:
             qid = qids.get(key)
@@ -110,13 +111,14 @@ class EmbeddedWriting(EmbeddedRecovery):
                 taken[qid] = offset + 1
                 return offset
 
-            mark = len(payloads)
+            mark, position = len(payloads), shared.position
             try:
                 encoded = self._encode(
-                    topic, queue_id, messages, targets, qid_of, lmq_qid, assign, store_ts, payloads
+                    topic, queue_id, messages, targets, qid_of, lmq_qid, assign, store_ts, payloads, shared
                 )
             except Exception as exc:
                 del payloads[mark:]
+                shared.rollback(position)
                 plans.append(exc)
                 continue
             next_offsets.update(taken)
@@ -191,8 +193,10 @@ class EmbeddedWriting(EmbeddedRecovery):
         assign: Callable[[int], int],
         store_ts: int,
         payloads: list[bytes],
+        shared: SharedBases,
     ) -> list[_Planned]:
-        """Assign offsets to one send's messages and append their records to ``payloads``."""
+        """Assign offsets to one send's messages and append their records to ``payloads`` (written in that
+        order by one append: ``shared`` knows the records before them)."""
         parent = qid_of(queue_key(topic, queue_id))
         plan: list[_Planned] = []
         awaited = self._waiters.awaited
@@ -242,6 +246,7 @@ class EmbeddedWriting(EmbeddedRecovery):
                     properties=record_properties,
                     body=body,
                     lmq_properties=hint,
+                    shared=shared,
                 )
             )
             fresh: _Fresh | None = None

@@ -21,24 +21,54 @@ born time does not fit the delta), IPV4 4 (a dotted quad that reads back as give
 (``INNER_MULTI_DISPATCH`` and ``INNER_MULTI_QUEUE_OFFSET`` are not stored: they were the last two
 properties and equal to the LMQ list joined by commas, and are appended again when read), WIDE 16 (an
 offset does not fit 32 bits, the queue id 16 bits or the store time 48 bits), LMQ_SHORT 32 (every LMQ
-name starts with ``%LMQ%``). The body CRC is not stored (the frame CRC covers the body): it is computed
-when read. What is read back equals what was given, property order included.
+name starts with ``%LMQ%``), SHARED 64 (below). The body CRC is not stored (the frame CRC covers the body):
+it is computed when read. What is read back equals what was given, property order included.
+
+A SHARED record (since issue 18's round 4) holds only what is its own; its born host, topic, LMQ names and
+properties (and the IPV4, LMQ_SHORT, LMQ_PROPS bits) are those of its *base*, a record without SHARED
+of at most ``record_layout.MAX_BASE_BYTES`` written earlier in the same append (so in the same segment,
+before it: a torn write cuts the record with or after its base, and retention deletes them together)::
+
+    header as above (SHARED set; WIDE only for its own fields)
+    varint back: this frame's offset - the base frame's offset    [EXT]   [BORN_ABS]
+    varint LMQ count (the base's), then per LMQ: varint zigzag(LMQ queue offset - the base's)
+    varint body length, body
+
+:mod:`~mqproxy.backends.embedded.record_shared` reads it, given the log to fetch the base from.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from itertools import islice
 
+from mqproxy.backends.embedded.record_layout import (
+    _BORN_ABS,
+    _BYTE,
+    _EXT,
+    _EXT_FIELDS,
+    _HEAD,
+    _HEAD_WIDE,
+    _I,
+    _IPV4,
+    _LMQ_PROPS,
+    _LMQ_SHORT,
+    _MAX48,
+    _Q,
+    _U32_MAX,
+    _WIDE,
+    FRAME_HEADER_BYTES,
+    KIND_COMPACT,
+    SHARED,
+    SharedBases,
+    _read_varint,
+    _varint,
+    encode_shared,
+)
 from mqproxy.model.topics import LMQ_PREFIX
 from mqproxy.model.types import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET
-
-KIND_COMPACT = 3
-_Q = struct.Struct(">q")
-_I = struct.Struct(">I")
 
 #: Key codes of the compact record's properties: code i stands for ``PROPERTY_CODES[i]`` (0: the key is
 #: stored). Part of the on-disk format: append only, never reorder.
@@ -75,45 +105,8 @@ PROPERTY_CODES: tuple[str, ...] = (
     "TRANSACTION_CHECK_TIMES",
 )
 _CODE_OF = {key: bytes((code,)) for code, key in enumerate(PROPERTY_CODES) if code}
-_EXT, _BORN_ABS, _IPV4, _LMQ_PROPS, _WIDE, _LMQ_SHORT = 1, 2, 4, 8, 16, 32
-#: Bits :func:`~mqproxy.backends.embedded.records.layout` reads.
-IPV4, LMQ_SHORT = _IPV4, _LMQ_SHORT
-_HEAD = struct.Struct(">BBHIHIhH")
-_HEAD_WIDE = struct.Struct(">BBiqqhH")
-_MAX48 = (1 << 48) - 1
-_EXT_FIELDS = struct.Struct(">iii")
-_U32_MAX = 0xFFFFFFFF
-_BYTE = tuple(bytes((n,)) for n in range(256))
 _LMQ_PREFIX_LEN = len(LMQ_PREFIX)
 _IPV4_CACHE: dict[str, bytes | None] = {}
-
-
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return _BYTE[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    n = data[pos]
-    if n < 0x80:
-        return n, pos + 1
-    n &= 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = data[pos]
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, pos + 1
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 _NTOA_CACHE: dict[bytes, str] = {}
@@ -191,6 +184,7 @@ def encode_message(
     properties: Mapping[str, str],
     body: bytes,
     lmq_properties: bool | None = None,
+    shared: SharedBases | None = None,
 ) -> bytes:
     """The compact (kind 3) record of a message: :func:`~mqproxy.backends.embedded.records.decode_message`
     gives back every field as given.
@@ -198,6 +192,10 @@ def encode_message(
     ``lmq_properties=True`` says ``properties`` lack the two LMQ properties, which the stored message has
     after them (as :func:`~mqproxy.backends.embedded.sending.stored_properties` adds them); ``None``: find
     out whether the last two of ``properties`` are those derived ones.
+
+    With ``shared`` (the records of one append, written in this order with one frame each) a record whose
+    born host, topic, LMQ names and properties equal an earlier one's of the append refers to that record
+    (SHARED) instead of repeating them.
     """
     bits = 0
     host, port = born_host
@@ -210,6 +208,24 @@ def encode_message(
         bits |= _BORN_ABS
         parts.append(_Q.pack(born_timestamp_ms))
         delta = 0
+    sharing = False
+    if shared is not None and (lmq_properties is not None or not lmqs):  # (else: rare, not shared)
+        sharing = True
+        found = shared.find(host, topic, tuple(properties.items()), lmqs, bool(lmqs and lmq_properties))
+        if found is not None:
+            return encode_shared(
+                shared,
+                found,
+                bits,
+                parts,
+                queue_id,
+                queue_offset,
+                store_timestamp_ms,
+                delta,
+                port,
+                lmqs,
+                body,
+            )
     packed = _IPV4_CACHE.get(host, b"")
     if packed == b"":
         packed = _ipv4(host)
@@ -283,7 +299,12 @@ def encode_message(
             delta,
             port,
         )
-    return b"".join(parts)
+    record = b"".join(parts)
+    if shared is not None:
+        if sharing:
+            shared.added(bits, len(record))
+        shared.position += len(record) + FRAME_HEADER_BYTES
+    return record
 
 
 def _derived_last(properties: Mapping[str, str], lmqs: Sequence[tuple[str, int]]) -> bool:
@@ -318,9 +339,11 @@ Fields = tuple[
 
 
 def decode_compact(payload: bytes) -> Fields:
-    """The fields of a kind 3 record (raises ValueError, IndexError, struct.error, UnicodeDecodeError or
-    OSError when it is malformed)."""
+    """The fields of a kind 3 record without SHARED (raises ValueError, IndexError, struct.error,
+    UnicodeDecodeError or OSError when it is malformed)."""
     bits = payload[1]
+    if bits & SHARED:
+        raise ValueError("a shared record is read with its base (record_shared.decode_shared)")
     if bits & _WIDE:
         _, _, queue_id, queue_offset, store_ts, delta, port = _HEAD_WIDE.unpack_from(payload, 0)
         pos = _HEAD_WIDE.size
@@ -411,33 +434,3 @@ def decode_compact(payload: bytes) -> Fields:
         properties,
         body,
     )
-
-
-def property_sizes(payload: bytes) -> dict[str, int]:
-    """Bytes each stored property of a kind 3 record takes (key code or key, value and their lengths),
-    by key (for ``bench/disk_bytes.py``; derived ones are not stored and not listed)."""
-    pos = _HEAD_WIDE.size if payload[1] & _WIDE else _HEAD.size
-    offset_size = 8 if payload[1] & _WIDE else 4
-    pos += (_EXT_FIELDS.size if payload[1] & _EXT else 0) + (8 if payload[1] & _BORN_ABS else 0)
-    pos += 4 if payload[1] & _IPV4 else 1 + payload[pos]
-    pos += 1 + payload[pos]
-    count, pos = _read_varint(payload, pos)
-    for _ in range(count):
-        pos += 1 + payload[pos] + offset_size
-    size, pos = _read_varint(payload, pos)
-    end = pos + size
-    out: dict[str, int] = {}
-    while pos < end:
-        start = pos
-        code = payload[pos]
-        pos += 1
-        if code:
-            key = PROPERTY_CODES[code]
-        else:
-            n, pos = _read_varint(payload, pos)
-            key = payload[pos : pos + n].decode()
-            pos += n
-        n, pos = _read_varint(payload, pos)
-        pos += n
-        out[key] = pos - start
-    return out

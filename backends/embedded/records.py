@@ -25,7 +25,10 @@ key, ``>q`` queue offset; then the original payload. :func:`decode_message` read
 so a moved message reads exactly as before.
 
 Since issue 18 new messages are written as the compact kind 3 record of
-:mod:`~mqproxy.backends.embedded.record_compact`; kind 1 records are still read.
+:mod:`~mqproxy.backends.embedded.record_compact`; kind 1 records are still read. A SHARED compact record
+(one that takes most fields from an earlier record of its append) is read with its commit-log offset and
+a :class:`~mqproxy.backends.embedded.record_shared.BaseSource`; retention copies it whole
+(:func:`expand_shared`), never wrapped as it is.
 """
 
 from __future__ import annotations
@@ -37,14 +40,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from mqproxy.backends.embedded.record_compact import (
-    IPV4,
-    KIND_COMPACT,
-    LMQ_SHORT,
-    decode_compact,
-    encode_message,
-    property_sizes,
-)
+from mqproxy.backends.embedded.record_compact import decode_compact, encode_message
+from mqproxy.backends.embedded.record_layout import IPV4, KIND_COMPACT, LMQ_SHORT, SHARED, SharedBases
+from mqproxy.backends.embedded.record_shared import BaseSource, decode_shared, own_sizes, property_sizes
 from mqproxy.model.errors import StoreUnavailable
 
 KIND_MESSAGE = 1
@@ -53,14 +51,17 @@ __all__ = [
     "KIND_COMPACT",
     "KIND_MESSAGE",
     "KIND_MOVED",
+    "BaseSource",
     "MessageRecord",
     "MovedRecord",
+    "SharedBases",
     "body_crc",
     "decode_message",
     "decode_moved",
     "decode_stored",
     "encode_message",
     "encode_moved",
+    "expand_shared",
     "layout",
 ]
 _FIXED = struct.Struct(">BiqiiqqiI")
@@ -135,24 +136,28 @@ def decode_moved(payload: bytes) -> MovedRecord | None:
     return MovedRecord(original, moved_from, tuple(targets), bytes(payload[pos:]))
 
 
-def decode_stored(payload: bytes, offset: int) -> tuple[MessageRecord, int]:
+def decode_stored(payload: bytes, offset: int, source: BaseSource | None = None) -> tuple[MessageRecord, int]:
     """The message in the record at commit-log ``offset`` and the offset that names it: where it was first
     written (a copy retention moved keeps its original identity)."""
     moved = decode_moved(payload)
     if moved is None:
-        return decode_message(payload), offset
+        return decode_message(payload, offset, source), offset
     return decode_message(moved.payload), moved.original
 
 
-def decode_message(payload: bytes) -> MessageRecord:
+def decode_message(payload: bytes, offset: int = -1, source: BaseSource | None = None) -> MessageRecord:
     """Decode a payload whose frame CRC already matched (reading through a moved record's wrapper);
-    raise StoreUnavailable if it is malformed."""
+    raise StoreUnavailable if it is malformed. A SHARED record needs its commit-log ``offset`` and the
+    ``source`` of its base."""
     moved = decode_moved(payload)
     if moved is not None:
         payload = moved.payload
     if payload and payload[0] == KIND_COMPACT:
         try:
-            fields = decode_compact(payload)
+            if payload[1] & SHARED:
+                fields = decode_shared(payload, offset if moved is None else -1, source)
+            else:
+                fields = decode_compact(payload)
         except (ValueError, IndexError, struct.error, UnicodeDecodeError, OSError) as exc:
             raise StoreUnavailable(f"malformed commit-log record: {exc}") from None
         return MessageRecord(*fields)
@@ -206,17 +211,44 @@ def decode_message(payload: bytes) -> MessageRecord:
     )
 
 
-def layout(payload: bytes) -> dict[str, int]:
+def expand_shared(payload: bytes, offset: int, source: BaseSource) -> bytes:
+    """The record at ``offset`` written whole (without SHARED): what retention copies, since its base may
+    not outlive it. Other records come back as they are."""
+    if not payload or payload[0] != KIND_COMPACT or not payload[1] & SHARED:
+        return payload
+    r = decode_message(payload, offset, source)
+    return encode_message(
+        topic=r.topic,
+        queue_id=r.queue_id,
+        queue_offset=r.queue_offset,
+        flag=r.flag,
+        sys_flag=r.sys_flag,
+        born_timestamp_ms=r.born_timestamp_ms,
+        store_timestamp_ms=r.store_timestamp_ms,
+        reconsume_times=r.reconsume_times,
+        born_host=r.born_host,
+        lmqs=r.lmqs,
+        properties=r.properties,
+        body=r.body,
+    )
+
+
+def layout(payload: bytes, offset: int = -1, source: BaseSource | None = None) -> dict[str, int]:
     """Bytes of each section of a stored record (for ``bench/disk_bytes.py``): record header (fixed fields
     and length prefixes), born host, topic, LMQ list, each stored property by key, body; a moved record's
-    wrapper counts as ``moved wrapper``."""
+    wrapper counts as ``moved wrapper``, a SHARED record's reference to its base as ``base reference``."""
     out: dict[str, int] = {}
     moved = decode_moved(payload)
     if moved is not None:
         out["moved wrapper"] = len(payload) - len(moved.payload)
         payload = moved.payload
-    record = decode_message(payload)
+    record = decode_message(payload, offset, source)
     compact = payload[0] == KIND_COMPACT
+    if compact and payload[1] & SHARED:
+        out.update(own_sizes(payload))
+        out["body"] = len(record.body)
+        out["record header (fixed fields, lengths)"] = len(payload) - sum(out.values())
+        return out
     sections = property_sizes(payload) if compact else _v1_property_sizes(record.properties)
     for key, size in sections.items():
         out[f"property {key}"] = size

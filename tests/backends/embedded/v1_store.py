@@ -6,6 +6,10 @@ one writing those layouts)::
 
     /work/main/.venv/bin/python tests/backends/embedded/v1_store.py tests/backends/embedded/fixtures
 
+``fixtures/v2_store.tar.gz`` holds the same messages written by main's code as of commit 3999a0c (compact
+kind 3 records without SHARED, ``cqd`` consume-queue rows: the layouts before issue 18's round 4), with
+``v2_store.tar.gz`` as the second argument.
+
 :data:`MESSAGES` are the messages sent, in order; the archive also holds ``expected.json``: each send's
 (topic, queue id, queue offset, commit-log offset, store time ms, LMQ offsets).
 """
@@ -86,11 +90,11 @@ async def write(data_dir: Path) -> list[list[Any]]:
     return sent
 
 
-def main(out_dir: Path) -> None:
+def main(out_dir: Path, name: str = "v1_store.tar.gz") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "store"
         sent = trio.run(write, data_dir)
-        out = out_dir / "v1_store.tar.gz"
+        out = out_dir / name
         with tarfile.open(out, "w:gz") as tar:
             for path in sorted(data_dir.rglob("*")):
                 if path.is_file() and path.name != "lock.mdb":
@@ -103,4 +107,4 @@ def main(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:3])
