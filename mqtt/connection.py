@@ -42,6 +42,7 @@ from mqproxy.model.errors import (
     TopicNotFound,
 )
 from mqproxy.mqtt.config import NEVER_EXPIRES
+from mqproxy.mqtt.delivery import ReaderHandle
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.outcomes import Close, Inbound, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
@@ -84,7 +85,7 @@ class MqttConnection(PacketWriter, Subscribing):
         self._open_writer(stream, self.config)
         self._read_scope = trio.CancelScope()
         self._kicked: Close | None = None
-        self._readers: dict[str, trio.CancelScope] = {}
+        self._readers: dict[str, ReaderHandle] = {}
         self._nursery: TaskHost | None = None  # the connection's tasks (writer, readers), while it runs
         self._deferred: list[mq.Packet] = []
         self._held: list[InFlight] = []

@@ -9,6 +9,11 @@ declines a message (QoS 1/2, an expiring message, topic aliases, a full
 send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
 duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
 long-polls the store on its own. A hub serves one queue of an LMQ (a cluster has one per broker).
+
+A reader may also park without a task (:meth:`PushHubs.park_idle`, a new subscription placed at its
+queue's end): it is then only an entry in its hub, and instead of an event set for a waiting task, its
+``on_wake`` callback is called once (it starts the reader task, which pulls from its cursor). Such an
+entry has no timeout of its own: the hub long-polls with the poll interval and pulls after each wait.
 """
 
 from __future__ import annotations
@@ -33,13 +38,32 @@ DeliverNow = Callable[[str, Cursor, Sequence[StoredMessage], int], int]
 
 
 class _Parked:
-    __slots__ = ("cursor", "deliver_now", "topic_filter", "woken")
+    __slots__ = ("cursor", "deliver_now", "on_wake", "topic_filter", "woken")
 
-    def __init__(self, topic_filter: str, cursor: Cursor, deliver_now: DeliverNow) -> None:
+    def __init__(
+        self,
+        topic_filter: str,
+        cursor: Cursor,
+        deliver_now: DeliverNow,
+        on_wake: Callable[[], None] | None = None,
+    ) -> None:
         self.topic_filter = topic_filter
         self.cursor = cursor
         self.deliver_now = deliver_now
-        self.woken = trio.Event()
+        #: A task-less entry's callback (called once, then dropped); else the parked task's event.
+        self.on_wake = on_wake
+        self.woken: trio.Event | None = None if on_wake is not None else trio.Event()
+
+    def wake(self) -> None:
+        """Wake the parked reader: set its task's event, or call (once) the task-less entry's callback."""
+        if self.woken is not None:
+            self.woken.set()
+        elif self.on_wake is not None:
+            on_wake, self.on_wake = self.on_wake, None
+            try:
+                on_wake()
+            except Exception:  # a bug in one connection's callback must not stop the hub
+                _log.exception("internal.error", detail=f"push hub wake-up of {self.topic_filter} failed")
 
 
 class _Hub:
@@ -51,6 +75,24 @@ class _Hub:
         self.offset = offset  # the next offset the hub will read; every parked cursor is here
         self.parked: dict[int, _Parked] = {}
         self.scope = trio.CancelScope()
+
+
+class Parking:
+    """A task-less parked reader (:meth:`PushHubs.park_idle`); :meth:`cancel` takes it out of its hub
+    (the hub ends with its last entry). Cancelling after the wake-up does nothing."""
+
+    __slots__ = ("_hub", "_parked")
+
+    def __init__(self, hub: _Hub, parked: _Parked) -> None:
+        self._hub = hub
+        self._parked = parked
+
+    def cancel(self) -> None:
+        parked = self._parked
+        parked.on_wake = None
+        hub = self._hub
+        if hub.parked.pop(id(parked), None) is not None and not hub.parked:
+            hub.scope.cancel()  # nobody left: the hub task ends
 
 
 class PushHubs:
@@ -77,15 +119,12 @@ class PushHubs:
         """Wait until the reader of ``cursor`` must pull again: the hub declined a message for it, the
         cursor is not where the hub reads, or ``timeout_s`` passed. Meanwhile the hub may move the
         cursor forward by delivering through ``deliver_now``."""
-        lmq, queue_id = key = cursor.lmq, cursor.queue_id
-        hub = self._hubs.get(key)
+        hub = self._hub_at(cursor)
         if hub is None:
-            hub = self._hubs[key] = _Hub(lmq, queue_id, cursor.next_offset)
-            trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {lmq}/{queue_id}")
-        elif hub.offset != cursor.next_offset:
-            await self._backend.wait_for_message(lmq, queue_id, cursor.next_offset, timeout_s)
+            await self._backend.wait_for_message(cursor.lmq, cursor.queue_id, cursor.next_offset, timeout_s)
             return
         parked = _Parked(topic_filter, cursor, deliver_now)
+        assert parked.woken is not None
         ticket = id(parked)
         hub.parked[ticket] = parked
         try:
@@ -95,6 +134,31 @@ class PushHubs:
             hub.parked.pop(ticket, None)
             if not hub.parked:
                 hub.scope.cancel()  # nobody left: the hub task ends
+
+    def park_idle(
+        self, topic_filter: str, cursor: Cursor, deliver_now: DeliverNow, on_wake: Callable[[], None]
+    ) -> Parking | None:
+        """Park the reader of ``cursor`` without a task: the hub delivers through ``deliver_now`` and,
+        where it must not (it declined a message, or it stopped), calls ``on_wake`` once, from its own
+        task, for the reader to pull on its own. None (nothing parked) if the cursor is not where its
+        queue's hub reads: the caller runs its reader as usual then."""
+        hub = self._hub_at(cursor)
+        if hub is None:
+            return None
+        parked = _Parked(topic_filter, cursor, deliver_now, on_wake)
+        hub.parked[id(parked)] = parked
+        return Parking(hub, parked)
+
+    def _hub_at(self, cursor: Cursor) -> _Hub | None:
+        """The hub of ``cursor``'s queue (started if there is none), or None if it reads elsewhere."""
+        lmq, queue_id = key = cursor.lmq, cursor.queue_id
+        hub = self._hubs.get(key)
+        if hub is None:
+            hub = self._hubs[key] = _Hub(lmq, queue_id, cursor.next_offset)
+            trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {lmq}/{queue_id}")
+        elif hub.offset != cursor.next_offset:
+            return None
+        return hub
 
     async def _run(self, hub: _Hub) -> None:
         try:
@@ -110,8 +174,8 @@ class PushHubs:
         finally:
             if self._hubs.get((hub.lmq, hub.queue_id)) is hub:
                 del self._hubs[(hub.lmq, hub.queue_id)]
-            for parked in hub.parked.values():
-                parked.woken.set()  # their readers pull on their own now
+            for parked in list(hub.parked.values()):
+                parked.wake()  # their readers pull on their own now
 
     async def _push_new(self, hub: _Hub) -> bool:
         """Offer the messages after ``hub.offset`` to every parked reader; False if the hub must stop."""
@@ -132,7 +196,7 @@ class PushHubs:
                 advanced.append(cursor)
             if handled < len(messages):
                 del hub.parked[key]
-                parked.woken.set()
+                parked.wake()
                 self.woken += 1
         hub.offset = result.next_offset
         for cursor in advanced:
