@@ -120,6 +120,7 @@ class MqttConnection(PacketWriter, Subscribing):
                 for scope in self._readers.values():
                     scope.cancel()
                 if tasks.error is None:
+                    self._flush_subacks_nowait()  # SUBSCRIBEs handled before what ended the loop
                     await self._close_writer(self.proto.final_packet(close), 1.0)
                 tasks.cancel()
                 await tasks.join()
@@ -262,6 +263,8 @@ class MqttConnection(PacketWriter, Subscribing):
             index = 0
             while index < len(packets):
                 packet = packets[index]
+                if self._subacks and not isinstance(packet, mq.Subscribe):
+                    await self._flush_subacks()  # before any other answer
                 if isinstance(packet, mq.Publish):
                     # A run of PUBLISHes from one read is stored with one batch write per parent topic.
                     end = index + 1
@@ -274,6 +277,8 @@ class MqttConnection(PacketWriter, Subscribing):
                 index += 1
                 if proto.normal_disconnect:
                     raise Close(None, None)
+            if self._subacks:
+                await self._flush_subacks()
             if self._deferred or self._held:
                 await self._flush_state()
             del data, packets, packet  # not kept alive by an idle connection's wait
