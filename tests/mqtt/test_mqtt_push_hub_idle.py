@@ -3,7 +3,8 @@ wakes each once through its callback when it declines, and a cancelled entry is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from mqproxy.backends.embedded.memory import InMemoryBackend
 from mqproxy.model.types import Message, StoredMessage
@@ -100,3 +101,65 @@ async def test_a_cursor_away_from_the_hubs_offset_is_not_parked() -> None:
     behind = hubs.park_idle("u", Cursor(TOPIC, 0, queue_id=0), sink.deliver_now, sink.wake)
     assert behind is None, "the caller runs its reader instead"
     parking.cancel()
+
+
+class Watching:
+    """The backend as :class:`~mqproxy.mqtt.store.FacadeStore` shows it: ``watch`` / ``unwatch``."""
+
+    def __init__(self, backend: InMemoryBackend) -> None:
+        self.backend = backend
+        self.pull = backend.pull
+        self.wait_for_message = backend.wait_for_message
+
+    def watch(self, topic: str, queue_id: int, offset: int, callback: Callable[[], None]) -> bool | None:
+        return self.backend.watch_queue(topic, queue_id, offset, callback)
+
+    def unwatch(self, topic: str, queue_id: int, callback: Callable[[], None]) -> None:
+        self.backend.unwatch_queue(topic, queue_id, callback)
+
+
+async def _watching_hubs() -> tuple[InMemoryBackend, PushHubs]:
+    backend = InMemoryBackend()
+    await backend.create_topic(TOPIC, 1)
+    store = Watching(backend)
+    return backend, PushHubs(store, ReadCache(store), 32, 30.0)  # type: ignore[arg-type]
+
+
+def _hub(hubs: PushHubs) -> Any:
+    (hub,) = hubs._hubs.values()
+    return hub
+
+
+async def test_a_hub_waits_without_a_task_where_the_store_can_call_it() -> None:
+    backend, hubs = await _watching_hubs()
+    sink = Sink(take=10)
+    parking = hubs.park_idle("t", Cursor(TOPIC, 0, queue_id=0), sink.deliver_now, sink.wake)
+    assert parking is not None
+    hub = _hub(hubs)
+    assert hub.scope is None, "no task while nothing is there"
+    assert backend._waiters.waiting((TOPIC, 0))
+    await _send(backend, b"a")
+    await wait_until(lambda: sink.bodies == [b"a"])
+    await wait_until(lambda: hub.scope is None)  # delivered: back to the store's call, no task
+    assert hub.watching is not None
+    await _send(backend, b"b")
+    await wait_until(lambda: sink.bodies == [b"a", b"b"])
+    await wait_until(lambda: hub.scope is None)
+    parking.cancel()
+    assert len(hubs) == 0, "the last entry gone: the hub and its watch are gone at once"
+    assert not backend._waiters.waiting((TOPIC, 0))
+
+
+async def test_a_watching_hub_still_wakes_a_reader_it_cannot_serve() -> None:
+    backend, hubs = await _watching_hubs()
+    served, declined = Sink(take=10), Sink(take=0)
+    first = hubs.park_idle("t", Cursor(TOPIC, 0, queue_id=0), served.deliver_now, served.wake)
+    second = hubs.park_idle("u", Cursor(TOPIC, 0, queue_id=0), declined.deliver_now, declined.wake)
+    assert first is not None
+    assert second is not None
+    await _send(backend, b"x")
+    await wait_until(lambda: declined.wakes == 1)
+    assert served.bodies == [b"x"]
+    assert served.wakes == 0
+    first.cancel()
+    await wait_until(lambda: len(hubs) == 0)
