@@ -117,6 +117,9 @@ class MqttAccess:
 
     def __init__(self, users: Authorizer = ALLOW_ALL) -> None:
         self.users = users
+        #: The admission by ``users`` for each verdict, shared by every connection it admits (its
+        #: permissions are bound methods: one pair per user table, not per connection).
+        self._admitted: dict[ReasonCode, tuple[Authorizer, Admission]] = {}
 
     async def connect(
         self, username: str | None, password: bytes | None, peer: tuple[str, int], holder: AclHolder, log: Any
@@ -154,7 +157,14 @@ class MqttAccess:
         return admission
 
     def _users_admission(self, verdict: ReasonCode) -> Admission:
-        return Admission(verdict, self.users.can_publish, self.users.can_subscribe)
+        users = self.users
+        cached = self._admitted.get(verdict)
+        if cached is None or cached[0] is not users:
+            cached = self._admitted[verdict] = (
+                users,
+                Admission(verdict, users.can_publish, users.can_subscribe),
+            )
+        return cached[1]
 
     async def _decide(
         self, username: str | None, password: bytes | None, ip: str, report: _Reporter

@@ -42,6 +42,7 @@ from mqproxy.model.errors import (
     TopicNotFound,
 )
 from mqproxy.mqtt.config import NEVER_EXPIRES
+from mqproxy.mqtt.delivery import ReaderHandle
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.outcomes import Close, Inbound, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
@@ -84,7 +85,7 @@ class MqttConnection(PacketWriter, Subscribing):
         self._open_writer(stream, self.config)
         self._read_scope = trio.CancelScope()
         self._kicked: Close | None = None
-        self._readers: dict[str, trio.CancelScope] = {}
+        self._readers: dict[str, ReaderHandle] = {}
         self._nursery: TaskHost | None = None  # the connection's tasks (writer, readers), while it runs
         self._deferred: list[mq.Packet] = []
         self._held: list[InFlight] = []
@@ -119,6 +120,7 @@ class MqttConnection(PacketWriter, Subscribing):
                 for scope in self._readers.values():
                     scope.cancel()
                 if tasks.error is None:
+                    self._flush_subacks_nowait()  # SUBSCRIBEs handled before what ended the loop
                     await self._close_writer(self.proto.final_packet(close), 1.0)
                 tasks.cancel()
                 await tasks.join()
@@ -261,6 +263,8 @@ class MqttConnection(PacketWriter, Subscribing):
             index = 0
             while index < len(packets):
                 packet = packets[index]
+                if self._subacks and not isinstance(packet, mq.Subscribe):
+                    await self._flush_subacks()  # before any other answer
                 if isinstance(packet, mq.Publish):
                     # A run of PUBLISHes from one read is stored with one batch write per parent topic.
                     end = index + 1
@@ -273,6 +277,8 @@ class MqttConnection(PacketWriter, Subscribing):
                 index += 1
                 if proto.normal_disconnect:
                     raise Close(None, None)
+            if self._subacks:
+                await self._flush_subacks()
             if self._deferred or self._held:
                 await self._flush_state()
             del data, packets, packet  # not kept alive by an idle connection's wait

@@ -15,9 +15,10 @@ written (:meth:`Deliveries._flush_state`, which also sends the QoS 2 acks that w
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -29,6 +30,7 @@ from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.gateway import Gateway, now_ms, reader_filter
 from mqproxy.mqtt.mapping import MqttAttributes, decode_properties, lmq_name
 from mqproxy.mqtt.protocol import MqttProtocol
+from mqproxy.mqtt.push_hub import Parking
 from mqproxy.mqtt.read_cache import Delivery
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import InboundQos2, SubscriptionSpec
@@ -36,11 +38,18 @@ from mqproxy.mqtt.store import queue_ids
 from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.tasks import TaskHost
 
-__all__ = ["Deliveries"]
+__all__ = ["Deliveries", "ReaderHandle"]
 
 _log = structlog.get_logger("mqproxy.mqtt")
 #: A subscription reader that keeps finding its long-poll ready yields at least every this many rounds.
 _YIELD_EVERY = 8
+
+
+class ReaderHandle(Protocol):
+    """What ends a subscription's reader: its task's cancel scope, or the hub entry of a reader parked
+    without a task (:class:`~mqproxy.mqtt.push_hub.Parking`)."""
+
+    def cancel(self) -> None: ...
 
 
 class Deliveries:
@@ -52,7 +61,7 @@ class Deliveries:
     gateway: Gateway
     ctx: ConnectionContext
     session: Session | None
-    _readers: dict[str, trio.CancelScope]
+    _readers: dict[str, ReaderHandle]
     _nursery: TaskHost | None
     #: QoS 2 acks (PUBREL, PUBCOMP) that wait until the session's QoS 2 state is durable.
     _deferred: list[Packet]
@@ -75,14 +84,39 @@ class Deliveries:
     def _start_reader(self, topic_filter: str, at_end: bool = False) -> None:
         """Start the reader of a subscription (cancelled through ``_readers``). ``at_end``: a new
         subscription whose cursors were just placed at their queue's end (the first pull is skipped: the
-        reader parks at once, and a message stored meanwhile ends that wait at once)."""
+        reader parks at once, and a message stored meanwhile ends that wait at once). Such a reader of
+        one queue parks in its hub without a task (:meth:`.PushHubs.park_idle`) until the hub wakes it;
+        its task then starts, in the connection's logging context, and pulls from the cursor."""
         assert self._nursery is not None
-        assert self.session is not None
-        if topic_filter in self.session.shared:
-            scope = self._nursery.start_soon(self._shared_reader, topic_filter)
-        else:
-            scope = self._nursery.start_soon(self._reader, topic_filter, at_end)
-        self._readers[topic_filter] = scope
+        session = self.session
+        assert session is not None
+        if topic_filter in session.shared:
+            self._readers[topic_filter] = self._nursery.start_soon(self._shared_reader, topic_filter)
+            return
+        if at_end:
+            lanes = session.lanes_of(topic_filter)
+            if len(lanes) == 1 and lanes[0].positioned:
+                parking = self.gateway.push_hubs.park_idle(
+                    topic_filter, lanes[0], self._deliver_now, self._waker(topic_filter)
+                )
+                if parking is not None:
+                    self._readers[topic_filter] = parking
+                    return
+        self._readers[topic_filter] = self._nursery.start_soon(self._reader, topic_filter, at_end)
+
+    def _waker(self, topic_filter: str) -> Callable[[], None]:
+        """The wake-up of a reader parked without a task: start its task, in this connection's logging
+        context (the hub's task calls it). A cancelled :class:`Parking` never calls it."""
+        context = contextvars.copy_context()
+
+        def wake() -> None:
+            nursery = self._nursery
+            if nursery is not None and isinstance(self._readers.get(topic_filter), Parking):
+                self._readers[topic_filter] = context.run(
+                    nursery.start_soon, self._reader, topic_filter, False
+                )
+
+        return wake
 
     async def _shared_reader(self, topic_filter: str) -> None:
         session = self.session

@@ -290,9 +290,9 @@ class Gateway:
         kept has ``since_ms``: now for a new subscription, the replaced one's otherwise."""
         old = session.subscriptions.get(spec.topic_filter)
         if old is None:
-            await self._add_subscription(session, dataclasses.replace(spec, since_ms=now_ms()), resume=False)
+            await self._add_subscription(session, spec.made_at(now_ms()), resume=False)
         else:
-            session.subscriptions[spec.topic_filter] = dataclasses.replace(spec, since_ms=old.since_ms)
+            session.subscriptions[spec.topic_filter] = spec.made_at(old.since_ms)
         await self.persist(session)
         return old is None
 

@@ -9,10 +9,16 @@ declines a message (QoS 1/2, an expiring message, topic aliases, a full
 send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
 duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
 long-polls the store on its own. A hub serves one queue of an LMQ (a cluster has one per broker).
+
+A reader may also park without a task (:meth:`PushHubs.park_idle`, a new subscription placed at its
+queue's end): it is then only an entry in its hub, and instead of an event set for a waiting task, its
+``on_wake`` callback is called once (it starts the reader task, which pulls from its cursor). Such an
+entry has no timeout of its own: the hub long-polls with the poll interval and pulls after each wait.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import structlog
@@ -33,29 +39,72 @@ DeliverNow = Callable[[str, Cursor, Sequence[StoredMessage], int], int]
 
 
 class _Parked:
-    __slots__ = ("cursor", "deliver_now", "topic_filter", "woken")
+    __slots__ = ("cursor", "deliver_now", "on_wake", "topic_filter", "woken")
 
-    def __init__(self, topic_filter: str, cursor: Cursor, deliver_now: DeliverNow) -> None:
+    def __init__(
+        self,
+        topic_filter: str,
+        cursor: Cursor,
+        deliver_now: DeliverNow,
+        on_wake: Callable[[], None] | None = None,
+    ) -> None:
         self.topic_filter = topic_filter
         self.cursor = cursor
         self.deliver_now = deliver_now
-        self.woken = trio.Event()
+        #: A task-less entry's callback (called once, then dropped); else the parked task's event.
+        self.on_wake = on_wake
+        self.woken: trio.Event | None = None if on_wake is not None else trio.Event()
+
+    def wake(self) -> None:
+        """Wake the parked reader: set its task's event, or call (once) the task-less entry's callback."""
+        if self.woken is not None:
+            self.woken.set()
+        elif self.on_wake is not None:
+            on_wake, self.on_wake = self.on_wake, None
+            try:
+                on_wake()
+            except Exception:  # a bug in one connection's callback must not stop the hub
+                _log.exception("internal.error", detail=f"push hub wake-up of {self.topic_filter} failed")
 
 
 class _Hub:
-    __slots__ = ("lmq", "offset", "parked", "queue_id", "scope")
+    __slots__ = ("lmq", "offset", "parked", "queue_id", "scope", "watching")
 
     def __init__(self, lmq: str, queue_id: int, offset: int) -> None:
         self.lmq = lmq
         self.queue_id = queue_id
         self.offset = offset  # the next offset the hub will read; every parked cursor is here
         self.parked: dict[int, _Parked] = {}
-        self.scope = trio.CancelScope()
+        self.scope: trio.CancelScope | None = None  # its task's, while the hub has one
+        self.watching: Callable[[], None] | None = None  # its store watch's callback, while it has one
+
+
+class Parking:
+    """A task-less parked reader (:meth:`PushHubs.park_idle`); :meth:`cancel` takes it out of its hub
+    (the hub ends with its last entry). Cancelling after the wake-up does nothing."""
+
+    __slots__ = ("_hub", "_hubs", "_parked")
+
+    def __init__(self, hubs: PushHubs, hub: _Hub, parked: _Parked) -> None:
+        self._hubs = hubs
+        self._hub = hub
+        self._parked = parked
+
+    def cancel(self) -> None:
+        parked = self._parked
+        parked.on_wake = None
+        hub = self._hub
+        if hub.parked.pop(id(parked), None) is not None and not hub.parked:
+            self._hubs._release(hub)  # nobody left: the hub ends
 
 
 class PushHubs:
     """The hubs of one gateway, by LMQ and queue. ``pushed`` counts deliveries made without waking a reader,
-    ``woken`` the readers woken because their hub declined a message."""
+    ``woken`` the readers woken because their hub declined a message.
+
+    A hub waits for its queue's next message without a task when the store can call it back
+    (``watch`` / ``unwatch`` on the backend, :meth:`.FacadeStore.watch`: the embedded store); its task
+    runs from that call until it has delivered what is there. Otherwise its task long-polls."""
 
     def __init__(
         self, backend: LightStore, read_cache: ReadCache, pull_batch: int, poll_interval_s: float
@@ -65,6 +114,12 @@ class PushHubs:
         self._batch = pull_batch
         self._poll_s = poll_interval_s
         self._hubs: dict[tuple[str, int], _Hub] = {}
+        self._watch: Callable[[str, int, int, Callable[[], None]], bool | None] | None = getattr(
+            backend, "watch", None
+        )
+        self._unwatch: Callable[[str, int, Callable[[], None]], None] | None = getattr(
+            backend, "unwatch", None
+        )
         self.pushed = 0
         self.woken = 0
 
@@ -77,15 +132,12 @@ class PushHubs:
         """Wait until the reader of ``cursor`` must pull again: the hub declined a message for it, the
         cursor is not where the hub reads, or ``timeout_s`` passed. Meanwhile the hub may move the
         cursor forward by delivering through ``deliver_now``."""
-        lmq, queue_id = key = cursor.lmq, cursor.queue_id
-        hub = self._hubs.get(key)
+        hub = self._hub_at(cursor)
         if hub is None:
-            hub = self._hubs[key] = _Hub(lmq, queue_id, cursor.next_offset)
-            trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {lmq}/{queue_id}")
-        elif hub.offset != cursor.next_offset:
-            await self._backend.wait_for_message(lmq, queue_id, cursor.next_offset, timeout_s)
+            await self._backend.wait_for_message(cursor.lmq, cursor.queue_id, cursor.next_offset, timeout_s)
             return
         parked = _Parked(topic_filter, cursor, deliver_now)
+        assert parked.woken is not None
         ticket = id(parked)
         hub.parked[ticket] = parked
         try:
@@ -94,24 +146,97 @@ class PushHubs:
         finally:
             hub.parked.pop(ticket, None)
             if not hub.parked:
-                hub.scope.cancel()  # nobody left: the hub task ends
+                self._release(hub)  # nobody left: the hub ends
+
+    def park_idle(
+        self, topic_filter: str, cursor: Cursor, deliver_now: DeliverNow, on_wake: Callable[[], None]
+    ) -> Parking | None:
+        """Park the reader of ``cursor`` without a task: the hub delivers through ``deliver_now`` and,
+        where it must not (it declined a message, or it stopped), calls ``on_wake`` once, from its own
+        task, for the reader to pull on its own. None (nothing parked) if the cursor is not where its
+        queue's hub reads: the caller runs its reader as usual then."""
+        hub = self._hub_at(cursor)
+        if hub is None:
+            return None
+        parked = _Parked(topic_filter, cursor, deliver_now, on_wake)
+        hub.parked[id(parked)] = parked
+        return Parking(self, hub, parked)
+
+    def _hub_at(self, cursor: Cursor) -> _Hub | None:
+        """The hub of ``cursor``'s queue (started if there is none), or None if it reads elsewhere."""
+        lmq, queue_id = key = cursor.lmq, cursor.queue_id
+        hub = self._hubs.get(key)
+        if hub is None:
+            hub = self._hubs[key] = _Hub(lmq, queue_id, cursor.next_offset)
+            if not self._watch_store(hub):
+                self._start(hub)
+        elif hub.offset != cursor.next_offset:
+            return None
+        return hub
+
+    def _watch_store(self, hub: _Hub) -> bool:
+        """Have the store call the hub when its queue may hold a message at ``hub.offset``; False if it
+        cannot, or one is there already (the hub's task reads, and reports the store's errors)."""
+        if self._watch is None:
+            return False
+        callback = functools.partial(self._woke, hub)
+        try:
+            watching = self._watch(hub.lmq, hub.queue_id, hub.offset, callback)
+        except BackendError:
+            return False
+        if watching:
+            hub.watching = callback
+        return bool(watching)
+
+    def _woke(self, hub: _Hub) -> None:
+        """The store's call: the hub's queue may hold a new message (run from the writer's task)."""
+        if hub.watching is None:
+            return
+        hub.watching = None
+        if hub.parked and self._hubs.get((hub.lmq, hub.queue_id)) is hub:
+            self._start(hub)
+        else:
+            self._release(hub)
+
+    def _start(self, hub: _Hub) -> None:
+        hub.scope = trio.CancelScope()
+        trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {hub.lmq}/{hub.queue_id}")
+
+    def _release(self, hub: _Hub) -> None:
+        """The hub's last reader left: end its task, or its store watch."""
+        if hub.scope is not None:
+            hub.scope.cancel()  # the task's end forgets the hub
+            return
+        callback, hub.watching = hub.watching, None
+        if callback is not None and self._unwatch is not None:
+            self._unwatch(hub.lmq, hub.queue_id, callback)
+        if self._hubs.get((hub.lmq, hub.queue_id)) is hub:
+            del self._hubs[(hub.lmq, hub.queue_id)]
 
     async def _run(self, hub: _Hub) -> None:
+        scope = hub.scope
+        assert scope is not None
+        watching = False  # the task ends with a store watch in its place: the hub stays
         try:
-            with hub.scope:
+            with scope:
                 while hub.parked:
                     await self._backend.wait_for_message(hub.lmq, hub.queue_id, hub.offset, self._poll_s)
                     if not await self._push_new(hub):
+                        break
+                    if hub.parked and self._watch_store(hub):
+                        watching = True
                         break
         except BackendError as exc:
             _log.warning("internal.error", detail=f"push hub for {hub.lmq} stopped: {exc}")
         except Exception:  # a bug must not kill the process through a system task
             _log.exception("internal.error", detail=f"push hub for {hub.lmq} failed")
         finally:
-            if self._hubs.get((hub.lmq, hub.queue_id)) is hub:
-                del self._hubs[(hub.lmq, hub.queue_id)]
-            for parked in hub.parked.values():
-                parked.woken.set()  # their readers pull on their own now
+            hub.scope = None
+            if not watching:
+                if self._hubs.get((hub.lmq, hub.queue_id)) is hub:
+                    del self._hubs[(hub.lmq, hub.queue_id)]
+                for parked in list(hub.parked.values()):
+                    parked.wake()  # their readers pull on their own now
 
     async def _push_new(self, hub: _Hub) -> bool:
         """Offer the messages after ``hub.offset`` to every parked reader; False if the hub must stop."""
@@ -132,7 +257,7 @@ class PushHubs:
                 advanced.append(cursor)
             if handled < len(messages):
                 del hub.parked[key]
-                parked.woken.set()
+                parked.wake()
                 self.woken += 1
         hub.offset = result.next_offset
         for cursor in advanced:

@@ -51,6 +51,19 @@ class SubscriptionSpec:
     subscription_id: int | None = None
     since_ms: int = field(default=0, compare=False)
 
+    def made_at(self, since_ms: int) -> SubscriptionSpec:
+        """This spec with ``since_ms`` (``dataclasses.replace`` without its field introspection: a
+        SUBSCRIBE makes one each)."""
+        return SubscriptionSpec(
+            self.topic_filter,
+            self.qos,
+            self.no_local,
+            self.retain_as_published,
+            self.retain_handling,
+            self.subscription_id,
+            since_ms,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the spec (``since_ms`` only when set, as records before it had none)."""
         raw = asdict(self)

@@ -13,7 +13,7 @@ it with a ``queue_ids(topic)`` method; one without (an in-memory test store) has
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from mqproxy.facade.api import BrokerFacade, PullRequest, SendRequest
@@ -90,6 +90,22 @@ class FacadeStore:
 
     async def get_message(self, commitlog_offset: int) -> StoredMessage | None:
         return await self.broker.get_message(commitlog_offset)
+
+    def watch(self, topic: str, queue_id: int, offset: int, callback: Callable[[], None]) -> bool | None:
+        """``wait_for_message`` without a task where the broker has it (the embedded one): True if
+        ``callback`` will be called once, when the queue may hold a message at or after ``offset``; False
+        if it holds one already; None if the broker cannot watch (long-poll it instead)."""
+        watch = getattr(self.broker, "watch_queue", None)
+        if watch is None:
+            return None
+        watching: bool | None = watch(topic, queue_id, offset, callback)
+        return watching
+
+    def unwatch(self, topic: str, queue_id: int, callback: Callable[[], None]) -> None:
+        """Forget a :meth:`watch` callback not called yet."""
+        unwatch = getattr(self.broker, "unwatch_queue", None)
+        if unwatch is not None:
+            unwatch(topic, queue_id, callback)
 
     async def min_offset(self, topic: str, queue_id: int) -> int:
         return await self.broker.min_offset(topic, queue_id)

@@ -5,7 +5,8 @@ mqproxy.mqtt.subscribing
 SUBSCRIBE and UNSUBSCRIBE of one MQTT connection (:class:`Subscribing`, a base of
 :class:`~mqproxy.mqtt.connection.MqttConnection`): what is granted is decided by the sans-IO core; a new
 subscription starts its reader (:class:`~mqproxy.mqtt.delivery.Deliveries`) and retained messages that
-match are pushed after the SUBACK, as Retain Handling asks; UNSUBSCRIBE cancels the readers first.
+match are pushed after the SUBACK, as Retain Handling asks; UNSUBSCRIBE cancels the readers first. The
+SUBACKs of one read's SUBSCRIBEs are written together, once the read's last SUBSCRIBE is handled.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ class Subscribing(Deliveries):
     """The SUBSCRIBE / UNSUBSCRIBE handlers (the connection provides ``_can_subscribe``)."""
 
     _can_subscribe: Permission
+    #: SUBACKs not written yet: those of one read's SUBSCRIBEs leave together (one write), before any
+    #: other answer of the connection's (the read loop flushes them), after the PUBLISHes of the new
+    #: subscriptions the hubs may have sent meanwhile (which MQTT allows). Made by the first SUBSCRIBE.
+    _subacks: list[bytes] | None = None
 
     async def _on_subscribe(self, packet: mq.Subscribe) -> tuple[str, str | None]:
         session = self.session
@@ -38,7 +43,13 @@ class Subscribing(Deliveries):
             if item.wants_retained(new):
                 retained.append(item)
         suback, status, first = self.proto.suback(packet, granted)
-        await self.send(suback)
+        data = self.proto.encode(suback)
+        if not retained:  # written with the other SUBACKs of its read (see _flush_subacks)
+            if self._subacks is None:
+                self._subacks = []
+            self._subacks.append(data)
+            return status, first
+        await self._flush_subacks(data)
         for item in retained:
             spec = item.spec
             assert spec is not None
@@ -58,6 +69,22 @@ class Subscribing(Deliveries):
         if self._held:
             await self._flush_state()
         return status, first
+
+    async def _flush_subacks(self, data: bytes = b"") -> None:
+        """Write the waiting SUBACKs (and then ``data``) with one write."""
+        pending = self._subacks
+        if pending:
+            self._subacks = None
+            data = b"".join([*pending, data])
+        if data:
+            await self._send_bytes(data)
+
+    def _flush_subacks_nowait(self) -> None:
+        """Write the waiting SUBACKs without waiting (the connection ends: best effort)."""
+        pending = self._subacks
+        if pending:
+            self._subacks = None
+            self._write_nowait(b"".join(pending))
 
     async def _on_unsubscribe(self, packet: mq.Unsubscribe) -> tuple[str, str | None]:
         session = self.session

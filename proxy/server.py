@@ -19,6 +19,7 @@ import os
 import signal
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -124,9 +125,11 @@ async def serve(
     settings: Settings,
     *,
     install_signal_handlers: bool = True,
+    on_ready: Callable[[], None] | None = None,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully."""
+    """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully. ``on_ready``
+    is called once the server accepts (the CLI freezes what starting up made out of the collector's way)."""
     ssl_context = server_ssl_context(settings.tls)
     rules, acl_stamp = initial_rules(settings.acl)
     acl = AclHolder(rules, clock=time.monotonic)
@@ -177,6 +180,7 @@ async def serve(
             ssl_context,
             install_signal_handlers,
             task_status,
+            on_ready,
         )
 
 
@@ -187,6 +191,7 @@ async def _serve_state(
     ssl_context: ssl.SSLContext | None,
     install_signal_handlers: bool,
     task_status: trio.TaskStatus[ServerHandle],
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     state, bound = handle.state, handle.address
     _log.info(
@@ -219,6 +224,8 @@ async def _serve_state(
                 accepting.start_soon(_accept_loop, listener, state, ssl_context, connections)
                 state.ready = True
                 task_status.started(handle)
+                if on_ready is not None:
+                    on_ready()
                 await handle._stop.wait()
                 state.ready = False
                 _log.info("proxy.stopping", reason=handle.reason, open_connections=state.open_connections)

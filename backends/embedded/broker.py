@@ -271,6 +271,20 @@ class EmbeddedBroker:
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         return await self.store.wait_for_message(topic, queue_id, offset, timeout_s)
 
+    def watch_queue(
+        self, topic: str, queue_id: int, offset: int, callback: Callable[[], None]
+    ) -> bool | None:
+        """``wait_for_message`` without a task, when the store has it (see
+        :meth:`EmbeddedReading.watch_queue`): True if ``callback`` will be called once, False if a
+        message is there already, None if the store cannot watch (the caller long-polls)."""
+        watch = getattr(self.store, "watch_queue", None)
+        return None if watch is None else bool(watch(topic, queue_id, offset, callback))
+
+    def unwatch_queue(self, topic: str, queue_id: int, callback: Callable[[], None]) -> None:
+        unwatch = getattr(self.store, "unwatch_queue", None)
+        if unwatch is not None:
+            unwatch(topic, queue_id, callback)
+
     async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
         return await self.store.get_message(commitlog_offset)
 

@@ -49,6 +49,10 @@ def tag_hash(tag: str | None) -> int:
     return zlib.crc32(tag.encode()) if tag else 0
 
 
+#: A cached queue id meaning "no queue by that key" (real ids start at 1).
+_NO_QID = 0
+
+
 class LRUCache(OrderedDict[object, int]):
     """A bounded map that forgets its least recently used key first."""
 
@@ -114,12 +118,15 @@ class EmbeddedCore(StoreBase):
         self._index_dirty = True
 
     def _lookup_qid(self, key: bytes) -> int | None:
+        """The queue's id, None if it was never written. Absent queues are cached too (as
+        ``_NO_QID``: ids start at 1), so that reads of a queue nobody wrote yet (a new subscription's
+        position and long-poll) cost no index transaction each; allocating an id replaces the entry."""
         qid = self._qids.lookup(key)
         if qid is None:
             qid = self._index.lookup_qid(key)
-            if qid is not None:
-                self._qids.store(key, qid)
-        return qid
+            self._qids.store(key, _NO_QID if qid is None else qid)
+            return qid
+        return qid if qid != _NO_QID else None
 
     def _qid_for_write(self, key: bytes, new_queues: dict[bytes, int]) -> int:
         """The queue's id, allocating one (recorded in ``new_queues`` for the index) if it has none."""

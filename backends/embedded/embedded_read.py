@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
@@ -133,6 +134,21 @@ class EmbeddedReading(EmbeddedWriting):
         if self._closed:
             raise StoreUnavailable("store is closed")
         return woke
+
+    def watch_queue(self, topic: str, queue_id: int, offset: int, callback: Callable[[], None]) -> bool:
+        """``wait_for_message`` without a task: True if ``callback`` will be called once, when the queue
+        may hold a message at or after ``offset`` (its next write or rewrite, or the store closing);
+        False, with nothing registered, if it holds one already (read now). Same errors."""
+        self._readable(topic, queue_id)
+        qid = self._lookup_qid(queue_key(topic, queue_id))
+        if qid is not None and self._next_offset(qid) > offset:
+            return False
+        self._waiters.watch((topic, queue_id), callback)
+        return True
+
+    def unwatch_queue(self, topic: str, queue_id: int, callback: Callable[[], None]) -> None:
+        """Forget a :meth:`watch_queue` callback not called yet."""
+        self._waiters.unwatch((topic, queue_id), callback)
 
     # --- offsets -------------------------------------------------------------------------------
     def _readable(self, topic: str, queue_id: int) -> TopicConfig:

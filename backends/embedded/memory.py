@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -176,6 +176,18 @@ class InMemoryBackend(StoreBase):
             return queue is not None and queue.end > offset
 
         return await self._waiters.wait(key, ready, timeout_s)
+
+    def watch_queue(self, topic: str, queue_id: int, offset: int, callback: Callable[[], None]) -> bool:
+        """See :meth:`EmbeddedReading.watch_queue`."""
+        self._readable(topic, queue_id)
+        queue = self._queues.get((topic, queue_id))
+        if queue is not None and queue.end > offset:
+            return False
+        self._waiters.watch((topic, queue_id), callback)
+        return True
+
+    def unwatch_queue(self, topic: str, queue_id: int, callback: Callable[[], None]) -> None:
+        self._waiters.unwatch((topic, queue_id), callback)
 
     # --- offsets -------------------------------------------------------------------------------
     async def min_offset(self, topic: str, queue_id: int) -> int:

@@ -198,3 +198,16 @@ async def test_a_reload_applies_to_admitted_connections() -> None:
     assert not ok.can_publish("c1", "app", "sensors/x")
     assert not ok.can_subscribe("c1", "app", "sensors/#")
     assert reports.events[-1]["detail"] == "SUBSCRIBE sensors/#: No acl config for app"
+
+
+async def test_connections_admitted_by_the_users_share_one_admission_until_the_users_change() -> None:
+    gate, _ = access(rules=False)
+    first = await gate.connect("alice", b"wonderland", PEER)
+    second = await gate.connect("alice", b"wonderland", PEER)
+    assert first.verdict == ReasonCode.SUCCESS
+    assert second is first, "no permission objects per connection"
+    gate.access.users = Authorizer.from_settings(False, {"bob": hash_password("builder", 1000)}, {})
+    third = await gate.connect("bob", b"builder", PEER)
+    assert third.verdict == ReasonCode.SUCCESS
+    assert third is not first
+    assert third.can_publish.__self__ is gate.access.users  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
 """An idle MQTT connection is one task: no writer task while nothing waits to be sent, no drain watcher
-of its own (the gateway's registry of live connections), no cancel scope per read."""
+of its own (the gateway's registry of live connections), no cancel scope per read, and no reader task
+for a subscription that is caught up (it is an entry in its queue's push hub until woken)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from typing import Any
 import trio
 
 from mqproxy.codecs import mqtt as mq
+from mqproxy.mqtt.push_hub import Parking
 from mqproxy.settings import Settings
 
 from ..conftest import wait_until  # type: ignore[import-not-found]
-from .conftest import connect, gateway_of, running_server, subscribe  # type: ignore[import-not-found]
+from .conftest import (  # type: ignore[import-not-found]
+    all_parked,
+    connect,
+    gateway_of,
+    receive_publish,
+    running_server,
+    subscribe,
+)
 
 Q1 = mq.QoS.AT_LEAST_ONCE
 
@@ -25,8 +34,17 @@ async def test_an_idle_connection_has_no_task_but_its_own_and_is_registered(serv
     await wait_until(lambda: not conn._writing)  # the CONNACK went straight to the socket
     assert conn._nursery is not None
     assert conn._nursery.running == 0, "an idle connection runs no child task"
-    await subscribe(client, ("idle/t", Q1))  # a subscription adds its reader, nothing else
+    await subscribe(client, ("idle/t", Q1))  # a new subscription parks in its hub without a task
+    assert conn._nursery.running == 0, "a caught-up subscription runs no task"
+    assert isinstance(conn._readers["idle/t"], Parking)
+    await all_parked(server, 1)
+    publisher, _ = await connect(server.address, "idle-pub")
+    await publisher.send(mq.Publish("idle/t", b"q1", Q1, packet_id=1))
+    got = await receive_publish(client)  # the hub declines QoS 1: the reader's task takes over
+    assert (got.topic, got.payload, got.qos) == ("idle/t", b"q1", Q1)
     assert conn._nursery.running == 1
+    assert not isinstance(conn._readers["idle/t"], Parking)
+    await publisher.aclose()
     await client.send(mq.PingReq())
     assert isinstance(await client.receive(), mq.PingResp)
     await client.send(mq.Disconnect())

@@ -71,3 +71,15 @@ async def test_session_state_replay_last_record_wins_and_ignores_foreign() -> No
     assert list(loaded) == ["a"]
     assert loaded["a"].subscriptions == [SubscriptionSpec("y/#", 2, no_local=True)]
     assert loaded["a"].disconnected_at_ms == 123
+
+
+def test_made_at_is_replace_of_since_ms() -> None:
+    import dataclasses
+
+    from mqproxy.mqtt.session_record import SubscriptionSpec
+
+    spec = SubscriptionSpec("a/+", 2, True, True, 1, 7, 5)
+    made = spec.made_at(99)
+    assert made == dataclasses.replace(spec, since_ms=99)
+    assert made.since_ms == 99
+    assert dataclasses.astuple(made) == (*dataclasses.astuple(spec)[:-1], 99)

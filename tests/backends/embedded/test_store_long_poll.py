@@ -146,3 +146,17 @@ async def test_lmq_dispatch_rejected(make_store: MakeStore, topic: str, dispatch
         with pytest.raises(IllegalTopic):
             await backend.send(msg(topic, dispatch=dispatch))
         assert await backend.get_topic(topic) is None, "nothing is created for a refused message"
+
+
+async def test_a_queue_read_before_its_first_write_then_written_reads_right(make_store: MakeStore) -> None:
+    """Reads of a queue never written (its absence is cached by the embedded store) then a send that
+    creates it: bounds, pulls and long polls see the new queue."""
+    async with make_store() as backend:
+        assert await backend.max_offset("%LMQ%late", 0) == 0
+        assert await backend.wait_for_message("%LMQ%late", 0, 0, 0) is False
+        assert await long_poll_result(
+            backend, "%LMQ%late", 0, lambda: backend.send(msg("Parent", body=b"x", dispatch=("%LMQ%late",)))
+        ) == [True]
+        assert await backend.max_offset("%LMQ%late", 0) == 1
+        got = await backend.pull("%LMQ%late", 0, 0, 32)
+        assert [m.body for m in got.messages] == [b"x"]
