@@ -4,11 +4,13 @@ A subscription reader that has read its LMQ to the end parks here (:meth:`PushHu
 long-polling the store itself. The LMQ's hub task long-polls once, reads each batch of new messages once
 (through the shared read cache) and offers it to every parked reader through a synchronous
 ``deliver_now`` callback on its connection, which sends the batch's PUBLISH bytes with one write (or
-queues them for the connection's writer) without waking the reader. A reader is woken when the callback
-declines a message (QoS 1/2, an expiring message, topic aliases, a full
-send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
-duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
-long-polls the store on its own. A hub serves one queue of an LMQ (a cluster has one per broker).
+queues them for the connection's writer) without waking the reader; a QoS 1 delivery that fits the
+session's in-flight window is put in flight by the callback too (one scheduling hop and one pull fewer
+between the store write and the subscriber). A reader is woken when the callback declines a message
+(QoS 2, topic aliases, a full in-flight window or send queue, a detached session ...): it then pulls from
+its own cursor as before, so nothing is lost, duplicated or reordered. Each parked reader's cursor is at
+the hub's offset; a reader anywhere else long-polls the store on its own. A hub serves one queue of an
+LMQ (a cluster has one per broker).
 """
 
 from __future__ import annotations
