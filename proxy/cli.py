@@ -4,6 +4,7 @@ command-line entry point."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mqproxy.server import serve  # after logging is configured
 
     try:
-        trio.run(serve, settings)
+        trio.run(functools.partial(serve, freeze_heap=True), settings)
     except SettingsError as exc:
         print(f"mqproxy: configuration error: {exc}", file=sys.stderr)
         return 2

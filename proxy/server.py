@@ -15,6 +15,7 @@ the backend closes (the store flushes) → ``proxy.stopped``.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
 import ssl
@@ -124,9 +125,14 @@ async def serve(
     settings: Settings,
     *,
     install_signal_handlers: bool = True,
+    freeze_heap: bool = False,
     task_status: trio.TaskStatus[ServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully."""
+    """Run the proxy until a stop signal (or ``handle.stop()``), then shut down gracefully.
+
+    ``freeze_heap`` (the ``mqproxy serve`` process; not for a server run inside another program): once
+    started, collect and then :func:`gc.freeze` what start-up allocated, so later full collections
+    skip it (see :func:`freeze_startup_heap`)."""
     ssl_context = server_ssl_context(settings.tls)
     rules, acl_stamp = initial_rules(settings.acl)
     acl = AclHolder(rules, clock=time.monotonic)
@@ -176,6 +182,7 @@ async def serve(
             listener,
             ssl_context,
             install_signal_handlers,
+            freeze_heap,
             task_status,
         )
 
@@ -186,9 +193,12 @@ async def _serve_state(
     listener: trio.SocketListener,
     ssl_context: ssl.SSLContext | None,
     install_signal_handlers: bool,
+    freeze_heap: bool,
     task_status: trio.TaskStatus[ServerHandle],
 ) -> None:
     state, bound = handle.state, handle.address
+    if freeze_heap:
+        freeze_startup_heap()
     _log.info(
         "proxy.started",
         listen=format_addr(bound),
@@ -239,3 +249,15 @@ async def _serve_state(
         connections_total=state.connections_total,
         uptime_s=round(time.monotonic() - state.started_monotonic, 3),
     )
+
+
+def freeze_startup_heap() -> int:
+    """Collect once, then move every object the process tracks now (modules, settings, the store's and
+    protocols' long-lived state: ~53,000 objects) to the collector's permanent generation; returns how
+    many. A full collection then traverses only what was allocated after start-up: on the started
+    heap it cost ~24 ms of CPU, a stall of every connection, and after the freeze ~0.01 ms (measured
+    in round 4 of docs/performance.md). Objects frozen are still freed by reference counting; only a
+    reference cycle among them would outlive its use."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
