@@ -57,7 +57,7 @@ class _Hub:
 
 class PushHubs:
     """The hubs of one gateway, by LMQ and queue. ``pushed`` counts deliveries made without waking a reader,
-    ``woken`` the readers woken because their hub declined a message."""
+    ``woken`` the readers woken because their hub declined a message, ``rounds`` the pulls the hubs made."""
 
     def __init__(
         self, backend: LightStore, read_cache: ReadCache, pull_batch: int, poll_interval_s: float
@@ -69,6 +69,7 @@ class PushHubs:
         self._hubs: dict[tuple[str, int], _Hub] = {}
         self.pushed = 0
         self.woken = 0
+        self.rounds = 0  # batches the hubs read and offered (how a publisher sees that they ran)
 
     def __len__(self) -> int:
         return len(self._hubs)
@@ -118,6 +119,7 @@ class PushHubs:
     async def _push_new(self, hub: _Hub) -> bool:
         """Offer the messages after ``hub.offset`` to every parked reader; False if the hub must stop."""
         result = await self._cache.pull(hub.lmq, hub.queue_id, hub.offset, self._batch)
+        self.rounds += 1
         if not result.messages:
             return result.status is not PullStatus.OFFSET_ILLEGAL
         if result.next_offset - hub.offset != len(result.messages):

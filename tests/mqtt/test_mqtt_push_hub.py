@@ -118,3 +118,20 @@ async def test_a_full_inflight_window_hands_qos1_back_to_the_reader(server: Any)
     assert await h.arrivals(subscriber) == [], "a second copy arrived"
     for client in (subscriber, publisher):
         await client.aclose()
+
+
+async def test_under_light_load_the_hub_delivers_a_stored_publish_before_its_puback(server: Any) -> None:
+    subscriber, _ = await h.connect(server.address, "light-sub")
+    await h.subscribe(subscriber, ("hub/light", Q0))
+    publisher, _ = await h.connect(server.address, "light-pub")
+    await h.all_parked(server, 1)
+    hubs = h.gateway_of(server).push_hubs
+    for n in range(5):
+        pushed = hubs.pushed
+        await trio.testing.wait_all_tasks_blocked()  # nothing else runnable: light load
+        await publisher.send(Publish("hub/light", b"l%d" % n, Q1, packet_id=n + 1))
+        assert await publisher.receive() == PubAck(n + 1)
+        assert hubs.pushed == pushed + 1, "the PUBACK left before the hub delivered the message"
+        assert (await h.receive_publish(subscriber)).payload == b"l%d" % n
+    for client in (subscriber, publisher):
+        await client.aclose()
