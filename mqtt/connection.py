@@ -10,7 +10,9 @@ slow consumer and is disconnected), and one delivery reader per subscription
 (:mod:`mqproxy.mqtt.delivery`). An idle connection is one task: the server's drain reaches it through the
 gateway's registry of live connections (:meth:`Gateway.drains`), not a watcher task of its own.
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
-acknowledged in order (PUBACK / PUBREC only after the store accepted them).
+acknowledged in order (PUBACK / PUBREC only after the store accepted them); under light load (no task
+runnable but the push hubs) the connection yields once between the write and the acknowledgements, so
+caught-up subscribers get the run first.
 
 QoS 2 of a persistent session survives a crash: what the peer may act on is recorded in the session
 snapshot before the packet leaves (``_flush_state``, one write per read or delivery round): inbound ids
@@ -450,6 +452,17 @@ class MqttConnection(PacketWriter, Subscribing):
                 self.client_id,
                 self.ctx.peer,
             )
+            hubs = self.gateway.push_hubs
+            if hubs and trio.lowlevel.current_statistics().tasks_runnable <= len(hubs):
+                # Light load (nothing but push hubs can be waiting to run): let the hubs the write woke
+                # deliver it before this run's acknowledgements and request events are made. trio runs
+                # the tasks of one scheduler batch in either order, so a second yield when no hub ran
+                # in the first (at most two; shielded, so what was stored is still acknowledged).
+                # Under load the hubs run soon anyway and the yields would only cost scheduler passes.
+                rounds = hubs.rounds
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                if hubs.rounds == rounds:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
             for item, outcome in zip(to_store, outcomes, strict=True):
                 if isinstance(outcome, BackendError):
                     item.error = str(outcome)

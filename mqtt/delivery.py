@@ -77,6 +77,9 @@ class Deliveries:
     def _write_nowait(self, data: bytes) -> bool:
         raise NotImplementedError
 
+    def _can_write_now(self) -> bool:
+        raise NotImplementedError
+
     def kick(self, reason_code: ReasonCode | None, error: str | None, detail: str | None = None) -> None:
         raise NotImplementedError
 
@@ -283,39 +286,83 @@ class Deliveries:
         self, topic_filter: str, cursor: Cursor, messages: Sequence[StoredMessage], offset: int
     ) -> int:
         """The push hub's callback (see :mod:`.push_hub`): handle the leading ``messages`` (the first at
-        ``offset``) that need no waiting, with one write; how many, the cursor moved past them."""
+        ``offset``) that need no waiting, with one write; how many, the cursor moved past them.
+
+        QoS 0 deliveries, skipped messages and QoS 1 deliveries that fit the in-flight window are
+        handled (a QoS 1 one is put in flight, its offset completed on PUBACK, as :meth:`_push` does);
+        the first one that needs more (QoS 2, topic aliases, a full window, QoS 2 records waiting to be
+        made durable) stops the batch and is left to the reader. Nothing is handled when the write could
+        not go out at once."""
         session = self.session
         if session is None or session.connection is not self or cursor not in session.lanes_of(topic_filter):
             return 0
         spec = session.subscriptions.get(topic_filter)
-        if spec is None or cursor.restored:
+        if spec is None or cursor.restored or not self._can_write_now():
             return 0
         inner = reader_filter(topic_filter)
         delivery = self.gateway.read_cache.delivery
+        proto = self.proto
+        tracer = self.gateway.tracer
         parts: list[bytes] = []
         sent: list[StoredMessage] = []
+        done: list[int] = []  # offsets completed by the write (not those put in flight)
         handled = 0
         for message in messages:
-            data = self._shared_qos0(spec, inner, session, delivery(message))
+            entry = delivery(message)
+            data = self._shared_qos0(spec, inner, session, entry)
             if data is None:
-                break
+                attrs = entry.attributes
+                assert attrs is not None  # _shared_qos0 answered b"" otherwise
+                if self._held or proto.alias_maximum or len(session.inflight) >= session.send_quota:
+                    break
+                publish = self._publish_of(attrs, message, attrs.retain and spec.retain_as_published, spec)
+                if publish is not None:
+                    if publish.qos != QoS.AT_LEAST_ONCE:
+                        break  # QoS 2, or QoS 0 with its own properties: the reader's
+                    encoded = proto.encode(publish)
+                    if proto.fits(encoded):
+                        data = self._in_flight(session, publish, cursor, offset + handled, message)
+                    else:
+                        data = b""  # [MQTT-3.1.2-25]: discard what the client cannot take
+                if not data:
+                    done.append(offset + handled)
+            else:
+                if data:
+                    sent.append(message)
+                done.append(offset + handled)
             if data:
                 parts.append(data)
-                sent.append(message)
             handled += 1
         if parts and not self._write_nowait(parts[0] if len(parts) == 1 else b"".join(parts)):
-            return 0
-        tracer = self.gateway.tracer
+            return 0  # not reached: _can_write_now said the write goes out
         if tracer.sink.enabled and sent:
-            # The hub's task is not this connection's: bind its id for the trace.record events.
-            ctx = self.ctx
-            with structlog.contextvars.bound_contextvars(conn_id=ctx.conn_id, protocol=ctx.protocol):
+            with self._bound_context():
                 for message in sent:
                     tracer.delivered(session.client_id, message, None)
-        for done in range(offset, offset + handled):
-            cursor.complete(done)
+        for completed in done:
+            cursor.complete(completed)
         cursor.next_offset = offset + handled
         return handled
+
+    def _in_flight(
+        self, session: Session, publish: Publish, cursor: Cursor, offset: int, message: StoredMessage
+    ) -> bytes:
+        """Put a QoS 1 ``publish`` of the hub in flight (the window has room) and return its bytes."""
+
+        def factory(packet_id: int) -> Publish:
+            return dataclasses.replace(publish, packet_id=packet_id)
+
+        entry = session.add_inflight(factory, cursor, offset)
+        tracer = self.gateway.tracer
+        if tracer.sink.enabled:  # told before the write, so an ack that overtakes it finds it in flight
+            with self._bound_context():
+                tracer.delivered(session.client_id, message, entry.packet_id)
+        return self.proto.encode(entry.publish)
+
+    def _bound_context(self) -> Any:
+        """The hub's task is not this connection's: bind its id for the trace.record events."""
+        ctx = self.ctx
+        return structlog.contextvars.bound_contextvars(conn_id=ctx.conn_id, protocol=ctx.protocol)
 
     async def _push(
         self,

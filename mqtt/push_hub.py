@@ -4,11 +4,13 @@ A subscription reader that has read its LMQ to the end parks here (:meth:`PushHu
 long-polling the store itself. The LMQ's hub task long-polls once, reads each batch of new messages once
 (through the shared read cache) and offers it to every parked reader through a synchronous
 ``deliver_now`` callback on its connection, which sends the batch's PUBLISH bytes with one write (or
-queues them for the connection's writer) without waking the reader. A reader is woken when the callback
-declines a message (QoS 1/2, an expiring message, topic aliases, a full
-send queue, a detached session ...): it then pulls from its own cursor as before, so nothing is lost,
-duplicated or reordered. Each parked reader's cursor is at the hub's offset; a reader anywhere else
-long-polls the store on its own. A hub serves one queue of an LMQ (a cluster has one per broker).
+queues them for the connection's writer) without waking the reader; a QoS 1 delivery that fits the
+session's in-flight window is put in flight by the callback too (one scheduling hop and one pull fewer
+between the store write and the subscriber). A reader is woken when the callback declines a message
+(QoS 2, an expiring message, topic aliases, a full in-flight window or send queue, a detached session
+...): it then pulls from its own cursor as before, so nothing is lost, duplicated or reordered. Each
+parked reader's cursor is at the hub's offset; a reader anywhere else long-polls the store on its own. A
+hub serves one queue of an LMQ (a cluster has one per broker).
 
 A reader may also park without a task (:meth:`PushHubs.park_idle`, a new subscription placed at its
 queue's end): it is then only an entry in its hub, and instead of an event set for a waiting task, its
@@ -100,7 +102,7 @@ class Parking:
 
 class PushHubs:
     """The hubs of one gateway, by LMQ and queue. ``pushed`` counts deliveries made without waking a reader,
-    ``woken`` the readers woken because their hub declined a message.
+    ``woken`` the readers woken because their hub declined a message, ``rounds`` the pulls the hubs made.
 
     A hub waits for its queue's next message without a task when the store can call it back
     (``watch`` / ``unwatch`` on the backend, :meth:`.FacadeStore.watch`: the embedded store); its task
@@ -122,6 +124,7 @@ class PushHubs:
         )
         self.pushed = 0
         self.woken = 0
+        self.rounds = 0  # batches the hubs read and offered (how a publisher sees that they ran)
 
     def __len__(self) -> int:
         return len(self._hubs)
@@ -241,6 +244,7 @@ class PushHubs:
     async def _push_new(self, hub: _Hub) -> bool:
         """Offer the messages after ``hub.offset`` to every parked reader; False if the hub must stop."""
         result = await self._cache.pull(hub.lmq, hub.queue_id, hub.offset, self._batch)
+        self.rounds += 1
         if not result.messages:
             return result.status is not PullStatus.OFFSET_ILLEGAL
         if result.next_offset - hub.offset != len(result.messages):

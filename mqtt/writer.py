@@ -108,6 +108,15 @@ class PacketWriter:
                 raise trio.ClosedResourceError("connection closed")
             raise trio.BrokenResourceError("an earlier write failed")
 
+    def _can_write_now(self) -> bool:
+        """Whether :meth:`_write_nowait` of any bytes would take them now (not closed, not broken, room
+        in the outbox)."""
+        return (
+            not (self._closed or self._broken)
+            and len(self._outbox) < self._limit
+            and self._nursery is not None
+        )
+
     def _write_nowait(self, data: bytes) -> bool:
         """Send ``data`` after everything queued before it, without a schedule point: straight to the
         socket if nothing is queued and the socket takes it (what it does not take is queued), else

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -53,14 +52,6 @@ def _connect(args: argparse.Namespace) -> int:
     return connector_cli.connect(*prepared)
 
 
-def _freeze_startup() -> None:
-    """The server accepts: what starting up made (modules, settings, the store's state) lives as long as
-    the process, so the garbage collector's full collections, which grow with every connection and
-    subscription, need not traverse it again (``gc.freeze``)."""
-    gc.collect()
-    gc.freeze()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "connect":
@@ -74,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mqproxy.server import serve  # after logging is configured
 
     try:
-        trio.run(functools.partial(serve, settings, on_ready=_freeze_startup))
+        trio.run(functools.partial(serve, freeze_heap=True), settings)
     except SettingsError as exc:
         print(f"mqproxy: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -113,16 +113,3 @@ def test_bad_trace_topic_stops_startup_with_status_2() -> None:
     )
     assert proc.returncode == 2
     assert b"trace.topic" in proc.stderr
-
-
-def test_freeze_startup_takes_what_exists_out_of_the_collectors_way() -> None:
-    import gc
-
-    from mqproxy.cli import _freeze_startup
-
-    assert gc.get_freeze_count() == 0
-    try:
-        _freeze_startup()
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()

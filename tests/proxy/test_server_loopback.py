@@ -457,24 +457,3 @@ async def test_rocketmq_send_with_mqtt_topic_reaches_an_mqtt_wildcard_subscriber
         while len(buf) < len(expected):
             buf += await mqtt.receive_some(65536)
     assert buf == expected
-
-
-async def test_on_ready_is_called_once_the_server_accepts(log_sink: Any) -> None:
-    from mqproxy.server import serve
-
-    calls: list[bool] = []
-    async with trio.open_nursery() as nursery:
-        handle = await nursery.start(
-            lambda task_status: serve(
-                Settings.for_tests(),
-                install_signal_handlers=False,
-                on_ready=lambda: calls.append(True),
-                task_status=task_status,
-            )
-        )
-        stream = await trio.open_tcp_stream(*handle.address)
-        await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        assert b"200" in await stream.receive_some(4096)
-        await stream.aclose()
-        assert calls == [True]
-        handle.stop("test")
