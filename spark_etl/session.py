@@ -79,8 +79,7 @@ def build_session(
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.sql.debug.maxToStringFields", "200")
         # The batch job's cache is built once and scanned by every table: compressing its columns
-        # costs more CPU than it saves (measured: the caching pass 15.0 instead of 19.4-20.1
-        # task CPU-s per million events, the cache 317 instead of 237 MB; docs/performance.md).
+        # costs CPU for little (1M events: 317 instead of 237 MB; docs/performance.md, round 4).
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
     cores = _local_parallelism(master)
