@@ -274,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)"
     )
-    parser.add_argument("--java-opts", default="", help="extra driver JVM options (after the log4j one)")
+    parser.add_argument(
+        "--java-opts",
+        default="",
+        help="driver JVM options instead of the session's default GC/JIT flags (the log4j one is kept)",
+    )
     args = parser.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mqproxy-etl-bench-"))
     started = time.perf_counter()
