@@ -3,7 +3,8 @@
 * batch: events per second of ``run_batch`` (all eleven tables plus quarantine) over N synthetic
   events in 8 JSON-lines files, on ``--master`` (default ``local[2]``). The session is started and
   warmed up with a 2,000-event run first, so the figure is the steady-state job, not JVM start-up.
-  Each run also prints the driver JVM's CPU seconds (``/proc``), GC and JIT time and the load average.
+  Each run also prints the driver JVM's CPU seconds (``/proc``), GC and JIT time, CPU seconds by
+  thread kind (task threads, JIT compiler threads, GC/VM threads, other) and the load average.
   ``--peer`` then times a bare read of the same files (same schema), a count and one Parquet write:
   the floor for any job over them. ``--profile`` turns on Spark's event log and prints, per action
   (the batch labels each with a job description), wall time, summed task run and CPU time, and stages.
@@ -17,6 +18,7 @@ Usage::
     .venv/bin/python bench/etl.py --events 1000000 --events 10000000
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 10
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --profile
+    .venv/bin/python bench/etl.py --stream-files 0 --java-opts=-XX:+UseParallelGC --conf spark.x=y
 
 Prints one JSON object per measurement on stdout.
 """
@@ -41,7 +43,7 @@ from _etl_profile import summarize
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import run_batch
 from mqproxy.spark_etl.schema import READ_SCHEMA
-from mqproxy.spark_etl.session import build_session
+from mqproxy.spark_etl.session import build_session, log4j_config_path
 from mqproxy.spark_etl.stream import ROLLUP, start_stream
 
 FILES = 8
@@ -79,6 +81,33 @@ def jvm_cpu_s(spark: Any) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_THREAD_KINDS = (
+    ("tasks", ("Executor task",)),
+    ("jit", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("gc", ("GC Thread", "G1 ", "VM Thread", "VM Periodic")),
+)
+
+
+def jvm_thread_cpu_s(spark: Any) -> dict[str, float]:
+    """The driver JVM's CPU seconds so far by thread kind (task threads, JIT compilers, GC and VM
+    threads, the rest), from ``/proc/PID/task``. Threads that have ended are no longer counted, so
+    only differences over a span without thread exits are exact (the JVM reuses these threads)."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals = {kind: 0.0 for kind, _ in _THREAD_KINDS} | {"other": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / ticks
+        kind = next((k for k, prefixes in _THREAD_KINDS if comm.startswith(prefixes)), "other")
+        totals[kind] += cpu
+    return totals
+
+
 def jvm_gc_jit_s(spark: Any) -> tuple[float, float]:
     """Seconds the driver JVM has spent in garbage collection (all collectors) and JIT compilation."""
     management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
@@ -87,11 +116,17 @@ def jvm_gc_jit_s(spark: Any) -> tuple[float, float]:
 
 
 def _timed(
-    spark: Any, n: int, started: float, cpu_before: float, gc_jit: tuple[float, float]
+    spark: Any,
+    n: int,
+    started: float,
+    cpu_before: float,
+    gc_jit: tuple[float, float],
+    threads_before: dict[str, float],
 ) -> dict[str, Any]:
     wall = time.perf_counter() - started
     cpu = jvm_cpu_s(spark) - cpu_before
     gc, jit = jvm_gc_jit_s(spark)
+    threads = jvm_thread_cpu_s(spark)
     return {
         "job_s": round(wall, 1),
         "events_per_s": round(n / wall),
@@ -99,6 +134,7 @@ def _timed(
         "events_per_cpu_s": round(n / cpu),
         "gc_s": round(gc - gc_jit[0], 1),
         "jit_s": round(jit - gc_jit[1], 1),
+        "thread_cpu_s": {k: round(v - threads_before.get(k, 0.0), 1) for k, v in threads.items()},
         "loadavg": os.getloadavg(),
     }
 
@@ -106,12 +142,13 @@ def _timed(
 def bench_peer(spark: Any, logs: Path, out: Path, n: int) -> dict[str, Any]:
     """The floor: a bare read of the same JSON lines (same schema), a count, and one Parquet write."""
     started, cpu, gc_jit = time.perf_counter(), jvm_cpu_s(spark), jvm_gc_jit_s(spark)
+    threads = jvm_thread_cpu_s(spark)
     raw = spark.read.schema(READ_SCHEMA).json(str(logs))
     rows = raw.count()
     raw.write.mode("overwrite").parquet(str(out))
     if rows != n:
         raise RuntimeError(f"expected {n} rows, the peer counted {rows}")
-    return {"bench": "batch-peer", "events": n} | _timed(spark, n, started, cpu, gc_jit)
+    return {"bench": "batch-peer", "events": n} | _timed(spark, n, started, cpu, gc_jit, threads)
 
 
 def bench_batch(spark: Any, work: Path, n: int, *, peer: bool = False) -> list[dict[str, Any]]:
@@ -120,8 +157,9 @@ def bench_batch(spark: Any, work: Path, n: int, *, peer: bool = False) -> list[d
     gen_s = write_corpus(logs, n)
     size = sum(p.stat().st_size for p in logs.iterdir())
     started, cpu, gc_jit = time.perf_counter(), jvm_cpu_s(spark), jvm_gc_jit_s(spark)
+    threads = jvm_thread_cpu_s(spark)
     summary = run_batch(spark, str(logs), str(work / f"tables-{n}"))
-    timed = _timed(spark, n, started, cpu, gc_jit)
+    timed = _timed(spark, n, started, cpu, gc_jit, threads)
     if summary.valid_events != n:
         raise RuntimeError(f"expected {n} events, the job counted {summary.valid_events}")
     results = [
@@ -233,6 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="Spark event log: print each action's time and stages"
     )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)"
+    )
+    parser.add_argument(
+        "--java-opts",
+        default="",
+        help="driver JVM options instead of the session's default GC/JIT flags (the log4j one is kept)",
+    )
     args = parser.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="mqproxy-etl-bench-"))
     started = time.perf_counter()
@@ -245,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
             "spark.eventLog.compress": "false",
             "spark.eventLog.rolling.enabled": "false",
         }
+    for item in args.conf:
+        key, _, value = item.partition("=")
+        conf[key] = value
+    if args.java_opts:
+        log4j = f"-Dlog4j.configurationFile=file:{log4j_config_path()}"
+        conf["spark.driver.extraJavaOptions"] = f"{log4j} {args.java_opts}"
     spark = build_session(args.master, driver_memory=args.driver_memory, conf=conf)
     try:
         print(

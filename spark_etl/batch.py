@@ -19,6 +19,11 @@ read plus the quarantine columns, and that frame is cached for every table. The 
 quarantine write) builds the cache and counts rows and malformed lines by reason in the same pass
 (an ``Observation``); each table's row count is an observation on its own write. Each action runs
 under a job description ``mqproxy-etl batch: NAME`` (Spark UI, event log).
+
+The same pass counts the events the optional tables start from (:data:`TABLE_EVENTS`): a table
+whose events are absent (no connector, lag or trace events: the common case) is built from an
+empty frame of the same schema, so its write scans nothing and runs no shuffle, yet writes exactly
+what the full plan would (an empty table of the same schema).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from mqproxy.spark_etl import consumer_lag, message_trace, replication, transforms
@@ -38,6 +43,7 @@ __all__ = [
     "QUARANTINE",
     "SUMMARY_FILE",
     "TABLES",
+    "TABLE_EVENTS",
     "BatchSummary",
     "build_tables",
     "read_raw",
@@ -67,10 +73,37 @@ TABLES: Final = (
 _LARGE: Final = frozenset(
     {"connections", "requests", "replication", "consumer_lag", "message_trace", "message_paths"}
 )
+_CONNECTOR_EVENTS: Final = (replication.BATCH, replication.LAG, replication.DEAD_LETTER, replication.ERROR)
+TABLE_EVENTS: Final[dict[str, tuple[str, ...]]] = {
+    "replication": (replication.BATCH,),
+    "replication_minute": _CONNECTOR_EVENTS,
+    "consumer_lag": (consumer_lag.LAG,),
+    "consumer_lag_minute": (consumer_lag.LAG,),
+    "message_trace": (message_trace.TRACE_RECORD,),
+    "message_paths": (message_trace.TRACE_RECORD,),
+}
+"""Optional tables and the events each is built from: every row of the table stems from one of
+them, so without any the table is empty (and is built from an empty frame, see the module doc)."""
 
 
-def build_tables(events: DataFrame, *, top_clients: int = 50) -> dict[str, DataFrame]:
-    """Every output table (name -> DataFrame) from valid events; nothing is computed yet."""
+def build_tables(
+    events: DataFrame, *, top_clients: int = 50, absent: frozenset[str] = frozenset()
+) -> dict[str, DataFrame]:
+    """Every output table (name -> DataFrame) from valid events; nothing is computed yet.
+
+    Tables named in ``absent`` (keys of :data:`TABLE_EVENTS` whose events are known to be missing)
+    are built from an empty frame of ``events``' schema instead: the same schema, no rows, no scan.
+    """
+    tables = _tables(events, top_clients)
+    if absent:
+        empty = events.sparkSession.createDataFrame([], events.schema)
+        for name, table in _tables(empty, top_clients).items():
+            if name in absent:
+                tables[name] = table
+    return tables
+
+
+def _tables(events: DataFrame, top_clients: int) -> dict[str, DataFrame]:
     return {
         "connections": transforms.connections(events),
         "requests": transforms.requests(events),
@@ -136,6 +169,10 @@ def stage_events(raw: DataFrame) -> DataFrame:
     )
 
 
+def _event_in(names: tuple[str, ...]) -> Column:
+    return F.col("event").isin(*names)
+
+
 def _valid(staged: DataFrame) -> DataFrame:
     return staged.where(F.col(_REASON).isNull()).drop(_REASON, _LINE)
 
@@ -168,6 +205,8 @@ def run_batch(spark: SparkSession, input_path: str, output: str, *, top_clients:
             seen,
             F.count(F.lit(1)).alias("rows"),
             *(F.count_if(reason == name).alias(name) for name in transforms.QUARANTINE_REASONS),
+            # Counted over every row (a malformed one may name the event): zero means none is valid.
+            *(F.count_if(_event_in(names)).alias(f"events_{table}") for table, names in TABLE_EVENTS.items()),
         )
         malformed = counted.where(reason.isNotNull()).select(
             F.col(_LINE).alias("line"), reason.alias("reason")
@@ -177,8 +216,10 @@ def run_batch(spark: SparkSession, input_path: str, output: str, *, top_clients:
         metrics = seen.get
         input_rows = int(metrics["rows"])
         counts = {name: int(metrics[name]) for name in transforms.QUARANTINE_REASONS if metrics[name]}
+        absent = frozenset(table for table in TABLE_EVENTS if not metrics[f"events_{table}"])
         table_rows: dict[str, int] = {}
-        for name, table in build_tables(_valid(staged), top_clients=top_clients).items():
+        tables = build_tables(_valid(staged), top_clients=top_clients, absent=absent)
+        for name, table in tables.items():
             context.setJobDescription(f"mqproxy-etl batch: {name}")
             # Row counts come from an observation on the write itself: no second pass.
             observation = Observation(name)

@@ -1,4 +1,4 @@
-"""SparkSession factory with quiet logs, no UI and small shuffles.
+"""SparkSession factory with quiet logs, no UI, small shuffles and uncompressed cached tables.
 
 For ``local`` masters the driver is pinned to loopback (``SPARK_LOCAL_IP=127.0.0.1`` and
 ``spark.driver.host/bindAddress``) so nothing listens on a routable address. For any other master
@@ -6,7 +6,8 @@ URL (``spark://``, ``yarn``, ``k8s://``) those two settings are left to the clus
 because remote executors must be able to reach the driver.
 
 ``fast_jvm=True`` adds ``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``: it roughly halves JVM start-up
-CPU, which suits tests and short jobs, not long production runs. When ``fast_jvm`` is None the
+CPU, which suits tests and short jobs, not long production runs; otherwise the driver runs the
+parallel (throughput) collector, ``BATCH_JVM_FLAGS``. When ``fast_jvm`` is None the
 ``MQPROXY_ETL_FAST_JVM`` environment variable (``1``) decides, so a notebook run by a test can opt in.
 """
 
@@ -20,10 +21,13 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "FAST_JVM_FLAGS", "build_session", "log4j_config_path"]
+__all__ = ["BATCH_JVM_FLAGS", "DEFAULT_MASTER", "FAST_JVM_FLAGS", "build_session", "log4j_config_path"]
 
 DEFAULT_MASTER: Final = "local[*]"
 FAST_JVM_FLAGS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: Otherwise the throughput collector: a batch allocates fast and keeps its cache for the whole run;
+#: G1's concurrent threads and barriers cost 2-4 CPU-s more per million events (docs/performance.md).
+BATCH_JVM_FLAGS: Final = "-XX:+UseParallelGC"
 
 
 def log4j_config_path() -> Path:
@@ -61,8 +65,7 @@ def build_session(
     if fast_jvm is None:
         fast_jvm = os.environ.get("MQPROXY_ETL_FAST_JVM") == "1"
     java_opts = [f"-Dlog4j.configurationFile=file:{log4j_config_path()}"]
-    if fast_jvm:
-        java_opts.append(FAST_JVM_FLAGS)
+    java_opts.append(FAST_JVM_FLAGS if fast_jvm else BATCH_JVM_FLAGS)
 
     builder = (
         SparkSession.builder.master(master)
@@ -75,6 +78,9 @@ def build_session(
         .config("spark.log.level", "WARN")
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.sql.debug.maxToStringFields", "200")
+        # The batch job's cache is built once and scanned by every table: compressing its columns
+        # costs CPU for little (1M events: 317 instead of 237 MB; docs/performance.md, round 4).
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
     cores = _local_parallelism(master)
     partitions: int | None = shuffle_partitions

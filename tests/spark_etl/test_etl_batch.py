@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mqproxy.spark_etl import synthetic
-from mqproxy.spark_etl.batch import SUMMARY_FILE, TABLES
+from mqproxy.spark_etl.batch import (
+    SUMMARY_FILE,
+    TABLE_EVENTS,
+    TABLES,
+    build_tables,
+    read_raw,
+    run_batch,
+    stage_events,
+)
 from mqproxy.spark_etl.replication import REPLICATION_METRICS
 from mqproxy.spark_etl.transforms import ROLLUP_METRICS
 
@@ -155,3 +164,35 @@ def test_replication_minute_matches_the_reference_exactly(spark: Any, batch_run:
         e["event"] == "connector.dead_letter" for e in batch_run.events
     )
     assert any(r.rule == "(unknown)" and r.errors for r in rows), "the rule-less route error"
+
+
+def _layout(root: Path) -> list[str]:
+    """Relative paths under ``root``, part files reduced to their suffix (their names are random)."""
+    names = []
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        name = "part" + "".join(path.suffixes[-2:]) if "part-" in rel.name else rel.name
+        names.append(str(rel.parent / name))
+    return sorted(names)
+
+
+def test_tables_of_absent_events_are_written_as_the_full_plan_would(spark: Any, tmp_path: Path) -> None:
+    """Without connector, lag or trace events the optional tables come from an empty frame: the
+    same schema and the same files on disk as their full plans over the events."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    corpus = list(synthetic.iter_events(40, synthetic.CorpusOptions(seed=3)))
+    synthetic.write_jsonl(logs / "proxy.log", corpus)
+    summary = run_batch(spark, str(logs), str(tmp_path / "gated"))
+    assert {name: summary.table_rows[name] for name in TABLE_EVENTS} == dict.fromkeys(TABLE_EVENTS, 0)
+    assert summary.table_rows["requests"] > 0
+
+    events = stage_events(read_raw(spark, str(logs))).where("_quarantine_reason IS NULL")
+    events = events.drop("_quarantine_reason", "_quarantine_line")
+    full = build_tables(events)
+    gated = build_tables(events, absent=frozenset(TABLE_EVENTS))
+    for name in TABLE_EVENTS:
+        assert gated[name].schema == full[name].schema, name
+        assert gated[name].count() == 0, name
+        full[name].write.mode("overwrite").partitionBy("date").parquet(str(tmp_path / "full" / name))
+        assert _layout(tmp_path / "gated" / name) == _layout(tmp_path / "full" / name), name
