@@ -27,7 +27,10 @@ Q1 = mq.QoS.AT_LEAST_ONCE
 
 async def test_an_idle_connection_has_no_task_but_its_own_and_is_registered(server: Any) -> None:
     gateway = gateway_of(server)
-    client, connack = await connect(server.address, "idle-1", keep_alive=60)
+    # receive maximum 1: the second unacknowledged QoS 1 delivery does not fit the in-flight window
+    client, connack = await connect(
+        server.address, "idle-1", 5, keep_alive=60, properties=mq.Properties(receive_maximum=1)
+    )
     assert connack.reason_code == mq.ReasonCode.SUCCESS
     await wait_until(lambda: len(gateway.live) == 1)
     (conn,) = gateway.live
@@ -40,10 +43,19 @@ async def test_an_idle_connection_has_no_task_but_its_own_and_is_registered(serv
     await all_parked(server, 1)
     publisher, _ = await connect(server.address, "idle-pub")
     await publisher.send(mq.Publish("idle/t", b"q1", Q1, packet_id=1))
-    got = await receive_publish(client)  # the hub declines QoS 1: the reader's task takes over
-    assert (got.topic, got.payload, got.qos) == ("idle/t", b"q1", Q1)
-    assert conn._nursery.running == 1
-    assert not isinstance(conn._readers["idle/t"], Parking)
+    first = await receive_publish(client, ack=False)  # fits the window: the hub puts it in flight, no task
+    assert (first.topic, first.payload, first.qos) == ("idle/t", b"q1", Q1)
+    assert conn._nursery.running == 0
+    assert isinstance(conn._readers["idle/t"], Parking)
+    await publisher.send(mq.Publish("idle/t", b"q1-again", Q1, packet_id=2))
+    await wait_until(lambda: not isinstance(conn._readers["idle/t"], Parking))  # the hub declined: woken
+    assert conn._nursery.running == 1, "the woken reader runs as the connection's one task"
+    assert first.packet_id is not None
+    await client.send(mq.PubAck(first.packet_id))
+    second = await receive_publish(client, ack=False)
+    assert (second.topic, second.payload, second.qos) == ("idle/t", b"q1-again", Q1)
+    assert second.packet_id is not None
+    await client.send(mq.PubAck(second.packet_id))
     await publisher.aclose()
     await client.send(mq.PingReq())
     assert isinstance(await client.receive(), mq.PingResp)
