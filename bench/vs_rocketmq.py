@@ -121,6 +121,10 @@ def main() -> int:
         "--cases", type=_list(CASES), default=list(CASES), help="comma list of " + ",".join(CASES)
     )
     parser.add_argument("--drain-timeout", type=float, default=120.0, help="seconds a drain may take at most")
+    parser.add_argument("--jfr", type=Path, help="record every client JVM (JFR) into this folder")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy mqproxy and time every pull during each drain into this folder"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny durations for the smoke test")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     opts = parser.parse_args()
@@ -148,7 +152,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="mqproxy-vs-rocketmq-"))
     try:
         started = time.monotonic()
-        clients = Clients(tmp / "clients")
+        clients = Clients(tmp / "clients", opts.jfr)
         cluster = rmq.StockCluster(
             tmp / "stock", brokers=1, proxy="cluster" if "grpc" in opts.cases else None
         )
