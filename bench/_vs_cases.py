@@ -10,9 +10,14 @@ import math
 import os
 import re
 import resource
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from _remoting_client import cpu_seconds
 from _vs_clients import GATE_TIMEOUT_S, Clients, JavaRun
@@ -160,15 +165,39 @@ def producer_figures(row: Row, run: JavaRun, opts: argparse.Namespace) -> Row:
 
 
 def probe_args(
-    group: str, expect: int, namesrv: str, topic: str, timeout: float, report_ms: int | None = None
+    group: str,
+    expect: int,
+    namesrv: str,
+    topic: str,
+    timeout: float,
+    report_ms: int | None = None,
+    trace: Path | None = None,
 ) -> list[str]:
     """Arguments of ``bench/java/remoting/ConsumerProbe.java``: the benchmark Consumer in a new ``group``
     on ``topic``, until it counted ``expect`` messages or ``timeout`` s passed; with ``report_ms`` it
-    prints its count that often (default 1 s)."""
+    prints its count that often (default 1 s); with ``trace`` it times every pull into that file."""
     probe = ["--group", group, "--expect", str(expect), "--timeout", str(timeout)]
     if report_ms is not None:
         probe += ["--report-ms", str(report_ms)]
+    if trace is not None:
+        probe += ["--trace-pulls", str(trace)]
     return [*probe, "--", "-n", namesrv, "-t", topic, "-g", group]
+
+
+def py_spy(target: Target, folder: Path | None, name: str) -> subprocess.Popen[bytes] | None:
+    """With ``folder``, py-spy sampling an mqproxy ``target`` into ``folder/<name>.txt`` (collapsed stacks,
+    idle frames included) until SIGINT; None for a stock target or without ``folder``."""
+    if folder is None or target.kind != "mqproxy":
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    binary = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = folder / f"{name.replace('/', '-')}.txt"
+    pid = target.pids("drain")[0]
+    argv = [binary, "record", "--pid", str(pid), "--format", "raw", "--rate", "500", "--idle"]
+    argv += ["--nonblocking", "-o", str(out)]
+    spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    return spy
 
 
 def drain_counts(targets: Sequence[Target], opts: argparse.Namespace) -> dict[str, int]:
@@ -188,13 +217,21 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
     # JVM's warm-up (JIT) weighs on a short drain, so unequal counts would not compare
     expect = min(backlog, getattr(opts, "drain_counts", {}).get(target.flush, backlog))
     group = f"vs_drain_{target.flush}_{os.getpid()}"
-    args = probe_args(group, expect, target.namesrv, topic, opts.drain_timeout)
-    with measured(row):
-        run = clients.run(
-            f"drain-{target.name}",
-            clients.argv(clients.remoting_cp, PROBE_MAIN, args),
-            timeout=opts.drain_timeout + 60,
-        )
+    folder: Path | None = opts.profile.resolve() if getattr(opts, "profile", None) else None
+    trace = folder / f"pulls-{target.name.replace('/', '-')}.txt" if folder else None
+    args = probe_args(group, expect, target.namesrv, topic, opts.drain_timeout, trace=trace)
+    spy = py_spy(target, folder, f"drain-{target.name}")
+    try:
+        with measured(row):
+            run = clients.run(
+                f"drain-{target.name}",
+                clients.argv(clients.remoting_cp, PROBE_MAIN, args),
+                timeout=opts.drain_timeout + 60,
+            )
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
     done = run.events("done")
     if not done:
         row.ok = False

@@ -52,8 +52,10 @@ class JavaRun:
 class Clients:
     """Class paths, compiled drivers and the JVM command lines of the client side."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, jfr: Path | None = None) -> None:
         self.home = home
+        #: with a folder, every client JVM records a Java Flight Recording ``<run name>.jfr`` into it
+        self.jfr = jfr
         home.mkdir(parents=True, exist_ok=True)
         self.bench_cp = rmq.classpath("bench")
         self.grpc_cp = rmq.classpath("grpc-java")
@@ -90,6 +92,11 @@ class Clients:
     ) -> JavaRun:
         """Run one client JVM (own process group) to its end, or until ``stop_after(run)`` returns a
         monotonic deadline that has passed (then SIGTERM); killed after ``timeout`` seconds."""
+        if self.jfr is not None:
+            self.jfr.mkdir(parents=True, exist_ok=True)
+            recording = self.jfr / f"{name.replace('/', '-')}.jfr"
+            jfr = f"-XX:StartFlightRecording=settings=profile,dumponexit=true,filename={recording}"
+            argv = [argv[0], jfr, *argv[1:]]
         run = JavaRun(started=time.monotonic())
         # own process group, and killed with this process if it dies (the launcher's way for its JVMs)
         proc = rmq.popen_in_group(

@@ -54,8 +54,16 @@ Producer, in its first 10 s, which its cumulative counters cannot split further)
 on a loaded machine the clients' 3 s start-up timeouts (route look-ups of 16 threads at once) expire
 against either target.
 
+Profiling: ``--jfr DIR`` records every client JVM with Java Flight Recorder (``DIR/<case>-<target>.jfr``,
+settings ``profile``; read them with ``jfr summary`` / ``jfr print``); ``--profile DIR`` samples mqproxy with
+py-spy during each drain (``DIR/drain-<target>.txt``, collapsed stacks, idle frames included) and has the
+Consumer wrapper time every PULL_MESSAGE as the client sees it (``bench/java/remoting/PullTrace.java``:
+``DIR/pulls-<target>.txt``, one line per request written and per callback started, with queue, offset,
+opaque and answer; the first FOUND answer's header and body apart, to compare targets byte for byte).
+
     python bench/vs_rocketmq.py [--seconds 20] [--warmup 5] [--threads 16] [--size 128] [--queues 8]
         [--grpc-threads 16] [--flush async[,sync]] [--cases producer,drain,latency,grpc] [--keep]
+        [--jfr DIR] [--profile DIR]
     python bench/vs_rocketmq.py --quick     # the smoke test's sizes: about a minute
 
 Needs Java 17 and Maven (jars fetched once into ``$MQTEST_CACHE``, default ``.cache``).
@@ -121,6 +129,10 @@ def main() -> int:
         "--cases", type=_list(CASES), default=list(CASES), help="comma list of " + ",".join(CASES)
     )
     parser.add_argument("--drain-timeout", type=float, default=120.0, help="seconds a drain may take at most")
+    parser.add_argument("--jfr", type=Path, help="record every client JVM (JFR) into this folder")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy mqproxy and time every pull during each drain into this folder"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny durations for the smoke test")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     opts = parser.parse_args()
@@ -148,7 +160,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="mqproxy-vs-rocketmq-"))
     try:
         started = time.monotonic()
-        clients = Clients(tmp / "clients")
+        clients = Clients(tmp / "clients", opts.jfr)
         cluster = rmq.StockCluster(
             tmp / "stock", brokers=1, proxy="cluster" if "grpc" in opts.cases else None
         )

@@ -126,7 +126,8 @@ class SendOutcome:
 class PullRequest:
     """A pull of one queue. ``hold_s`` > 0 long-polls: a pull that finds nothing (or nothing matching)
     waits up to that long for new messages before answering. ``commit_offset`` (>= 0) is stored for
-    ``group`` first."""
+    ``group`` first. ``wire``: the caller sends the messages as a remoting pull body, so a backend may
+    answer with them in that form (:meth:`~mqproxy.model.types.PullResult.of_records`)."""
 
     group: str
     topic: str
@@ -137,6 +138,7 @@ class PullRequest:
     message_filter: FilterExpression | None = None
     hold_s: float = 0.0
     commit_offset: int = -1
+    wire: bool = False
 
 
 @dataclass(frozen=True, slots=True)

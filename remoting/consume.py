@@ -14,7 +14,9 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
   ``suspendTimeoutMillis`` (capped by ``ServerContext.long_poll_max_s``). Expiry answers PULL_NOT_FOUND (19);
   so does a server drain, at once (the hold is cancelled and the queue read again without one).
 * Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.
-  SUCCESS bodies are concatenated V1 records (IPv4 hosts) as every legacy client decodes them.
+  SUCCESS bodies are concatenated V1 records (IPv4 hosts) as every legacy client decodes them; the pull
+  asks the backend for them in that form (``PullRequest.wire``), which the embedded store gives by
+  transcoding its stored records without decoding them into messages.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
         message_filter=message_filter,
         hold_s=hold_s,
         commit_offset=header.commit_offset if header.has_commit_offset else -1,
+        wire=True,
     )
     result: PullResult | None = None
     with session.holds.until_drain():

@@ -249,7 +249,7 @@ class EmbeddedBroker:
         while True:
             result = await self.store.pull(
                 request.topic, request.queue_id, offset, request.max_count,
-                tag_filter=tags, max_bytes=request.max_bytes,
+                tag_filter=tags, max_bytes=request.max_bytes, wire=request.wire and sql is None,
             )  # fmt: skip
             if sql is not None:
                 result = _select(result, sql)

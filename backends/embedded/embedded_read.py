@@ -15,8 +15,10 @@ from collections.abc import Callable
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
 from mqproxy.backends.embedded.index import offset_key, queue_key
-from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, PullScan
+from mqproxy.backends.embedded.pulls import MAX_SCAN_ENTRIES, PullScan, WireScan
+from mqproxy.backends.embedded.record_wire import compact_to_v1, ipv4_bytes
 from mqproxy.backends.embedded.records import MessageRecord, decode_stored
+from mqproxy.codecs.message_record import RecordError, encode_record
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (
@@ -28,12 +30,68 @@ from mqproxy.model.types import (
 )
 
 
+def _handed_off(stored: StoredMessage, queue_offset: int, topic: str) -> bytes | None:
+    """The V1 record of a message the write handed off, None unless both hosts are IPv4."""
+    if ipv4_bytes(stored.born_host[0]) is None:
+        return None
+    if queue_offset != stored.queue_offset and stored.topic == topic:
+        stored = dataclasses.replace(stored, queue_offset=queue_offset)
+    try:
+        return encode_record(stored, legacy=True)
+    except RecordError:
+        return None
+
+
 class EmbeddedReading(EmbeddedWriting):
     """Pulls, ``get_message``, ``wait_for_message``, queue bounds, consumer offsets, key lookups."""
 
     def _pull_source(self, topic: str, queue_id: int) -> tuple[int, int, PullScan]:
         qid, min_offset, max_offset = self._bounds(topic, queue_id)
         return min_offset, max_offset, functools.partial(self._scan, topic, qid, max_offset)
+
+    def _wire_source(self, topic: str, queue_id: int) -> tuple[WireScan, int, int] | None:
+        host = ipv4_bytes(self._store_host[0])
+        if host is None:
+            return None
+        qid, min_offset, max_offset = self._bounds(topic, queue_id)
+        if qid is None:
+            return None
+        wire = (host, self._store_host[1], topic.encode())
+        return functools.partial(self._scan_wire, qid, max_offset, wire), min_offset, max_offset
+
+    def _scan_wire(
+        self,
+        qid: int,
+        max_offset: int,
+        wire: tuple[bytes, int, bytes],
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+    ) -> tuple[list[bytes], int] | None:
+        """:meth:`_scan` without a filter, each record transcoded (:mod:`.record_wire`); None when one is
+        not for that path."""
+        host, port, topic = wire
+        found: list[bytes] = []
+        size = 0
+        position = offset
+        for queue_offset, clo, entry_size, _code, _ts in self._index.entries(
+            qid, offset, min(max_count, max_offset - offset)
+        ):
+            if found and size + entry_size > max_bytes:
+                break
+            stored = self._handoff.get(clo)
+            if stored is None:
+                record = compact_to_v1(self._log.read(clo, entry_size), clo, host, port, queue_offset, topic)
+            else:
+                record = _handed_off(stored, queue_offset, topic.decode())
+            if record is None:
+                return None
+            found.append(record)
+            size += entry_size
+            position = queue_offset + 1
+            if len(found) >= max_count:
+                break
+        return found, position
 
     def _scan(
         self,

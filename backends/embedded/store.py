@@ -56,8 +56,11 @@ class MessageStore(Protocol):
         *,
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
+        wire: bool = False,
     ) -> PullResult:
-        """Read up to ``max_count`` messages from ``offset``, skipping ones the filter rejects."""
+        """Read up to ``max_count`` messages from ``offset``, skipping ones the filter rejects. With
+        ``wire`` (and no filter) the result may keep them as a remoting pull body
+        (:meth:`~mqproxy.model.types.PullResult.of_records`)."""
         ...
 
     async def get_message(self, commitlog_offset: int) -> StoredMessage | None:

@@ -1,11 +1,12 @@
 """What every :class:`~mqproxy.backends.embedded.store.MessageStore` of this package shares: the topic
 table, consumer-group membership, ``send`` as a one-message ``send_batch``, and ``pull`` (range checks
-and the result) over the store's own scan of a queue.
+and the result) over the store's own scan of a queue, or its records as a remoting pull body.
 
 A store subclasses :class:`StoreBase`, fills ``_topics`` / ``_consumers`` in its ``__init__`` and
 overrides the hooks: :meth:`StoreBase._check_open` (raise once the store is closed),
 :meth:`StoreBase._persist_topic` (make a created or updated topic config durable before it is used) and
-:meth:`StoreBase._pull_source` (a readable queue's bounds and how to scan it).
+:meth:`StoreBase._pull_source` (a readable queue's bounds and how to scan it) and, optionally,
+:meth:`StoreBase._wire_source` (the same, as remoting pull records).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mqproxy.backends.embedded.groups import ConsumerRegistry
-from mqproxy.backends.embedded.pulls import PullScan, read_pull
+from mqproxy.backends.embedded.pulls import PullScan, WireScan, read_pull, read_wire_pull
 from mqproxy.model.errors import TopicNotFound
 from mqproxy.model.topics import TopicTable
 from mqproxy.model.types import ConsumerInfo, Message, PullResult, SendResult, TagFilter, TopicConfig
@@ -36,6 +37,11 @@ class StoreBase:
         """(min offset, max offset, scan) of a readable queue; raises as :meth:`pull` does."""
         raise NotImplementedError
 
+    def _wire_source(self, topic: str, queue_id: int) -> tuple[WireScan, int, int] | None:
+        """(scan, min offset, max offset) reading a readable queue as remoting pull records, or None
+        where the store does not offer that (default); raises as :meth:`pull` does."""
+        return None
+
     # --- produce -------------------------------------------------------------------------------
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         raise NotImplementedError
@@ -53,7 +59,13 @@ class StoreBase:
         *,
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
+        wire: bool = False,
     ) -> PullResult:
+        if wire and tag_filter is None:
+            source = self._wire_source(topic, queue_id)
+            wired = None if source is None else read_wire_pull(*source, offset, max_count, max_bytes)
+            if wired is not None:
+                return wired
         min_offset, max_offset, scan = self._pull_source(topic, queue_id)
         return read_pull(scan, min_offset, max_offset, offset, max_count, tag_filter, max_bytes)
 

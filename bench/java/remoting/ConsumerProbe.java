@@ -15,7 +15,10 @@ import org.apache.rocketmq.client.impl.factory.MQClientInstance;
  * the client's registry) every 10 ms, because its printed TPS is a 10 s sliding window that a drain of a
  * few seconds never fills.
  *
- *   --group G --expect N [--timeout 120] [--report-ms 1000] -- <benchmark Consumer arguments, with -g G>
+ *   --group G --expect N [--timeout 120] [--report-ms 1000] [--trace-pulls FILE]
+ *       -- <benchmark Consumer arguments, with -g G>
+ *
+ * With --trace-pulls, every PULL_MESSAGE after the Consumer's start is timed by {@link PullTrace} into FILE.
  *
  * Prints {"event":"progress","consumed":..,"failed":..,"at_ms":..} every report-ms while the count grows
  * (several probes in one group are stopped from outside once their counts add up), then
@@ -34,6 +37,12 @@ public final class ConsumerProbe {
 
         long t0 = System.nanoTime();
         org.apache.rocketmq.example.benchmark.Consumer.main(consumerArgs);
+        PullTrace trace = o.containsKey("trace-pulls") ? new PullTrace() : null;
+        if (trace != null) {
+            for (MQClientInstance instance : MQClientManager.getInstance().getFactoryTable().values()) {
+                instance.getMQClientAPIImpl().getRemotingClient().registerRPCHook(trace);
+            }
+        }
         Object stats = stats(group);
         LongAdder received = (LongAdder) call(stats, "getReceiveMessageTotalCount");
         LongAdder failedCount = (LongAdder) call(stats, "getFailCount");
@@ -63,6 +72,9 @@ public final class ConsumerProbe {
         }
         Events.emit("done", "consumed", received.sum(), "expect", expect, "first_ms", firstMs, "done_ms", doneMs,
             "failed", failedCount.sum());
+        if (trace != null) {
+            trace.write(java.nio.file.Path.of(o.get("trace-pulls")));
+        }
         System.exit(0);
     }
 
