@@ -1,12 +1,12 @@
 """A stored compact record (kind 3, :mod:`~mqproxy.backends.embedded.record_compact`) straight to the V1
 record a remoting pull body carries, without decoding it into a message first.
 
-:func:`compact_to_v1` gives, byte for byte, what
-``encode_record(_stored(decode_message(payload)), legacy=True)`` gives (:mod:`mqproxy.codecs.message_record`)
-for the records a drain reads: a kind 3 payload with an IPv4 born host, no LMQ, a topic of at most 127
-bytes, properties that are plain ``key\\x01value\\x02`` text. Anything else answers None and the caller
-takes the general path, which also raises what it raises. Property values are copied as stored (UTF-8):
-no string is built per property; a property with an empty value is left out, as the encoder does.
+:func:`compact_to_v1` gives, byte for byte, what ``encode_record(_stored(decode_message(payload)),
+legacy=True)`` gives (:mod:`mqproxy.codecs.message_record`) for the records a drain reads: a kind 3 payload
+(not SHARED) with an IPv4 born host, no LMQ, a topic of at most 127 bytes, properties that are plain
+``key\\x01value\\x02`` text. Anything else answers None and the caller takes the general path, which also
+raises what it raises. Property values are copied as stored (UTF-8): no string is built per property; a
+property with an empty value is left out, as the encoder does.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import zlib
 from typing import Final
 
 from mqproxy.backends.embedded.record_compact import KIND_COMPACT, PROPERTY_CODES
+from mqproxy.backends.embedded.record_layout import SHARED
 from mqproxy.codecs.message_record import MAGIC_V1, MAX_PROPERTIES_BYTES, MAX_V1_TOPIC_BYTES
 
 __all__ = ["compact_to_v1", "ipv4_bytes"]
@@ -72,8 +73,8 @@ def compact_to_v1(
     with ``store_host`` (4 address bytes) and ``store_port``; ``queue_offset`` replaces the stored one
     when the record's topic is ``topic`` (an entry a rewrite moved). None when the record is not one this
     fast path covers (see the module text) or is malformed: the caller decodes it instead."""
-    if not payload or payload[0] != KIND_COMPACT or len(store_host) != 4:
-        return None
+    if len(payload) < 2 or payload[0] != KIND_COMPACT or payload[1] & SHARED or len(store_host) != 4:
+        return None  # a SHARED record's fields are its base's: the general path reads them
     try:
         return _transcode(payload, commitlog_offset, store_host, store_port, queue_offset, topic)
     except (ValueError, IndexError, struct.error):

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from mqproxy.backends.embedded.embedded import open_embedded_store
+from mqproxy.backends.embedded.record_shared import is_shared
 from mqproxy.codecs.message_record import encode_records
 from mqproxy.model.types import Message, PullStatus, TagFilter
 
@@ -66,3 +67,20 @@ async def test_a_handed_off_message_is_encoded_as_the_ordinary_pull_encodes_it(t
         plain = await store.pull("T", 0, 0, 32)
         assert wired.records is not None
         assert wired.records.data == encode_records(plain.messages)
+
+
+async def test_shared_records_are_pulled_as_the_ordinary_pull_gives_them(tmp_path: Path) -> None:
+    async with open_embedded_store(tmp_path / "s") as store:
+        await store.create_topic("T", 1)
+        async with trio.open_nursery() as nursery:  # one coalesced append: the records share their fields
+            for n in range(40):
+                nursery.start_soon(store.send, Message("T", b"m%d" % n, queue_id=0, properties={"TAGS": "a"}))
+        qid, _, _ = store._bounds("T", 0)
+        payloads = [store._log.read(clo, size) for _, clo, size, _, _ in store._index.entries(qid, 0, 40)]
+        assert sum(map(is_shared, payloads)) > 0
+        store._handoff.clear()  # read back from the log, not handed off
+        wired = await store.pull("T", 0, 0, 32, wire=True)
+        plain = await store.pull("T", 0, 0, 32)
+        assert [m.body for m in wired.messages] == [m.body for m in plain.messages]
+        data = wired.records.data if wired.records is not None else encode_records(wired.messages)
+        assert data == encode_records(plain.messages)
