@@ -452,17 +452,7 @@ class MqttConnection(PacketWriter, Subscribing):
                 self.client_id,
                 self.ctx.peer,
             )
-            hubs = self.gateway.push_hubs
-            if hubs and trio.lowlevel.current_statistics().tasks_runnable <= len(hubs):
-                # Light load (nothing but push hubs can be waiting to run): let the hubs the write woke
-                # deliver it before this run's acknowledgements and request events are made. trio runs
-                # the tasks of one scheduler batch in either order, so a second yield when no hub ran
-                # in the first (at most two; shielded, so what was stored is still acknowledged).
-                # Under load the hubs run soon anyway and the yields would only cost scheduler passes.
-                rounds = hubs.rounds
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                if hubs.rounds == rounds:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+            await self.gateway.push_hubs.let_woken_run()  # before this run's acks and request events
             for item, outcome in zip(to_store, outcomes, strict=True):
                 if isinstance(outcome, BackendError):
                     item.error = str(outcome)

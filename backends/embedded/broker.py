@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from mqproxy.backends.embedded.assignment import assign, effective_mode
+from mqproxy.backends.embedded.filters import compile_filter, select
 from mqproxy.backends.embedded.retry import DEFAULT_MAX_RECONSUME_TIMES
 from mqproxy.backends.embedded.schedule import recall_handle
 from mqproxy.backends.embedded.services import BrokerServices, ServiceSettings, is_transactional
@@ -54,7 +55,7 @@ from mqproxy.model.properties import (
     SCHEDULE_TOPIC,
 )
 from mqproxy.model.receipts import PopResult
-from mqproxy.model.sql92 import Sql92Error, Sql92Filter, compile_sql92
+from mqproxy.model.sql92 import Sql92Filter
 from mqproxy.model.topics import DLQ_PREFIX, RETRY_PREFIX, is_lmq
 from mqproxy.model.types import (
     PROPERTY_DELAY_LEVEL,
@@ -73,35 +74,7 @@ from mqproxy.model.types import (
 )
 from mqproxy.runtime.tasks import running
 
-__all__ = ["EmbeddedBroker", "compile_filter", "open_embedded_broker"]
-
-
-def compile_filter(expression: FilterExpression | None) -> TagFilter | Sql92Filter | None:
-    """The evaluator of ``expression``: a tag filter, a compiled SQL92 filter, or None for everything.
-
-    Raises :class:`BadFilter` for an unknown kind or SQL92 that does not parse."""
-    if expression is None or expression.matches_all:
-        return None
-    kind = expression.kind.strip().upper() or "TAG"
-    if kind == "TAG":
-        tags = TagFilter.parse(expression.expression)
-        return None if tags.is_all else tags
-    if kind == "SQL92":
-        try:
-            return compile_sql92(expression.expression)
-        except Sql92Error as exc:
-            raise BadFilter(f"SQL92 expression does not parse: {exc}") from None
-    raise BadFilter(f"expression type {expression.kind[:32]!r} is not supported, only TAG and SQL92")
-
-
-def _select(result: PullResult, sql: Sql92Filter) -> PullResult:
-    """``result`` without the messages ``sql`` rejects (NO_MATCHED_MSG when none is left)."""
-    if result.status is not PullStatus.FOUND:
-        return result
-    kept = tuple(m for m in result.messages if sql.matches(m.properties))
-    if kept:
-        return PullResult(PullStatus.FOUND, kept, result.next_offset, result.min_offset, result.max_offset)
-    return PullResult(PullStatus.NO_MATCHED_MSG, (), result.next_offset, result.min_offset, result.max_offset)
+__all__ = ["EmbeddedBroker", "open_embedded_broker"]
 
 
 class EmbeddedBroker:
@@ -252,7 +225,7 @@ class EmbeddedBroker:
                 tag_filter=tags, max_bytes=request.max_bytes, wire=request.wire and sql is None,
             )  # fmt: skip
             if sql is not None:
-                result = _select(result, sql)
+                result = select(result, sql)
             if result.status in (PullStatus.FOUND, PullStatus.OFFSET_ILLEGAL):
                 return result
             if result.status is PullStatus.NO_MATCHED_MSG:
