@@ -34,6 +34,19 @@ def test_handoff_keeps_the_latest_within_its_bounds() -> None:
     assert handoff.served == 3 + 1
 
 
+def test_handoff_evicts_oldest_first_over_many_puts_and_a_put_again_replaces() -> None:
+    handoff = Handoff(max_messages=64, max_bytes=10_000)
+    for clo in range(10_000):
+        handoff.put(stored(clo, 10))
+    assert len(handoff) == 64
+    assert [clo for clo in range(10_000) if handoff.get(clo) is not None] == list(range(9_936, 10_000))
+    handoff.put(stored(9_999, 40))  # the same offset again: replaced, its bytes counted once
+    handoff.put(stored(10_000, 10))
+    assert len(handoff) == 64
+    assert handoff.get(9_936) is None
+    assert handoff._bytes == 62 * 10 + 40 + 10
+
+
 async def test_a_message_written_for_a_waiting_reader_is_handed_off_equal_to_its_record(
     tmp_path: Path,
 ) -> None:
