@@ -157,7 +157,8 @@ class ReadCache:
         self._segments: OrderedDict[_Key, _Segment] = OrderedDict()
         self._inflight: dict[_Key, _Fetch] = {}
         self.max_deliveries = max_deliveries
-        self._deliveries: dict[int, Delivery] = {}  # by commit-log offset, oldest first
+        # by commit-log offset, oldest first (an OrderedDict: see backends/embedded/handoff.py)
+        self._deliveries: OrderedDict[int, Delivery] = OrderedDict()
         self._delivery_budget = max_bytes // 4
         self.delivery_bytes = 0
 
@@ -194,7 +195,7 @@ class ReadCache:
                 len(deliveries) >= self.max_deliveries
                 or self.delivery_bytes + memo.size > self._delivery_budget
             ):
-                self.delivery_bytes -= deliveries.pop(next(iter(deliveries))).size
+                self.delivery_bytes -= deliveries.popitem(last=False)[1].size
             deliveries[message.commitlog_offset] = memo
             self.delivery_bytes += memo.size
         return memo
