@@ -122,6 +122,22 @@ def encode_properties(props: Mapping[str, str]) -> str:
     return text
 
 
+_NO_SEPARATORS = str.maketrans({NAME_VALUE_SEPARATOR: "\ufffd", PROPERTY_SEPARATOR: "\ufffd"})
+
+
+def _outgoing_properties(props: Mapping[str, str]) -> str:
+    """:func:`encode_properties` for a record going out to a client. A stored message may hold a separator
+    character in a property where its own protocol allows one (an MQTT topic or client id, a gRPC user
+    property); it is sent as U+FFFD and a pair with an empty key is left out, so the record keeps its
+    pairs apart and the pull or pop that carries it still succeeds."""
+    try:
+        return encode_properties(props)
+    except RecordError:
+        return encode_properties(
+            {k.translate(_NO_SEPARATORS): v.translate(_NO_SEPARATORS) for k, v in props.items() if k}
+        )
+
+
 def decode_properties(text: str) -> dict[str, str]:
     """The pairs of a properties string; lenient like Java: the trailing ``\\x02`` is optional and
     segments without a non-empty key and value are skipped."""
@@ -165,7 +181,7 @@ def _record_parts(msg: StoredMessage, magic: int, legacy: bool) -> tuple[bytes, 
     topic = msg.topic.encode("utf-8")
     if magic == MAGIC_V1 and len(topic) > MAX_V1_TOPIC_BYTES:
         magic = MAGIC_V2
-    props = encode_properties(msg.properties).encode("utf-8")
+    props = _outgoing_properties(msg.properties).encode("utf-8")
     if len(props) > MAX_PROPERTIES_BYTES:
         raise RecordError("properties_too_long", f"{len(props)} bytes of properties > {MAX_PROPERTIES_BYTES}")
     born_ip = _host_ip(msg.born_host[0], legacy)
@@ -217,7 +233,8 @@ def encode_record(msg: StoredMessage, *, magic: int = MAGIC_V1, legacy: bool = T
     the IPv6 sysFlag bits and would misread the record otherwise. With ``legacy=False`` (modern Java
     clients: their decoder reads both forms) IPv6 hosts are written as 16 bytes. The BORNHOST_V6 and
     STOREHOST_V6 sysFlag bits always match what is written. BODYCRC is ``msg.body_crc`` when non-zero,
-    else computed. PREPARED_TRANSACTION_OFFSET is 0.
+    else computed. PREPARED_TRANSACTION_OFFSET is 0. A separator character inside a property key or
+    value goes out as U+FFFD (see :func:`_outgoing_properties`).
     """
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise ValueError(f"unknown record magic {magic:#x}")

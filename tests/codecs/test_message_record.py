@@ -189,6 +189,20 @@ def test_encode_rejects_bad_fields() -> None:
         encode_record(_msg(), magic=0x12345678)
 
 
+def test_separators_inside_stored_properties_go_out_as_replacement_characters() -> None:
+    # an MQTT topic or client id may hold \x01 or \x02; the record keeps its pairs apart, nothing smuggled
+    props = {"MQTT_TOPIC": "a\x01b", "MQTT_CLIENT_ID": "c\x02TAGS\x01evil", "k\x02": "v", "": "no key"}
+    for record in (encode_record(_msg(properties=props)), encode_records([_msg(properties=props)])):
+        (decoded,) = decode_records(record)
+        assert decoded.properties == {
+            "MQTT_TOPIC": "a\ufffdb",
+            "MQTT_CLIENT_ID": "c\ufffdTAGS\ufffdevil",
+            "k\ufffd": "v",
+        }
+    with pytest.raises(RecordError, match="bad_property"):  # what a client sends is still refused
+        encode_properties(props)
+
+
 def test_record_error_is_a_codec_error() -> None:
     assert issubclass(RecordError, RemotingCodecError)
 

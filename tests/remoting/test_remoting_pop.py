@@ -18,6 +18,7 @@ from mqproxy.codecs.message_record import DecodedRecord, decode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.model.ids import parse_offset_msg_id
+from mqproxy.model.types import Message
 from mqproxy.remoting.context import HeldPolls, ServerContext
 from mqproxy.remoting.session import RemotingSession
 
@@ -101,6 +102,22 @@ async def test_pop_then_ack(wire, session, topic, autojump_clock) -> None:
     empty, _ = await pop(wire, session, queueId=-1)
     assert empty.code == ResponseCode.PULL_NOT_FOUND
     assert session.broker.services.pop.revived == 0
+
+
+async def test_a_message_with_a_separator_in_a_property_is_popped_and_pulled(
+    wire, session, backend, topic, autojump_clock
+) -> None:
+    # stored by another protocol (an MQTT topic may hold \x01): a remoting consumer still gets it
+    await backend.send(Message("T", b"odd", queue_id=0, properties={"MQTT_TOPIC": "a/\x01/b", "TAGS": "A"}))
+    response, (record,) = await pop(wire, session, queueId=0)
+    assert response.code == ResponseCode.SUCCESS
+    assert (record.body, record.properties["MQTT_TOPIC"]) == (b"odd", "a/\ufffd/b")
+    ext = {"consumerGroup": "G2", "topic": "T", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+           "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*"}  # fmt: skip
+    pulled = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert pulled is not None
+    assert pulled.code == ResponseCode.SUCCESS
+    assert [r.properties["MQTT_TOPIC"] for r in decode_records(pulled.body)] == ["a/\ufffd/b"]
 
 
 async def test_sent_and_popped_record_are_the_same(wire, session, topic, autojump_clock) -> None:
