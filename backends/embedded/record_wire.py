@@ -18,6 +18,7 @@ from typing import Final
 
 from mqproxy.backends.embedded.record_compact import KIND_COMPACT, PROPERTY_CODES
 from mqproxy.backends.embedded.record_layout import SHARED
+from mqproxy.backends.embedded.record_layout import _read_varint as _varint
 from mqproxy.codecs.message_record import MAGIC_V1, MAX_PROPERTIES_BYTES, MAX_V1_TOPIC_BYTES
 
 __all__ = ["compact_to_v1", "ipv4_bytes"]
@@ -33,23 +34,6 @@ _FIXED: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")
 _HOSTS_V6: Final = 0x10 | 0x20
 #: ``key\x01`` for each key code (index 0 unused: the key is stored).
 _KEY_PREFIX: Final = tuple(key.encode() + b"\x01" for key in PROPERTY_CODES)
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    n = data[pos]
-    if n < 0x80:
-        return n, pos + 1
-    n &= 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = data[pos]
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, pos + 1
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 def ipv4_bytes(host: str) -> bytes | None:
