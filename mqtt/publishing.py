@@ -26,6 +26,9 @@ __all__ = ["MAX_BATCH", "PublishItem", "Publisher"]
 
 #: Most client PUBLISHes written in one batch.
 MAX_BATCH = 64
+#: Most topics whose dispatch targets are remembered (all are forgotten when full, or when a filter set
+#: changes).
+MAX_CACHED_TARGETS = 4096
 #: One MQTT publish to store: ``(topic, payload, qos, retain, properties)``.
 PublishItem = tuple[str, bytes, int, bool, Properties]
 
@@ -37,6 +40,9 @@ class Publisher:
 
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
+        #: ``dispatch_targets`` answers by (topic, retain), valid while ``_targets_of`` is unchanged.
+        self._targets: dict[tuple[str, bool], tuple[str, ...]] = {}
+        self._targets_of: tuple[object, ...] = ()
 
     def rocketmq_dispatch(self, properties: Mapping[str, str]) -> tuple[str, ...]:
         """LMQs a RocketMQ-produced message with an ``MQTT_TOPIC`` property is dispatched to when its
@@ -46,13 +52,33 @@ class Publisher:
         return self.dispatch_targets(topic, retain=False) if topic else ()
 
     def dispatch_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
-        """The LMQs a publish to ``topic`` is dispatched into (see the module docstring)."""
+        """The LMQs a publish to ``topic`` is dispatched into (see the module docstring). Remembered per
+        topic while the wildcard filters (the gateway's and, in cluster mode, the other nodes') stay the
+        same: a fan-in publisher sends to the same few topics again and again."""
+        gateway = self._gateway
+        index, cluster = gateway.index, gateway.cluster
+        state = (
+            (index, index.version)
+            if cluster is None
+            else (index, index.version, cluster.filters, cluster.filters.version)
+        )
+        cache = self._targets
+        if state != self._targets_of or len(cache) >= MAX_CACHED_TARGETS:
+            cache.clear()
+            self._targets_of = state
+        key = (topic, retain)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._match_targets(topic, retain)
+        return found
+
+    def _match_targets(self, topic: str, retain: bool) -> tuple[str, ...]:
         targets = [lmq_name(topic)]
         local = self._gateway.index.match(topic)
-        targets.extend(lmq_name(f) for f in local)
+        targets.extend([lmq_name(f) for f in local])
         cluster = self._gateway.cluster
         if cluster is not None:
-            targets.extend(lmq_name(f) for f in cluster.match(topic) if f not in local)
+            targets.extend([lmq_name(f) for f in cluster.match(topic) if f not in local])
         if retain:
             targets.append(RETAINED_LMQ)
         return tuple(targets)

@@ -26,11 +26,14 @@ class _Node:
 
 
 class SubscriptionIndex:
-    """Reference-counted set of topic filters with fast topic → matching-filters lookup."""
+    """Reference-counted set of topic filters with fast topic → matching-filters lookup. ``version`` grows
+    whenever the set of distinct filters changes (a first add, a last remove), so a caller may keep
+    what :meth:`match` answered for as long as ``version`` stays the same."""
 
     def __init__(self) -> None:
         self._root = _Node()
         self._size = 0
+        self.version = 0
 
     def __len__(self) -> int:
         """Number of distinct filters."""
@@ -54,6 +57,7 @@ class SubscriptionIndex:
                 node = child
         if node.count == 0:
             self._size += 1
+            self.version += 1
             node.filter = topic_filter
         node.count += 1
 
@@ -74,6 +78,7 @@ class SubscriptionIndex:
             return True
         node.filter = None
         self._size -= 1
+        self.version += 1
         for parent, level in reversed(path):
             if not node.empty():
                 break

@@ -89,3 +89,19 @@ def test_100k_filters_match_fast() -> None:
 @pytest.mark.parametrize("bad", ["x/y", "+", "#"])
 def test_contains_unknown(bad: str) -> None:
     assert bad not in _index("a/+")
+
+
+def test_version_changes_with_the_set_of_filters_only() -> None:
+    idx = SubscriptionIndex()
+    versions = [idx.version]
+    idx.add("a/+")
+    versions.append(idx.version)
+    idx.add("a/+")  # a second reference: same set of filters
+    versions.append(idx.version)
+    idx.remove("a/+")
+    versions.append(idx.version)
+    idx.remove("a/+")  # the last reference
+    versions.append(idx.version)
+    idx.remove("a/+")  # absent: nothing changes
+    versions.append(idx.version)
+    assert versions == [0, 1, 1, 1, 2, 2]
