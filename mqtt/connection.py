@@ -471,21 +471,47 @@ class MqttConnection(PacketWriter, Subscribing):
                     session.awaiting_rel.discard(packet_id)
                 session.rel_marks.pop(packet_id, None)  # stored (or refused): nothing to look for
         acks: list[bytes] = []  # the run's PUBACKs / PUBRECs, queued for the writer as one write
+        events: list[tuple[str, str | None, bool]] = []  # the run's request events: (status, topic, failed)
         try:
             for item in inbound:
                 try:
                     ack = self.proto.publish_ack(item)
                 except Close:
-                    self._log_request(mq.PacketType.PUBLISH, "CLOSED", started, item.topic, True)
+                    events.append(("CLOSED", item.topic, True))
                     raise
                 if ack is not None:
                     acks.append(self.proto.encode(ack))
-                status = "DUPLICATE" if item.duplicate else item.reason.name
-                self._log_request(mq.PacketType.PUBLISH, status, started, item.topic)
+                events.append(("DUPLICATE" if item.duplicate else item.reason.name, item.topic, False))
+            if failure is not None:
+                status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
+                events.append((status, None, True))
         finally:
+            self._log_publishes(events, started)
             if acks:
                 await self._send_bytes(acks[0] if len(acks) == 1 else b"".join(acks))
         if failure is not None:
-            status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
-            self._log_request(mq.PacketType.PUBLISH, status, started, None, True)
             raise failure
+
+    def _log_publishes(self, events: list[tuple[str, str | None, bool]], started: float) -> None:
+        """The request events of a run of PUBLISHes, one per packet as :meth:`_log_request` writes them,
+        reported together (:meth:`.ConnectionContext.request_events`); the run's packets share its
+        latency (stored together, acknowledged together)."""
+        if not events:
+            return
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        client_id = self.client_id or None
+        code = int(mq.PacketType.PUBLISH)
+        self.ctx.request_events(
+            [
+                {
+                    "op": "PUBLISH",
+                    "code": code,
+                    "status": status,
+                    "outcome": "error" if failed or is_error(status) else "ok",
+                    "latency_ms": latency_ms,
+                    "client_id": client_id,
+                    "topic": topic,
+                }
+                for status, topic, failed in events
+            ]
+        )

@@ -16,7 +16,7 @@ from mqproxy.acl.loader import FileStamp
 from mqproxy.codecs.rocketmq_trace import NULL_SINK, TraceSink
 from mqproxy.console_view import TopicSection
 from mqproxy.limits import ConnectionLimiter
-from mqproxy.log import log_info
+from mqproxy.log import log_info, log_infos
 from mqproxy.metrics import Metrics
 from mqproxy.rejections import RejectionRing
 
@@ -154,6 +154,40 @@ class ServerRecorder:
         rate = self._state.settings.log.request_sample_rate
         if rate >= 1.0 or (rate > 0.0 and random.random() < rate):
             log_info(log, "request", {"protocol": protocol, **fields})
+
+    def record_run(self, protocol: str | None, log: Any, events: list[dict[str, Any]]) -> None:
+        """:meth:`record` for each of ``events`` in order (the same series counts, observations and
+        sampled lines), each series looked up once per run of the same kind and the lines written
+        together (:func:`~mqproxy.log.log_infos`)."""
+        request_series = self._state.metrics.request_series
+        label = protocol or "unknown"
+        key: tuple[str, Any] | None = None
+        counter: Any = None
+        histogram: Any = None
+        count = 0
+        for fields in events:
+            op = str(fields.get("op", "?"))
+            if op.startswith("UNKNOWN_"):
+                op = "UNKNOWN"
+            this = (op, fields.get("outcome", "ok"))
+            if this != key:
+                if count:
+                    counter.inc(count)
+                key, count = this, 0
+                counter, histogram = request_series(label, op, this[1])
+            count += 1
+            latency_ms = fields.get("latency_ms")
+            if latency_ms is not None:
+                histogram.observe(latency_ms / 1000)
+        if count:
+            counter.inc(count)
+        rate = self._state.settings.log.request_sample_rate
+        if rate >= 1.0:
+            log_infos(log, "request", [{"protocol": protocol, **fields} for fields in events])
+        elif rate > 0.0:
+            sampled = [{"protocol": protocol, **f} for f in events if random.random() < rate]
+            if sampled:
+                log_infos(log, "request", sampled)
 
 
 def format_addr(addr: tuple[str, int] | Any) -> str:

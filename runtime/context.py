@@ -63,3 +63,15 @@ class ConnectionContext:
         """Count one request and report it (the ``request`` log event's fields)."""
         self.requests += 1
         self.recorder.record(self.protocol, self.log, fields)
+
+    def request_events(self, events: list[dict[str, Any]]) -> None:
+        """:meth:`request_event` for each of ``events`` (requests of one read handled together), in order:
+        the same counts, metrics and log lines, with a recorder's ``record_run`` when it has one (one
+        look-up of each series, the lines rendered together)."""
+        self.requests += len(events)
+        record_run = getattr(self.recorder, "record_run", None)
+        if record_run is not None:
+            record_run(self.protocol, self.log, events)
+            return
+        for fields in events:
+            self.recorder.record(self.protocol, self.log, fields)

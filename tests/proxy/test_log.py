@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
-from mqproxy.log import LineBuffer, RotatingFile, UtcIsoStamper, configure_logging, log_info
+from mqproxy.log import LineBuffer, RotatingFile, UtcIsoStamper, configure_logging, log_info, log_infos
 from mqproxy.settings import LogSettings
 
 from ..conftest import wait_until_sync  # type: ignore[import-not-found]
@@ -193,6 +193,38 @@ def test_log_info_writes_the_line_structlog_writes(log_sink: Any, monkeypatch: p
     assert len(log_sink.lines) == 2
     assert log_sink.lines[0] == log_sink.lines[1]
     assert log_sink.events[1]["conn_id"] == "c1"
+
+
+def test_log_infos_writes_the_lines_log_info_writes(log_sink: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_123_456_000)
+    structlog.contextvars.bind_contextvars(conn_id="c1", protocol="mqtt")
+    log = structlog.get_logger("t")
+    batch = [
+        {
+            "protocol": "mqtt",
+            "op": "PUBLISH",
+            "code": 3,
+            "status": s,
+            "outcome": "ok",
+            "latency_ms": 0.2,
+            "topic": t,
+        }
+        for s, t in (("SUCCESS", "a/b"), ("NOT_AUTHORIZED", "c"), ("SUCCESS", None))
+    ]
+    for fields in batch:
+        log_info(log, "request", dict(fields))
+    log_infos(log, "request", [dict(fields) for fields in batch])
+    assert len(log_sink.lines) == 6
+    assert log_sink.lines[:3] == log_sink.lines[3:]  # same fields, same order, the event's own win
+    assert [e["status"] for e in log_sink.events[3:]] == ["SUCCESS", "NOT_AUTHORIZED", "SUCCESS"]
+    assert log_sink.events[4]["conn_id"] == "c1"
+
+
+def test_log_infos_goes_through_structlog_when_it_is_configured_otherwise(log_sink: Any) -> None:
+    with structlog.testing.capture_logs() as captured:
+        log_infos(structlog.get_logger("t"), "request", [{"op": "PUBLISH"}, {"op": "PUBACK"}])
+    assert [c["op"] for c in captured] == ["PUBLISH", "PUBACK"]
+    assert log_sink.lines == []
 
 
 def test_log_info_goes_through_structlog_when_it_is_configured_otherwise(log_sink: Any) -> None:
