@@ -35,12 +35,15 @@ Counters (plain attributes, never reset): ``hits`` (answered from a cached segme
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import trio
 
 from mqproxy.codecs.mqtt import MQTT_5, NO_PROPERTIES, Publish, QoS, encode
+from mqproxy.codecs.mqtt.encoding import encode_utf8, encode_varint
+from mqproxy.codecs.mqtt.topics import validate_topic_name
 from mqproxy.model.errors import BackendError
 from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.mapping import MqttAttributes, decode_properties
@@ -114,9 +117,30 @@ class Delivery:
             attrs = self.attributes
             assert attrs is not None
             props = attrs.properties if level == MQTT_5 else NO_PROPERTIES
-            publish = Publish(attrs.topic, self.message.body, QoS.AT_MOST_ONCE, retain, False, None, props)
-            data = self._qos0[key] = encode(publish, level)
+            if props is NO_PROPERTIES or props == NO_PROPERTIES:
+                # encode()'s bytes without a Publish: the checked topic string, no packet id, and at
+                # level 5 an empty property list
+                body = _topic_string(attrs.topic) + (b"\x00" if level == MQTT_5 else b"") + self.message.body
+                data = (_QOS0_RETAIN if retain else _QOS0) + encode_varint(len(body)) + body
+            else:
+                publish = Publish(
+                    attrs.topic, self.message.body, QoS.AT_MOST_ONCE, retain, False, None, props
+                )
+                data = encode(publish, level)
+            self._qos0[key] = data
         return data
+
+
+_QOS0 = b"\x30"  # PUBLISH, QoS 0, no DUP, no RETAIN
+_QOS0_RETAIN = b"\x31"
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_string(topic: str) -> bytes:
+    """A PUBLISH's topic name as the encoder writes it (checked the same way: a bad one raises, and is
+    not remembered)."""
+    validate_topic_name(topic)
+    return encode_utf8(topic)
 
 
 def message_charge(message: StoredMessage) -> int:

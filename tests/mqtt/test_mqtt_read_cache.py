@@ -19,7 +19,7 @@ from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import StoreUnavailable
 from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import PullResult, PullStatus, StoredMessage
-from mqproxy.mqtt.mapping import encode_properties, lmq_name
+from mqproxy.mqtt.mapping import PROPERTY_MQTT_QOS, PROPERTY_MQTT_TOPIC, encode_properties, lmq_name
 from mqproxy.mqtt.read_cache import MESSAGE_OVERHEAD_BYTES, SEGMENT_SIZE, ReadCache
 from mqproxy.settings import Settings
 
@@ -388,6 +388,31 @@ def test_delivery_qos0_bytes_match_the_codec() -> None:
         )
     assert delivery.qos0_publish(5, False) == mq.encode(mq.Publish("a/b", b"payload", properties=props), 5)
     assert delivery.qos0_publish(4, False) is delivery.qos0_publish(4, False)  # encoded once
+
+
+@pytest.mark.parametrize("topic", ["a/b", "ü/€/x", "$SYS/t", "t" * 300])
+@pytest.mark.parametrize("size", [0, 100, 200, 20_000])
+def test_delivery_qos0_bytes_without_properties_match_the_codec(topic: str, size: int) -> None:
+    cache = ReadCache(cast(MessageStore, CountingBackend()))
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    message = dataclasses.replace(
+        stored("t", 4), properties=encode_properties(topic, 0, "pub", False, mq.NO_PROPERTIES), body=body
+    )
+    delivery = cache.delivery(message)
+    for level in (3, 4, 5):
+        for retain in (False, True):
+            expected = mq.encode(mq.Publish(topic, body, retain=retain), level)
+            assert delivery.qos0_publish(level, retain) == expected
+
+
+def test_delivery_qos0_refuses_a_topic_the_codec_refuses() -> None:
+    cache = ReadCache(cast(MessageStore, CountingBackend()))
+    bad = {PROPERTY_MQTT_TOPIC: "a/+", PROPERTY_MQTT_QOS: "0"}  # a foreign producer's, as stored
+    delivery = cache.delivery(_mqtt_message(5, bad))
+    with pytest.raises(mq.MqttCodecError):
+        mq.encode(mq.Publish("a/+", b"payload"), 4)
+    with pytest.raises(mq.MqttCodecError):
+        delivery.qos0_publish(4, False)
 
 
 def test_delivery_memo_is_bounded() -> None:
