@@ -339,8 +339,7 @@ class Deliveries:
             with self._bound_context():
                 for message in sent:
                     tracer.delivered(session.client_id, message, None)
-        for completed in done:
-            cursor.complete(completed)
+        cursor.complete_all(done)
         cursor.next_offset = offset + handled
         return handled
 

@@ -22,6 +22,23 @@ def test_cursor_commits_contiguous_prefix() -> None:
     assert cursor.next_offset == 14
 
 
+def test_cursor_complete_all_equals_complete_each() -> None:
+    runs = [[], [5], [5, 6, 7], [3], [9, 8, 12]]
+    for tracked in ([], [4], [4, 6]):
+        one, many = Cursor("%LMQ%a", 4), Cursor("%LMQ%a", 4)
+        for offset in tracked:
+            one.track(offset)
+            many.track(offset)
+        for run in runs:
+            for offset in run:
+                one.complete(offset)
+            many.complete_all(run)
+            assert (many.committed, many.pending) == (one.committed, one.pending)
+        one.complete(4)
+        many.complete_all([4])
+        assert (many.committed, many.pending) == (one.committed, one.pending)
+
+
 async def test_inflight_window_and_packet_ids() -> None:
     session = Session("c", 0, send_quota=2)
     cursor = Cursor("%LMQ%a", 0)
