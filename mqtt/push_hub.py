@@ -16,10 +16,19 @@ A reader may also park without a task (:meth:`PushHubs.park_idle`, a new subscri
 queue's end): it is then only an entry in its hub, and instead of an event set for a waiting task, its
 ``on_wake`` callback is called once (it starts the reader task, which pulls from its cursor). Such an
 entry has no timeout of its own: the hub long-polls with the poll interval and pulls after each wait.
+
+Hand-off: where the store calls the hub back (a watch) and can be read as a plain call (the embedded
+store's ``pull_now``), the hub delivers a write from inside the store's notify of it, once it is stored:
+it reads the new messages through the read cache (the store's hand-off keeps them, so nothing is read
+back or decoded) and offers them to its parked readers, then watches again; no task, no wake-up and no
+scheduling hop between the write and the subscriber's socket. A hub with a durable cursor parked (its
+offset commit awaits the store), a segment another caller is reading, or an answer it must stop on is
+left to its task as before.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 
@@ -27,7 +36,7 @@ import structlog
 import trio
 
 from mqproxy.model.errors import BackendError
-from mqproxy.model.types import PullStatus, StoredMessage
+from mqproxy.model.types import PullResult, PullStatus, StoredMessage
 from mqproxy.mqtt.cursor import Cursor
 from mqproxy.mqtt.read_cache import ReadCache
 from mqproxy.mqtt.store import LightStore
@@ -125,6 +134,9 @@ class PushHubs:
         self.pushed = 0
         self.woken = 0
         self.rounds = 0  # batches the hubs read and offered (how a publisher sees that they ran)
+        #: The store can be read as a plain call (the hand-off inside its notify, :meth:`_hand_off`).
+        self._sync_reads = getattr(read_cache.backend, "pull_now", None) is not None
+        self._running = 0  # hubs with a task now
 
     def __len__(self) -> int:
         return len(self._hubs)
@@ -135,7 +147,8 @@ class PushHubs:
         a second yield when no hub ran in the first (at most two; shielded, so a caller that stored
         something still acknowledges it). Under load the hubs run soon anyway and the yields would only
         cost scheduler passes, so nothing is done."""
-        if not self._hubs or trio.lowlevel.current_statistics().tasks_runnable > len(self._hubs):
+        running = self._running  # hubs the store's notify did not serve at once run in their tasks
+        if not running or trio.lowlevel.current_statistics().tasks_runnable > running:
             return
         rounds = self.rounds
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -205,17 +218,48 @@ class PushHubs:
         return bool(watching)
 
     def _woke(self, hub: _Hub) -> None:
-        """The store's call: the hub's queue may hold a new message (run from the writer's task)."""
+        """The store's call: the hub's queue may hold a new message (run from the writer's task, once the
+        write is stored). The hub delivers what was written at once (:meth:`_hand_off`) or starts its task."""
         if hub.watching is None:
             return
         hub.watching = None
         if hub.parked and self._hubs.get((hub.lmq, hub.queue_id)) is hub:
-            self._start(hub)
+            if not contextvars.Context().run(self._hand_off, hub):  # a context of its own, as a task's
+                self._start(hub)
         else:
             self._release(hub)
 
+    def _hand_off(self, hub: _Hub) -> bool:
+        """Deliver what the store just wrote to the hub's queue from inside its notify, synchronously (no
+        task, no wake-up; the read is the read cache's, the messages the store's hand-off): True when done
+        and the hub watches again (or ended with its last reader). False, with the hub as it was or further
+        on, to leave it to its task: the store has no plain-call read, another caller is reading the
+        segment, a parked cursor is durable (its commit awaits), the answer needs the task's handling, or
+        the read failed (the task reports it)."""
+        if not self._sync_reads or any(parked.cursor.durable for parked in hub.parked.values()):
+            return False
+        try:
+            while True:
+                result = self._cache.pull_now(hub.lmq, hub.queue_id, hub.offset, self._batch)
+                if result is None:
+                    return False
+                self.rounds += 1
+                if not result.messages or self._offer(hub, result) is None:
+                    return False  # nothing (or an answer to stop on): the task's rules decide
+                if not hub.parked:
+                    self._release(hub)
+                    return True
+                if len(result.messages) < self._batch and self._watch_store(hub):
+                    return True
+        except BackendError:
+            return False
+        except Exception:  # a bug must not fail the store's write that called us
+            _log.exception("internal.error", detail=f"push hub hand-off for {hub.lmq} failed")
+            return False
+
     def _start(self, hub: _Hub) -> None:
         hub.scope = trio.CancelScope()
+        self._running += 1
         trio.lowlevel.spawn_system_task(self._run, hub, name=f"mqtt-push-hub {hub.lmq}/{hub.queue_id}")
 
     def _release(self, hub: _Hub) -> None:
@@ -248,6 +292,7 @@ class PushHubs:
             _log.exception("internal.error", detail=f"push hub for {hub.lmq} failed")
         finally:
             hub.scope = None
+            self._running -= 1
             if not watching:
                 if self._hubs.get((hub.lmq, hub.queue_id)) is hub:
                     del self._hubs[(hub.lmq, hub.queue_id)]
@@ -260,8 +305,19 @@ class PushHubs:
         self.rounds += 1
         if not result.messages:
             return result.status is not PullStatus.OFFSET_ILLEGAL
+        advanced = self._offer(hub, result)
+        if advanced is None:
+            return False
+        for cursor in advanced:
+            if cursor.durable and cursor.committed != cursor.stored:
+                await cursor.commit(self._backend)  # what the reader's round would have done
+        return True
+
+    def _offer(self, hub: _Hub, result: PullResult) -> list[Cursor] | None:
+        """Offer ``result`` (messages from ``hub.offset``) to every parked reader and move the hub past
+        it: the cursors it advanced, or None (nothing done) for a filtered or holed answer."""
         if result.next_offset - hub.offset != len(result.messages):
-            return False  # a filtered or holed answer: leave it to the readers
+            return None  # a filtered or holed answer: leave it to the readers
         advanced: list[Cursor] = []
         messages = result.messages
         for key, parked in list(hub.parked.items()):
@@ -277,7 +333,4 @@ class PushHubs:
                 parked.wake()
                 self.woken += 1
         hub.offset = result.next_offset
-        for cursor in advanced:
-            if cursor.durable and cursor.committed != cursor.stored:
-                await cursor.commit(self._backend)  # what the reader's round would have done
-        return True
+        return advanced

@@ -249,13 +249,48 @@ class ReadCache:
                 shared = True
             if offset < fetch.start:
                 continue  # the segment was evicted during a read from its old end: read it from its start
-            answer = self._answer(fetch, offset, max_count)
+            assert fetch.result is not None  # a finished read
+            answer = self._answer(fetch.result, fetch.start, offset, max_count)
             if answer is not None:
                 if shared:
                     self.coalesced += 1
                 return answer
             self.bypasses += 1
             return await self.backend.pull(topic, queue_id, offset, max_count)
+
+    def pull_now(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult | None:
+        """:meth:`pull` as a plain call, for a caller inside the store's notify of a write (the push hubs'
+        hand-off): the same answer, from a cached segment or a segment read through the store's
+        ``pull_now``; None (nothing read) when the store has no such call, or another caller is reading
+        the segment now (pull as usual then)."""
+        pull_now = getattr(self.backend, "pull_now", None)
+        if pull_now is None or max_count < 1 or offset < 0:
+            return None
+        if not self.enabled:
+            result: PullResult | None = pull_now(topic, queue_id, offset, max_count)
+            if result is not None:
+                self.bypasses += 1
+            return result
+        key = (topic, queue_id, offset - offset % self.segment_size)
+        segment = self._segments.get(key)
+        if segment is not None and offset < segment.end:
+            self.hits += 1
+            return self._serve(key, segment, offset, max_count)
+        if key in self._inflight:
+            return None
+        base = key[2]
+        start = segment.end if segment is not None else base
+        result = pull_now(topic, queue_id, start, base + self.segment_size - start)
+        if result is None:
+            return None
+        self.misses += 1
+        self._store(key, start, result)
+        answer = self._answer(result, start, offset, max_count)
+        if answer is not None:
+            return answer
+        self.bypasses += 1
+        direct: PullResult | None = pull_now(topic, queue_id, offset, max_count)
+        return direct
 
     async def _fetch(self, key: _Key, segment: _Segment | None) -> _Fetch:
         """Read the rest of the segment from the store (from its cached end, else its start)."""
@@ -319,12 +354,11 @@ class ReadCache:
         return PullResult(PullStatus.FOUND, found, offset + len(found), last.min_offset, last.max_offset)
 
     @staticmethod
-    def _answer(fetch: _Fetch, offset: int, max_count: int) -> PullResult | None:
-        """The answer ``fetch`` gives for ``offset`` (>= its start), or None if it does not cover it."""
-        result = fetch.result
-        assert result is not None  # only called on a finished read
-        at = offset - fetch.start
-        if at < len(result.messages) and result.next_offset == fetch.start + len(result.messages):
+    def _answer(result: PullResult, start: int, offset: int, max_count: int) -> PullResult | None:
+        """The answer a segment read from ``start`` gives for ``offset`` (>= ``start``), or None if it does
+        not cover it."""
+        at = offset - start
+        if at < len(result.messages) and result.next_offset == start + len(result.messages):
             found = result.messages[at : at + max_count]
             return PullResult(
                 PullStatus.FOUND, found, offset + len(found), result.min_offset, result.max_offset

@@ -101,6 +101,12 @@ class FacadeStore:
         watching: bool | None = watch(topic, queue_id, offset, callback)
         return watching
 
+    def pull_now(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult | None:
+        """:meth:`pull` as a plain call where the broker can answer one (the embedded one: a read never
+        waits), for the push hubs' hand-off inside the store's notify; None where it cannot."""
+        pull_now = getattr(self.broker, "pull_queue_now", None)
+        return None if pull_now is None else pull_now(topic, queue_id, offset, max_count)  # type: ignore[no-any-return]
+
     def unwatch(self, topic: str, queue_id: int, callback: Callable[[], None]) -> None:
         """Forget a :meth:`watch` callback not called yet."""
         unwatch = getattr(self.broker, "unwatch_queue", None)

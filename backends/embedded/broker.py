@@ -258,6 +258,11 @@ class EmbeddedBroker:
         if unwatch is not None:
             unwatch(topic, queue_id, callback)
 
+    def pull_queue_now(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult | None:
+        """The store's ``pull_now`` (a pull without a filter as a plain call); None if it has none."""
+        pull_now = getattr(self.store, "pull_now", None)
+        return None if pull_now is None else pull_now(topic, queue_id, offset, max_count)  # type: ignore[no-any-return]
+
     async def get_message(self, commitlog_offset: int, *, topic: str = "") -> StoredMessage | None:
         return await self.store.get_message(commitlog_offset)
 

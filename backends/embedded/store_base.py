@@ -69,6 +69,13 @@ class StoreBase:
         min_offset, max_offset, scan = self._pull_source(topic, queue_id)
         return read_pull(scan, min_offset, max_offset, offset, max_count, tag_filter, max_bytes)
 
+    def pull_now(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
+        """:meth:`pull` without a filter as a plain call (a read never waits): for a caller running inside
+        the store's notify of a write, e.g. a watch callback (the MQTT push hubs' hand-off). Same answers
+        and errors."""
+        min_offset, max_offset, scan = self._pull_source(topic, queue_id)
+        return read_pull(scan, min_offset, max_offset, offset, max_count, None, 4 * 1024 * 1024)
+
     # --- metadata ------------------------------------------------------------------------------
     async def get_topic(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)

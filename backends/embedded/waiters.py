@@ -68,7 +68,9 @@ class QueueWaiters:
 
     def watch(self, key: Hashable, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, synchronously, at the next :meth:`notify` of ``key`` (or
-        :meth:`notify_all`): a waiter without a task. It must not raise, and should only schedule work."""
+        :meth:`notify_all`): a waiter without a task. It must not raise and must not write to the store;
+        it may read it (a write's notify comes once the write is complete: the MQTT push hubs deliver it
+        from there)."""
         callbacks = self._watches.get(key)
         if callbacks is None:
             self._watches[key] = [callback]
