@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.facade.api import BrokerFacade, PullRequest
@@ -32,6 +31,7 @@ from mqproxy.model.sql92 import Sql92Error, compile_sql92
 from mqproxy.model.types import FilterExpression, PullResult, PullStatus, Subscription
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import PullHeader, parse_header
+from mqproxy.remoting.records import records_body
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -86,10 +86,10 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
     if result is None:  # the server drains: answer at once with what is there, unheld
         result = await broker.pull(dataclasses.replace(request, hold_s=0.0, commit_offset=-1))
     ctx.pull_offsets.record(header.consumer_group, header.topic, header.queue_id, result.next_offset)
-    return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
+    return _reply(session, result, held=hold_s > 0)
 
 
-def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
+def _reply(session: RemotingSession, result: PullResult, *, held: bool) -> Reply:
     ext = {
         "suggestWhichBrokerId": "0",
         "nextBeginOffset": str(result.next_offset),
@@ -100,7 +100,9 @@ def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
     if result.status is PullStatus.FOUND:
         if result.records is not None:  # already in the form every client decodes (see PullResult)
             return Reply(ResponseCode.SUCCESS, ext, result.records.data, remark)
-        return Reply(ResponseCode.SUCCESS, ext, encode_records(result.messages, legacy=legacy), remark)
+        return Reply(
+            ResponseCode.SUCCESS, ext, records_body(session, result.messages, "PULL_MESSAGE"), remark
+        )
     if result.status is PullStatus.OFFSET_ILLEGAL:
         return Reply(ResponseCode.PULL_OFFSET_MOVED, ext, remark=remark)
     if result.status is PullStatus.NO_MATCHED_MSG and not (held and result.next_offset >= result.max_offset):
