@@ -9,7 +9,8 @@ SEND_BATCH_MESSAGE body; body decompression.
 Record layout (big-endian): TOTALSIZE i32, MAGIC i32, BODYCRC i32, QUEUEID i32, FLAG i32,
 QUEUEOFFSET i64, PHYSICALOFFSET i64, SYSFLAG i32, BORNTIMESTAMP i64, BORNHOST (4|16 bytes + i32 port),
 STORETIMESTAMP i64, STOREHOST (4|16 + i32), RECONSUMETIMES i32, PREPARED_TRANSACTION_OFFSET i64,
-BODYLEN i32 + body, TOPICLEN (i8 for V1 | i16 for V2) + topic, PROPERTIESLEN i16 + properties.
+BODYLEN i32 + body, TOPICLEN (i8 for V1 | i16 for V2) + topic, PROPERTIESLEN i16 + properties (the
+properties string itself: :mod:`mqproxy.codecs.record_properties`).
 """
 
 from __future__ import annotations
@@ -18,18 +19,33 @@ import functools
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mqproxy.codecs.remoting import RemotingCodecError
+from mqproxy.codecs.record_properties import (
+    MAX_PROPERTIES_BYTES,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    DroppedProperties,
+    OnDropped,
+    RecordError,
+    decode_properties,
+    encode_properties,
+    fit_properties,
+)
 from mqproxy.model.ids import MessageIdError, pack_ip
 from mqproxy.model.types import StoredMessage
 
 __all__ = [
     "MAGIC_V1",
     "MAGIC_V2",
+    "MAX_PROPERTIES_BYTES",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
     "BatchEntry",
     "DecodedRecord",
+    "DroppedProperties",
+    "OnDropped",
     "RecordError",
     "body_crc",
     "decode_batch_body",
@@ -40,6 +56,7 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "encode_records",
+    "fit_properties",
 ]
 
 #: Record magic with a 1-byte topic length (Java ``MESSAGE_MAGIC_CODE`` = -626843481).
@@ -66,12 +83,8 @@ COMPRESSION_LZ4 = 0x100
 COMPRESSION_ZSTD = 0x200
 COMPRESSION_ZLIB = 0x300
 
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
 #: Longest topic a V1 record can carry; longer topics are always written with V2.
 MAX_V1_TOPIC_BYTES = 127
-MAX_PROPERTIES_BYTES = 32767
 #: Decompression output cap (a hostile zlib stream can expand ~1000x).
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
@@ -91,64 +104,6 @@ def _fixed_struct(born_ip_len: int, store_ip_len: int) -> struct.Struct:
 #: The fixed part (TOTALSIZE .. BODYLEN) for each (born IP length, store IP length).
 _FIXED = {(b, s): _fixed_struct(b, s) for b in (4, 16) for s in (4, 16)}
 _MIN_RECORD = _FIXED[4, 4].size + 1 + 2
-
-
-class RecordError(RemotingCodecError):
-    """A record, properties string or batch body that cannot be encoded or decoded.
-
-    Reasons: ``truncated_record``, ``bad_record_size``, ``bad_magic``, ``bad_record_field``,
-    ``bad_host``, ``bad_property``, ``bad_properties``, ``properties_too_long``, ``truncated_batch``,
-    ``unsupported_compression``, ``bad_compressed_body``, ``decompressed_too_large``.
-    """
-
-
-# --- properties --------------------------------------------------------------------------------------
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    """``k\\x01v\\x02`` for every pair, as Java writes it (trailing ``\\x02`` included).
-
-    Pairs with an empty value are left out (every RocketMQ decoder drops them). A key or value holding
-    a separator character, or an empty key, raises :class:`RecordError` ``bad_property``: it would
-    smuggle extra properties into the record.
-    """
-    items = [f"{k}\x01{v}\x02" for k, v in props.items() if v]
-    text = "".join(items)
-    pairs = len(items)
-    if text.count(NAME_VALUE_SEPARATOR) != pairs or text.count(PROPERTY_SEPARATOR) != pairs:
-        raise RecordError("bad_property", "property key or value contains \\x01 or \\x02")
-    if "\x02\x01" in text or text.startswith("\x01"):
-        raise RecordError("bad_property", "empty property key")
-    return text
-
-
-_NO_SEPARATORS = str.maketrans({NAME_VALUE_SEPARATOR: "\ufffd", PROPERTY_SEPARATOR: "\ufffd"})
-
-
-def _outgoing_properties(props: Mapping[str, str]) -> str:
-    """:func:`encode_properties` for a record going out to a client. A stored message may hold a separator
-    character in a property where its own protocol allows one (an MQTT topic or client id, a gRPC user
-    property); it is sent as U+FFFD and a pair with an empty key is left out, so the record keeps its
-    pairs apart and the pull or pop that carries it still succeeds."""
-    try:
-        return encode_properties(props)
-    except RecordError:
-        return encode_properties(
-            {k.translate(_NO_SEPARATORS): v.translate(_NO_SEPARATORS) for k, v in props.items() if k}
-        )
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """The pairs of a properties string; lenient like Java: the trailing ``\\x02`` is optional and
-    segments without a non-empty key and value are skipped."""
-    props: dict[str, str] = {}
-    if not text:
-        return props
-    for segment in text.split(PROPERTY_SEPARATOR):
-        cut = segment.find(NAME_VALUE_SEPARATOR)
-        if 0 < cut < len(segment) - 1:
-            props[segment[:cut]] = segment[cut + 1 :]
-    return props
 
 
 # --- records -----------------------------------------------------------------------------------------
@@ -177,13 +132,19 @@ def _host_ip(ip: str, legacy: bool) -> bytes:
         raise RecordError("bad_host", str(exc)) from None
 
 
-def _record_parts(msg: StoredMessage, magic: int, legacy: bool) -> tuple[bytes, bytes, bytes]:
+def _record_parts(
+    msg: StoredMessage, magic: int, legacy: bool, on_dropped: OnDropped | None
+) -> tuple[bytes, bytes, bytes]:
     topic = msg.topic.encode("utf-8")
     if magic == MAGIC_V1 and len(topic) > MAX_V1_TOPIC_BYTES:
         magic = MAGIC_V2
-    props = _outgoing_properties(msg.properties).encode("utf-8")
-    if len(props) > MAX_PROPERTIES_BYTES:
-        raise RecordError("properties_too_long", f"{len(props)} bytes of properties > {MAX_PROPERTIES_BYTES}")
+    props, dropped = fit_properties(msg.properties)
+    if dropped is not None:
+        if on_dropped is None:
+            raise RecordError(
+                "properties_too_long", f"{dropped.bytes_before} bytes of properties > {MAX_PROPERTIES_BYTES}"
+            )
+        on_dropped(msg, dropped)
     born_ip = _host_ip(msg.born_host[0], legacy)
     store_ip = _host_ip(msg.store_host[0], legacy)
     sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
@@ -224,7 +185,9 @@ def _record_parts(msg: StoredMessage, magic: int, legacy: bool) -> tuple[bytes, 
     return head, body, tail
 
 
-def encode_record(msg: StoredMessage, *, magic: int = MAGIC_V1, legacy: bool = True) -> bytes:
+def encode_record(
+    msg: StoredMessage, *, magic: int = MAGIC_V1, legacy: bool = True, on_dropped: OnDropped | None = None
+) -> bytes:
     """The full record for ``msg`` as it travels in pull bodies.
 
     ``magic`` is the preferred version; a topic longer than 127 bytes always gets V2 (as the Java broker
@@ -234,20 +197,29 @@ def encode_record(msg: StoredMessage, *, magic: int = MAGIC_V1, legacy: bool = T
     clients: their decoder reads both forms) IPv6 hosts are written as 16 bytes. The BORNHOST_V6 and
     STOREHOST_V6 sysFlag bits always match what is written. BODYCRC is ``msg.body_crc`` when non-zero,
     else computed. PREPARED_TRANSACTION_OFFSET is 0. A separator character inside a property key or
-    value goes out as U+FFFD (see :func:`_outgoing_properties`).
+    value goes out as U+FFFD (see :func:`_outgoing_properties`). Properties over 32,767 bytes raise
+    :class:`RecordError` ``properties_too_long`` unless ``on_dropped`` is given: then they are cut down by
+    :func:`fit_properties` and ``on_dropped`` hears of each record cut (answers to clients pass one, so that
+    no stored message fails the answer that carries it).
     """
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise ValueError(f"unknown record magic {magic:#x}")
-    return b"".join(_record_parts(msg, magic, legacy))
+    return b"".join(_record_parts(msg, magic, legacy, on_dropped))
 
 
-def encode_records(msgs: Iterable[StoredMessage], *, magic: int = MAGIC_V1, legacy: bool = True) -> bytes:
+def encode_records(
+    msgs: Iterable[StoredMessage],
+    *,
+    magic: int = MAGIC_V1,
+    legacy: bool = True,
+    on_dropped: OnDropped | None = None,
+) -> bytes:
     """The concatenated records of ``msgs`` (a pull/pop response body); see :func:`encode_record`."""
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise ValueError(f"unknown record magic {magic:#x}")
     parts: list[bytes] = []
     for msg in msgs:
-        parts.extend(_record_parts(msg, magic, legacy))
+        parts.extend(_record_parts(msg, magic, legacy, on_dropped))
     return b"".join(parts)
 
 

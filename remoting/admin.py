@@ -34,6 +34,7 @@ from mqproxy.model.ids import MessageIdError, parse_offset_msg_id
 from mqproxy.remoting.context import BROKER_NAME
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields
+from mqproxy.remoting.records import dropped_logger
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -84,7 +85,14 @@ async def consume_message_directly(session: RemotingSession, request: RemotingCo
     ext = dict(request.ext_fields)
     ext["brokerName"] = BROKER_NAME
     note.topic = message.topic
-    return await _relay(session, request, group, client_id, ext, encode_record(message))
+    return await _relay(
+        session,
+        request,
+        group,
+        client_id,
+        ext,
+        encode_record(message, on_dropped=dropped_logger("CONSUME_MESSAGE_DIRECTLY", client_id)),
+    )
 
 
 async def _relay(

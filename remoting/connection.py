@@ -27,7 +27,10 @@ Behaviour: a request frame that arrives alone in its read and whose code is in `
 (requests that complete without waiting on anything but the store's write, e.g. sends and offset updates on
 the embedded backend) is handled inline by the read loop: no task, and the next read waits for it; its
 response goes straight to the socket when nothing else is being written (plain TCP,
-:mod:`mqproxy.remoting.wire`, which also does the reads). Every other request frame runs in its own task
+:mod:`mqproxy.remoting.wire`, which also does the reads). Request frames whose code is in
+``limits.batch_codes`` (pulls on the embedded store) are handled inline however many a read brings, one after
+another, and their answers leave together in one write after the read's frames were handled; one that would
+wait (a pull to be held) runs in its own task instead. Every other request frame runs in its own task
 (long polls do not block other requests; the frames of one read run concurrently, so their sends share one
 store write). Responses may go out of order (clients match them by opaque); responses are queued whole in
 the connection's :class:`~mqproxy.remoting_client.outbox.FrameOutbox` (those of concurrent requests leave in
@@ -48,7 +51,6 @@ members of their groups get NOTIFY_CONSUMER_IDS_CHANGED.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -56,7 +58,6 @@ import trio
 
 from mqproxy.acl.holder import AclHolder
 from mqproxy.codecs.remoting import (
-    DEFAULT_MAX_FRAME_BYTES,
     FLAG_ONEWAY,
     FrameDecoder,
     RemotingCodecError,
@@ -66,6 +67,8 @@ from mqproxy.codecs.remoting import (
 from mqproxy.codecs.remoting_codes import RequestCode, ResponseCode
 from mqproxy.facade.api import BrokerFacade
 from mqproxy.remoting.context import RequestCallback, ServerContext, ignore_request
+from mqproxy.remoting.errors import WouldWait
+from mqproxy.remoting.limits import ConnectionLimits, ConnectionStats
 from mqproxy.remoting.session import RemotingSession
 from mqproxy.remoting.transactions import check_command
 from mqproxy.remoting.wire import SocketWire
@@ -82,41 +85,6 @@ _OVERLOAD_REMARK = "[OVERLOAD] too many requests in flight on this connection"
 #: the request again once (a broker shutting down answers requests with it).
 GO_AWAY_MIN_VERSION = 476
 _GO_AWAY_REMARK = "please go away"
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    #: Requests handled concurrently; more are answered SYSTEM_BUSY ``[OVERLOAD]``.
-    max_in_flight: int = 1024
-    #: Close after this long without reading or writing anything (Java: 120 s; clients heartbeat
-    #: every 30 s).
-    idle_timeout_s: float = 120.0
-    #: Close when a frame whose first byte arrived is still incomplete this long after (a stalled or
-    #: slow-loris peer); the idle timeout only counts silence between frames.
-    frame_timeout_s: float = 10.0
-    #: Close when one write (the frames queued at its start) is not taken within this time (the peer
-    #: stopped reading).
-    write_timeout_s: float = 30.0
-    #: Bytes of response frames queued for the writer beyond which further responses wait to be queued.
-    max_outbox_bytes: int = 4 * 1024 * 1024
-    #: Time allowed for unregistering the connection's consumers after it ended.
-    cleanup_timeout_s: float = 5.0
-    #: Request codes handled inline in the read loop when a read brings one frame alone: only codes
-    #: whose handling never waits long (no long poll, hold or network round trip; see the module text).
-    inline_codes: frozenset[int] = frozenset()
-
-
-@dataclass(slots=True)
-class ConnectionStats:
-    """What the caller logs in ``conn.closed``; updated while the connection runs."""
-
-    requests: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    #: None for a clean close (peer EOF or cancellation), else a reason token.
-    error: str | None = None
-    detail: str | None = None
 
 
 class RemotingConnection:
@@ -318,19 +286,34 @@ async def serve_remoting(
         on_request(handled.event(latency_ms=0.0, req_bytes=size, resp_bytes=len(frame)))
 
     async def serve_request(
-        conn: RemotingConnection, session: RemotingSession, request: RemotingCommand, size: int, inline: bool
+        conn: RemotingConnection,
+        session: RemotingSession,
+        request: RemotingCommand,
+        size: int,
+        inline: bool,
+        batch: list[bytes] | None = None,
     ) -> None:
+        """Run one request; ``inline``: in the read loop. With ``batch`` (inline) its answer is added to it
+        instead of written, and a request that would wait goes to a task of its own."""
         nonlocal in_flight, oneways
         started = trio.current_time()
         oneway = request.is_oneway
         oneways += oneway
         try:
-            handled = await session.dispatch(request)
+            try:
+                handled = await session.dispatch(request, answer_at_once=batch is not None)
+            except WouldWait:
+                in_flight += 1  # the task's own slot: this run's is given back below
+                conn.nursery.start_soon(serve_request, conn, session, request, size, False)
+                return
             resp_bytes = 0
             if handled.response is not None:
                 frame = _encode_response(handled.response, limits.max_frame_bytes)
                 handled.response.body = b""  # kept once (in the frame) while it waits for the outbox
-                await (conn.write_now(frame) if inline else conn.write(frame))
+                if batch is not None:
+                    batch.append(frame)
+                else:
+                    await (conn.write_now(frame) if inline else conn.write(frame))
                 resp_bytes = len(frame)
             latency_ms = (trio.current_time() - started) * 1000.0
             on_request(handled.event(latency_ms=latency_ms, req_bytes=size, resp_bytes=resp_bytes))
@@ -363,6 +346,8 @@ async def serve_remoting(
                         connection.fail(exc.reason, exc.detail or None)
                         break
                     consumed = before + len(data) - decoder.buffered
+                    batch: list[bytes] = []  # answers of the batch-code requests of this read
+                    batched = 0
                     for index, command in enumerate(commands):
                         if command.is_response:
                             connection.deliver_response(command)
@@ -391,10 +376,20 @@ async def serve_remoting(
                                 await slot_free.wait()
                             slot_free = None
                         in_flight += 1
-                        if len(commands) == 1 and command.code in limits.inline_codes:
+                        if command.code in limits.batch_codes:
+                            answers = len(batch)
+                            await serve_request(connection, session, command, size, True, batch)
+                            batched += len(batch[-1]) if len(batch) > answers else 0
+                            if batched >= limits.batch_bytes:
+                                await connection.write_now(b"".join(batch))
+                                batch.clear()
+                                batched = 0
+                        elif len(commands) == 1 and command.code in limits.inline_codes:
                             await serve_request(connection, session, command, size, True)
                         else:
                             nursery.start_soon(serve_request, connection, session, command, size, False)
+                    if batch:
+                        await connection.write_now(b"".join(batch) if len(batch) > 1 else batch[0])
                     if not decoder.buffered:
                         frame_started = math.inf
                     elif commands or math.isinf(frame_started):  # this read began the frame

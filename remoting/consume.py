@@ -13,6 +13,9 @@ PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), spec §3.3.
 * Long polling: with the suspend bit (0x2) a pull that finds nothing is held by the facade for up to
   ``suspendTimeoutMillis`` (capped by ``ServerContext.long_poll_max_s``). Expiry answers PULL_NOT_FOUND (19);
   so does a server drain, at once (the hold is cancelled and the queue read again without one).
+* Served inline by the read loop (``ConnectionLimits.batch_codes``, ``Note.answer_at_once``), a pull
+  that finds nothing and may be held raises :class:`~mqproxy.remoting.errors.WouldWait` instead, and runs
+  again, held, in its own task.
 * Every status carries ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``, ``maxOffset``.
   SUCCESS bodies are concatenated V1 records (IPv4 hosts) as every legacy client decodes them; the pull
   asks the backend for them in that form (``PullRequest.wire``), which the embedded store gives by
@@ -24,14 +27,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.facade.api import BrokerFacade, PullRequest
 from mqproxy.model.sql92 import Sql92Error, compile_sql92
 from mqproxy.model.types import FilterExpression, PullResult, PullStatus, Subscription
-from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.errors import RequestError, WouldWait
 from mqproxy.remoting.headers import PullHeader, parse_header
+from mqproxy.remoting.records import records_body
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -81,15 +84,20 @@ async def pull_message(session: RemotingSession, request: RemotingCommand, note:
         wire=True,
     )
     result: PullResult | None = None
-    with session.holds.until_drain():
-        result = await broker.pull(request)
+    if note.answer_at_once and hold_s > 0:  # served inline: answer now, or hand over to a task
+        result = await broker.pull(dataclasses.replace(request, hold_s=0.0))
+        if result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+            raise WouldWait
+    else:
+        with session.holds.until_drain():
+            result = await broker.pull(request)
     if result is None:  # the server drains: answer at once with what is there, unheld
         result = await broker.pull(dataclasses.replace(request, hold_s=0.0, commit_offset=-1))
     ctx.pull_offsets.record(header.consumer_group, header.topic, header.queue_id, result.next_offset)
-    return _reply(result, held=hold_s > 0, legacy=session.legacy_records)
+    return _reply(session, result, held=hold_s > 0)
 
 
-def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
+def _reply(session: RemotingSession, result: PullResult, *, held: bool) -> Reply:
     ext = {
         "suggestWhichBrokerId": "0",
         "nextBeginOffset": str(result.next_offset),
@@ -100,7 +108,9 @@ def _reply(result: PullResult, *, held: bool, legacy: bool) -> Reply:
     if result.status is PullStatus.FOUND:
         if result.records is not None:  # already in the form every client decodes (see PullResult)
             return Reply(ResponseCode.SUCCESS, ext, result.records.data, remark)
-        return Reply(ResponseCode.SUCCESS, ext, encode_records(result.messages, legacy=legacy), remark)
+        return Reply(
+            ResponseCode.SUCCESS, ext, records_body(session, result.messages, "PULL_MESSAGE"), remark
+        )
     if result.status is PullStatus.OFFSET_ILLEGAL:
         return Reply(ResponseCode.PULL_OFFSET_MOVED, ext, remark=remark)
     if result.status is PullStatus.NO_MATCHED_MSG and not (held and result.next_offset >= result.max_offset):

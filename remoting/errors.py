@@ -21,6 +21,13 @@ class RequestError(Exception):
         self.remark = remark
 
 
+class WouldWait(Exception):
+    """Raised by a handler whose ``note.answer_at_once`` is set when answering would wait (a pull that
+    would be held): the caller runs the request again in its own task, where it may wait. Nothing the
+    request changed before raising differs when it is run again (a pull's offset commit stores the same
+    offset twice)."""
+
+
 class HeaderError(RequestError):
     """A header field (``extFields`` key) is missing or does not have the type the request code needs.
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.facade.api import MessageQuery
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import Fields
+from mqproxy.remoting.records import records_body
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ async def query_message(session: RemotingSession, request: RemotingCommand, note
         "indexLastUpdateTimestamp": str(newest.store_timestamp_ms),
         "indexLastUpdatePhyoffset": str(newest.commitlog_offset),
     }
-    return Reply(ResponseCode.SUCCESS, ext, encode_records(found, legacy=session.legacy_records))
+    return Reply(ResponseCode.SUCCESS, ext, records_body(session, found, "QUERY_MESSAGE"))
 
 
 async def view_message_by_id(session: RemotingSession, request: RemotingCommand, note: Note) -> Reply:
@@ -66,4 +66,4 @@ async def view_message_by_id(session: RemotingSession, request: RemotingCommand,
     if message is None:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     note.topic = message.topic
-    return Reply(ResponseCode.SUCCESS, body=encode_records([message], legacy=session.legacy_records))
+    return Reply(ResponseCode.SUCCESS, body=records_body(session, [message], "VIEW_MESSAGE_BY_ID"))

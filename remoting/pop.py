@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from mqproxy.codecs.message_record import encode_records
 from mqproxy.codecs.remoting import RemotingCommand
 from mqproxy.codecs.remoting_codes import ResponseCode
 from mqproxy.facade.api import PopRequest
@@ -62,6 +61,7 @@ from mqproxy.remoting.headers import (
     QueueGroupHeader,
     parse_header,
 )
+from mqproxy.remoting.records import records_body
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ async def pop_message(session: RemotingSession, request: RemotingCommand, note: 
         )
         for p in result.messages
     ]
-    return Reply(ResponseCode.SUCCESS, ext, encode_records(records, legacy=session.legacy_records))
+    return Reply(ResponseCode.SUCCESS, ext, records_body(session, records, "POP_MESSAGE"))
 
 
 def _order_count_info(result: PopResult) -> str:
@@ -321,7 +321,7 @@ async def peek_message(session: RemotingSession, request: RemotingCommand, note:
     ext = {"popTime": str(_now_ms()), "invisibleTime": "0", "reviveQid": "0", "restNum": str(max(rest, 0))}
     if not messages:
         return Reply(ResponseCode.PULL_NOT_FOUND, ext, remark="no message to peek")
-    return Reply(ResponseCode.SUCCESS, ext, encode_records(messages, legacy=session.legacy_records))
+    return Reply(ResponseCode.SUCCESS, ext, records_body(session, messages, "PEEK_MESSAGE"))
 
 
 async def _targets(

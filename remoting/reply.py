@@ -31,3 +31,6 @@ class Note:
 
     group: str | None = None
     topic: str | None = None
+    #: Set by the caller: answer now or raise :class:`~mqproxy.remoting.errors.WouldWait` (a pull that
+    #: would be held); see ``ConnectionLimits.batch_codes``.
+    answer_at_once: bool = False

@@ -45,6 +45,9 @@ INLINE_ON_EMBEDDED: frozenset[int] = frozenset(
 INLINE_SENDS: frozenset[int] = frozenset(
     {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
 )
+#: Served inline in the read loop however many a read brings, answers written together (embedded store):
+#: a pull either answers at once or, to be held, goes to a task of its own.
+BATCH_ON_EMBEDDED: frozenset[int] = frozenset({RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE})
 
 #: RequestEvent's field names, read once: a shallow copy per request (``asdict`` deep-copies).
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(RequestEvent))
@@ -83,14 +86,17 @@ class RemotingService:
             long_poll_max_s=settings.remoting.long_poll_max_s,
         )
         inline: frozenset[int] = frozenset()
+        batch: frozenset[int] = frozenset()
         if not settings.routed and settings.backend.kind == "embedded":
             inline = INLINE_ON_EMBEDDED | (INLINE_SENDS if settings.store.flush == "async" else frozenset())
+            batch = BATCH_ON_EMBEDDED
         limits = ConnectionLimits(
             max_frame_bytes=settings.remoting.max_frame_bytes,
             max_in_flight=settings.remoting.max_inflight_requests,
             idle_timeout_s=settings.server.idle_timeout_s,
             frame_timeout_s=settings.server.frame_timeout_s,
             inline_codes=inline,
+            batch_codes=batch,
         )
         return cls(broker, ctx, limits)
 

@@ -71,7 +71,7 @@ from mqproxy.remoting import (
     transactions,
 )
 from mqproxy.remoting.context import RequestCallback, RequestEvent, ServerContext, ignore_request
-from mqproxy.remoting.errors import RequestError
+from mqproxy.remoting.errors import RequestError, WouldWait
 from mqproxy.remoting.reply import Note, Reply
 from mqproxy.runtime.holds import Holds
 
@@ -286,11 +286,13 @@ class RemotingSession:
         return self._next_opaque
 
     # --- requests --------------------------------------------------------------------------------
-    async def dispatch(self, request: RemotingCommand) -> Handled:
-        """Answer ``request``; never raises for anything the peer sent."""
+    async def dispatch(self, request: RemotingCommand, *, answer_at_once: bool = False) -> Handled:
+        """Answer ``request``; never raises for anything the peer sent. With ``answer_at_once`` a handler
+        that would wait (a pull that would be held) raises :class:`~mqproxy.remoting.errors.WouldWait`
+        instead, before it answered."""
         if self.language is None:
             self.language, self.version = request.language, request.version
-        note = Note()
+        note = Note(answer_at_once=answer_at_once)
         refusal = self._refusal(request)
         handler = HANDLERS.get(request.code)
         if refusal is not None:
@@ -381,6 +383,8 @@ class RemotingSession:
             return await handler(self, request, note)
         except RequestError as exc:
             return Reply(exc.code, remark=exc.remark)
+        except WouldWait:
+            raise
         except BackendError as exc:
             return backend_error_reply(exc)
         except Exception as exc:  # a handler bug must not kill the connection

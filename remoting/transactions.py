@@ -35,6 +35,7 @@ from mqproxy.model.types import PROPERTY_UNIQ_KEY
 from mqproxy.remoting.context import BROKER_NAME, ServerContext
 from mqproxy.remoting.errors import RequestError
 from mqproxy.remoting.headers import EndTransactionHeader, parse_header
+from mqproxy.remoting.records import dropped_logger
 from mqproxy.remoting.reply import Note, Reply
 
 if TYPE_CHECKING:
@@ -86,6 +87,6 @@ def check_command(check: TransactionCheck, ctx: ServerContext, *, legacy: bool) 
         code=RequestCode.CHECK_TRANSACTION_STATE,
         flag=FLAG_ONEWAY,
         ext_fields=ext,
-        body=encode_record(message, legacy=legacy),
+        body=encode_record(message, legacy=legacy, on_dropped=dropped_logger("CHECK_TRANSACTION_STATE")),
         version=ctx.server_version,
     )

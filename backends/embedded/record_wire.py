@@ -4,9 +4,12 @@ record a remoting pull body carries, without decoding it into a message first.
 :func:`compact_to_v1` gives, byte for byte, what ``encode_record(_stored(decode_message(payload)),
 legacy=True)`` gives (:mod:`mqproxy.codecs.message_record`) for the records a drain reads: a kind 3 payload
 (not SHARED) with an IPv4 born host, no LMQ, a topic of at most 127 bytes, properties that are plain
-``key\\x01value\\x02`` text. Anything else answers None and the caller takes the general path, which also
-raises what it raises. Property values are copied as stored (UTF-8): no string is built per property; a
-property with an empty value is left out, as the encoder does.
+``key\\x01value\\x02`` text of at most 32,767 bytes. Anything else answers None and the caller takes the
+general path, which also raises what it raises; over-long properties (an MQTT topic near 32 KB and its LMQ
+properties) are cut down there, by the remoting answer's encoder, which logs what it left out
+(``remoting.properties_dropped``).
+Property values are copied as stored (UTF-8): no string is built per property; a property with an empty
+value is left out, as the encoder does.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import structlog.testing
 import trio
 
 from mqproxy.backends.embedded.broker import open_embedded_broker
@@ -118,6 +119,43 @@ async def test_a_message_with_a_separator_in_a_property_is_popped_and_pulled(
     assert pulled is not None
     assert pulled.code == ResponseCode.SUCCESS
     assert [r.properties["MQTT_TOPIC"] for r in decode_records(pulled.body)] == ["a/\ufffd/b"]
+
+
+async def test_a_message_with_over_long_properties_is_popped_peeked_and_pulled(
+    wire, session, backend, topic, autojump_clock
+) -> None:
+    # an MQTT topic of ~32.7 KB passes the store's 32,767-byte check, then the LMQ dispatch properties the
+    # store adds take the stored properties past what a record's 2-byte properties length can carry
+    props = {"MQTT_TOPIC": "t/" + "x" * 32_680, "UNIQ_KEY": "ID1", "TAGS": "A"}
+    await backend.send(Message("T", b"m0", queue_id=0, properties={"UNIQ_KEY": "ID0", "TAGS": "A"}))
+    await backend.send(
+        Message("T", b"long", queue_id=0, properties=props, dispatch=("%LMQ%t%2Fx", "%LMQ%t%2F%23"))
+    )
+    await backend.send(Message("T", b"m2", queue_id=0, properties={"UNIQ_KEY": "ID2", "TAGS": "A"}))
+    ext = {"consumerGroup": "G2", "topic": "T", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+           "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*"}  # fmt: skip
+    with structlog.testing.capture_logs() as logs:
+        peek = {"consumerGroup": "G", "topic": "T", "queueId": "0", "maxMsgNums": "32"}
+        peeked = await session.handle(wire(RequestCode.PEEK_MESSAGE, peek))
+        popped, records = await pop(wire, session, queueId=0)
+        pulled = await session.handle(wire(RequestCode.PULL_MESSAGE, ext))
+    assert peeked is not None
+    assert pulled is not None
+    for response in (peeked, popped, pulled):
+        assert response.code == ResponseCode.SUCCESS
+        got = decode_records(response.body)
+        assert [(r.body, r.properties["UNIQ_KEY"], r.properties["TAGS"]) for r in got] == [
+            (b"m0", "ID0", "A"), (b"long", "ID1", "A"), (b"m2", "ID2", "A")
+        ]  # fmt: skip
+        assert "MQTT_TOPIC" not in got[1].properties
+    assert "POP_CK" in records[1].properties
+    dropped = [e for e in logs if e["event"] == "remoting.properties_dropped"]
+    assert [(e["op"], e["offset"], e["msg_id"], e["dropped_properties"]) for e in dropped] == [
+        ("PEEK_MESSAGE", 1, "ID1", ["MQTT_TOPIC"]),
+        ("POP_MESSAGE", 1, "ID1", ["MQTT_TOPIC"]),
+        ("PULL_MESSAGE", 1, "ID1", ["MQTT_TOPIC"]),
+    ]
+    assert all(e["log_level"] == "warning" and e["properties_bytes"] > 32_767 for e in dropped)
 
 
 async def test_sent_and_popped_record_are_the_same(wire, session, topic, autojump_clock) -> None:

@@ -107,3 +107,11 @@ def test_other_kinds_a_malformed_record_and_an_ipv6_store_host_take_the_general_
     assert compact_to_v1(payload[:20], 0, STORE_IP, 1) is None
     assert compact_to_v1(payload, 0, bytes(16), 1) is None
     assert compact_to_v1(b"", 0, STORE_IP, 1) is None
+
+
+def test_properties_over_a_records_limit_take_the_general_path() -> None:
+    # 32,768 bytes of properties: the general path cuts them down and logs it (remoting.records)
+    payload = encode_message(**_fields(properties={"MQTT_TOPIC": "x" * 32_744, "UNIQ_KEY": "AB"}))
+    assert compact_to_v1(payload, 0, STORE_IP, STORE[1]) is None
+    fits = encode_message(**_fields(properties={"MQTT_TOPIC": "x" * 32_743, "UNIQ_KEY": "AB"}))
+    assert compact_to_v1(fits, 0, STORE_IP, STORE[1]) == _general(fits, 0)
