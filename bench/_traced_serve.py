@@ -28,8 +28,11 @@ def _report(signum: int, frame: FrameType | None) -> None:
             _first.append(snapshot)
             return
         with open(os.environ["MQBENCH_TRACE_TOP"], "a") as out:
-            for stat in snapshot.compare_to(_first[0], os.environ.get("MQBENCH_TRACE_KEY", "lineno"))[:40]:
+            key = os.environ.get("MQBENCH_TRACE_KEY", "lineno")
+            for stat in snapshot.compare_to(_first[0], key)[:40]:
                 out.write(f"{stat}\n")
+                if key == "traceback":  # MQBENCH_TRACE_FRAMES deep, innermost last
+                    out.writelines(f"    {line}\n" for line in stat.traceback.format()[::-1][:12])
 
 
 def main() -> None:
@@ -37,7 +40,7 @@ def main() -> None:
     if args[:1] != ["-m"] or len(args) < 2:
         raise SystemExit("usage: _traced_serve.py -m MODULE [ARGS...]")
     signal.signal(signal.SIGUSR1, _report)
-    tracemalloc.start(1)
+    tracemalloc.start(int(os.environ.get("MQBENCH_TRACE_FRAMES", "1")))
     module = args[1]
     sys.argv = [module, *args[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
