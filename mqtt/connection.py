@@ -55,7 +55,7 @@ from mqproxy.mqtt.session_record import WillRecord
 from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
-from mqproxy.runtime.streams import plain_layers, receive_plain
+from mqproxy.runtime.streams import plain_layers, read_nowait
 from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["MqttConnection"]
@@ -255,13 +255,20 @@ class MqttConnection(PacketWriter, Subscribing):
         receive_some = self.stream.receive_some
         # Plain TCP: read the socket itself once the sniffed bytes are replayed (counted as the counting
         # layer would), so an idle connection waits in one frame fewer per wrapper, and in one frame over
-        # trio's wait_readable instead of trio's socket layers (receive_plain).
+        # trio's wait_readable instead of trio's socket layers (runtime.streams.receive_plain, inlined here:
+        # one coroutine fewer per waiting connection).
         layers = plain_layers(self.stream)
+        sock = layers[0].socket if layers is not None else None
+        checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+        wait_readable = trio.lowlevel.wait_readable
         while True:
             schedule(self, trio.current_time() + proto.read_timeout())
             try:
-                if layers is not None and not any(p.replaying for p in layers[2]):
-                    data = await receive_plain(layers[0], _READ_BYTES)
+                if sock is not None and not any(p.replaying for p in layers[2]):  # type: ignore[index]
+                    await checkpoint_if_cancelled()
+                    while (data := read_nowait(sock, _READ_BYTES)) is None:
+                        await wait_readable(sock)
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                     if layers[1] is not None:
                         layers[1].bytes_in += len(data)
                 else:
