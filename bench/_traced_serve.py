@@ -2,6 +2,10 @@
 ``gc.collect()``) as one line to the file named by ``MQBENCH_TRACE_FILE``. Used by ``bench/mqtt_idle.py``:
 
     python bench/_traced_serve.py -m mqproxy serve ...
+
+With ``MQBENCH_TRACE_TOP=FILE`` each report after the first also appends the 40 largest growths since
+the first, grouped by ``MQBENCH_TRACE_KEY`` (``lineno`` by default; ``traceback`` writes each group's
+stack too, ``MQBENCH_TRACE_FRAMES`` deep: default 1, tracing more frames slows the server down).
 """
 
 from __future__ import annotations
