@@ -176,8 +176,9 @@ async def handle_connection(
             },
         )
         negotiated = True
-        server.metrics.connections_total.labels(ctx.protocol).inc()
-        server.metrics.connections_open.labels(ctx.protocol).inc()
+        series = server.metrics.connection_series(ctx.protocol)
+        series.opened.inc()
+        series.open.inc()
         assert server.protocols is not None, "the server builds its protocols before it accepts"
         await server.protocols.route(detected.protocol).serve(stream, ctx, detected)
     except Refused as refused:
@@ -220,7 +221,7 @@ async def handle_connection(
                         pass
             await trio.aclose_forcefully(wire)
         if negotiated:
-            server.metrics.connections_open.labels(ctx.protocol).dec()
+            server.metrics.connection_series(ctx.protocol).open.dec()
             count_bytes(server.metrics, live)  # what scrapes have not counted yet
             log_info(
                 _log,
