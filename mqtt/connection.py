@@ -2,8 +2,9 @@
 (:class:`~mqproxy.mqtt.protocol.MqttProtocol`), served by the MQTT service.
 
 Tasks per connection (hosted by a :class:`~mqproxy.runtime.tasks.TaskHost` in the nursery that runs the
-connection, not a nursery each): the packet reader (this task; its read deadline is the deadline of
-the connection's one read scope, set before each read, not a cancel scope per read), a writer only while
+connection, not a nursery each): the packet reader (this task; its read deadline, CONNECT timeout or 1.5 x
+keep alive, is checked by the run's one keep-alive timer (:mod:`mqproxy.mqtt.keepalive`), which cancels the
+connection's one read scope when it passes: no cancel scope or trio deadline per read), a writer only while
 packets wait to be sent (:mod:`mqproxy.mqtt.writer`: on plain TCP a packet goes straight to the socket
 when nothing is queued before it; bounded outbox; a peer that takes nothing for ``write_timeout_s`` is a
 slow consumer and is disconnected), and one delivery reader per subscription
@@ -46,6 +47,7 @@ from mqproxy.model.errors import (
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import ReaderHandle
 from mqproxy.mqtt.gateway import Gateway
+from mqproxy.mqtt.keepalive import keepalive_timer
 from mqproxy.mqtt.outcomes import Close, Inbound, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
@@ -53,7 +55,7 @@ from mqproxy.mqtt.session_record import WillRecord
 from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
-from mqproxy.runtime.streams import plain_layers, receive_plain
+from mqproxy.runtime.streams import plain_layers, read_nowait
 from mqproxy.runtime.tasks import TaskHost
 
 __all__ = ["MqttConnection"]
@@ -85,7 +87,11 @@ class MqttConnection(PacketWriter, Subscribing):
         self._detached: trio.Event | None = None  # made by the first waiter (most connections have none)
         self._is_detached = False
         self._open_writer(stream, self.config)
-        self._read_scope = trio.CancelScope()
+        self._read_scope = trio.CancelScope()  # cancelled by kick, a failed task or the keep-alive timer
+        # The read deadline, checked by the run's one keep-alive timer (mqtt.keepalive), not trio's.
+        self.read_deadline = _NO_DEADLINE
+        self.wheel_due = _NO_DEADLINE
+        self.wheel_slot = -1
         self._kicked: Close | None = None
         self._readers: dict[str, ReaderHandle] = {}
         self._nursery: TaskHost | None = None  # the connection's tasks (writer, readers), while it runs
@@ -105,7 +111,9 @@ class MqttConnection(PacketWriter, Subscribing):
         registered = False
         # The connection's tasks run beside it, in the nursery that runs it (no nursery of its own).
         tasks = self._nursery = TaskHost(trio.lowlevel.current_task().parent_nursery, self._task_failed)
+        keepalive = keepalive_timer()
         try:
+            keepalive.add(self, trio.current_time() + self.proto.read_timeout())
             if self.gateway.drains(self):
                 registered = True
             else:  # a draining event the gateway does not watch (tests): a watcher of its own
@@ -129,6 +137,7 @@ class MqttConnection(PacketWriter, Subscribing):
             if tasks.error is not None:  # a bug in one of the connection's tasks (as a nursery would)
                 raise tasks.error
         finally:
+            keepalive.discard(self)
             if registered:
                 self.gateway.live.discard(self)
             if close.error and self.ctx.error is None:
@@ -142,6 +151,10 @@ class MqttConnection(PacketWriter, Subscribing):
                     self._is_detached = True
                     if self._detached is not None:
                         self._detached.set()
+
+    def expire(self) -> None:
+        """The keep-alive timer: the read deadline passed (the read loop ends with ``timeout_close``)."""
+        self._read_scope.cancel()
 
     def _task_failed(self, exc: BaseException) -> None:
         """One of the connection's tasks raised: end the read loop (``run`` re-raises ``exc``)."""
@@ -238,24 +251,31 @@ class MqttConnection(PacketWriter, Subscribing):
 
     async def _read_packets(self) -> None:
         proto = self.proto
-        scope = self._read_scope  # its deadline bounds each read (no scope of its own per read)
+        schedule = keepalive_timer().schedule  # the deadline of each read (no cancel scope per read)
         receive_some = self.stream.receive_some
         # Plain TCP: read the socket itself once the sniffed bytes are replayed (counted as the counting
         # layer would), so an idle connection waits in one frame fewer per wrapper, and in one frame over
-        # trio's wait_readable instead of trio's socket layers (receive_plain).
+        # trio's wait_readable instead of trio's socket layers (runtime.streams.receive_plain, inlined here:
+        # one coroutine fewer per waiting connection).
         layers = plain_layers(self.stream)
+        sock = layers[0].socket if layers is not None else None
+        checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+        wait_readable = trio.lowlevel.wait_readable
         while True:
-            scope.deadline = trio.current_time() + proto.read_timeout()
+            schedule(self, trio.current_time() + proto.read_timeout())
             try:
-                if layers is not None and not any(p.replaying for p in layers[2]):
-                    data = await receive_plain(layers[0], _READ_BYTES)
+                if sock is not None and not any(p.replaying for p in layers[2]):  # type: ignore[index]
+                    await checkpoint_if_cancelled()
+                    while (data := read_nowait(sock, _READ_BYTES)) is None:
+                        await wait_readable(sock)
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                     if layers[1] is not None:
                         layers[1].bytes_in += len(data)
                 else:
                     data = await receive_some(_READ_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
-            scope.deadline = _NO_DEADLINE
+            schedule(self, _NO_DEADLINE)
             if not data:
                 if proto.connected and not proto.normal_disconnect:
                     self.ctx.detail = self.ctx.detail or "peer closed without DISCONNECT"

@@ -16,7 +16,7 @@ cheap, and closed, with one ``conn.refused`` event (reason, peer) and ``mqproxy_
 
 from __future__ import annotations
 
-import secrets
+import random
 import ssl
 import time
 from dataclasses import dataclass
@@ -34,6 +34,9 @@ from mqproxy.runtime.context import ConnectionContext
 from mqproxy.runtime.streams import CountingStream, PrefixedStream, receive_now
 
 _log = structlog.get_logger("mqproxy.conn")
+#: Source of ``conn_id``s: 48 random bits each, from a generator seeded once from the OS (``secrets``
+#: read ``os.urandom``, a system call, per connection; an id names a connection in logs, it is no secret).
+_conn_ids = random.Random()
 
 _OUTER = frozenset(Protocol)
 #: Time allowed for a TLS close_notify exchange when a negotiated TLS connection ends cleanly.
@@ -127,7 +130,7 @@ async def handle_connection(
 ) -> None:
     """Serve one accepted stream to completion; never raises (except cancellation)."""
     started = time.monotonic()
-    conn_id = secrets.token_hex(6)
+    conn_id = f"{_conn_ids.getrandbits(48):012x}"
     wire = CountingStream(raw)
     peer, local = _peer_of(raw) if isinstance(raw, trio.SocketStream) else (("memory", 0), ("memory", 0))
     structlog.contextvars.bind_contextvars(conn_id=conn_id)
@@ -173,8 +176,9 @@ async def handle_connection(
             },
         )
         negotiated = True
-        server.metrics.connections_total.labels(ctx.protocol).inc()
-        server.metrics.connections_open.labels(ctx.protocol).inc()
+        series = server.metrics.connection_series(ctx.protocol)
+        series.opened.inc()
+        series.open.inc()
         assert server.protocols is not None, "the server builds its protocols before it accepts"
         await server.protocols.route(detected.protocol).serve(stream, ctx, detected)
     except Refused as refused:
@@ -217,7 +221,7 @@ async def handle_connection(
                         pass
             await trio.aclose_forcefully(wire)
         if negotiated:
-            server.metrics.connections_open.labels(ctx.protocol).dec()
+            server.metrics.connection_series(ctx.protocol).open.dec()
             count_bytes(server.metrics, live)  # what scrapes have not counted yet
             log_info(
                 _log,

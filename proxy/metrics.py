@@ -7,7 +7,7 @@ counters). The connection pipeline and protocol handlers update it; nothing here
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,6 +20,7 @@ from mqproxy.model.errors import BackendError
 __all__ = [
     "INTERNAL_GROUPS",
     "LATENCY_BUCKETS_S",
+    "ConnectionSeries",
     "Metrics",
     "count_bytes",
     "refresh_backend_metrics",
@@ -68,6 +69,7 @@ class Metrics:
         self.bytes_in = Counter("mqproxy_bytes_received", "Bytes received", ["protocol"], registry=r)
         self.bytes_out = Counter("mqproxy_bytes_sent", "Bytes sent", ["protocol"], registry=r)
         self._series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._connection_series: dict[str, ConnectionSeries] = {}
         self.auth_denied = Counter(
             "mqproxy_auth_denied",
             "Requests and connections refused by access control, by protocol and reason "
@@ -121,6 +123,28 @@ class Metrics:
             series = (self.requests.labels(protocol, op, outcome), self.request_latency.labels(protocol, op))
             self._series[key] = series
         return series
+
+    def connection_series(self, protocol: str) -> ConnectionSeries:
+        """The per-protocol children a connection updates (opened, open, bytes in and out), created once
+        per protocol and cached: five ``labels()`` calls per connection before."""
+        series = self._connection_series.get(protocol)
+        if series is None:
+            series = self._connection_series[protocol] = ConnectionSeries(
+                self.connections_total.labels(protocol),
+                self.connections_open.labels(protocol),
+                self.bytes_in.labels(protocol),
+                self.bytes_out.labels(protocol),
+            )
+        return series
+
+
+class ConnectionSeries(NamedTuple):
+    """One protocol's connection metrics (children of :class:`Metrics`' labelled families)."""
+
+    opened: Any  # mqproxy_connections_total{protocol}
+    open: Any  # mqproxy_connections_open{protocol}
+    bytes_in: Any  # mqproxy_bytes_received_total{protocol}
+    bytes_out: Any  # mqproxy_bytes_sent_total{protocol}
 
 
 class _HasStats(Protocol):
@@ -249,10 +273,10 @@ def count_bytes(metrics: Metrics, live: LiveConnection) -> None:
         return
     received, sent = live.wire.bytes_in, live.wire.bytes_out
     if received > live.counted_in:
-        metrics.bytes_in.labels(protocol).inc(received - live.counted_in)
+        metrics.connection_series(protocol).bytes_in.inc(received - live.counted_in)
         live.counted_in = received
     if sent > live.counted_out:
-        metrics.bytes_out.labels(protocol).inc(sent - live.counted_out)
+        metrics.connection_series(protocol).bytes_out.inc(sent - live.counted_out)
         live.counted_out = sent
 
 

@@ -50,3 +50,21 @@ async def test_open_connections_count_at_each_scrape_and_every_byte_once(
     closed = mqtt_closed()[0]
     assert closed["bytes_in"] == len(CONNECT) + len(DISCONNECT)
     assert await _bytes(server, "mqtt") == (closed["bytes_in"], closed["bytes_out"])
+
+
+def test_connection_series_are_the_labelled_children_made_once_per_protocol() -> None:
+    from mqproxy.metrics import Metrics
+
+    metrics = Metrics()
+    series = metrics.connection_series("mqtt")
+    assert metrics.connection_series("mqtt") is series
+    assert series.opened is metrics.connections_total.labels("mqtt")
+    assert series.open is metrics.connections_open.labels("mqtt")
+    assert series.bytes_in is metrics.bytes_in.labels("mqtt")
+    assert series.bytes_out is metrics.bytes_out.labels("mqtt")
+    assert metrics.connection_series("remoting").open is not series.open
+    series.opened.inc()
+    series.open.inc()
+    series.open.dec()
+    assert metrics.registry.get_sample_value("mqproxy_connections_total", {"protocol": "mqtt"}) == 1
+    assert metrics.registry.get_sample_value("mqproxy_connections_open", {"protocol": "mqtt"}) == 0

@@ -11,6 +11,7 @@ from mqproxy.runtime.streams import (
     PrefixedStream,
     direct_sender,
     plain_layers,
+    read_nowait,
     receive_now,
     receive_plain,
 )
@@ -172,3 +173,19 @@ async def test_receive_plain_waits_reads_and_reports_like_receive_some() -> None
     await server.aclose()
     with pytest.raises(trio.ClosedResourceError):
         await receive_plain(server, 100)
+
+
+async def test_read_nowait_reads_what_is_there_without_waiting() -> None:
+    server, client = await _tcp_pair()
+    assert read_nowait(server.socket, 100) is None  # nothing yet: no wait, no exception
+    await client.send_all(b"abc")
+    await trio.testing.wait_all_tasks_blocked()
+    await trio.lowlevel.wait_readable(server.socket)
+    assert read_nowait(server.socket, 2) == b"ab"
+    assert read_nowait(server.socket, 100) == b"c"
+    await client.aclose()
+    await trio.lowlevel.wait_readable(server.socket)
+    assert read_nowait(server.socket, 100) == b""  # the peer closed
+    await server.aclose()
+    with pytest.raises(trio.ClosedResourceError):
+        read_nowait(server.socket, 100)
