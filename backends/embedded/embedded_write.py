@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from mqproxy.backends.embedded.built import send_result, stored_message
 from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
@@ -149,7 +150,7 @@ class EmbeddedWriting(EmbeddedRecovery):
                         keys.extend(key_rows(topic, message_keys, store_ts, clo))
                     for lqid, loff in lmq_slots:
                         rows.append((pack_key(lqid), pack_offset(loff) + tail))
-                    results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
+                    results.append(send_result(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
             self._index.commit(rows, new_queues.items(), self._next_qid, end, store_ts, keys)
         except BaseException as exc:
@@ -209,21 +210,23 @@ class EmbeddedWriting(EmbeddedRecovery):
             if lmqs:
                 lmq_slots: list[tuple[int, int]] = []
                 lmq_list: list[tuple[str, int]] = []
+                lmq_offsets: list[int] = []
                 for name in lmqs:
                     lqid = lmq_qid(name)
                     loff = assign(lqid)
                     lmq_slots.append((lqid, loff))
                     lmq_list.append((name, loff))
+                    lmq_offsets.append(loff)
                 lmq_map = dict(lmq_list)
                 if _LMQ_KEYS.isdisjoint(properties):
                     # the record derives the two LMQ properties stored_properties appends
                     record_properties = properties if "WAIT" not in properties else stored_base(properties)
                     hint: bool | None = True
                 else:
-                    record_properties = stored_properties(properties, lmqs, [o for _, o in lmq_list])
+                    record_properties = stored_properties(properties, lmqs, lmq_offsets)
                     hint = None
             else:
-                lmq_slots, lmq_list, lmq_map = [], [], {}
+                lmq_slots, lmq_list, lmq_map, lmq_offsets = [], [], {}, []
                 record_properties, hint = properties, None
             waited = parent_waited
             if not waited:
@@ -251,11 +254,7 @@ class EmbeddedWriting(EmbeddedRecovery):
             )
             fresh: _Fresh | None = None
             if waited:
-                stored = (
-                    stored_properties(properties, lmqs, [o for _, o in lmq_list])
-                    if hint
-                    else dict(record_properties)
-                )
+                stored = stored_properties(properties, lmqs, lmq_offsets) if hint else dict(record_properties)
                 fresh = (message, stored, body)
             plan.append(
                 (
@@ -275,20 +274,20 @@ class EmbeddedWriting(EmbeddedRecovery):
     ) -> StoredMessage:
         """The message a pull would decode from the record just appended at ``clo``."""
         message, properties, body = fresh
-        return StoredMessage(
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=queue_offset,
-            commitlog_offset=clo,
-            store_size=size,
-            body=body,
-            flag=message.flag,
-            properties=properties,
-            sys_flag=message.sys_flag,
-            born_timestamp_ms=message.born_timestamp_ms,
-            born_host=message.born_host,
-            store_timestamp_ms=store_ts,
-            store_host=self._store_host,
-            reconsume_times=message.reconsume_times,
-            body_crc=body_crc(body),
+        return stored_message(
+            topic,
+            queue_id,
+            queue_offset,
+            clo,
+            size,
+            body,
+            message.flag,
+            properties,
+            message.sys_flag,
+            message.born_timestamp_ms,
+            message.born_host,
+            store_ts,
+            self._store_host,
+            message.reconsume_times,
+            body_crc(body),
         )
