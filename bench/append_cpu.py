@@ -4,9 +4,12 @@ Opens an embedded store (async flush) in a temporary directory and sends ``--mes
 messages shaped as the MQTT gateway stores a QoS 1 PUBLISH to ``bench/disk`` with one ``bench/#``
 subscriber (topic ``bench``, MQTT properties, two LMQ dispatch targets) from ``--tasks`` concurrent tasks,
 so the write coalescer batches them as under fan-in. Prints process CPU µs per message (user + sys, not
-wall: the machine is shared) for the whole send path and for record encoding alone. Usage::
+wall: the machine is shared) for the whole send path and for record encoding alone. ``--reader`` adds a
+task that follows the second LMQ as an MQTT push hub does (waits, then pulls 32 at a time from its
+offset), so every append also builds the hand-off entries and the CPU includes those pulls (served from
+the hand-off); ``--batch N`` sends runs of N messages per ``send_batch`` (one read's PUBLISHes). Usage::
 
-    python bench/append_cpu.py [--messages 50000] [--tasks 64] [--rounds 3]
+    python bench/append_cpu.py [--messages 50000] [--tasks 64] [--rounds 3] [--reader] [--batch 1]
 """
 
 from __future__ import annotations
@@ -37,29 +40,48 @@ def _cpu() -> float:
     return time.process_time()
 
 
-async def send_round(root: Path, total: int, tasks: int) -> float:
-    """CPU µs per message of ``store.send`` for ``total`` messages from ``tasks`` tasks."""
+async def _follow(store: Any, total: int) -> None:
+    """Pull the second LMQ from offset 0 until ``total`` messages came, waiting when it is drained."""
+    offset = 0
+    while offset < total:
+        result = await store.pull(DISPATCH[1], 0, offset, 32)
+        if result.messages:
+            offset = result.next_offset
+        else:
+            await store.wait_for_message(DISPATCH[1], 0, offset, 5.0)
+
+
+async def send_round(root: Path, total: int, tasks: int, reader: bool = False, batch: int = 1) -> float:
+    """CPU µs per message of ``store.send`` (``send_batch`` of ``batch``) for ``total`` messages from
+    ``tasks`` tasks, with a task following an LMQ if ``reader``."""
     data_dir = Path(tempfile.mkdtemp(dir=root))
     body = bytes(64)
     async with open_embedded_store(data_dir, flush="async") as store:
         await store.create_topic("bench", 1)
-        per_task = total // tasks
+        per_task = total // tasks // batch * batch
+
+        def message() -> Message:
+            return Message(
+                "bench",
+                body,
+                queue_id=0,
+                properties=dict(PROPERTIES),
+                born_host=("127.0.0.1", 40000),
+                born_timestamp_ms=int(time.time() * 1000),
+                dispatch=DISPATCH,
+            )
 
         async def worker() -> None:
-            for _ in range(per_task):
-                message = Message(
-                    "bench",
-                    body,
-                    queue_id=0,
-                    properties=dict(PROPERTIES),
-                    born_host=("127.0.0.1", 40000),
-                    born_timestamp_ms=int(time.time() * 1000),
-                    dispatch=DISPATCH,
-                )
-                await store.send(message)
+            for _ in range(per_task // batch):
+                if batch == 1:
+                    await store.send(message())
+                else:
+                    await store.send_batch([message() for _ in range(batch)])
 
         start = _cpu()
         async with trio.open_nursery() as nursery:
+            if reader:
+                nursery.start_soon(_follow, store, per_task * tasks)
             for _ in range(tasks):
                 nursery.start_soon(worker)
         used = _cpu() - start
@@ -108,15 +130,21 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--tasks", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reader", action="store_true", help="a task follows an LMQ (the hand-off)")
+    parser.add_argument("--batch", type=int, default=1, help="messages per send_batch")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="append-cpu-"))
     try:
-        sends = [trio.run(send_round, root, args.messages, args.tasks) for _ in range(args.rounds)]
+        sends = [
+            trio.run(send_round, root, args.messages, args.tasks, args.reader, args.batch)
+            for _ in range(args.rounds)
+        ]
         encodes = [encode_round(args.messages) for _ in range(args.rounds)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    shape = f"{args.tasks} tasks, batch {args.batch}" + (", a reader" if args.reader else "")
     print(
-        f"store.send, {args.tasks} tasks: min {min(sends):.1f} µs CPU/message (rounds: "
+        f"store.send, {shape}: min {min(sends):.1f} µs CPU/message (rounds: "
         + ", ".join(f"{s:.1f}" for s in sends)
         + ")"
     )

@@ -149,12 +149,13 @@ def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
     lies past the queue's last row (one look-up per queue; the usual case) they go in with
     ``MDB_APPENDDUP``, which fills pages; else each by :func:`upsert` (an appended duplicate offset would
     otherwise sit beside the old row)."""
-    lowest: dict[bytes, bytes] = {}
+    lowest: dict[bytes, bytes] = {}  # the smallest value has the smallest offset (values start with it)
     for key, value in rows:
+        known = lowest.get(key)
+        if known is None or value < known:
+            lowest[key] = value
+    for key, value in lowest.items():
         prefix = value[:_PREFIX]
-        if key not in lowest or prefix < lowest[key]:
-            lowest[key] = prefix
-    for key, prefix in lowest.items():
         if cursor.set_key(key) and cursor.last_dup() and bytes(cursor.value()[:_PREFIX]) >= prefix:
             for key_, value in rows:
                 upsert(cursor, key_, value)

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 
+from mqproxy.backends.embedded.built import stored_message
 from mqproxy.backends.embedded.embedded_core import tag_hash
 from mqproxy.backends.embedded.embedded_write import EmbeddedWriting
 from mqproxy.backends.embedded.index import offset_key, queue_key
@@ -141,22 +142,22 @@ class EmbeddedReading(EmbeddedWriting):
         return found, position
 
     def _stored(self, record: MessageRecord, clo: int, size: int) -> StoredMessage:
-        return StoredMessage(
-            topic=record.topic,
-            queue_id=record.queue_id,
-            queue_offset=record.queue_offset,
-            commitlog_offset=clo,
-            store_size=size,
-            body=record.body,
-            flag=record.flag,
-            properties=record.properties,
-            sys_flag=record.sys_flag,
-            born_timestamp_ms=record.born_timestamp_ms,
-            born_host=record.born_host,
-            store_timestamp_ms=record.store_timestamp_ms,
-            store_host=self._store_host,
-            reconsume_times=record.reconsume_times,
-            body_crc=record.body_crc,
+        return stored_message(
+            record.topic,
+            record.queue_id,
+            record.queue_offset,
+            clo,
+            size,
+            record.body,
+            record.flag,
+            record.properties,
+            record.sys_flag,
+            record.born_timestamp_ms,
+            record.born_host,
+            record.store_timestamp_ms,
+            self._store_host,
+            record.reconsume_times,
+            record.body_crc,
         )
 
     async def get_message(self, commitlog_offset: int) -> StoredMessage | None:

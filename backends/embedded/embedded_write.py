@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from mqproxy.backends.embedded.built import send_result, stored_message
 from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
@@ -40,10 +41,15 @@ from mqproxy.model.types import (
 
 #: What a message that had a reader waiting becomes once written: its fields but the log position.
 _Fresh = tuple[Message, dict[str, str], bytes]
-#: One encoded message: queue id, queue offset, (LMQ queue id, offset)s, LMQ offsets by name, tag hash,
-#: the keys it is indexed by, and for the hand-off to waiting readers what it is made of (or None).
+#: One encoded message: its queue's ``cqd`` key, queue offset, its LMQs' ``cqd`` keys and offsets, LMQ
+#: offsets by name, tag hash, the keys it is indexed by, and for the hand-off to waiting readers what it is
+#: made of (or None).
 _LMQ_KEYS = frozenset((PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET))
-_Planned = tuple[int, int, list[tuple[int, int]], dict[str, int], int, tuple[str, ...], _Fresh | None]
+_Planned = tuple[
+    bytes, int, tuple[bytes, ...], list[int], dict[str, int], int, tuple[str, ...], _Fresh | None
+]
+#: The queue ids of a dispatch list (in its order) and their ``cqd`` keys, found once per append.
+_LmqIds = tuple[tuple[int, ...], tuple[bytes, ...]]
 
 
 class EmbeddedWriting(EmbeddedRecovery):
@@ -86,6 +92,7 @@ class EmbeddedWriting(EmbeddedRecovery):
         payloads: list[bytes] = []
         plans: list[list[_Planned] | Exception] = []
         shared = SharedBases()  # records repeating an earlier one's fields refer to it
+        lmq_ids: dict[tuple[str, ...], _LmqIds] = {}  # a dispatch list's queue ids, looked up once
 
         def qid_of(key: bytes) -> int:
             qid = qids.get(key)
@@ -93,11 +100,17 @@ class EmbeddedWriting(EmbeddedRecovery):
                 qid = qids[key] = self._qid_for_write(key, new_queues)
             return qid
 
-        def lmq_qid(name: str) -> int:
-            qid = lmq_qids.get(name)
-            if qid is None:
-                qid = lmq_qids[name] = qid_of(queue_key(name, LMQ_QUEUE_ID))
-            return qid
+        def lmqs_of(names: tuple[str, ...]) -> _LmqIds:
+            found = lmq_ids.get(names)
+            if found is None:
+                ids = []
+                for name in names:
+                    qid = lmq_qids.get(name)
+                    if qid is None:
+                        qid = lmq_qids[name] = qid_of(queue_key(name, LMQ_QUEUE_ID))
+                    ids.append(qid)
+                found = lmq_ids[names] = (tuple(ids), tuple(QID.pack(q) for q in ids))
+            return found
 
         for topic, queue_id, messages, targets in sends:
             taken: dict[int, int] = {}  # this send's offsets, merged once it encoded
@@ -114,7 +127,7 @@ class EmbeddedWriting(EmbeddedRecovery):
             mark, position = len(payloads), shared.position
             try:
                 encoded = self._encode(
-                    topic, queue_id, messages, targets, qid_of, lmq_qid, assign, store_ts, payloads, shared
+                    topic, queue_id, messages, targets, qid_of, lmqs_of, assign, store_ts, payloads, shared
                 )
             except Exception as exc:
                 del payloads[mark:]
@@ -133,23 +146,43 @@ class EmbeddedWriting(EmbeddedRecovery):
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
             handoff: list[StoredMessage] = []
-            pack_key, pack_offset = QID.pack, offset_prefix
+            pack_offset = offset_prefix
+            store_host = self._store_host
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
                     answers.append(plan)
                     continue
                 results: list[SendResult] = []
-                for qid, queue_offset, lmq_slots, lmq_map, code, message_keys, fresh in plan:
+                for key, queue_offset, lmq_keys, lmq_offsets, lmq_map, code, message_keys, fresh in plan:
                     clo, size = next(positions)
                     if fresh is not None:
-                        handoff.append(self._fresh(topic, queue_id, queue_offset, clo, size, store_ts, fresh))
+                        message, properties, body = fresh  # what a decode of the record would give
+                        handoff.append(
+                            stored_message(
+                                topic,
+                                queue_id,
+                                queue_offset,
+                                clo,
+                                size,
+                                body,
+                                message.flag,
+                                properties,
+                                message.sys_flag,
+                                message.born_timestamp_ms,
+                                message.born_host,
+                                store_ts,
+                                store_host,
+                                message.reconsume_times,
+                                body_crc(body),
+                            )
+                        )
                     tail = row_tail(clo, size, code, store_ts)  # the same for the queue and its LMQs
-                    rows.append((pack_key(qid), pack_offset(queue_offset) + tail))
+                    rows.append((key, pack_offset(queue_offset) + tail))
                     if message_keys:
                         keys.extend(key_rows(topic, message_keys, store_ts, clo))
-                    for lqid, loff in lmq_slots:
-                        rows.append((pack_key(lqid), pack_offset(loff) + tail))
-                    results.append(SendResult(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
+                    for lmq_key, loff in zip(lmq_keys, lmq_offsets, strict=True):
+                        rows.append((lmq_key, pack_offset(loff) + tail))
+                    results.append(send_result(topic, queue_id, queue_offset, clo, store_ts, lmq_map))
                 answers.append((results, end))
             self._index.commit(rows, new_queues.items(), self._next_qid, end, store_ts, keys)
         except BaseException as exc:
@@ -189,7 +222,7 @@ class EmbeddedWriting(EmbeddedRecovery):
         messages: Sequence[Message],
         targets: list[tuple[str, ...]],
         qid_of: Callable[[bytes], int],
-        lmq_qid: Callable[[str], int],
+        lmqs_of: Callable[[tuple[str, ...]], _LmqIds],
         assign: Callable[[int], int],
         store_ts: int,
         payloads: list[bytes],
@@ -198,39 +231,38 @@ class EmbeddedWriting(EmbeddedRecovery):
         """Assign offsets to one send's messages and append their records to ``payloads`` (written in that
         order by one append: ``shared`` knows the records before them)."""
         parent = qid_of(queue_key(topic, queue_id))
+        parent_key = QID.pack(parent)
         plan: list[_Planned] = []
         awaited = self._waiters.awaited
         now = time.monotonic()
         parent_waited = awaited((topic, queue_id), now)
+        waited_by: dict[tuple[str, ...], bool] = {}  # dispatch list -> a reader waits on one of its LMQs
+        no_keys: tuple[bytes, ...] = ()
         for message, lmqs in zip(messages, targets, strict=True):
             queue_offset = assign(parent)
             properties = message.properties
             body = message.body if type(message.body) is bytes else bytes(message.body)
             if lmqs:
-                lmq_slots: list[tuple[int, int]] = []
-                lmq_list: list[tuple[str, int]] = []
-                for name in lmqs:
-                    lqid = lmq_qid(name)
-                    loff = assign(lqid)
-                    lmq_slots.append((lqid, loff))
-                    lmq_list.append((name, loff))
+                lqids, lmq_keys = lmqs_of(lmqs)
+                lmq_offsets = [assign(lqid) for lqid in lqids]
+                lmq_list = list(zip(lmqs, lmq_offsets, strict=True))
                 lmq_map = dict(lmq_list)
                 if _LMQ_KEYS.isdisjoint(properties):
                     # the record derives the two LMQ properties stored_properties appends
                     record_properties = properties if "WAIT" not in properties else stored_base(properties)
                     hint: bool | None = True
                 else:
-                    record_properties = stored_properties(properties, lmqs, [o for _, o in lmq_list])
+                    record_properties = stored_properties(properties, lmqs, lmq_offsets)
                     hint = None
             else:
-                lmq_slots, lmq_list, lmq_map = [], [], {}
+                lmq_keys, lmq_list, lmq_map, lmq_offsets = no_keys, [], {}, []
                 record_properties, hint = properties, None
             waited = parent_waited
-            if not waited:
-                for name in lmqs:  # a loop, not any(<genexpr>): this runs per message
-                    if awaited((name, LMQ_QUEUE_ID), now):
-                        waited = True
-                        break
+            if not waited and lmqs:
+                found = waited_by.get(lmqs)
+                if found is None:
+                    found = waited_by[lmqs] = any(awaited((name, LMQ_QUEUE_ID), now) for name in lmqs)
+                waited = found
             payloads.append(
                 encode_message(
                     topic=topic,
@@ -251,17 +283,14 @@ class EmbeddedWriting(EmbeddedRecovery):
             )
             fresh: _Fresh | None = None
             if waited:
-                stored = (
-                    stored_properties(properties, lmqs, [o for _, o in lmq_list])
-                    if hint
-                    else dict(record_properties)
-                )
+                stored = stored_properties(properties, lmqs, lmq_offsets) if hint else dict(record_properties)
                 fresh = (message, stored, body)
             plan.append(
                 (
-                    parent,
+                    parent_key,
                     queue_offset,
-                    lmq_slots,
+                    lmq_keys,
+                    lmq_offsets,
                     lmq_map,
                     tag_hash(properties.get(PROPERTY_TAGS)),
                     index_keys(properties),
@@ -269,26 +298,3 @@ class EmbeddedWriting(EmbeddedRecovery):
                 )
             )
         return plan
-
-    def _fresh(
-        self, topic: str, queue_id: int, queue_offset: int, clo: int, size: int, store_ts: int, fresh: _Fresh
-    ) -> StoredMessage:
-        """The message a pull would decode from the record just appended at ``clo``."""
-        message, properties, body = fresh
-        return StoredMessage(
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=queue_offset,
-            commitlog_offset=clo,
-            store_size=size,
-            body=body,
-            flag=message.flag,
-            properties=properties,
-            sys_flag=message.sys_flag,
-            born_timestamp_ms=message.born_timestamp_ms,
-            born_host=message.born_host,
-            store_timestamp_ms=store_ts,
-            store_host=self._store_host,
-            reconsume_times=message.reconsume_times,
-            body_crc=body_crc(body),
-        )

@@ -107,5 +107,13 @@ def test_disk_bytes_bench_prints_the_breakdown() -> None:
 @pytest.mark.slow
 def test_append_cpu_bench_prints_both_figures() -> None:
     out = run_bench("append_cpu.py", "--messages", "640", "--rounds", "1")
-    assert re.search(rf"^store\.send, 64 tasks: min {FLOAT} µs CPU/message", out, re.M), out
+    assert re.search(rf"^store\.send, 64 tasks, batch 1: min {FLOAT} µs CPU/message", out, re.M), out
     assert re.search(rf"^encode_message alone: min {FLOAT} µs CPU/message", out, re.M), out
+
+
+@pytest.mark.slow
+def test_append_cpu_bench_with_a_reader_and_batches() -> None:
+    # the reader follows an LMQ until every message came, so the run ending at all is part of the check
+    out = run_bench("append_cpu.py", "--messages", "640", "--rounds", "1", "--reader", "--batch", "4")
+    shape = "64 tasks, batch 4, a reader"
+    assert re.search(rf"^store\.send, {shape}: min {FLOAT} µs CPU/message", out, re.M), out
