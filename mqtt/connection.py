@@ -39,16 +39,14 @@ import trio
 from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import (
     BackendError,
-    MessageTooLarge,
-    StoreFull,
     StoreUnavailable,
-    TopicNotFound,
 )
 from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import ReaderHandle
 from mqproxy.mqtt.gateway import Gateway
+from mqproxy.mqtt.inbound_publishes import InboundPublishes
 from mqproxy.mqtt.keepalive import keepalive_timer
-from mqproxy.mqtt.outcomes import Close, Inbound, Permission, error_name, is_error
+from mqproxy.mqtt.outcomes import Close, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_record import WillRecord
@@ -74,7 +72,7 @@ _NOT_CLOSED = Close(None, None)
 _READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
-class MqttConnection(PacketWriter, Subscribing):
+class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
     """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s."""
 
     def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway) -> None:
@@ -426,112 +424,3 @@ class MqttConnection(PacketWriter, Subscribing):
         for topic_filter in session.subscriptions:
             self._start_reader(topic_filter)
         return "SUCCESS"
-
-    # --- PUBLISH from the client ----------------------------------------------------------------
-    async def _on_publishes(self, packets: list[mq.Publish]) -> None:
-        """Store a run of client PUBLISHes, then acknowledge them in order (one request event each; the
-        acknowledgements are queued for the writer together).
-
-        Packets before one that ends the connection are still stored and acknowledged.
-        """
-        session = self.session
-        assert session is not None
-        started = time.perf_counter()
-        inbound: list[Inbound] = []
-        failure: Close | None = None
-        pending_qos2: set[int] = set()
-        if session.unconfirmed:  # after a restart: was a re-sent QoS 2 PUBLISH stored before the crash?
-            for packet in packets:
-                if packet.qos == mq.QoS.EXACTLY_ONCE and packet.packet_id in session.unconfirmed:
-                    await session.confirm_stored(
-                        self.gateway.backend, packet.packet_id, self.client_id, packet.topic, packet.payload
-                    )
-        can_publish = self._can_publish
-        for packet in packets:
-            try:
-                inbound.append(
-                    self.proto.check_publish(packet, session.awaiting_rel, pending_qos2, can_publish)
-                )
-            except Close as close:
-                failure = close
-                break
-        to_store = [item for item in inbound if item.stored]
-        accepted_qos2 = [
-            (i.packet.packet_id, i.topic)
-            for i in to_store
-            if i.packet.qos == mq.QoS.EXACTLY_ONCE and i.packet.packet_id is not None
-        ]
-        if accepted_qos2:
-            await self._expect_pubrel(session, accepted_qos2)
-        if to_store:
-            outcomes = await self.gateway.publisher.publish_many(
-                [
-                    (i.topic, i.packet.payload, int(i.packet.qos), i.packet.retain, i.properties)
-                    for i in to_store
-                ],
-                self.client_id,
-                self.ctx.peer,
-            )
-            await self.gateway.push_hubs.let_woken_run()  # before this run's acks and request events
-            for item, outcome in zip(to_store, outcomes, strict=True):
-                if isinstance(outcome, BackendError):
-                    item.error = str(outcome)
-                    item.reason = (
-                        mq.ReasonCode.QUOTA_EXCEEDED
-                        if isinstance(outcome, (MessageTooLarge, StoreFull))
-                        # several backends and none for this topic (no routing.default)
-                        else mq.ReasonCode.TOPIC_NAME_INVALID
-                        if isinstance(outcome, TopicNotFound)
-                        else mq.ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
-                    )
-        for item in to_store:
-            packet_id = item.packet.packet_id
-            if item.packet.qos == mq.QoS.EXACTLY_ONCE and packet_id is not None:
-                if item.reason.is_error:  # not stored: a re-send is a new attempt
-                    session.awaiting_rel.discard(packet_id)
-                session.rel_marks.pop(packet_id, None)  # stored (or refused): nothing to look for
-        acks: list[bytes] = []  # the run's PUBACKs / PUBRECs, queued for the writer as one write
-        events: list[tuple[str, str | None, bool]] = []  # the run's request events: (status, topic, failed)
-        try:
-            for item in inbound:
-                try:
-                    ack = self.proto.publish_ack(item)
-                except Close:
-                    events.append(("CLOSED", item.topic, True))
-                    raise
-                if ack is not None:
-                    acks.append(self.proto.encode(ack))
-                events.append(("DUPLICATE" if item.duplicate else item.reason.name, item.topic, False))
-            if failure is not None:
-                status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
-                events.append((status, None, True))
-        finally:
-            self._log_publishes(events, started)
-            if acks:
-                await self._send_bytes(acks[0] if len(acks) == 1 else b"".join(acks))
-        if failure is not None:
-            raise failure
-
-    def _log_publishes(self, events: list[tuple[str, str | None, bool]], started: float) -> None:
-        """The request events of a run of PUBLISHes, one per packet as :meth:`_log_request` writes them,
-        reported together (:meth:`.ConnectionContext.request_events`); the run's packets share its
-        latency (stored together, acknowledged together)."""
-        if not events:
-            return
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        client_id = self.client_id or None
-        code = int(mq.PacketType.PUBLISH)
-        self.ctx.request_events(
-            [
-                {
-                    "op": "PUBLISH",
-                    "code": code,
-                    "status": status,
-                    "outcome": "error" if failed or is_error(status) else "ok",
-                    "latency_ms": latency_ms,
-                    "client_id": client_id,
-                    "topic": topic,
-                }
-                for status, topic, failed in events
-            ]
-        )
