@@ -162,13 +162,13 @@ def _one_batch(spark: Any, logs: Path, out: Path, n: int, cache_dir: Path | None
 
 
 def bench_batch(
-    spark: Any, work: Path, n: int, *, peer: bool = False, cache: bool = False
+    spark: Any, work: Path, n: int, *, peer: bool = False, cache: bool = False, repeat: int = 1
 ) -> list[dict[str, Any]]:
     """The batch job over ``n`` events; with ``peer``, then :func:`bench_peer` over the same files.
 
     With ``cache``, the job runs with an input cache directory twice: first with an empty cache
     (``batch-cache-fill``: parses and stages every file), then again over the same files (``batch``:
-    the warm run, reading the staged entries)."""
+    the warm run, reading the staged entries). ``repeat`` runs the (warm) batch that many times."""
     logs = work / f"logs-{n}"
     gen_s = write_corpus(logs, n)
     size = sum(p.stat().st_size for p in logs.iterdir())
@@ -178,7 +178,9 @@ def bench_batch(
     if cache_dir is not None:
         fill = _one_batch(spark, logs, work / f"tables-{n}", n, cache_dir)
         results.append({"bench": "batch-cache-fill"} | head | fill)
-    results.append({"bench": "batch"} | head | _one_batch(spark, logs, work / f"tables-{n}", n, cache_dir))
+    for _ in range(repeat):
+        warm = _one_batch(spark, logs, work / f"tables-{n}", n, cache_dir)
+        results.append({"bench": "batch"} | head | warm)
     if peer:
         results.append(bench_peer(spark, logs, work / f"peer-{n}", n))
     shutil.rmtree(logs)
@@ -285,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache", action="store_true", help="batch with an input cache: a filling run, then the warm run"
     )
+    parser.add_argument("--repeat", type=int, default=1, help="warm batch runs per size (default: 1)")
     parser.add_argument(
         "--profile", action="store_true", help="Spark event log: print each action's time and stages"
     )
@@ -323,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(warm | {"bench": f"{warm['bench']}-warmup"}), flush=True)
         for n in args.events or [1_000_000]:
             measured_after = time.time() * 1000
-            for result in bench_batch(spark, work, n, peer=args.peer, cache=args.cache):
+            for result in bench_batch(spark, work, n, peer=args.peer, cache=args.cache, repeat=args.repeat):
                 print(json.dumps(result), flush=True)
             if args.profile:
                 print_profile(work / "eventlog", measured_after)
