@@ -15,8 +15,10 @@ Re-running over a new day of logs replaces only the partitions (days) present in
 (dynamic partition overwrite); other days stay.
 
 The JSON lines are parsed once: :func:`stage_events` narrows the parsed rows to the fields the tables
-read plus the quarantine columns, and that frame is cached for every table. The first action (the
-quarantine write) builds the cache and counts rows and malformed lines by reason in the same pass
+read plus the quarantine columns, and that frame is cached for every table. With an input cache
+directory (:mod:`mqproxy.spark_etl.input_cache`) the staged rows of each file are kept as Parquet
+across runs instead, and every table reads its columns from there (no in-memory copy). The first
+action (the quarantine write) builds the cache and counts rows and malformed lines by reason in the same pass
 (an ``Observation``); each table's row count is an observation on its own write. Each action runs
 under a job description ``mqproxy-etl batch: NAME`` (Spark UI, event log).
 
@@ -226,7 +228,9 @@ def run_batch(
         )
     else:
         source = stage_events(read_raw(spark, input_path))
-    staged = source.cache()
+    # From the input cache the staged rows are already columnar: each table reads only its columns
+    # from Parquet, which costs less than building an in-memory copy of all of them first.
+    staged = source if cache_stats is not None else source.cache()
     try:
         context.setJobDescription(f"mqproxy-etl batch: {QUARANTINE}")
         seen = Observation(QUARANTINE)
