@@ -6,7 +6,9 @@
   Each run also prints the driver JVM's CPU seconds (``/proc``), GC and JIT time, CPU seconds by
   thread kind (task threads, JIT compiler threads, GC/VM threads, other) and the load average.
   ``--peer`` then times a bare read of the same files (same schema), a count and one Parquet write:
-  the floor for any job over them. ``--profile`` turns on Spark's event log and prints, per action
+  the floor for any job over them. ``--cache`` gives the job an input cache directory: a filling
+  run (``batch-cache-fill``) parses and stages every file, then the warm run(s) (``batch``; ``--repeat
+  N`` of them) reuse it. ``--profile`` turns on Spark's event log and prints, per action
   (the batch labels each with a job description), wall time, summed task run and CPU time, and stages.
 * stream: end-to-end delay from a log file being renamed into the input directory to the minute it
   closes appearing in the Parquet rollup (its ``_spark_metadata`` commit, i.e. visible to readers).
@@ -18,6 +20,7 @@ Usage::
     .venv/bin/python bench/etl.py --events 1000000 --events 10000000
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 10
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --profile
+    .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --cache --repeat 3
     .venv/bin/python bench/etl.py --stream-files 0 --java-opts=-XX:+UseParallelGC --conf spark.x=y
 
 Prints one JSON object per measurement on stdout.
