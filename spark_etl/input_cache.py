@@ -15,7 +15,7 @@ Contract:
   staged again (and its old entry replaced). A file that grows while it is being staged records
   its earlier size, so the next run stages it again: nothing appended is ever missed.
 * Files are listed as Spark lists them (directories recursively; names starting with ``.`` or ``_``
-  are skipped, as Spark's file index skips them).
+  (unless holding ``=``) and ending in ``._COPYING_`` are skipped, as Spark's file index skips them).
 * Entries are written under a temporary name and renamed into place, so a crashed run leaves no
   half-written entry that a later run would trust. The key also covers :data:`CACHE_VERSION` and the
   staged schema, so a change of what is staged never reuses an older entry.
@@ -81,8 +81,11 @@ class CacheStats:
 
 
 def cacheable(input_path: str) -> bool:
-    """Whether ``input_path`` is local (plain path or ``file:`` URI), the only kind cached."""
-    return "://" not in input_path or input_path.startswith("file:")
+    """Whether ``input_path`` is an existing local file or directory (plain path or ``file:`` URI),
+    the only kind cached; a glob pattern or a remote URI is read by Spark as before."""
+    if "://" in input_path and not input_path.startswith("file:"):
+        return False
+    return _local(input_path).exists()
 
 
 def _local(input_path: str) -> Path:
@@ -96,9 +99,14 @@ def list_input_files(input_path: str) -> list[Path]:
         return [root]
     found: list[Path] = []
     for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        found.extend(Path(directory, f) for f in files if not f.startswith((".", "_")))
+        dirs[:] = sorted(d for d in dirs if not _hidden(d))
+        found.extend(Path(directory, f) for f in files if not _hidden(f))
     return sorted(found)
+
+
+def _hidden(name: str) -> bool:
+    """Names Spark's file index skips (``InMemoryFileIndex.shouldFilterOutPathName``)."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
 
 
 def _entry_dir(cache_dir: Path, path: Path, schema_json: str) -> Path:

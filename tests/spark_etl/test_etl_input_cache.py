@@ -12,7 +12,7 @@ import pytest
 
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import QUARANTINE, TABLES, run_batch
-from mqproxy.spark_etl.input_cache import list_input_files
+from mqproxy.spark_etl.input_cache import cacheable, list_input_files
 
 pytestmark = pytest.mark.spark
 
@@ -27,11 +27,30 @@ def _quarantine(spark: Any, directory: Path) -> list[tuple[Any, ...]]:
 
 
 def test_list_input_files_skips_hidden_names_as_spark_does(tmp_path: Path) -> None:
-    for name in ("a.log", "sub/b.log", ".hidden", "_SUCCESS", "_tmp/c.log", ".git/d.log"):
+    names = (
+        "a.log",
+        "sub/b.log",
+        ".hidden",
+        "_SUCCESS",
+        "_tmp/c.log",
+        ".git/d.log",
+        "_d=1/e.log",
+        "f._COPYING_",
+    )
+    for name in names:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"")
-    assert list_input_files(str(tmp_path)) == [tmp_path / "a.log", tmp_path / "sub" / "b.log"]
+    expected = [tmp_path / "_d=1" / "e.log", tmp_path / "a.log", tmp_path / "sub" / "b.log"]
+    assert list_input_files(str(tmp_path)) == expected
     assert list_input_files(f"file:{tmp_path / 'a.log'}") == [tmp_path / "a.log"]
+
+
+def test_only_existing_local_inputs_are_cached(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_bytes(b"")
+    assert cacheable(str(tmp_path))
+    assert cacheable(f"file://{tmp_path / 'a.log'}")
+    assert not cacheable(str(tmp_path / "*.log")), "a glob is left to Spark"
+    assert not cacheable("hdfs://namenode/logs")
 
 
 def test_cached_runs_write_the_same_tables_and_reuse_unchanged_files(
