@@ -6,7 +6,9 @@
   Each run also prints the driver JVM's CPU seconds (``/proc``), GC and JIT time, CPU seconds by
   thread kind (task threads, JIT compiler threads, GC/VM threads, other) and the load average.
   ``--peer`` then times a bare read of the same files (same schema), a count and one Parquet write:
-  the floor for any job over them. ``--profile`` turns on Spark's event log and prints, per action
+  the floor for any job over them. ``--cache`` gives the job an input cache directory: a filling
+  run (``batch-cache-fill``) parses and stages every file, then the warm run(s) (``batch``; ``--repeat
+  N`` of them) reuse it. ``--profile`` turns on Spark's event log and prints, per action
   (the batch labels each with a job description), wall time, summed task run and CPU time, and stages.
 * stream: end-to-end delay from a log file being renamed into the input directory to the minute it
   closes appearing in the Parquet rollup (its ``_spark_metadata`` commit, i.e. visible to readers).
@@ -18,6 +20,7 @@ Usage::
     .venv/bin/python bench/etl.py --events 1000000 --events 10000000
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 10
     .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --profile
+    .venv/bin/python bench/etl.py --events 1000000 --stream-files 0 --peer --cache --repeat 3
     .venv/bin/python bench/etl.py --stream-files 0 --java-opts=-XX:+UseParallelGC --conf spark.x=y
 
 Prints one JSON object per measurement on stdout.
@@ -151,25 +154,41 @@ def bench_peer(spark: Any, logs: Path, out: Path, n: int) -> dict[str, Any]:
     return {"bench": "batch-peer", "events": n} | _timed(spark, n, started, cpu, gc_jit, threads)
 
 
-def bench_batch(spark: Any, work: Path, n: int, *, peer: bool = False) -> list[dict[str, Any]]:
-    """The batch job over ``n`` events; with ``peer``, then :func:`bench_peer` over the same files."""
-    logs = work / f"logs-{n}"
-    gen_s = write_corpus(logs, n)
-    size = sum(p.stat().st_size for p in logs.iterdir())
+def _one_batch(spark: Any, logs: Path, out: Path, n: int, cache_dir: Path | None) -> dict[str, Any]:
     started, cpu, gc_jit = time.perf_counter(), jvm_cpu_s(spark), jvm_gc_jit_s(spark)
     threads = jvm_thread_cpu_s(spark)
-    summary = run_batch(spark, str(logs), str(work / f"tables-{n}"))
+    summary = run_batch(spark, str(logs), str(out), cache_dir=None if cache_dir is None else str(cache_dir))
     timed = _timed(spark, n, started, cpu, gc_jit, threads)
     if summary.valid_events != n:
         raise RuntimeError(f"expected {n} events, the job counted {summary.valid_events}")
-    results = [
-        {"bench": "batch", "events": n, "input_mb": round(size / 1e6, 1), "generate_s": round(gen_s, 1)}
-        | timed
-        | {"table_rows": summary.table_rows}
-    ]
+    return timed | {"table_rows": summary.table_rows, "input_cache": summary.input_cache}
+
+
+def bench_batch(
+    spark: Any, work: Path, n: int, *, peer: bool = False, cache: bool = False, repeat: int = 1
+) -> list[dict[str, Any]]:
+    """The batch job over ``n`` events; with ``peer``, then :func:`bench_peer` over the same files.
+
+    With ``cache``, the job runs with an input cache directory twice: first with an empty cache
+    (``batch-cache-fill``: parses and stages every file), then again over the same files (``batch``:
+    the warm run, reading the staged entries). ``repeat`` runs the (warm) batch that many times."""
+    logs = work / f"logs-{n}"
+    gen_s = write_corpus(logs, n)
+    size = sum(p.stat().st_size for p in logs.iterdir())
+    head = {"events": n, "input_mb": round(size / 1e6, 1), "generate_s": round(gen_s, 1)}
+    cache_dir = work / f"cache-{n}" if cache else None
+    results = []
+    if cache_dir is not None:
+        fill = _one_batch(spark, logs, work / f"tables-{n}", n, cache_dir)
+        results.append({"bench": "batch-cache-fill"} | head | fill)
+    for _ in range(repeat):
+        warm = _one_batch(spark, logs, work / f"tables-{n}", n, cache_dir)
+        results.append({"bench": "batch"} | head | warm)
     if peer:
         results.append(bench_peer(spark, logs, work / f"peer-{n}", n))
     shutil.rmtree(logs)
+    if cache_dir is not None:
+        shutil.rmtree(cache_dir)
     return results
 
 
@@ -269,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--peer", action="store_true", help="also time a bare read + count + Parquet write")
     parser.add_argument(
+        "--cache", action="store_true", help="batch with an input cache: a filling run, then the warm run"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="warm batch runs per size (default: 1)")
+    parser.add_argument(
         "--profile", action="store_true", help="Spark event log: print each action's time and stages"
     )
     parser.add_argument(
@@ -302,11 +325,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             json.dumps({"bench": "session", "start_s": round(time.perf_counter() - started, 1)}), flush=True
         )
-        (warm,) = bench_batch(spark, work / "warmup", 2000)
-        print(json.dumps(warm | {"bench": "batch-warmup"}), flush=True)
+        for warm in bench_batch(spark, work / "warmup", 2000, cache=args.cache):
+            print(json.dumps(warm | {"bench": f"{warm['bench']}-warmup"}), flush=True)
         for n in args.events or [1_000_000]:
             measured_after = time.time() * 1000
-            for result in bench_batch(spark, work, n, peer=args.peer):
+            for result in bench_batch(spark, work, n, peer=args.peer, cache=args.cache, repeat=args.repeat):
                 print(json.dumps(result), flush=True)
             if args.profile:
                 print_profile(work / "eventlog", measured_after)

@@ -3,6 +3,7 @@
 Examples::
 
     mqproxy-etl batch  --input /var/log/mqproxy --output /data/mqproxy-etl
+    mqproxy-etl batch  --input /var/log/mqproxy --output /data/mqproxy-etl --cache-dir /data/etl-cache
     mqproxy-etl stream --input /var/log/mqproxy --output /data/etl-live --checkpoint /data/etl-ckpt
     mqproxy-etl report --input /data/mqproxy-etl --output report.html
 
@@ -40,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--top-clients", type=int, default=50, help="clients kept per day (default: %(default)s)"
     )
+    batch.add_argument(
+        "--cache-dir",
+        default=None,
+        help="local directory where each log file is kept parsed (Parquet); later runs reuse it "
+        "for files unchanged since (local inputs only)",
+    )
     common(batch)
 
     stream = sub.add_parser("stream", help="per-protocol/minute rollup over a growing log directory")
@@ -73,7 +80,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "batch":
             from mqproxy.spark_etl.batch import run_batch
 
-            summary = run_batch(spark, args.input, args.output, top_clients=args.top_clients)
+            summary = run_batch(
+                spark, args.input, args.output, top_clients=args.top_clients, cache_dir=args.cache_dir
+            )
             print(json.dumps(asdict(summary), indent=2, ensure_ascii=False))
         elif args.command == "stream":
             from mqproxy.spark_etl.stream import start_stream

@@ -21,13 +21,22 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-__all__ = ["BATCH_JVM_FLAGS", "DEFAULT_MASTER", "FAST_JVM_FLAGS", "build_session", "log4j_config_path"]
+__all__ = [
+    "BATCH_JVM_FLAGS",
+    "CODEGEN_CACHE_ENTRIES",
+    "DEFAULT_MASTER",
+    "FAST_JVM_FLAGS",
+    "build_session",
+    "log4j_config_path",
+]
 
 DEFAULT_MASTER: Final = "local[*]"
 FAST_JVM_FLAGS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Otherwise the throughput collector: a batch allocates fast and keeps its cache for the whole run;
 #: G1's concurrent threads and barriers cost 2-4 CPU-s more per million events (docs/performance.md).
 BATCH_JVM_FLAGS: Final = "-XX:+UseParallelGC"
+CODEGEN_CACHE_ENTRIES: Final = 2000
+"""``spark.sql.codegen.cache.maxEntries``: generated classes kept for reuse across a session's runs."""
 
 
 def log4j_config_path() -> Path:
@@ -81,6 +90,9 @@ def build_session(
         # The batch job's cache is built once and scanned by every table: compressing its columns
         # costs CPU for little (1M events: 317 instead of 237 MB; docs/performance.md, round 4).
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
+        # One batch run generates well over Spark's default 100 classes; evicted ones are generated
+        # and JIT-compiled again on every run (docs/performance.md, round 5). Static: session start only.
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     cores = _local_parallelism(master)
     partitions: int | None = shuffle_partitions

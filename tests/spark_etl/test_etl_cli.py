@@ -74,3 +74,21 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert exc.value.code == 2
     assert main(["batch", "--input", "x", "--output", "y", "--top-clients", "0"]) == 2
     assert "--top-clients" in capsys.readouterr().err
+
+
+def test_batch_cache_dir_is_filled_then_reused(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "proxy.log"
+    events = list(synthetic.iter_events(20, synthetic.CorpusOptions(span=timedelta(minutes=2), seed=5)))
+    synthetic.write_jsonl(log, events)
+    argv = ["batch", "--input", str(log), "--output", str(tmp_path / "t"), "--master", "local[2]"]
+    argv += ["--cache-dir", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert first["input_cache"] == {"reused": 0, "staged": 1, "rows_staged": len(events)}
+    assert second["input_cache"] == {"reused": 1, "staged": 0, "rows_staged": 0}
+    assert first["table_rows"] == second["table_rows"]
+    assert any((tmp_path / "cache").iterdir())
