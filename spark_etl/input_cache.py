@@ -19,8 +19,10 @@ Contract:
 * Entries are written under a temporary name and renamed into place, so a crashed run leaves no
   half-written entry that a later run would trust. The key also covers :data:`CACHE_VERSION` and the
   staged schema, so a change of what is staged never reuses an older entry.
-* Only local paths (plain or ``file:``) are cached; entries of files no longer in the input stay
-  (several inputs may share one cache directory) until the directory is removed.
+* Only local paths (plain or ``file:``) are cached. Each run removes (:func:`prune`) the entries
+  whose input file no longer exists (no run can reuse them) and the temporary directories a crashed
+  run left more than :data:`STALE_TEMP_S` ago; entries of files that still exist stay, even when they
+  are not in this run's input, since several inputs may share one cache directory.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,11 +48,15 @@ __all__ = [
     "FileStamp",
     "cacheable",
     "list_input_files",
+    "prune",
     "staged_input",
 ]
 
 CACHE_VERSION: Final = 1
 """Bump when what an entry holds changes in a way the staged schema does not show."""
+
+STALE_TEMP_S: Final = 3600.0
+"""Age after which a temporary entry directory (``.tmp-*``, ``.old-*``) is a crashed run's leftover."""
 
 _SOURCE: Final = "source.json"
 _DATA: Final = "data"
@@ -78,6 +85,7 @@ class CacheStats:
     reused: int
     staged: int
     rows_staged: int
+    pruned: int = 0
 
 
 def cacheable(input_path: str) -> bool:
@@ -122,6 +130,29 @@ def _read_stamp(entry: Path) -> tuple[FileStamp, int] | None:
         return None
 
 
+def prune(cache_dir: Path, *, now: float | None = None) -> int:
+    """Remove the entries of ``cache_dir`` whose input file is gone, and temporary directories older
+    than :data:`STALE_TEMP_S` (by modification time); returns how many directories were removed. An
+    entry without a readable stamp is left alone (it is replaced when its file is staged again)."""
+    now = time.time() if now is None else now
+    removed = 0
+    for entry in cache_dir.iterdir():
+        if not entry.is_dir():
+            continue
+        if entry.name.startswith((".tmp-", ".old-")):
+            try:
+                stale = now - entry.stat().st_mtime > STALE_TEMP_S
+            except OSError:
+                continue
+        else:
+            known = _read_stamp(entry)
+            stale = known is not None and not os.path.exists(known[0].path)
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def _stage_file(
     spark: SparkSession,
     stamp: FileStamp,
@@ -163,6 +194,7 @@ def staged_input(
     """
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
+    pruned = prune(cache)
     empty = schema_of(spark)
     schema_json = empty.schema.json()
     files = list_input_files(input_path)
@@ -185,7 +217,9 @@ def staged_input(
         for (_, entry), rows in zip(todo, counts, strict=True):
             datasets[entry] = rows
         rows_staged = sum(counts)
-    stats = CacheStats(reused=len(files) - len(todo), staged=len(todo), rows_staged=rows_staged)
+    stats = CacheStats(
+        reused=len(files) - len(todo), staged=len(todo), rows_staged=rows_staged, pruned=pruned
+    )
     paths: Sequence[str] = [str(entry / _DATA) for entry, rows in sorted(datasets.items()) if rows]
     if not paths:
         return empty, stats

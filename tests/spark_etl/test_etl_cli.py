@@ -88,7 +88,7 @@ def test_batch_cache_dir_is_filled_then_reused(
     first = json.loads(capsys.readouterr().out)
     assert main(argv) == 0
     second = json.loads(capsys.readouterr().out)
-    assert first["input_cache"] == {"reused": 0, "staged": 1, "rows_staged": len(events)}
-    assert second["input_cache"] == {"reused": 1, "staged": 0, "rows_staged": 0}
+    assert first["input_cache"] == {"reused": 0, "staged": 1, "rows_staged": len(events), "pruned": 0}
+    assert second["input_cache"] == {"reused": 1, "staged": 0, "rows_staged": 0, "pruned": 0}
     assert first["table_rows"] == second["table_rows"]
     assert any((tmp_path / "cache").iterdir())

@@ -3,6 +3,8 @@ re-staging of files that grew or were rewritten."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 
 from mqproxy.spark_etl import synthetic
 from mqproxy.spark_etl.batch import QUARANTINE, TABLES, run_batch
-from mqproxy.spark_etl.input_cache import cacheable, list_input_files
+from mqproxy.spark_etl.input_cache import STALE_TEMP_S, FileStamp, cacheable, list_input_files, prune
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +55,37 @@ def test_only_existing_local_inputs_are_cached(tmp_path: Path) -> None:
     assert not cacheable("hdfs://namenode/logs")
 
 
+def _entry(cache: Path, name: str, source: Path) -> Path:
+    """A cache entry as staging leaves it (stamp and data folder), for ``source``."""
+    entry = cache / name
+    (entry / "data").mkdir(parents=True)
+    stamp = FileStamp(str(source), 1, 2, 3, 4)
+    doc = {"version": 1, "file": dataclasses.asdict(stamp), "rows": 1}
+    (entry / "source.json").write_text(json.dumps(doc), encoding="utf-8")
+    return entry
+
+
+def test_prune_removes_entries_of_vanished_files_and_stale_temporaries(tmp_path: Path) -> None:
+    logs, cache = tmp_path / "logs", tmp_path / "cache"
+    logs.mkdir()
+    (logs / "kept.log").write_bytes(b"{}\n")
+    kept = _entry(cache, "a" * 32, logs / "kept.log")
+    gone = _entry(cache, "b" * 32, logs / "gone.log")
+    unreadable = cache / ("c" * 32)
+    unreadable.mkdir()
+    fresh_tmp = cache / ".tmp-x-1"
+    old_tmp = cache / ".old-y-2"
+    fresh_tmp.mkdir()
+    old_tmp.mkdir()
+    now = old_tmp.stat().st_mtime + STALE_TEMP_S / 2
+    os.utime(old_tmp, (now - STALE_TEMP_S - 1, now - STALE_TEMP_S - 1))
+    assert prune(cache, now=now) == 2
+    assert sorted(p.name for p in cache.iterdir()) == sorted([kept.name, unreadable.name, fresh_tmp.name])
+    assert not gone.exists()
+    assert not old_tmp.exists()
+    assert prune(cache, now=now) == 0, "nothing more to remove"
+
+
 def test_cached_runs_write_the_same_tables_and_reuse_unchanged_files(
     spark: Any, batch_run: Any, tmp_path: Path
 ) -> None:
@@ -64,8 +97,9 @@ def test_cached_runs_write_the_same_tables_and_reuse_unchanged_files(
         spark, str(batch_run.logs), str(tmp_path / "second"), top_clients=5, cache_dir=str(cache)
     )
     files = len(list_input_files(str(batch_run.logs)))
-    assert first.input_cache == {"reused": 0, "staged": files, "rows_staged": batch_run.summary.input_rows}
-    assert second.input_cache == {"reused": files, "staged": 0, "rows_staged": 0}
+    rows = batch_run.summary.input_rows
+    assert first.input_cache == {"reused": 0, "staged": files, "rows_staged": rows, "pruned": 0}
+    assert second.input_cache == {"reused": files, "staged": 0, "rows_staged": 0, "pruned": 0}
     for summary in (first, second):
         assert summary.input_rows == batch_run.summary.input_rows
         assert summary.malformed_by_reason == batch_run.summary.malformed_by_reason
@@ -117,4 +151,5 @@ def test_a_grown_or_rewritten_file_is_staged_again(spark: Any, batch_run: Any, t
     shrunk = run_batch(spark, str(logs), str(tmp_path / "t3"), cache_dir=cache)
     assert shrunk.input_cache is not None
     assert (shrunk.input_cache["reused"], shrunk.input_cache["staged"]) == (files, 0)
+    assert shrunk.input_cache["pruned"] == 1, "the gone file's entry is removed"
     assert shrunk.input_rows == uncached.input_rows - 1
