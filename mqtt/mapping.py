@@ -159,11 +159,38 @@ def encode_properties(
     return out
 
 
+#: Decoded attributes of messages without MQTT 5 properties, by (topic, QoS, client id, retain, default
+#: QoS) as stored: a fan-in's messages repeat a few such combinations (the values are immutable, so they
+#: are shared). Emptied when full.
+_DECODED: dict[tuple[str, str | None, str, str | None, int], MqttAttributes] = {}
+_DECODED_MAX = 4096
+
+
 def decode_properties(properties: Mapping[str, str], default_qos: int = 1) -> MqttAttributes | None:
-    """The MQTT view of a stored message; None if it has no MQTT topic (not meant for MQTT)."""
+    """The MQTT view of a stored message; None if it has no MQTT topic (not meant for MQTT). Equal
+    properties give equal (possibly the same, immutable) attributes."""
     topic = properties.get(PROPERTY_MQTT_TOPIC)
     if not topic:
         return None
+    if PROPERTY_MQTT5 not in properties:
+        key = (
+            topic,
+            properties.get(PROPERTY_MQTT_QOS),
+            properties.get(PROPERTY_MQTT_CLIENT, ""),
+            properties.get(PROPERTY_MQTT_RETAIN),
+            default_qos,
+        )
+        found = _DECODED.get(key)
+        if found is None:
+            found = _decode(properties, topic, default_qos)
+            if len(_DECODED) >= _DECODED_MAX:
+                _DECODED.clear()
+            _DECODED[key] = found
+        return found
+    return _decode(properties, topic, default_qos)
+
+
+def _decode(properties: Mapping[str, str], topic: str, default_qos: int) -> MqttAttributes:
     try:
         qos = min(max(int(properties.get(PROPERTY_MQTT_QOS, default_qos)), 0), 2)
     except ValueError:

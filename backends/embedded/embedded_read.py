@@ -21,10 +21,12 @@ from mqproxy.backends.embedded.record_wire import compact_to_v1, ipv4_bytes
 from mqproxy.backends.embedded.records import MessageRecord, decode_stored
 from mqproxy.codecs.message_record import RecordError, encode_record
 from mqproxy.model.errors import StoreUnavailable
-from mqproxy.model.topics import TopicTable, is_lmq, validate_topic
+from mqproxy.model.topics import LMQ_QUEUE_ID, TopicTable, is_lmq, validate_topic
 from mqproxy.model.types import (
     PROPERTY_TAGS,
     ConsumerOffset,
+    PullResult,
+    PullStatus,
     StoredMessage,
     TagFilter,
     TopicConfig,
@@ -43,8 +45,39 @@ def _handed_off(stored: StoredMessage, queue_offset: int, topic: str) -> bytes |
         return None
 
 
+def _within(
+    messages: list[StoredMessage], at: int, max_count: int, max_bytes: int
+) -> tuple[StoredMessage, ...]:
+    """Up to ``max_count`` of ``messages`` from ``at``, stopping before ``max_bytes`` as a scan does (at
+    least one)."""
+    found = messages[at : at + max_count]
+    size = 0
+    for count, message in enumerate(found):
+        size += message.store_size
+        if count and size > max_bytes:
+            return tuple(found[:count])
+    return tuple(found)
+
+
 class EmbeddedReading(EmbeddedWriting):
     """Pulls, ``get_message``, ``wait_for_message``, queue bounds, consumer offsets, key lookups."""
+
+    def pull_now(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
+        """:meth:`~mqproxy.backends.embedded.store_base.StoreBase.pull_now`; inside a write's notify, an
+        LMQ pull of what that write just handed off (every message from ``offset`` to the queue's end, one
+        per offset) is answered from the write's own messages, without the index entries and hand-off
+        look-ups: the same answer (the queue's bounds are read as a pull reads them)."""
+        run = self._written.get(topic) if queue_id == LMQ_QUEUE_ID else None
+        if run is not None:
+            first, messages = run
+            qid, min_offset, max_offset = self._bounds(topic, queue_id)
+            at = offset - first
+            if qid is not None and 0 <= at < len(messages) and first + len(messages) == max_offset:
+                if min_offset <= offset:
+                    found = _within(messages, at, max(max_count, 1), 4 * 1024 * 1024)
+                    self._handoff.served += len(found)
+                    return PullResult(PullStatus.FOUND, found, offset + len(found), min_offset, max_offset)
+        return super().pull_now(topic, queue_id, offset, max_count)
 
     def _pull_source(self, topic: str, queue_id: int) -> tuple[int, int, PullScan]:
         qid, min_offset, max_offset = self._bounds(topic, queue_id)

@@ -50,6 +50,11 @@ _Planned = tuple[
 ]
 #: The queue ids of a dispatch list (in its order) and their ``cqd`` keys, found once per append.
 _LmqIds = tuple[tuple[int, ...], tuple[bytes, ...]]
+#: An LMQ's run of handed-off messages in one append: its first LMQ offset and the messages from there
+#: (consecutive offsets; None once a gap was seen).
+_Run = tuple[int, list[StoredMessage]]
+_NO_RUNS: dict[str, _Run | None] = {}
+_NO_RUN: _Run = (-1, [])  # a sentinel: no run yet  # never mutated: the value outside a write's notify
 
 
 class EmbeddedWriting(EmbeddedRecovery):
@@ -57,6 +62,10 @@ class EmbeddedWriting(EmbeddedRecovery):
 
     # Re-declared for mypy, which sees the layer below as Any (mqproxy is an editable install).
     _next_qid: int
+    #: While a write notifies its readers: each LMQ's run of the messages it handed off (by LMQ name), for
+    #: :meth:`~mqproxy.backends.embedded.embedded_read.EmbeddedReading.pull_now` to answer from without
+    #: the index. Empty otherwise.
+    _written: dict[str, _Run | None] = _NO_RUNS
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         self._check_writable()
@@ -146,6 +155,7 @@ class EmbeddedWriting(EmbeddedRecovery):
             answers: list[tuple[list[SendResult], int] | BaseException] = []
             end = self._log.end
             handoff: list[StoredMessage] = []
+            runs: dict[str, _Run | None] = {}
             pack_offset = offset_prefix
             store_host = self._store_host
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
@@ -157,25 +167,37 @@ class EmbeddedWriting(EmbeddedRecovery):
                     clo, size = next(positions)
                     if fresh is not None:
                         message, properties, body = fresh  # what a decode of the record would give
-                        handoff.append(
-                            stored_message(
-                                topic,
-                                queue_id,
-                                queue_offset,
-                                clo,
-                                size,
-                                body,
-                                message.flag,
-                                properties,
-                                message.sys_flag,
-                                message.born_timestamp_ms,
-                                message.born_host,
-                                store_ts,
-                                store_host,
-                                message.reconsume_times,
-                                body_crc(body),
-                            )
+                        handed = stored_message(
+                            topic,
+                            queue_id,
+                            queue_offset,
+                            clo,
+                            size,
+                            body,
+                            message.flag,
+                            properties,
+                            message.sys_flag,
+                            message.born_timestamp_ms,
+                            message.born_host,
+                            store_ts,
+                            store_host,
+                            message.reconsume_times,
+                            body_crc(body),
                         )
+                        handoff.append(handed)
+                        for name, loff in lmq_map.items():
+                            run = runs.get(name, _NO_RUN)
+                            if run is _NO_RUN:
+                                runs[name] = (loff, [handed])
+                            elif run is not None:
+                                if run[0] + len(run[1]) == loff:
+                                    run[1].append(handed)
+                                else:
+                                    runs[name] = None  # not consecutive: pulls read the index
+                    elif lmq_map and runs:
+                        for name in lmq_map:
+                            if name in runs:
+                                runs[name] = None  # a message of the run was not handed off
                     tail = row_tail(clo, size, code, store_ts)  # the same for the queue and its LMQs
                     rows.append((key, pack_offset(queue_offset) + tail))
                     if message_keys:
@@ -211,8 +233,12 @@ class EmbeddedWriting(EmbeddedRecovery):
         for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
             if not isinstance(plan, Exception):
                 notify((topic, queue_id))
-        for name in lmq_qids:
-            notify((name, LMQ_QUEUE_ID))
+        self._written = runs
+        try:
+            for name in lmq_qids:
+                notify((name, LMQ_QUEUE_ID))
+        finally:
+            self._written = _NO_RUNS
         return answers
 
     def _encode(

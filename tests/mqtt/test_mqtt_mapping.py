@@ -5,10 +5,12 @@ from hypothesis import strategies as st
 
 from mqproxy.codecs.mqtt import NO_PROPERTIES, Properties
 from mqproxy.model.topics import validate_lmq
+from mqproxy.mqtt import mapping
 from mqproxy.mqtt.mapping import (
     FALLBACK_PARENT_TOPIC,
     PROPERTY_MQTT_TOPIC,
     RETAINED_LMQ,
+    MqttAttributes,
     decode_properties,
     encode_properties,
     lmq_name,
@@ -86,3 +88,28 @@ def test_foreign_messages() -> None:
     attrs = decode_properties({PROPERTY_MQTT_TOPIC: "a/b", "MQTT_QOS": "9"})
     assert attrs is not None
     assert attrs.qos == 2
+
+
+def test_decoded_attributes_are_shared_for_equal_properties_and_bounded() -> None:
+    stored = encode_properties("a/b", 1, "c1", False, NO_PROPERTIES)
+    first = decode_properties(dict(stored))
+    assert first is not None
+    assert decode_properties(dict(stored)) is first  # remembered: no second decode
+    retained = decode_properties({**stored, "MQTT_RETAIN": "1"})
+    assert retained is not None
+    assert retained.retain
+    assert retained is not first
+    other = decode_properties({**stored, "MQTT_CLIENT_ID": "c2"})
+    assert other is not None
+    assert other.client_id == "c2"
+    no_qos = {k: v for k, v in stored.items() if k != "MQTT_QOS"}
+    assert decode_properties(no_qos, default_qos=0) == MqttAttributes("a/b", 0, "c1", False, NO_PROPERTIES)
+    assert decode_properties(no_qos, default_qos=2) == MqttAttributes("a/b", 2, "c1", False, NO_PROPERTIES)
+    for i in range(mapping._DECODED_MAX + 10):  # a flood of distinct topics does not grow it past its cap
+        decode_properties({**stored, "MQTT_TOPIC": f"t/{i}"})
+    assert len(mapping._DECODED) <= mapping._DECODED_MAX
+    v5 = encode_properties("a/b", 1, "c1", False, Properties(content_type="text/plain"))
+    decoded = decode_properties(v5)
+    assert decoded is not None
+    assert decoded.properties.content_type == "text/plain"
+    assert decode_properties(v5) is not decoded  # MQTT 5 properties are decoded each time
