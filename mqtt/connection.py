@@ -73,7 +73,42 @@ _READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceErro
 
 
 class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
-    """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s."""
+    """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s.
+
+    Slotted (no ``__dict__``, ~300 B less per connection): the slots of its mixins' attributes are declared
+    here, the mixins declaring none (only one base of a class may have a slotted layout)."""
+
+    # Its own attributes, PacketWriter's (set by _open_writer) and Subscribing's (_subacks).
+    __slots__ = (
+        "_broken",
+        "_can_publish",
+        "_can_subscribe",
+        "_closed",
+        "_deferred",
+        "_detached",
+        "_direct",
+        "_held",
+        "_is_detached",
+        "_kicked",
+        "_limit",
+        "_nursery",
+        "_outbox",
+        "_queued",
+        "_read_scope",
+        "_readers",
+        "_room",
+        "_subacks",
+        "_writing",
+        "config",
+        "ctx",
+        "gateway",
+        "proto",
+        "read_deadline",
+        "session",
+        "stream",
+        "wheel_due",
+        "wheel_slot",
+    )
 
     def __init__(self, stream: trio.abc.Stream, ctx: ConnectionContext, gateway: Gateway) -> None:
         self.stream = stream
@@ -98,6 +133,7 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
         #: This connection's topic permissions, set when its CONNECT is admitted.
         self._can_publish: Permission = gateway.auth.can_publish
         self._can_subscribe: Permission = gateway.auth.can_subscribe
+        self._subacks: list[bytes] | None = None
 
     @property
     def client_id(self) -> str:

@@ -15,6 +15,8 @@ once a write was cut short or failed nothing more goes to the socket.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
 from mqproxy.codecs.mqtt import Packet, ReasonCode
@@ -30,7 +32,11 @@ _COALESCE = 256
 
 
 class PacketWriter:
-    """The outbox of a connection; :meth:`kick` and ``_nursery`` are the connection's."""
+    """The outbox of a connection; :meth:`kick` and ``_nursery`` are the connection's, and so are the slots
+    of the attributes set by :meth:`_open_writer` (a mixin of a slotted class declares none itself)."""
+
+    if not TYPE_CHECKING:  # no slots of its own: the connection declares them (unseen by mypy, which would
+        __slots__ = ()  # check this mixin's assignments against an empty list)
 
     stream: trio.abc.Stream
     config: MqttConfig
