@@ -42,6 +42,8 @@ class PacketWriter:
     config: MqttConfig
     proto: MqttProtocol
     _nursery: TaskHost | None
+    #: The socket the connection's reader waits on without a cancel scope (see :meth:`_write_nowait`).
+    _waiting_on: trio.socket.SocketType | None
 
     def _open_writer(self, stream: trio.abc.Stream, config: MqttConfig) -> None:
         self._outbox: list[bytes] = []
@@ -149,6 +151,12 @@ class PacketWriter:
                 self._queued -= 1
                 return False
             self._writing = True
+            if self._waiting_on is not None:
+                # The reader waits on the socket without a cancel scope, to be woken by notify_closing, which
+                # would wake this writer's wait too: wake it now, before the writer waits, so that it waits
+                # under a cancel scope while a writer task runs (the connection's _read_packets).
+                sock, self._waiting_on = self._waiting_on, None
+                trio.lowlevel.notify_closing(sock)
             nursery.start_soon(self._writer)
         return True
 
