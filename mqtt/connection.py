@@ -353,7 +353,7 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
                     self._read_scope = None
             if scope.cancelled_caught:
                 return
-            del data  # not kept alive by an idle connection's wait
+            del data, scope  # not kept alive by an idle connection's wait
 
     async def _handle_read(
         self, data: bytes | bytearray | None, receive_some: Callable[[int], Awaitable[bytes | bytearray]]
