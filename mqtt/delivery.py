@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import trio
@@ -55,7 +55,10 @@ class ReaderHandle(Protocol):
 class Deliveries:
     """Subscription readers and the in-flight window of one connection (see the module docstring).
 
-    The connection provides the attributes declared here and the write primitives."""
+    The connection provides the attributes declared here (its ``__slots__``) and the write primitives."""
+
+    if not TYPE_CHECKING:  # no slots of its own: the connection declares them (unseen by mypy, which would
+        __slots__ = ()  # check this mixin's assignments against an empty list)
 
     proto: MqttProtocol
     gateway: Gateway

@@ -11,6 +11,7 @@ run's PUBACKs / PUBRECs in one write and its request events reported together (o
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import BackendError, MessageTooLarge, StoreFull, TopicNotFound
@@ -21,7 +22,10 @@ __all__ = ["InboundPublishes"]
 
 
 class InboundPublishes(Deliveries):
-    """The PUBLISH handler (the connection provides ``_can_publish``)."""
+    """The PUBLISH handler (the connection provides ``_can_publish`` and the slots)."""
+
+    if not TYPE_CHECKING:  # no slots of its own: the connection declares them (unseen by mypy, which would
+        __slots__ = ()  # check this mixin's assignments against an empty list)
 
     _can_publish: Permission
 

@@ -11,6 +11,8 @@ SUBACKs of one read's SUBSCRIBEs are written together, once the read's last SUBS
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mqproxy.codecs import mqtt as mq
 from mqproxy.mqtt.delivery import Deliveries
 from mqproxy.mqtt.gateway import now_ms
@@ -20,13 +22,16 @@ __all__ = ["Subscribing"]
 
 
 class Subscribing(Deliveries):
-    """The SUBSCRIBE / UNSUBSCRIBE handlers (the connection provides ``_can_subscribe``)."""
+    """The SUBSCRIBE / UNSUBSCRIBE handlers (the connection provides ``_can_subscribe`` and the slots)."""
 
+    if not TYPE_CHECKING:  # no slots of its own: the connection declares them (unseen by mypy, which would
+        __slots__ = ()  # check this mixin's assignments against an empty list)
     _can_subscribe: Permission
     #: SUBACKs not written yet: those of one read's SUBSCRIBEs leave together (one write), before any
     #: other answer of the connection's (the read loop flushes them), after the PUBLISHes of the new
-    #: subscriptions the hubs may have sent meanwhile (which MQTT allows). Made by the first SUBSCRIBE.
-    _subacks: list[bytes] | None = None
+    #: subscriptions the hubs may have sent meanwhile (which MQTT allows). Made by the first SUBSCRIBE
+    #: (None until then; the connection sets it).
+    _subacks: list[bytes] | None
 
     async def _on_subscribe(self, packet: mq.Subscribe) -> tuple[str, str | None]:
         session = self.session

@@ -15,6 +15,8 @@ once a write was cut short or failed nothing more goes to the socket.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
 from mqproxy.codecs.mqtt import Packet, ReasonCode
@@ -30,12 +32,18 @@ _COALESCE = 256
 
 
 class PacketWriter:
-    """The outbox of a connection; :meth:`kick` and ``_nursery`` are the connection's."""
+    """The outbox of a connection; :meth:`kick` and ``_nursery`` are the connection's, and so are the slots
+    of the attributes set by :meth:`_open_writer` (a mixin of a slotted class declares none itself)."""
+
+    if not TYPE_CHECKING:  # no slots of its own: the connection declares them (unseen by mypy, which would
+        __slots__ = ()  # check this mixin's assignments against an empty list)
 
     stream: trio.abc.Stream
     config: MqttConfig
     proto: MqttProtocol
     _nursery: TaskHost | None
+    #: The socket the connection's reader waits on without a cancel scope (see :meth:`_write_nowait`).
+    _waiting_on: trio.socket.SocketType | None
 
     def _open_writer(self, stream: trio.abc.Stream, config: MqttConfig) -> None:
         self._outbox: list[bytes] = []
@@ -143,6 +151,12 @@ class PacketWriter:
                 self._queued -= 1
                 return False
             self._writing = True
+            if self._waiting_on is not None:
+                # The reader waits on the socket without a cancel scope, to be woken by notify_closing, which
+                # would wake this writer's wait too: wake it now, before the writer waits, so that it waits
+                # under a cancel scope while a writer task runs (the connection's _read_packets).
+                sock, self._waiting_on = self._waiting_on, None
+                trio.lowlevel.notify_closing(sock)
             nursery.start_soon(self._writer)
         return True
 
