@@ -31,7 +31,6 @@ sent a normal DISCONNECT.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 
@@ -40,9 +39,7 @@ import trio
 from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import (
     BackendError,
-    StoreUnavailable,
 )
-from mqproxy.mqtt.config import NEVER_EXPIRES
 from mqproxy.mqtt.delivery import ReaderHandle
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.inbound_publishes import InboundPublishes
@@ -50,7 +47,7 @@ from mqproxy.mqtt.keepalive import keepalive_timer
 from mqproxy.mqtt.outcomes import Close, Permission, error_name, is_error
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
-from mqproxy.mqtt.session_record import WillRecord
+from mqproxy.mqtt.session_attach import CLEANUP_S, SessionAttach
 from mqproxy.mqtt.subscribing import Subscribing
 from mqproxy.mqtt.writer import PacketWriter
 from mqproxy.runtime.context import ConnectionContext
@@ -60,7 +57,6 @@ from mqproxy.runtime.tasks import TaskHost
 __all__ = ["MqttConnection"]
 
 _READ_BYTES = 65536
-_CLEANUP_S = 5.0
 #: Request-event ``op`` of each packet type (``Enum.name`` is a property lookup per call).
 _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
 #: While the server drains, how long a connection that has not sent its CONNECT yet is waited for (to be
@@ -73,7 +69,7 @@ _NOT_CLOSED = Close(None, None)
 _READ_ENDINGS = (Close, mq.MqttCodecError, BackendError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
-class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
+class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach):
     """One connection: the stream, its tasks and the gateway calls; the protocol rules are ``proto``'s.
 
     Slotted (no ``__dict__``, ~300 B less per connection): the slots of its mixins' attributes are declared
@@ -182,7 +178,7 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
                 self.ctx.error = close.error
                 self.ctx.detail = close.detail
             with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + _CLEANUP_S
+                scope.deadline = trio.current_time() + CLEANUP_S
                 try:
                     await self._detach()
                 finally:
@@ -261,34 +257,6 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
         except BackendError as exc:
             self.ctx.error = self.ctx.error or "store_failed"
             self.ctx.detail = str(exc)
-
-    async def _publish_will(self, session: Session) -> None:
-        will = self.proto.will
-        assert will is not None
-        delay = self.proto.will_delay()
-        if session.persistent and not session.ended and delay > 0:
-            if session.expiry_interval != NEVER_EXPIRES:
-                delay = min(delay, session.expiry_interval)
-            epoch = session.epoch
-
-            async def fire() -> None:
-                if session.ended or (session.connection is None and session.epoch == epoch):
-                    await self._store_will(will)
-
-            self.gateway.call_later(delay, fire)
-            return
-        await self._store_will(will)
-
-    async def _store_will(self, will: mq.Will) -> None:
-        await self.gateway.publisher.publish(
-            will.topic,
-            will.payload,
-            int(will.qos),
-            will.retain,
-            will.properties,
-            self.client_id,
-            self.ctx.peer,
-        )
 
     # --- reading ------------------------------------------------------------------------------
     def _close_for(self, exc: BaseException) -> Close:
@@ -462,56 +430,3 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes):
         raise Close(
             mq.ReasonCode.PROTOCOL_ERROR, "protocol_error", f"unexpected {type(packet).__name__} from client"
         )
-
-    # --- CONNECT ------------------------------------------------------------------------------
-    async def _on_connect(self, packet: mq.Connect) -> str:
-        proto = self.proto
-        gateway = self.gateway
-        terms = proto.accept_connect(packet)
-        if self.ctx.draining.is_set():  # the client may try again later, or another node
-            raise Close(mq.ReasonCode.SERVER_BUSY, "server_draining", "server shutting down")
-        admission = await gateway.access.connect(
-            packet.username, packet.password, self.ctx.peer, self.ctx.acl, self.ctx.log
-        )
-        self._can_publish, self._can_subscribe = admission.can_publish, admission.can_subscribe
-        proto.admit(packet, terms, admission.verdict, admission.can_publish)
-        client_id = terms.client_id
-        self.ctx.client_id = client_id
-        try:
-            await gateway.ready()
-            await gateway.catch_up()
-        except StoreUnavailable as exc:  # the client may try again later, or another node
-            raise Close(mq.ReasonCode.SERVER_UNAVAILABLE, "mqtt_unavailable", str(exc)) from None
-        previous = gateway.sessions.get(client_id)
-        if previous is not None and previous.connection is not None:
-            old: MqttConnection = previous.connection
-            old.kick(
-                mq.ReasonCode.SESSION_TAKEN_OVER,
-                "session_taken_over",
-                f"client id reused by {self.ctx.conn_id}",
-            )
-            with trio.move_on_after(_CLEANUP_S):
-                await old.wait_detached()
-        will = proto.will
-        session, present = await gateway.open_session(
-            client_id,
-            terms.clean_start,
-            terms.expiry,
-            terms.send_quota,
-            WillRecord.of(will, proto.will_delay()) if will is not None and gateway.cluster else None,
-        )
-        if session.connection is not None:  # the old connection did not let go in time
-            raise Close(mq.ReasonCode.SERVER_BUSY, "takeover_timeout", "previous connection still attached")
-        session.connection = self
-        self.session = session
-        await self.send(proto.connack(present, terms))
-        if session.restored:  # first attach after a restart: QoS 2 deliveries under their original ids
-            await session.restore_inflight(gateway.backend, self._restored_publish)
-        for entry in list(session.inflight.values()):
-            if entry.released:
-                await self.send(mq.PubRel(entry.packet_id))
-            else:
-                await self.send(dataclasses.replace(entry.publish, dup=True))
-        for topic_filter in session.subscriptions:
-            self._start_reader(topic_filter)
-        return "SUCCESS"
