@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from mqproxy.codecs.remoting import RemotingCodecError
+from mqproxy.model.properties import MAX_PROPERTIES_BYTES, PROPERTY_TRANSACTION_ID
 from mqproxy.model.types import StoredMessage
 
 __all__ = [
@@ -30,8 +31,6 @@ __all__ = [
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
-#: PROPERTIESLEN is a signed 16-bit field (Java ``Short.MAX_VALUE``).
-MAX_PROPERTIES_BYTES = 32767
 
 
 class RecordError(RemotingCodecError):
@@ -103,7 +102,7 @@ CLIENT_KEYS = frozenset(
         "CONSUME_START_TIME",
         "POP_CK",
         "ORIGIN_MESSAGE_ID",
-        "TRANSACTION_ID",
+        PROPERTY_TRANSACTION_ID,
         "TRANSACTION_CHECK_TIMES",
         "CHECK_IMMUNITY_TIME_IN_SECONDS",
         "SHARDING_KEY",

@@ -66,6 +66,14 @@ def test_keys_clients_act_on_go_last() -> None:
     assert (text, dropped and dropped.keys) == (b"UNIQ_KEY\x01AB01\x02", ("KEYS",))
 
 
+def test_a_transaction_id_is_a_key_clients_act_on() -> None:
+    # RocketMQ's transaction id property is ``__transactionId__`` (MessageConst.PROPERTY_TRANSACTION_ID)
+    props = {"__transactionId__": "t" * 20_100, "user": "u" * 20_000}
+    _, dropped = fit_properties(props)
+    assert dropped is not None
+    assert dropped.keys == ("user",)
+
+
 def test_multibyte_values_count_in_utf8_bytes() -> None:
     props = {"MQTT_TOPIC": "\u00e9" * 16_383, "UNIQ_KEY": "A"}  # 32,766 bytes of value
     text, dropped = fit_properties(props)
