@@ -4,7 +4,7 @@
 field through ``object.__setattr__`` (a global look-up and a call per field) and takes keywords, about
 twice the cost of setting the slots directly. The embedded store builds one ``StoredMessage`` per message
 handed off or read back and one ``SendResult`` per message sent, so these two functions fill a new
-instance through its slot descriptors instead (issue 18, round 5).
+instance through its slot descriptors instead.
 
 Contract: the object returned equals (``==``, same type, same fields) the one the dataclass constructor
 would build from the same arguments. The field lists are checked when this module is imported; if the
