@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _remoting_client import cpu_seconds
+from _schedstat import format_waits, sample, since
 from _vs_clients import GATE_TIMEOUT_S, Clients, JavaRun
 from _vs_targets import Target, produced
 
@@ -48,6 +49,7 @@ class Row:
     load: float = 0.0
     server_cpu_s: float = 0.0  # CPU seconds of the server processes over the whole case
     messages: int = 0  # messages they stored (send cases) or delivered (drain) over the whole case
+    waits: str = ""  # drain: the server threads' run-queue waits (:mod:`_schedstat`), printed under the row
 
     @property
     def cpu_per_message_us(self) -> float:
@@ -221,6 +223,7 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
     trace = folder / f"pulls-{target.name.replace('/', '-')}.txt" if folder else None
     args = probe_args(group, expect, target.namesrv, topic, opts.drain_timeout, trace=trace)
     spy = py_spy(target, folder, f"drain-{target.name}")
+    threads0 = sample(target.pids("drain"))
     try:
         with measured(row):
             run = clients.run(
@@ -228,6 +231,7 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
                 clients.argv(clients.remoting_cp, PROBE_MAIN, args),
                 timeout=opts.drain_timeout + 60,
             )
+        row.waits = format_waits(since(threads0, sample(target.pids("drain"))))
     finally:
         if spy is not None:
             spy.send_signal(signal.SIGINT)

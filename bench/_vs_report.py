@@ -74,7 +74,8 @@ def format_row(row: Row) -> str:
             f"  max {_fmt(f['max_ms'], 1)} ms  sent {f['sent']:.0f}"
         )
     extra = f"  ({row.note})" if row.note else ""
-    return f"{name} {body}{tail}{extra}"
+    waits = f"\n         server threads (run-queue waits): {row.waits}" if row.waits else ""
+    return f"{name} {body}{tail}{extra}{waits}"
 
 
 def ratio_line(case: str, flush: str, ours: Row, theirs: Row) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,12 +79,17 @@ def produced(addr: str, topic: str, queues: int) -> int:
     return last
 
 
-def mqproxy_target(flush: str, root: Path, queues: int) -> tuple[Target, ProxyProcess]:
+def mqproxy_target(
+    flush: str, root: Path, queues: int, *, label: str = "mqproxy", python: str = sys.executable
+) -> tuple[Target, ProxyProcess]:
+    """An mqproxy target run by ``python`` (another checkout's venv for a same-run build comparison),
+    named ``<label>/<flush>``."""
     proxy = start_proxy(
-        root / f"mqproxy-{flush}",
-        root / f"mqproxy-{flush}.log",
+        root / f"{label}-{flush}",
+        root / f"{label}-{flush}.log",
         flush=flush,
         extra_env={"MQPROXY_STORE_DEFAULT_QUEUE_COUNT": str(queues)},
+        python=python,
     )
     addr = f"127.0.0.1:{proxy.port}"
 
@@ -95,7 +101,7 @@ def mqproxy_target(flush: str, root: Path, queues: int) -> tuple[Target, ProxyPr
             raise RuntimeError(f"mqproxy created {topic} with queues {counts}, not [{queues}]")
 
     return Target(
-        f"mqproxy/{flush}", "mqproxy", flush, addr, addr, addr, lambda case: [proxy.pid], create
+        f"{label}/{flush}", "mqproxy", flush, addr, addr, addr, lambda case: [proxy.pid], create
     ), proxy
 
 

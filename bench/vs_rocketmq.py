@@ -63,8 +63,13 @@ opaque and answer; the first FOUND answer's header and body apart, to compare ta
 
     python bench/vs_rocketmq.py [--seconds 20] [--warmup 5] [--threads 16] [--size 128] [--queues 8]
         [--grpc-threads 16] [--flush async[,sync]] [--cases producer,drain,latency,grpc] [--keep]
-        [--jfr DIR] [--profile DIR]
+        [--jfr DIR] [--profile DIR] [--server NAME=PYTHON ...]
     python bench/vs_rocketmq.py --quick     # the smoke test's sizes: about a minute
+
+Same-run build comparison: ``--server NAME=PYTHON`` (repeatable) adds an mqproxy run by another
+checkout's interpreter (``before=/path/to/venv/bin/python``) as target ``NAME/async`` beside this build's
+and the broker (async flush only): it runs every case first, then this build, then the broker, and gets
+its own ``ratio`` line against the broker.
 
 Needs Java 17 and Maven (jars fetched once into ``$MQTEST_CACHE``, default ``.cache``).
 """
@@ -111,6 +116,13 @@ def _list(allowed: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+def _server(text: str) -> tuple[str, str]:
+    name, sep, python = text.partition("=")
+    if not sep or not name or not python or name in ("mqproxy", "rocketmq") or "/" in name:
+        raise argparse.ArgumentTypeError("NAME=PYTHON, NAME not mqproxy/rocketmq and without '/'")
+    return name, python
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per send case")
@@ -132,6 +144,14 @@ def main() -> int:
     parser.add_argument("--jfr", type=Path, help="record every client JVM (JFR) into this folder")
     parser.add_argument(
         "--profile", type=Path, help="py-spy mqproxy and time every pull during each drain into this folder"
+    )
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        type=_server,
+        metavar="NAME=PYTHON",
+        help="also run an mqproxy of another checkout (its venv's python) as target NAME/async",
     )
     parser.add_argument("--quick", action="store_true", help="tiny durations for the smoke test")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
@@ -155,7 +175,7 @@ def main() -> int:
     print(f"uptime before: {uptime()}", flush=True)
     rows: list[Row] = []
     setup_failed = False
-    proxies: list[ProxyProcess] = []
+    proxies: list[tuple[str, ProxyProcess]] = []
     cluster: rmq.StockCluster | None = None
     tmp = Path(tempfile.mkdtemp(prefix="mqproxy-vs-rocketmq-"))
     try:
@@ -168,8 +188,13 @@ def main() -> int:
         print(f"set-up: stock cluster up after {time.monotonic() - started:.1f} s", flush=True)
         targets: list[Target] = []
         for flush in opts.flush:
+            if flush == "async":  # other builds first, so this build and the broker stay the last pair
+                for label, python in opts.server:
+                    other, proxy = mqproxy_target(flush, tmp, opts.queues, label=label, python=python)
+                    proxies.append((other.name, proxy))
+                    targets.append(other)
             ours, proxy = mqproxy_target(flush, tmp, opts.queues)
-            proxies.append(proxy)
+            proxies.append((ours.name, proxy))
             broker = (
                 cluster.broker_list[0]
                 if flush == "async"
@@ -204,13 +229,16 @@ def main() -> int:
                     rows.append(row)
                     print(format_row(row), flush=True)
                 print(ratio_line(case, flush, rows[-2], rows[-1]), flush=True)
-        for flush, proxy in zip(opts.flush, proxies, strict=True):
-            print(f"peak RSS mqproxy/{flush} {peak_rss_kib(proxy.pid) / 1024:.1f} MiB (VmHWM)", flush=True)
+                for extra in rows[-len(pair) : -2]:  # the --server builds against the same broker row
+                    line = ratio_line(case, flush, extra, rows[-1])
+                    print(line.replace("mqproxy/", f"{extra.target.name.split('/')[0]}/", 1), flush=True)
+        for name, proxy in proxies:
+            print(f"peak RSS {name} {peak_rss_kib(proxy.pid) / 1024:.1f} MiB (VmHWM)", flush=True)
     except (rmq.LauncherError, RuntimeError) as exc:
         print(f"FAILED: {exc}", flush=True)
         setup_failed = True
     finally:
-        for proxy in proxies:
+        for _, proxy in proxies:
             proxy.stop()
         if cluster is not None:
             cluster.stop()
