@@ -308,12 +308,16 @@ def start_proxy(
     extra_env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
     python: str = sys.executable,
+    own_session: bool = False,
 ) -> ProxyProcess:
     """Run ``mqproxy serve`` (embedded store in ``data_dir``, JSON logs to ``log``) and wait for
     ``proxy.started``; the returned port is the bound one. Binding ``port`` retries for a few seconds
     (a just-killed proxy's port may still be held by the kernel). ``extra_env`` overrides settings (e.g.
     ``MQPROXY_BACKEND_KIND=rocketmq`` and ``MQPROXY_BACKEND_NAMESRV``: such a node takes no ``data_dir``).
-    ``python`` is the interpreter that runs it (another checkout's venv for a same-run comparison)."""
+    ``python`` is the interpreter that runs it (another checkout's venv for a same-run comparison).
+    ``own_session``: start it in a session of its own (``setsid``), as the stock launcher starts every
+    JVM: with Linux's scheduler autogroups on, a session is a CPU-share group, so the server then does not
+    share one with this process and its helpers (py-spy)."""
     env = dict(os.environ, MQPROXY_STORE_FLUSH=flush, MQPROXY_STORE_BACKEND="embedded")
     env.update(extra_env or {})
     argv = [
@@ -331,7 +335,9 @@ def start_proxy(
     while True:
         with log.open("ab") as out:
             start_at = out.tell()
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=own_session
+            )
         while time.monotonic() < deadline:
             with log.open("rb") as f:
                 f.seek(start_at)

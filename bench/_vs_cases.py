@@ -231,7 +231,7 @@ def case_drain(clients: Clients, target: Target, opts: argparse.Namespace) -> Ro
                 clients.argv(clients.remoting_cp, PROBE_MAIN, args),
                 timeout=opts.drain_timeout + 60,
             )
-        row.waits = format_waits(since(threads0, sample(target.pids("drain"))))
+        row.waits = format_waits(since(threads0, sample(target.pids("drain"))), top=6)
     finally:
         if spy is not None:
             spy.send_signal(signal.SIGINT)

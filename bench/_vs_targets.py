@@ -90,6 +90,7 @@ def mqproxy_target(
         flush=flush,
         extra_env={"MQPROXY_STORE_DEFAULT_QUEUE_COUNT": str(queues)},
         python=python,
+        own_session=True,  # a CPU-share group of its own, like the stock JVMs (jvm_processes.popen_in_group)
     )
     addr = f"127.0.0.1:{proxy.port}"
 
