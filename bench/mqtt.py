@@ -53,6 +53,7 @@ import resource
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -311,9 +312,18 @@ def main() -> int:
     parser.add_argument("--lmq-producers", type=int, default=16)
     parser.add_argument("--lmq-baseline", type=int, default=500, help="messages of the comparison sends")
     parser.add_argument("--verbose", action="store_true", help="print every ladder step")
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="NAME=PYTHON",
+        help="also bench mqproxy run by PYTHON (e.g. another checkout's venv) as NAME; repeatable",
+    )
     args = parser.parse_args()
     args.cases = {c.strip() for c in args.cases.split(",") if c.strip()}
     only = [name.strip() for name in args.only.split(",") if name.strip()]
+    servers = dict(spec.split("=", 1) for spec in args.server)
+    only += [name for name in servers if name not in only]
 
     limit = raise_fd_limit(max(args.idle, default=0) + 4096)
     load = os.getloadavg()
@@ -333,6 +343,8 @@ def main() -> int:
                 "amqtt": start_amqtt,
                 "trio-mqtt": start_trio_floor,
             }
+            for server, python in servers.items():
+                starters[server] = partial(start_mqproxy, name=server, python=python)
             if name not in starters:
                 raise SystemExit(f"unknown broker {name!r}")
             if args.cases - {"lmq"}:

@@ -288,10 +288,12 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
             data: bytes | bytearray | None = None
             if sock is not None and not any(p.replaying for p in layers[2]):  # type: ignore[index]
                 await checkpoint_if_cancelled()
+                waited = False  # a wait is a schedule point: only a read that found its bytes at once yields
                 try:
                     while (data := read_nowait(sock, _READ_BYTES)) is None:
                         if self._interrupted:
                             return
+                        waited = True
                         if self._writing:  # its task may wait on the socket too: wait under a cancel scope
                             try:
                                 with trio.CancelScope() as self._read_scope:
@@ -308,7 +310,8 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
                             self._waiting_on = None
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise Close(None, "connection_reset", str(exc) or type(exc).__name__) from None
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if not waited:  # as trio's own socket reads: yield after a read that did not wait
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 if layers[1] is not None:
                     layers[1].bytes_in += len(data)
             with trio.CancelScope() as scope:  # only while the read's packets are handled

@@ -156,18 +156,22 @@ def receive_now(stream: CountingStream, max_bytes: int) -> bytes | None:
 
 async def receive_plain(stream: trio.SocketStream, max_bytes: int) -> bytes:
     """``stream.receive_some(max_bytes)`` for a reader that waits long (an idle connection): the same
-    bytes, errors and checkpoints (a cancelled caller is cancelled before reading; a read that finds data
-    yields once, shielded), but the wait is one frame over trio's ``wait_readable`` instead of trio's four
+    bytes, errors and checkpoints as trio's socket read (a cancelled caller is cancelled before reading; a
+    read that finds data without waiting yields once, shielded; after a wait, which was the schedule point,
+    it returns at once), but the wait is one frame over trio's ``wait_readable`` instead of trio's four
     socket layers and their context manager (about 1.5 KB per waiting connection). The caller must be the
     stream's only reader."""
     await trio.lowlevel.checkpoint_if_cancelled()
     sock = stream.socket
+    waited = False
     while True:
         data = read_nowait(sock, max_bytes)
         if data is None:
             await trio.lowlevel.wait_readable(sock)
+            waited = True
             continue
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        if not waited:  # the wait was the schedule point; a read that did not wait yields once
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return data
 
 

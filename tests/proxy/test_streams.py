@@ -189,3 +189,45 @@ async def test_read_nowait_reads_what_is_there_without_waiting() -> None:
     await server.aclose()
     with pytest.raises(trio.ClosedResourceError):
         read_nowait(server.socket, 100)
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the steps of one task."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+async def test_receive_plain_returns_in_the_step_its_wait_woke_and_yields_when_it_did_not_wait() -> None:
+    server, client = await _tcp_pair()
+    got: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        task: list[trio.lowlevel.Task] = []
+
+        async def read() -> None:
+            task.append(trio.lowlevel.current_task())
+            got.append(await receive_plain(server, 100))
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        steps = _Steps(task[0])
+        trio.lowlevel.add_instrument(steps)
+        await client.send_all(b"woke")
+        await trio.testing.wait_all_tasks_blocked()
+    trio.lowlevel.remove_instrument(steps)
+    assert got == [b"woke"]
+    assert steps.steps == 1  # woken by the data: read and returned in that step, no extra loop turn
+    await client.send_all(b"there")
+    await trio.lowlevel.wait_readable(server.socket)
+    steps = _Steps(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    data = await receive_plain(server, 100)  # there at once: one schedule point, as trio's reads
+    trio.lowlevel.remove_instrument(steps)
+    assert (data, steps.steps) == (b"there", 1)
+    await client.aclose()
+    await server.aclose()
