@@ -38,7 +38,7 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from mqproxy.spark_etl import consumer_lag, input_cache, message_trace, replication, transforms
+from mqproxy.spark_etl import consumer_lag, input_cache, message_trace, replication, request_runs, transforms
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA, USED_FIELDS
 
 __all__ = [
@@ -106,6 +106,7 @@ def build_tables(
 
 
 def _tables(events: DataFrame, top_clients: int) -> dict[str, DataFrame]:
+    events = request_runs.expand(events)  # a request.run row is the requests it stands for
     return {
         "connections": transforms.connections(events),
         "requests": transforms.requests(events),
