@@ -91,7 +91,8 @@ them, so without any the table is empty (and is built from an empty frame, see t
 def build_tables(
     events: DataFrame, *, top_clients: int = 50, absent: frozenset[str] = frozenset()
 ) -> dict[str, DataFrame]:
-    """Every output table (name -> DataFrame) from valid events; nothing is computed yet.
+    """Every output table (name -> DataFrame) from valid events; nothing is computed yet. Each
+    ``request.run`` event is read as the ``request`` events it stands for (:mod:`.request_runs`).
 
     Tables named in ``absent`` (keys of :data:`TABLE_EVENTS` whose events are known to be missing)
     are built from an empty frame of ``events``' schema instead: the same schema, no rows, no scan.
