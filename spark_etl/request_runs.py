@@ -1,6 +1,6 @@
 """Aggregated ``request.run`` events expanded back into the ``request`` events they stand for.
 
-mqproxy logs the requests of one read that share their kind (a run of MQTT PUBLISHes) as one
+mqproxy logs the requests of one read that share their kind (a run of MQTT PUBLISHes or PUBACKs) as one
 ``request.run`` event: the shared fields (``ts``, ``conn_id``, ``protocol``, ``op``, ``code``,
 ``latency_ms``, ``client_id``, ...), ``count`` and ``errors``, and the per-request ``statuses``,
 ``outcomes`` and ``topics`` arrays in order. Request ``i`` of the run is the ``request`` event with the
