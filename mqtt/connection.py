@@ -13,7 +13,8 @@ gateway's registry of live connections (:meth:`Gateway.drains`), not a watcher t
 Client PUBLISHes that arrive in one read are stored with one batch write per parent topic and then
 acknowledged in order (PUBACK / PUBREC only after the store accepted them); under light load (no task
 runnable but the push hubs) the connection yields once between the write and the acknowledgements, so
-caught-up subscribers get the run first.
+caught-up subscribers get the run first. The request events of such a run, and of a run of PUBACKs read
+together, are reported as one run (a ``request.run`` event, see the log event schema).
 
 QoS 2 of a persistent session survives a crash: what the peer may act on is recorded in the session
 snapshot before the packet leaves (``_flush_state``, one write per read or delivery round): inbound ids
@@ -59,6 +60,7 @@ __all__ = ["MqttConnection"]
 _READ_BYTES = 65536
 #: Request-event ``op`` of each packet type (``Enum.name`` is a property lookup per call).
 _OP_NAMES = {kind: kind.name for kind in mq.PacketType}
+_PUBACK_CODE = int(mq.PacketType.PUBACK)
 #: While the server drains, how long a connection that has not sent its CONNECT yet is waited for (to be
 #: refused politely) before it is closed.
 _DRAIN_CONNECT_WAIT_S = 2.0
@@ -356,6 +358,17 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
                 await self._on_publishes(packets[index:end])  # type: ignore[arg-type]
                 index = end
                 continue
+            if (
+                type(packet) is mq.PubAck
+                and index + 1 < len(packets)
+                and type(packets[index + 1]) is mq.PubAck
+            ):
+                end = index + 2  # a run of PUBACKs (QoS 1 deliveries acknowledged): one run of events
+                while end < len(packets) and type(packets[end]) is mq.PubAck:
+                    end += 1
+                await self._on_pubacks(packets[index:end])  # type: ignore[arg-type]
+                index = end
+                continue
             await self._handle_logged(packet)
             index += 1
             if proto.normal_disconnect:
@@ -393,6 +406,33 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
             kind = mq.PACKET_TYPES[type(packet)]
             if kind is not mq.PacketType.PINGREQ:
                 self._log_request(kind, status, started, topic, failed)
+
+    async def _on_pubacks(self, packets: list[mq.PubAck]) -> None:
+        """Handle a run of PUBACKs of one read in order, each as :meth:`_handle_logged` does; their request
+        events are reported as one run (:meth:`.ConnectionContext.request_run`), sharing its latency."""
+        started = time.perf_counter()
+        statuses: list[str] = []
+        outcomes: list[str] = []
+        try:
+            for packet in packets:
+                status, failed = "SUCCESS", False
+                try:
+                    status, _ = await self._handle(packet)
+                except Close as close:
+                    status = close.reason_code.name if close.reason_code is not None else "CLOSED"
+                    failed = True
+                    raise
+                finally:
+                    statuses.append(status)
+                    outcomes.append("error" if failed or is_error(status) else "ok")
+        finally:
+            fields = {
+                "op": "PUBACK",
+                "code": _PUBACK_CODE,
+                "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+                "client_id": self.client_id or None,
+            }
+            self.ctx.request_run(fields, statuses, outcomes, [None] * len(statuses))
 
     async def _handle(self, packet: mq.Packet) -> tuple[str, str | None]:
         """Handle one packet; returns (status for the request event, topic)."""

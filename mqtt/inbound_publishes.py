@@ -5,7 +5,7 @@ mqproxy.mqtt.inbound_publishes
 The client's PUBLISHes of one MQTT connection (:class:`InboundPublishes`, a base of
 :class:`~mqproxy.mqtt.connection.MqttConnection`): a run of PUBLISHes read together is checked by the
 sans-IO core, stored with one batch write per parent topic, and only then acknowledged, in order, with the
-run's PUBACKs / PUBRECs in one write and its request events reported together (one per packet).
+run's PUBACKs / PUBRECs in one write and its request events reported together (one ``request.run`` event).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from mqproxy.mqtt.outcomes import Close, Inbound, Permission, is_error
 
 __all__ = ["InboundPublishes"]
 
+_PUBLISH_CODE = int(mq.PacketType.PUBLISH)
+
 
 class InboundPublishes(Deliveries):
     """The PUBLISH handler (the connection provides ``_can_publish`` and the slots)."""
@@ -30,8 +32,8 @@ class InboundPublishes(Deliveries):
     _can_publish: Permission
 
     async def _on_publishes(self, packets: list[mq.Publish]) -> None:
-        """Store a run of client PUBLISHes, then acknowledge them in order (one request event each; the
-        acknowledgements are queued for the writer together).
+        """Store a run of client PUBLISHes, then acknowledge them in order (their request events reported
+        as one run; the acknowledgements are queued for the writer together).
 
         Packets before one that ends the connection are still stored and acknowledged.
         """
@@ -118,25 +120,22 @@ class InboundPublishes(Deliveries):
             raise failure
 
     def _log_publishes(self, events: list[tuple[str, str | None, bool]], started: float) -> None:
-        """The request events of a run of PUBLISHes, one per packet as :meth:`_log_request` writes them,
-        reported together (:meth:`.ConnectionContext.request_events`); the run's packets share its
-        latency (stored together, acknowledged together)."""
+        """The request events of a run of PUBLISHes (the fields :meth:`_log_request` gives one),
+        reported together as one run (:meth:`.ConnectionContext.request_run`: one ``request.run`` event,
+        or a ``request`` for a run of one); the run's packets share its latency (stored together,
+        acknowledged together)."""
         if not events:
             return
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        client_id = self.proto.client_id or None
-        code = int(mq.PacketType.PUBLISH)
-        self.ctx.request_events(
-            [
-                {
-                    "op": "PUBLISH",
-                    "code": code,
-                    "status": status,
-                    "outcome": "error" if failed or is_error(status) else "ok",
-                    "latency_ms": latency_ms,
-                    "client_id": client_id,
-                    "topic": topic,
-                }
-                for status, topic, failed in events
-            ]
+        statuses = [status for status, _, _ in events]
+        self.ctx.request_run(
+            {
+                "op": "PUBLISH",
+                "code": _PUBLISH_CODE,
+                "latency_ms": latency_ms,
+                "client_id": self.proto.client_id or None,
+            },
+            statuses,
+            ["error" if failed or is_error(status) else "ok" for status, _, failed in events],
+            [topic for _, topic, _ in events],
         )

@@ -17,7 +17,7 @@ from mqproxy.codecs.rocketmq_trace import NULL_SINK, TraceSink
 from mqproxy.console_view import TopicSection
 from mqproxy.limits import ConnectionLimiter
 from mqproxy.log import log_info, log_infos
-from mqproxy.metrics import Metrics
+from mqproxy.metrics import Metrics, observe_many
 from mqproxy.rejections import RejectionRing
 
 if TYPE_CHECKING:
@@ -188,6 +188,59 @@ class ServerRecorder:
             sampled = [{"protocol": protocol, **f} for f in events if random.random() < rate]
             if sampled:
                 log_infos(log, "request", sampled)
+
+    def record_batch(
+        self,
+        protocol: str | None,
+        log: Any,
+        fields: dict[str, Any],
+        statuses: list[str],
+        outcomes: list[str],
+        topics: list[str | None],
+    ) -> None:
+        """What :meth:`record` does for each of the requests of
+        :meth:`~mqproxy.runtime.context.ConnectionContext.request_run` (the same counts, observations and
+        sampling), logged as one ``request.run`` event: the shared ``fields``, ``count`` and ``errors``
+        (requests with outcome ``error``) and the per-request ``statuses``, ``outcomes`` and ``topics``
+        arrays, in order. A run of one (or one sampled) is a plain ``request`` event."""
+        op = str(fields.get("op", "?"))
+        if op.startswith("UNKNOWN_"):
+            op = "UNKNOWN"
+        label = protocol or "unknown"
+        n = len(statuses)
+        errors = outcomes.count("error")
+        if errors == 0 or errors == n:
+            counter, histogram = self._state.metrics.request_series(label, op, outcomes[0])
+            counter.inc(n)
+        else:
+            for outcome in set(outcomes):
+                counter, histogram = self._state.metrics.request_series(label, op, outcome)
+                counter.inc(outcomes.count(outcome))
+        latency_ms = fields.get("latency_ms")
+        if latency_ms is not None:
+            observe_many(histogram, latency_ms / 1000, n)
+        rate = self._state.settings.log.request_sample_rate
+        if rate <= 0.0:
+            return
+        if rate < 1.0:
+            kept = [i for i in range(n) if random.random() < rate]
+            if not kept:
+                return
+            if len(kept) < n:
+                statuses = [statuses[i] for i in kept]
+                outcomes = [outcomes[i] for i in kept]
+                topics = [topics[i] for i in kept]
+                n = len(kept)
+                errors = outcomes.count("error")
+        if n == 1:
+            line = {"protocol": protocol, **fields}
+            line["status"], line["outcome"], line["topic"] = statuses[0], outcomes[0], topics[0]
+            log_info(log, "request", line)
+            return
+        line = {"protocol": protocol, **fields}
+        line["count"], line["errors"] = n, errors
+        line["statuses"], line["outcomes"], line["topics"] = statuses, outcomes, topics
+        log_info(log, "request.run", line)
 
 
 def format_addr(addr: tuple[str, int] | Any) -> str:

@@ -17,6 +17,7 @@ import atexit
 import datetime
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -36,7 +37,8 @@ class RotatingFile:
     """An append-only byte sink that rotates ``path`` to ``path.<UTC timestamp>`` by size or age.
 
     ``rotate_bytes``/``rotate_interval_s`` of 0 disable that trigger. Writes are whole lines, so a rotated
-    file never ends mid-event.
+    file never ends mid-event. A path that is not a regular file (``/dev/null``, a FIFO, a terminal) is
+    never rotated: renaming it would move the device or pipe itself.
     """
 
     def __init__(self, path: Path, rotate_bytes: int, rotate_interval_s: float) -> None:
@@ -46,10 +48,14 @@ class RotatingFile:
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._open()
+        if not self._regular:
+            self.rotate_bytes = 0
+            self.rotate_interval_s = 0.0
 
     def _open(self) -> None:
         self._fh: BinaryIO = open(self.path, "ab", buffering=0)
-        self._size = self._fh.tell()
+        self._regular = stat.S_ISREG(os.fstat(self._fh.fileno()).st_mode)
+        self._size = self._fh.tell() if self._regular else 0
         self._opened = time.monotonic()
 
     def _rotate(self) -> None:

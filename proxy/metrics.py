@@ -23,6 +23,7 @@ __all__ = [
     "ConnectionSeries",
     "Metrics",
     "count_bytes",
+    "observe_many",
     "refresh_backend_metrics",
     "render_metrics",
 ]
@@ -300,3 +301,21 @@ async def refresh_backend_metrics(server: ServerState) -> None:
 def render_metrics(server: ServerState) -> tuple[bytes, str]:
     """The exposition text of ``server``'s registry and its content type."""
     return generate_latest(server.metrics.registry), CONTENT_TYPE_LATEST
+
+
+def observe_many(histogram: Any, amount: float, n: int) -> None:
+    """``histogram.observe(amount)`` ``n`` times, in one step where the client library's histogram
+    keeps its sum and (non-cumulative) bucket counters as ``prometheus_client`` 0.x does; the exposed
+    samples are the same (the sum up to float rounding: ``amount * n`` instead of ``n`` additions)."""
+    total = getattr(histogram, "_sum", None)
+    buckets = getattr(histogram, "_buckets", None)
+    bounds = getattr(histogram, "_upper_bounds", None)
+    if total is None or buckets is None or bounds is None:
+        for _ in range(n):
+            histogram.observe(amount)
+        return
+    total.inc(amount * n)
+    for i, bound in enumerate(bounds):
+        if amount <= bound:
+            buckets[i].inc(n)
+            break

@@ -75,3 +75,21 @@ class ConnectionContext:
             return
         for fields in events:
             self.recorder.record(self.protocol, self.log, fields)
+
+    def request_run(
+        self, fields: dict[str, Any], statuses: list[str], outcomes: list[str], topics: list[str | None]
+    ) -> None:
+        """Count and report ``len(statuses)`` requests of one read that share ``fields`` (op, code,
+        latency_ms, client_id) and differ only in status, outcome and topic (the i-th of each list, all
+        three the same length, at least one). A recorder with ``record_batch`` reports them as one
+        ``request.run`` event (a run of one as a plain ``request``, see the event schema); otherwise one
+        :meth:`request_event` each, in order."""
+        self.requests += len(statuses)
+        record_batch = getattr(self.recorder, "record_batch", None)
+        if record_batch is not None:
+            record_batch(self.protocol, self.log, fields, statuses, outcomes, topics)
+            return
+        for status, outcome, topic in zip(statuses, outcomes, topics, strict=True):
+            self.recorder.record(
+                self.protocol, self.log, {**fields, "status": status, "outcome": outcome, "topic": topic}
+            )

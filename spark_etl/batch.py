@@ -38,7 +38,7 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from mqproxy.spark_etl import consumer_lag, input_cache, message_trace, replication, transforms
+from mqproxy.spark_etl import consumer_lag, input_cache, message_trace, replication, request_runs, transforms
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA, USED_FIELDS
 
 __all__ = [
@@ -91,7 +91,8 @@ them, so without any the table is empty (and is built from an empty frame, see t
 def build_tables(
     events: DataFrame, *, top_clients: int = 50, absent: frozenset[str] = frozenset()
 ) -> dict[str, DataFrame]:
-    """Every output table (name -> DataFrame) from valid events; nothing is computed yet.
+    """Every output table (name -> DataFrame) from valid events; nothing is computed yet. Each
+    ``request.run`` event is read as the ``request`` events it stands for (:mod:`.request_runs`).
 
     Tables named in ``absent`` (keys of :data:`TABLE_EVENTS` whose events are known to be missing)
     are built from an empty frame of ``events``' schema instead: the same schema, no rows, no scan.
@@ -106,6 +107,7 @@ def build_tables(
 
 
 def _tables(events: DataFrame, top_clients: int) -> dict[str, DataFrame]:
+    events = request_runs.expand(events)  # a request.run row is the requests it stands for
     return {
         "connections": transforms.connections(events),
         "requests": transforms.requests(events),

@@ -24,7 +24,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from mqproxy.spark_etl import transforms
+from mqproxy.spark_etl import request_runs, transforms
 from mqproxy.spark_etl.batch import QUARANTINE
 from mqproxy.spark_etl.schema import CORRUPT_COLUMN, READ_SCHEMA
 
@@ -98,7 +98,7 @@ def start_stream(
     if trigger_seconds <= 0:
         raise ValueError(f"trigger_seconds must be > 0, got {trigger_seconds}")
     raw = read_stream(spark, input_path, max_files_per_trigger=max_files_per_trigger)
-    events = transforms.valid_events(raw).withWatermark("ts", watermark)
+    events = request_runs.expand(transforms.valid_events(raw)).withWatermark("ts", watermark)
     rollup_writer = (
         transforms.protocol_minute_rollup(events)
         .writeStream.queryName(ROLLUP)

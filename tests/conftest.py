@@ -39,6 +39,10 @@ SCHEMA = json.loads((files("mqproxy.config") / "log_event.schema.json").read_tex
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
 
 
+#: The fields of a ``request.run`` event that are not a ``request`` event's.
+_RUN_FIELDS = frozenset({"count", "errors", "statuses", "outcomes", "topics"})
+
+
 class EventSink:
     """A log sink that keeps every JSON line; ``events`` parses and schema-validates them."""
 
@@ -62,6 +66,22 @@ class EventSink:
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == name]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The ``request`` events, each ``request.run`` read as the ``request`` events it stands for (the
+        run's shared fields with the i-th of ``statuses``, ``outcomes`` and ``topics``), in order."""
+        out: list[dict[str, Any]] = []
+        for e in self.events:
+            if e["event"] == "request":
+                out.append(e)
+            elif e["event"] == "request.run":
+                shared = {k: v for k, v in e.items() if k not in _RUN_FIELDS}
+                assert e["count"] == len(e["statuses"]) == len(e["outcomes"]) == len(e["topics"])
+                out.extend(
+                    {**shared, "event": "request", "status": s, "outcome": o, "topic": t}
+                    for s, o, t in zip(e["statuses"], e["outcomes"], e["topics"], strict=True)
+                )
+        return out
 
     def clear(self) -> None:
         self.lines.clear()

@@ -300,5 +300,5 @@ async def test_acl_refusals(log_sink: Any, level: int) -> None:
         assert isinstance(delivered, mq.Publish)
         assert delivered.payload == b"allowed"
         assert await arrivals(admin) == []
-    statuses = [e["status"] for e in log_sink.named("request") if e.get("op") == "PUBLISH"]
+    statuses = [e["status"] for e in log_sink.requests() if e.get("op") == "PUBLISH"]
     assert statuses.count("NOT_AUTHORIZED") == 3

@@ -230,6 +230,26 @@ async def test_publish_run_in_one_read_is_batched_and_deduplicated(server: Any, 
     assert [p.payload for p in got if p.topic == "run/a"] == [b"%d" % i for i in range(100)]
     assert [p.payload for p in got if p.topic != "run/a"] == [b"q2", b"last"]
     assert await h.arrivals(sub) == []
-    publishes = [e for e in log_sink.named("request") if e["op"] == "PUBLISH" and e["client_id"] == "p"]
+    publishes = [e for e in log_sink.requests() if e["op"] == "PUBLISH" and e["client_id"] == "p"]
     assert len(publishes) == 104
     assert [e["status"] for e in publishes].count("DUPLICATE") == 1
+
+
+async def test_pubacks_in_one_read_are_one_request_run(server: Any, log_sink: Any) -> None:
+    sub, _ = await h.connect(server.address, "acker", 5)
+    await h.subscribe(sub, ("acks", Q1))
+    pub, _ = await h.connect(server.address, "p")
+    for i in range(5):
+        await pub.send(mq.Publish("acks", b"%d" % i, Q1, packet_id=i + 1))
+        await pub.receive()
+    got = [await h.receive_publish(sub, ack=False) for _ in range(5)]
+    ids = [p.packet_id or 0 for p in got] + [999]  # the last one was never sent
+    await sub.send_raw(b"".join(mq.encode(mq.PubAck(i), 5) for i in ids))
+    await wait_until(lambda: any(e["op"] == "PUBACK" for e in log_sink.named("request.run")))
+    (run,) = [e for e in log_sink.named("request.run") if e["op"] == "PUBACK"]
+    assert (run["count"], run["errors"], run["code"], run["client_id"]) == (6, 1, 4, "acker")
+    assert run["statuses"] == ["SUCCESS"] * 5 + ["PACKET_IDENTIFIER_NOT_FOUND"]
+    assert run["topics"] == [None] * 6
+    assert [e["status"] for e in log_sink.requests() if e["op"] == "PUBACK"] == run["statuses"]
+    await sub.send(mq.PingReq())
+    assert isinstance(await sub.receive(), mq.PingResp)  # acknowledged: nothing is sent again

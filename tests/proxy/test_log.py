@@ -3,6 +3,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,23 @@ def test_rotating_file_rotates_by_size_on_line_boundaries(tmp_path: Path) -> Non
     assert sorted(e["i"] for e in lines) == list(range(10))
     for f in files:
         assert f.stat().st_size <= 100 or f.read_bytes().count(b"\n") == 1
+
+
+def test_a_path_that_is_not_a_regular_file_is_never_rotated(tmp_path: Path) -> None:
+    """Like ``log.file = "/dev/null"``: renaming it would move the device itself (a FIFO stands in)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so opening for writing does not block
+    try:
+        sink = RotatingFile(fifo, rotate_bytes=10, rotate_interval_s=1)
+        for i in range(4):
+            sink.write(b"line %d\n" % i)
+        sink.close()
+        assert os.listdir(tmp_path) == ["pipe"]
+        assert stat.S_ISFIFO(fifo.stat().st_mode)
+        assert os.read(reader, 1000) == b"line 0\nline 1\nline 2\nline 3\n"
+    finally:
+        os.close(reader)
 
 
 def test_rotating_file_rotates_by_age(tmp_path: Path, monkeypatch: Any) -> None:

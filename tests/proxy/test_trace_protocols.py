@@ -75,7 +75,7 @@ def conn_of(log_sink: EventSink, **fields: object) -> str:
     """The ``conn_id`` of the one connection whose ``request`` events include one with ``fields``."""
     found = {
         e["conn_id"]
-        for e in log_sink.named("request")
+        for e in log_sink.requests()
         if all(e.get(name) == value for name, value in fields.items())
     }
     assert len(found) == 1, (fields, found)

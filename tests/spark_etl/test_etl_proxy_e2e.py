@@ -40,15 +40,23 @@ def _read_frame(sock: socket.socket) -> dict[str, Any]:
 
 
 def _drive_mqtt(addr: tuple[str, int]) -> None:
-    """One MQTT 3.1.1 client: CONNECT, MQTT_PUBLISHES QoS 1 publishes (each PUBACKed), DISCONNECT."""
+    """One MQTT 3.1.1 client: CONNECT, MQTT_PUBLISHES QoS 1 publishes (the first alone, the rest in one
+    write: a run logged as one ``request.run``), each PUBACKed, DISCONNECT."""
     with socket.create_connection(addr, timeout=10) as s:
         s.sendall(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04etl1")
         assert s.recv(4) == b"\x20\x02\x00\x00"
+        packets = []
         for i in range(1, MQTT_PUBLISHES + 1):
             topic, payload = b"etl/dev", b"reading-%d" % i
             body = struct.pack(">H", len(topic)) + topic + struct.pack(">H", i) + payload
-            s.sendall(bytes([0x32, len(body)]) + body)
-            assert s.recv(4) == b"\x40\x02" + struct.pack(">H", i)  # PUBACK
+            packets.append(bytes([0x32, len(body)]) + body)
+        for first, last in ((1, 1), (2, MQTT_PUBLISHES)):
+            s.sendall(b"".join(packets[first - 1 : last]))
+            expected = b"".join(b"\x40\x02" + struct.pack(">H", i) for i in range(first, last + 1))
+            got = b""
+            while len(got) < len(expected):
+                got += s.recv(len(expected) - len(got)) or b"!"  # PUBACKs, in order
+            assert got == expected
         s.sendall(b"\xe0\x00")
 
 
@@ -142,7 +150,10 @@ def test_batch_job_counts_what_the_proxy_served(spark: Any, tmp_path: Path) -> N
     out = tmp_path / "tables"
     summary = run_batch(spark, str(log.parent), str(out))
     assert summary.malformed == 0
-    assert summary.valid_events == len(log.read_text().splitlines())
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert summary.valid_events == len(lines)
+    runs = [e for e in lines if e["event"] == "request.run" and e["op"] == "PUBLISH"]
+    assert [r["count"] for r in runs] == [MQTT_PUBLISHES - 1]  # expanded below: one row per PUBLISH
 
     connections = spark.read.parquet(str(out / "connections"))
     by_protocol = {r["protocol"]: r["count"] for r in connections.groupBy("protocol").count().collect()}

@@ -95,8 +95,25 @@ def test_restart_late_events_and_exactly_once(spark: Any, tmp_path: Path) -> Non
     # within it (counted), and one 20 minutes ahead that moves the watermark past every window above.
     too_late = _request(START + timedelta(seconds=30), 1.0)
     slightly_late = _request(max(e["ts"] for e in events) - timedelta(seconds=50), 2.0)
+    # ... and a run of two more requests in that minute, logged as one request.run (expanded by the stream)
+    run_of = [
+        slightly_late | {"status": "SUCCESS"},
+        slightly_late | {"status": "QUOTA_EXCEEDED", "outcome": "error"},
+    ]
+    run = slightly_late | {
+        "event": "request.run",
+        "status": None,
+        "outcome": None,
+        "topic": None,
+        "count": 2,
+        "errors": 1,
+        "statuses": [e["status"] for e in run_of],
+        "outcomes": [e["outcome"] for e in run_of],
+        "topics": [e["topic"] for e in run_of],
+    }
+    run = {k: v for k, v in run.items() if v is not None}
     flush = _request(START + timedelta(minutes=20), 3.0)
-    _drop_in(inbox, staging, "3.log", [too_late, slightly_late, flush])
+    _drop_in(inbox, staging, "3.log", [too_late, slightly_late, run, flush])
     _run(spark, inbox, out, ckpt)
     _run(spark, inbox, out, ckpt)  # nothing new: must not write anything again
 
@@ -104,10 +121,10 @@ def test_restart_late_events_and_exactly_once(spark: Any, tmp_path: Path) -> Non
     keys = Counter((r.minute, r.protocol) for r in rows)
     assert max(keys.values()) == 1, "no minute is written twice"
     got = {(r.minute, r.protocol): {m: r[m] for m in METRICS} for r in rows}
-    want = synthetic.expected_minute_rollup([*events, slightly_late])
+    want = synthetic.expected_minute_rollup([*events, slightly_late, *run_of])
     want = {k: {m: v[m] for m in METRICS} for k, v in want.items()}
     assert got == want
-    with_too_late = synthetic.expected_minute_rollup([*events, slightly_late, too_late])
+    with_too_late = synthetic.expected_minute_rollup([*events, slightly_late, *run_of, too_late])
     assert (START.replace(tzinfo=None), "mqtt") in with_too_late
     assert got != {k: {m: v[m] for m in METRICS} for k, v in with_too_late.items()}
 
