@@ -144,11 +144,11 @@ def upsert(cursor: lmdb.Cursor, key: bytes, value: bytes) -> None:
     cursor.put(key, value)
 
 
-def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
+def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> bool:
     """Put rows, a row replacing the queue's row at its offset if there is one. When every row of a queue
     lies past the queue's last row (one look-up per queue; the usual case) they go in with
-    ``MDB_APPENDDUP``, which fills pages; else each by :func:`upsert` (an appended duplicate offset would
-    otherwise sit beside the old row)."""
+    ``MDB_APPENDDUP``, which fills pages, and True is returned; else each by :func:`upsert` (an appended
+    duplicate offset would otherwise sit beside the old row), and False."""
     lowest: dict[bytes, bytes] = {}  # the smallest value has the smallest offset (values start with it)
     for key, value in rows:
         known = lowest.get(key)
@@ -159,11 +159,13 @@ def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
         if cursor.set_key(key) and cursor.last_dup() and bytes(cursor.value()[:_PREFIX]) >= prefix:
             for key_, value in rows:
                 upsert(cursor, key_, value)
-            return
+            return False
     _, added = cursor.putmulti(rows, append=True)
     if added != len(rows):  # a row equal to another of the batch, or the queue changed under us
         for key, value in rows:
             upsert(cursor, key, value)
+        return False
+    return True
 
 
 _OLD_KEY = struct.Struct(">QQ")
