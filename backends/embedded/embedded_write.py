@@ -23,7 +23,7 @@ from mqproxy.backends.embedded.index import key_rows, queue_key
 from mqproxy.backends.embedded.records import SharedBases, body_crc, encode_message
 from mqproxy.backends.embedded.sending import (
     check_batch,
-    check_message,
+    check_messages,
     index_keys,
     stored_base,
     stored_properties,
@@ -70,7 +70,7 @@ class EmbeddedWriting(EmbeddedRecovery):
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         self._check_writable()
         check_batch(messages)
-        targets = [check_message(m, self._max_message_bytes) for m in messages]
+        targets = check_messages(messages, self._max_message_bytes)
         try:
             config = self._config_for_send(messages[0].topic)  # may create the topic in the index
         except StoreUnavailable as exc:
@@ -224,8 +224,8 @@ class EmbeddedWriting(EmbeddedRecovery):
                 raise StoreUnavailable(f"commit log write failed: {exc}") from exc
             raise
         self._index_dirty = True
-        for message in handoff:
-            self._handoff.put(message)
+        if handoff:
+            self._handoff.put_many(handoff)
         store = self._next_offsets.store
         for qid, offset in next_offsets.items():
             store(qid, offset)
@@ -263,6 +263,7 @@ class EmbeddedWriting(EmbeddedRecovery):
         now = time.monotonic()
         parent_waited = awaited((topic, queue_id), now)
         waited_by: dict[tuple[str, ...], bool] = {}  # dispatch list -> a reader waits on one of its LMQs
+        dispatch_of: dict[tuple[str, ...], str] = {}  # dispatch list -> its stored property
         no_keys: tuple[bytes, ...] = ()
         for message, lmqs in zip(messages, targets, strict=True):
             queue_offset = assign(parent)
@@ -309,7 +310,17 @@ class EmbeddedWriting(EmbeddedRecovery):
             )
             fresh: _Fresh | None = None
             if waited:
-                stored = stored_properties(properties, lmqs, lmq_offsets) if hint else dict(record_properties)
+                stored = dict(record_properties)
+                if hint:  # what stored_properties gives: the two LMQ properties after the others
+                    joined = dispatch_of.get(lmqs)
+                    if joined is None:
+                        joined = dispatch_of[lmqs] = ",".join(lmqs)
+                    stored[PROPERTY_INNER_MULTI_DISPATCH] = joined
+                    stored[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = (
+                        f"{lmq_offsets[0]},{lmq_offsets[1]}"
+                        if len(lmq_offsets) == 2
+                        else ",".join(map(str, lmq_offsets))
+                    )
                 fresh = (message, stored, body)
             plan.append(
                 (
