@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from mqproxy.backends.embedded.built import send_result, stored_message
-from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
+from mqproxy.backends.embedded.cq_entry import QID, TAIL, offset_prefix, tail_fields
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
 from mqproxy.backends.embedded.index import key_rows, queue_key
@@ -33,7 +33,9 @@ from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
     Message,
     SendResult,
     StoredMessage,
@@ -157,6 +159,8 @@ class EmbeddedWriting(EmbeddedRecovery):
             handoff: list[StoredMessage] = []
             runs: dict[str, _Run | None] = {}
             pack_offset = offset_prefix
+            pack_tail = TAIL.pack
+            ts_hi, ts_lo = tail_fields(end, store_ts)  # every record lies below the log's end
             store_host = self._store_host
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
@@ -198,7 +202,8 @@ class EmbeddedWriting(EmbeddedRecovery):
                         for name in lmq_map:
                             if name in runs:
                                 runs[name] = None  # a message of the run was not handed off
-                    tail = row_tail(clo, size, code, store_ts)  # the same for the queue and its LMQs
+                    # the row's tail (row_tail): the same for the queue and its LMQs
+                    tail = pack_tail(clo >> 32, clo & 0xFFFFFFFF, size, code, ts_hi, ts_lo)
                     rows.append((key, pack_offset(queue_offset) + tail))
                     if message_keys:
                         keys.extend(key_rows(topic, message_keys, store_ts, clo))
@@ -329,8 +334,12 @@ class EmbeddedWriting(EmbeddedRecovery):
                     lmq_keys,
                     lmq_offsets,
                     lmq_map,
-                    tag_hash(properties.get(PROPERTY_TAGS)),
-                    index_keys(properties),
+                    tag_hash(tag) if (tag := properties.get(PROPERTY_TAGS)) else 0,
+                    (
+                        index_keys(properties)
+                        if PROPERTY_KEYS in properties or PROPERTY_UNIQ_KEY in properties
+                        else ()
+                    ),
                     fresh,
                 )
             )
