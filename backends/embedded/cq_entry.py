@@ -63,7 +63,8 @@ QID = struct.Struct(">Q")
 #: commit-log offset, frame size, tag hash, store time ms; offsets and time are 48 bits (high 16, low 32).
 ROW = struct.Struct(">HIHIIIHI")
 _PREFIX = 6  # bytes of the queue offset at the start of a value
-_TAIL = struct.Struct(">HIIIHI")
+#: A ``cqd`` value after its queue offset (see :func:`row_tail`).
+TAIL = _TAIL = struct.Struct(">HIIIHI")
 
 
 def row_tail(commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes:
@@ -74,6 +75,15 @@ def row_tail(commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes
     return _TAIL.pack(
         commitlog_offset >> 32, commitlog_offset & _LOW32, size, tag, store_ms >> 32, store_ms & _LOW32
     )
+
+
+def tail_fields(log_end: int, store_ms: int) -> tuple[int, int]:
+    """The store time's two fields of :data:`TAIL` for rows of records that lie below ``log_end``
+    (``TAIL.pack(clo >> 32, clo & 0xFFFFFFFF, size, tag, *tail_fields(...))`` is :func:`row_tail`, its
+    range checks done once); raise ValueError as :func:`row_tail` does."""
+    if not (0 <= log_end <= _MAX48 and 0 <= store_ms <= _MAX48):
+        raise ValueError(f"commit-log end {log_end} or store time {store_ms} out of range")
+    return store_ms >> 32, store_ms & _LOW32
 
 
 def pack_row(offset: int, commitlog_offset: int, size: int, tag: int, store_ms: int) -> bytes:
@@ -144,11 +154,11 @@ def upsert(cursor: lmdb.Cursor, key: bytes, value: bytes) -> None:
     cursor.put(key, value)
 
 
-def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
+def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> bool:
     """Put rows, a row replacing the queue's row at its offset if there is one. When every row of a queue
     lies past the queue's last row (one look-up per queue; the usual case) they go in with
-    ``MDB_APPENDDUP``, which fills pages; else each by :func:`upsert` (an appended duplicate offset would
-    otherwise sit beside the old row)."""
+    ``MDB_APPENDDUP``, which fills pages, and True is returned; else each by :func:`upsert` (an appended
+    duplicate offset would otherwise sit beside the old row), and False."""
     lowest: dict[bytes, bytes] = {}  # the smallest value has the smallest offset (values start with it)
     for key, value in rows:
         known = lowest.get(key)
@@ -159,11 +169,13 @@ def put_rows(cursor: lmdb.Cursor, rows: list[tuple[bytes, bytes]]) -> None:
         if cursor.set_key(key) and cursor.last_dup() and bytes(cursor.value()[:_PREFIX]) >= prefix:
             for key_, value in rows:
                 upsert(cursor, key_, value)
-            return
+            return False
     _, added = cursor.putmulti(rows, append=True)
     if added != len(rows):  # a row equal to another of the batch, or the queue changed under us
         for key, value in rows:
             upsert(cursor, key, value)
+        return False
+    return True
 
 
 _OLD_KEY = struct.Struct(">QQ")

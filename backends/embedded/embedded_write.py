@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from mqproxy.backends.embedded.built import send_result, stored_message
-from mqproxy.backends.embedded.cq_entry import QID, offset_prefix, row_tail
+from mqproxy.backends.embedded.cq_entry import QID, TAIL, offset_prefix, tail_fields
 from mqproxy.backends.embedded.embedded_core import PendingSend, tag_hash
 from mqproxy.backends.embedded.embedded_recovery import EmbeddedRecovery
 from mqproxy.backends.embedded.index import key_rows, queue_key
 from mqproxy.backends.embedded.records import SharedBases, body_crc, encode_message
 from mqproxy.backends.embedded.sending import (
     check_batch,
-    check_message,
+    check_messages,
     index_keys,
     stored_base,
     stored_properties,
@@ -33,7 +33,9 @@ from mqproxy.model.topics import LMQ_QUEUE_ID
 from mqproxy.model.types import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
     Message,
     SendResult,
     StoredMessage,
@@ -70,7 +72,7 @@ class EmbeddedWriting(EmbeddedRecovery):
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         self._check_writable()
         check_batch(messages)
-        targets = [check_message(m, self._max_message_bytes) for m in messages]
+        targets = check_messages(messages, self._max_message_bytes)
         try:
             config = self._config_for_send(messages[0].topic)  # may create the topic in the index
         except StoreUnavailable as exc:
@@ -157,6 +159,8 @@ class EmbeddedWriting(EmbeddedRecovery):
             handoff: list[StoredMessage] = []
             runs: dict[str, _Run | None] = {}
             pack_offset = offset_prefix
+            pack_tail = TAIL.pack
+            ts_hi, ts_lo = tail_fields(end, store_ts)  # every record lies below the log's end
             store_host = self._store_host
             for (topic, queue_id, _, _), plan in zip(sends, plans, strict=True):
                 if isinstance(plan, Exception):
@@ -198,7 +202,8 @@ class EmbeddedWriting(EmbeddedRecovery):
                         for name in lmq_map:
                             if name in runs:
                                 runs[name] = None  # a message of the run was not handed off
-                    tail = row_tail(clo, size, code, store_ts)  # the same for the queue and its LMQs
+                    # the row's tail (row_tail): the same for the queue and its LMQs
+                    tail = pack_tail(clo >> 32, clo & 0xFFFFFFFF, size, code, ts_hi, ts_lo)
                     rows.append((key, pack_offset(queue_offset) + tail))
                     if message_keys:
                         keys.extend(key_rows(topic, message_keys, store_ts, clo))
@@ -224,8 +229,8 @@ class EmbeddedWriting(EmbeddedRecovery):
                 raise StoreUnavailable(f"commit log write failed: {exc}") from exc
             raise
         self._index_dirty = True
-        for message in handoff:
-            self._handoff.put(message)
+        if handoff:
+            self._handoff.put_many(handoff)
         store = self._next_offsets.store
         for qid, offset in next_offsets.items():
             store(qid, offset)
@@ -263,6 +268,7 @@ class EmbeddedWriting(EmbeddedRecovery):
         now = time.monotonic()
         parent_waited = awaited((topic, queue_id), now)
         waited_by: dict[tuple[str, ...], bool] = {}  # dispatch list -> a reader waits on one of its LMQs
+        dispatch_of: dict[tuple[str, ...], str] = {}  # dispatch list -> its stored property
         no_keys: tuple[bytes, ...] = ()
         for message, lmqs in zip(messages, targets, strict=True):
             queue_offset = assign(parent)
@@ -309,7 +315,17 @@ class EmbeddedWriting(EmbeddedRecovery):
             )
             fresh: _Fresh | None = None
             if waited:
-                stored = stored_properties(properties, lmqs, lmq_offsets) if hint else dict(record_properties)
+                stored = dict(record_properties)
+                if hint:  # what stored_properties gives: the two LMQ properties after the others
+                    joined = dispatch_of.get(lmqs)
+                    if joined is None:
+                        joined = dispatch_of[lmqs] = ",".join(lmqs)
+                    stored[PROPERTY_INNER_MULTI_DISPATCH] = joined
+                    stored[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = (
+                        f"{lmq_offsets[0]},{lmq_offsets[1]}"
+                        if len(lmq_offsets) == 2
+                        else ",".join(map(str, lmq_offsets))
+                    )
                 fresh = (message, stored, body)
             plan.append(
                 (
@@ -318,8 +334,12 @@ class EmbeddedWriting(EmbeddedRecovery):
                     lmq_keys,
                     lmq_offsets,
                     lmq_map,
-                    tag_hash(properties.get(PROPERTY_TAGS)),
-                    index_keys(properties),
+                    tag_hash(tag) if (tag := properties.get(PROPERTY_TAGS)) else 0,
+                    (
+                        index_keys(properties)
+                        if PROPERTY_KEYS in properties or PROPERTY_UNIQ_KEY in properties
+                        else ()
+                    ),
                     fresh,
                 )
             )

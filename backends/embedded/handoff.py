@@ -53,6 +53,24 @@ class Handoff:
         messages[message.commitlog_offset] = message
         self._bytes += message.store_size
 
+    def put_many(self, batch: list[StoredMessage]) -> None:
+        """:meth:`put` each of ``batch`` (one append's messages, in log order), evicting once for all."""
+        messages = self._messages
+        added = 0
+        for message in batch:
+            size = message.store_size
+            if size > self.max_bytes:
+                continue
+            old = messages.pop(message.commitlog_offset, None)
+            if old is not None:
+                added -= old.store_size
+            messages[message.commitlog_offset] = message
+            added += size
+        self._bytes += added
+        # the oldest go first, as put drops them (never the last one kept: it fits on its own)
+        while len(messages) > 1 and (len(messages) > self.max_messages or self._bytes > self.max_bytes):
+            self._bytes -= messages.popitem(last=False)[1].store_size
+
     def get(self, commitlog_offset: int) -> StoredMessage | None:
         """The kept message at ``commitlog_offset``, or None (read the log)."""
         message = self._messages.get(commitlog_offset)

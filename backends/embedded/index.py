@@ -69,6 +69,8 @@ _CHECKPOINT_VALUE = struct.Struct(">Qq")
 _NEXT_QID = b"next_qid"
 _LMQ_OFFSETS_BUILT = b"lmqoffs"
 _FLOOR = struct.Struct(">Qq")
+#: At most this many remembered first offsets (:meth:`Index.first_offset`); ~100 B each.
+_FIRST_LIMIT = 65536
 #: Every light queue's ``qids`` key starts with this (``%LMQ%``); the range ends before ``%LMQ&``.
 LMQ_KEY_PREFIX = b"%LMQ%"
 _LMQ_KEY_END = b"%LMQ&"
@@ -121,6 +123,11 @@ class Index(RetentionIndex):
         self._keys = self._env.open_db(b"keys")
         self._moved = self._env.open_db(b"moved")
         self._moved_rev = self._env.open_db(b"movedrev")
+        #: Queue id -> its first offset, as read from ``cqd`` (queues with rows only; at most
+        #: _FIRST_LIMIT, emptied when full). An append only adds rows past a queue's last one, so it keeps
+        #: these; every transaction that may delete, move or re-create rows empties it
+        #: (:meth:`_rewriting`), as does an append that had to replace rows.
+        self._firsts: dict[int, int] = {}
         self._build_lmq_offsets()
         try:
             move_old_rows(self._env, self._cq)
@@ -180,9 +187,20 @@ class Index(RetentionIndex):
         return offset, ts
 
     def first_offset(self, qid: int) -> int | None:
+        """The queue's first offset in ``cqd`` (None without rows); remembered, so a pull's bounds
+        (an MQTT push hub pulls after every write) read no LMDB page again."""
+        first = self._firsts.get(qid)
+        if first is not None:
+            return first
         with self._env.begin(db=self._cq) as txn:
             row = first_row(txn.cursor(), qid)
-            return None if row is None else unpack_row(row)[0]
+        if row is None:
+            return None
+        first = unpack_row(row)[0]
+        if len(self._firsts) >= _FIRST_LIMIT:
+            self._firsts.clear()
+        self._firsts[qid] = first
+        return first
 
     def entries(self, qid: int, start: int, limit: int) -> list[tuple[int, int, int, int, int]]:
         """Up to ``limit`` entries from ``start``: (queue offset, commit-log offset, size, tag hash, ts)."""
@@ -236,7 +254,8 @@ class Index(RetentionIndex):
                 for name, qid in new_queues:
                     txn.put(name, _U64.pack(qid), db=self._qids)
                 cursor = txn.cursor(db=self._cq)
-                put_rows(cursor, rows)
+                if not put_rows(cursor, rows):
+                    self._firsts.clear()  # rows replaced at offsets held: a first offset may differ
                 if keys:
                     txn.cursor(db=self._keys).putmulti([(row, b"") for row in keys])
                 if new_queues:
@@ -247,7 +266,7 @@ class Index(RetentionIndex):
 
     def reset_queues(self) -> None:
         """Forget every consume queue and queue id (before re-dispatching the whole log)."""
-        with self._env.begin(write=True) as txn:
+        with self._rewriting() as txn:
             txn.drop(self._cq, delete=False)
             txn.drop(self._qids, delete=False)
             txn.drop(self._floors, delete=False)
@@ -316,7 +335,7 @@ class Index(RetentionIndex):
         The caller validated ``keep`` and ``below`` against the queue's bounds.
         """
         try:
-            with self._env.begin(write=True) as txn:
+            with self._rewriting() as txn:
                 end, _ = self._last(txn, qid)
                 cursor = txn.cursor(db=self._cq)
                 kept = []
@@ -394,7 +413,7 @@ class Index(RetentionIndex):
     def delete_queues(self, queues: Sequence[tuple[bytes, int]]) -> None:
         """Delete light queues given as (``qids`` key, qid): entries, name row, floor, consumer offsets."""
         try:
-            with self._env.begin(write=True) as txn:
+            with self._rewriting() as txn:
                 for key, qid in queues:
                     self._drop_queue(txn, key, qid)
                     txn.delete(key, db=self._qids)
@@ -423,7 +442,7 @@ class Index(RetentionIndex):
         holds anything else for that queue, it is an older generation whose deletion was lost: drop it
         (entries, floor, consumer offsets) and return True. A re-dispatch of the same record is a no-op."""
         try:
-            with self._env.begin(write=True) as txn:
+            with self._rewriting() as txn:
                 first = find(txn.cursor(db=self._cq), qid, 0)
                 if first is not None and unpack_row(first)[1] == commitlog_offset:
                     return False

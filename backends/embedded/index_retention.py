@@ -43,6 +43,13 @@ class RetentionIndex:
         _moved_rev: lmdb._Database
         _floors: lmdb._Database
         _meta: lmdb._Database
+        _firsts: dict[int, int]
+
+    def _rewriting(self) -> lmdb.Transaction:
+        """A write transaction that may delete, move or re-create consume-queue rows: forgets every
+        remembered first offset (:meth:`~mqproxy.backends.embedded.index.Index.first_offset`) first."""
+        self._firsts.clear()
+        return self._env.begin(write=True)
 
     def relocate(self, moves: Sequence[Relocation], *, create: bool = False, checkpoint: int = 0) -> int:
         """Point each entry (qid, queue offset) that still names the old offset at the new one, and record
@@ -52,7 +59,7 @@ class RetentionIndex:
         One transaction."""
         changed = 0
         try:
-            with self._env.begin(write=True) as txn:
+            with self._rewriting() as txn:
                 if checkpoint:
                     value = txn.get(_CHECKPOINT, db=self._meta)
                     current, latest_ms = (0, 0) if value is None else _CHECKPOINT_VALUE.unpack(value)
@@ -146,7 +153,7 @@ class RetentionIndex:
         queues: set[int] = set()
         done = 0
         try:
-            with self._env.begin(write=True) as txn:
+            with self._rewriting() as txn:
                 cursor = txn.cursor(db=self._cq)
                 for qid in qids:
                     if entries >= limit:

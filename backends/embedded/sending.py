@@ -27,14 +27,30 @@ _TARGETS: dict[tuple[str, ...], tuple[str, ...]] = {}
 _MAX_TARGETS = 4096
 
 
-def check_message(message: Message, max_message_bytes: int) -> tuple[str, ...]:
-    """Validate ``message`` for storing; return its LMQ dispatch targets (deduplicated, in order)."""
-    validate_send_topic(message.topic)
+def check_messages(messages: Sequence[Message], max_message_bytes: int) -> list[tuple[str, ...]]:
+    """:func:`check_message` of each of a batch (:func:`check_batch`: one topic), the same errors: the
+    topic is validated once, a born host once per run of equal ones."""
+    out: list[tuple[str, ...]] = []
+    host: object = None
+    for message in messages:
+        out.append(check_message(message, max_message_bytes, bool(out), message.born_host == host))
+        host = message.born_host
+    return out
+
+
+def check_message(
+    message: Message, max_message_bytes: int, topic_valid: bool = False, host_valid: bool = False
+) -> tuple[str, ...]:
+    """Validate ``message`` for storing; return its LMQ dispatch targets (deduplicated, in order).
+    ``topic_valid``/``host_valid``: its topic/born host was validated already (skip those checks)."""
+    if not topic_valid:
+        validate_send_topic(message.topic)
     if not isinstance(message.body, bytes | bytearray | memoryview):
         raise BackendError("message body must be bytes")
-    host, port = message.born_host
-    if not isinstance(host, str) or len(host.encode(errors="replace")) > 255 or not 0 <= port <= 65535:
-        raise BackendError(f"born_host {message.born_host!r} is not a host (<= 255 bytes) and port")
+    if not host_valid:
+        host, port = message.born_host
+        if not isinstance(host, str) or len(host.encode(errors="replace")) > 255 or not 0 <= port <= 65535:
+            raise BackendError(f"born_host {message.born_host!r} is not a host (<= 255 bytes) and port")
     if len(message.body) > max_message_bytes:
         raise MessageTooLarge(f"body is {len(message.body)} bytes, limit {max_message_bytes}")
     properties = message.properties

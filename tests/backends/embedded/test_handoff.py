@@ -47,6 +47,19 @@ def test_handoff_evicts_oldest_first_over_many_puts_and_a_put_again_replaces() -
     assert handoff._bytes == 62 * 10 + 40 + 10
 
 
+def test_put_many_keeps_what_one_put_each_keeps() -> None:
+    sizes = [10, 95, 3, 40, 40, 101, 7, 7, 60, 1, 1, 1, 1, 30]
+    for cut in range(0, len(sizes) + 1, 3):
+        one, many = Handoff(max_messages=4, max_bytes=100), Handoff(max_messages=4, max_bytes=100)
+        batch = [stored(clo % 9, size) for clo, size in enumerate(sizes)]  # offsets repeat: replaced
+        for message in batch:
+            one.put(message)
+        many.put_many(batch[:cut])
+        many.put_many(batch[cut:])
+        assert list(many._messages.items()) == list(one._messages.items())
+        assert many._bytes == one._bytes
+
+
 async def test_a_message_written_for_a_waiting_reader_is_handed_off_equal_to_its_record(
     tmp_path: Path,
 ) -> None:
