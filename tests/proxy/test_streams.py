@@ -189,3 +189,15 @@ async def test_read_nowait_reads_what_is_there_without_waiting() -> None:
     await server.aclose()
     with pytest.raises(trio.ClosedResourceError):
         read_nowait(server.socket, 100)
+
+
+async def test_take_replay_returns_the_prefix_at_once_then_nothing() -> None:
+    a, b = trio.testing.memory_stream_pair()
+    stream = PrefixedStream(a, b"hello")
+    assert stream.take_replay(3) == b"hel"
+    assert stream.replaying
+    assert stream.take_replay(100) == b"lo"
+    assert not stream.replaying
+    assert stream.take_replay(100) == b""
+    await b.send_all(b"inner")
+    assert await stream.receive_some(100) == b"inner"  # then the inner stream, as receive_some
