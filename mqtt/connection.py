@@ -283,12 +283,20 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
         # one coroutine fewer per waiting connection), and without a cancel scope (see _interrupt).
         layers = plain_layers(self.stream)
         sock = layers[0].socket if layers is not None else None
+        # The prefixed layers still replaying, outermost first (their bytes come before the socket's).
+        # A tuple: the empty one an idle connection keeps is shared (an empty list would be 56 B each).
+        replays = tuple(p for p in layers[2] if p.replaying) if layers is not None else ()
         checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
         wait_readable = trio.lowlevel.wait_readable
         while not self._interrupted:
             schedule(self, trio.current_time() + proto.read_timeout())
             data: bytes | bytearray | None = None
-            if sock is not None and not any(p.replaying for p in layers[2]):  # type: ignore[index]
+            if replays:  # the sniffed bytes (a CONNECT), already counted: handled without a yield first
+                await checkpoint_if_cancelled()
+                data = replays[0].take_replay(_READ_BYTES)
+                if not replays[0].replaying:
+                    replays = replays[1:]
+            elif sock is not None:
                 await checkpoint_if_cancelled()
                 waited = False  # a wait is a schedule point: only a read that found its bytes at once yields
                 try:

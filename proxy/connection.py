@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
+from mqproxy.accepting import Addresses
 from mqproxy.codecs.proxy_protocol import ProxyProtocolError, parse_proxy_header
 from mqproxy.context import LiveConnection, ServerState, format_addr
 from mqproxy.limits import REASON_MAX_CONNECTIONS, REASON_MAX_PER_ADDRESS, REFUSAL_READ_S, refusal_bytes
@@ -126,13 +127,22 @@ def _peer_of(stream: trio.SocketStream) -> tuple[tuple[str, int], tuple[str, int
 
 
 async def handle_connection(
-    raw: trio.abc.Stream, server: ServerState, ssl_context: ssl.SSLContext | None
+    raw: trio.abc.Stream,
+    server: ServerState,
+    ssl_context: ssl.SSLContext | None,
+    addresses: Addresses | None = None,
 ) -> None:
-    """Serve one accepted stream to completion; never raises (except cancellation)."""
+    """Serve one accepted stream to completion; never raises (except cancellation). ``addresses``: (peer,
+    local) as the accept loop knows them; None: asked of the socket."""
     started = time.monotonic()
     conn_id = f"{_conn_ids.getrandbits(48):012x}"
     wire = CountingStream(raw)
-    peer, local = _peer_of(raw) if isinstance(raw, trio.SocketStream) else (("memory", 0), ("memory", 0))
+    if addresses is not None:
+        peer, local = addresses
+    elif isinstance(raw, trio.SocketStream):
+        peer, local = _peer_of(raw)
+    else:
+        peer, local = ("memory", 0), ("memory", 0)
     structlog.contextvars.bind_contextvars(conn_id=conn_id)
     ctx = ConnectionContext(
         conn_id=conn_id,

@@ -14,7 +14,6 @@ the backend closes (the store flushes) → ``proxy.stopped``.
 
 from __future__ import annotations
 
-import errno
 import gc
 import os
 import signal
@@ -27,6 +26,7 @@ import structlog
 import trio
 
 from mqproxy import __version__
+from mqproxy.accepting import Acceptor
 from mqproxy.acl.holder import AclHolder
 from mqproxy.acl_watch import initial_rules, watch_acl_file
 from mqproxy.addresses import id_address, parse_advertised
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
     from mqproxy.facade.api import BrokerFacade
 
 _log = structlog.get_logger("mqproxy.server")
-
-#: accept() errors that mean "overloaded", not "broken" (trio's serve_listeners treats them the same way).
-ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-ACCEPT_RETRY_S = 0.1
 
 
 @dataclass(eq=False)
@@ -74,26 +70,6 @@ class ServerHandle:
         self._stop.set()
 
     reason: str = ""
-
-
-async def _accept_loop(
-    listener: trio.SocketListener,
-    state: ServerState,
-    ssl_context: ssl.SSLContext | None,
-    nursery: trio.Nursery,
-) -> None:
-    while True:
-        try:
-            stream = await listener.accept()
-        except OSError as exc:
-            if exc.errno in ACCEPT_CAPACITY_ERRNOS:
-                _log.error(
-                    "proxy.accept_failed", detail=f"{os.strerror(exc.errno)}; retrying in {ACCEPT_RETRY_S}s"
-                )
-                await trio.sleep(ACCEPT_RETRY_S)
-                continue
-            raise
-        nursery.start_soon(handle_connection, stream, state, ssl_context)
 
 
 async def _drain(state: ServerState, settings: Settings, hurry: trio.Event) -> None:
@@ -197,6 +173,7 @@ async def _serve_state(
     task_status: trio.TaskStatus[ServerHandle],
 ) -> None:
     state, bound = handle.state, handle.address
+    acceptor = Acceptor(listener)
     if freeze_heap:
         freeze_startup_heap()
     _log.info(
@@ -226,7 +203,7 @@ async def _serve_state(
             await root.start(service.run)
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as accepting:
-                accepting.start_soon(_accept_loop, listener, state, ssl_context, connections)
+                accepting.start_soon(acceptor.run, connections, handle_connection, state, ssl_context)
                 state.ready = True
                 task_status.started(handle)
                 await handle._stop.wait()
@@ -236,7 +213,7 @@ async def _serve_state(
                 started = trio.current_time()
                 await _drain(state, settings, handle._hurry)
                 accepting.cancel_scope.cancel()
-            await listener.aclose()
+            await acceptor.aclose()
             _log.info(
                 "proxy.drained",
                 open_connections=state.open_connections,

@@ -81,6 +81,14 @@ class PrefixedStream(_DelegatingStream):
         """Whether replay bytes are left to read (:attr:`pending` without the copy)."""
         return bool(self._prefix)
 
+    def take_replay(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of the replay bytes not yet read, now (``b""`` when none are left): what
+        :meth:`receive_some` would return, without its checkpoint, for a reader that reads the layers
+        itself (see :func:`plain_layers`)."""
+        data = bytes(self._prefix[:max_bytes])
+        del self._prefix[:max_bytes]
+        return data
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             await trio.lowlevel.checkpoint()
@@ -202,7 +210,9 @@ def plain_layers(
 
     A reader may call the socket stream's ``receive_some`` itself, adding what it got to the counting
     layer's ``bytes_in``, once no prefixed layer is :attr:`~PrefixedStream.replaying` ( one awaited
-    frame instead of one per layer, which an idle connection keeps for as long as it waits)."""
+    frame instead of one per layer, which an idle connection keeps for as long as it waits); before that,
+    the replay of the first (outermost) layer that is replaying comes first
+    (:meth:`PrefixedStream.take_replay`). The tuple lists the prefixed layers outermost first."""
     counting: CountingStream | None = None
     prefixed: list[PrefixedStream] = []
     inner = stream

@@ -231,3 +231,14 @@ async def test_receive_plain_returns_in_the_step_its_wait_woke_and_yields_when_i
     assert (data, steps.steps) == (b"there", 1)
     await client.aclose()
     await server.aclose()
+
+async def test_take_replay_returns_the_prefix_at_once_then_nothing() -> None:
+    a, b = trio.testing.memory_stream_pair()
+    stream = PrefixedStream(a, b"hello")
+    assert stream.take_replay(3) == b"hel"
+    assert stream.replaying
+    assert stream.take_replay(100) == b"lo"
+    assert not stream.replaying
+    assert stream.take_replay(100) == b""
+    await b.send_all(b"inner")
+    assert await stream.receive_some(100) == b"inner"  # then the inner stream, as receive_some
