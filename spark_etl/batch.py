@@ -22,6 +22,13 @@ action (the quarantine write) builds the cache and counts rows and malformed lin
 (an ``Observation``); each table's row count is an observation on its own write. Each action runs
 under a job description ``mqproxy-etl batch: NAME`` (Spark UI, event log).
 
+The writes run as concurrent Spark jobs (:func:`_writers` pool threads; Spark schedules their tasks
+on the same cores): one action alone leaves cores idle in its single-task stages and while the
+driver plans and commits it. Without an input cache the tables wait for the quarantine write, which
+builds the in-memory copy they scan; from the input cache the core tables run beside it. The
+optional tables always wait for its counts. Which tables are written, their files and row counts do
+not depend on the order the jobs finish in.
+
 The same pass counts the events the optional tables start from (:data:`TABLE_EVENTS`): a table
 whose events are absent (no connector, lag or trace events: the common case) is built from an
 empty frame of the same schema, so its write scans nothing and runs no shuffle, yet writes exactly
@@ -31,6 +38,7 @@ what the full plan would (an empty table of the same schema).
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -207,6 +215,45 @@ def _staged_schema(spark: SparkSession) -> DataFrame:
     return stage_events(spark.createDataFrame([], READ_SCHEMA))
 
 
+def _writers(spark: SparkSession) -> int:
+    """Actions run at once: the default parallelism (local: the core count), at least 2.
+
+    One action alone leaves cores idle (single-task stages, driver-side planning and commits), so
+    the tables' writes overlap; Spark schedules the tasks of concurrent jobs on the same cores."""
+    return max(2, spark.sparkContext.defaultParallelism)
+
+
+def _write_quarantine(staged: DataFrame, output: str) -> dict[str, Any]:
+    """Write the malformed lines; return the pass's counts: ``rows``, each quarantine reason, and
+    ``events_TABLE`` for every optional table. Runs on a pool thread, with its own job description."""
+    staged.sparkSession.sparkContext.setJobDescription(f"mqproxy-etl batch: {QUARANTINE}")
+    seen = Observation(QUARANTINE)
+    reason = F.col(_REASON)
+    counted = staged.observe(
+        seen,
+        F.count(F.lit(1)).alias("rows"),
+        *(F.count_if(reason == name).alias(name) for name in transforms.QUARANTINE_REASONS),
+        # Counted over every row (a malformed one may name the event): zero means none is valid.
+        *(F.count_if(_event_in(names)).alias(f"events_{table}") for table, names in TABLE_EVENTS.items()),
+    )
+    malformed = counted.where(reason.isNotNull()).select(F.col(_LINE).alias("line"), reason.alias("reason"))
+    # repartition, not coalesce: this action also builds the cache, at the scan's parallelism.
+    malformed.repartition(1).write.mode("overwrite").json(f"{output}/{QUARANTINE}")
+    return dict(seen.get)
+
+
+def _write_table(table: DataFrame, name: str, output: str) -> int:
+    """Write one table partitioned by date; return its row count (an observation on the write
+    itself: no second pass). Runs on a pool thread, with its own job description."""
+    table.sparkSession.sparkContext.setJobDescription(f"mqproxy-etl batch: {name}")
+    observation = Observation(name)
+    observed = table.observe(observation, F.count(F.lit(1)).alias("rows"))
+    # Small aggregates go to one file per day; large tables keep the input's parallelism.
+    out = observed if name in _LARGE else observed.coalesce(1)
+    out.write.mode("overwrite").partitionBy("date").parquet(f"{output}/{name}")
+    return int(observation.get["rows"])
+
+
 def run_batch(
     spark: SparkSession,
     input_path: str,
@@ -222,7 +269,6 @@ def run_batch(
     (:mod:`mqproxy.spark_etl.input_cache`; a changed or grown file is staged again). The tables and
     counts are the same either way.
     """
-    context = spark.sparkContext
     cache_stats: input_cache.CacheStats | None = None
     if cache_dir is not None and input_cache.cacheable(input_path):
         source, cache_stats = input_cache.staged_input(
@@ -232,41 +278,32 @@ def run_batch(
         source = stage_events(read_raw(spark, input_path))
     # From the input cache the staged rows are already columnar: each table reads only its columns
     # from Parquet, which costs less than building an in-memory copy of all of them first.
-    staged = source if cache_stats is not None else source.cache()
+    cached = cache_stats is None
+    staged = source.cache() if cached else source
     try:
-        context.setJobDescription(f"mqproxy-etl batch: {QUARANTINE}")
-        seen = Observation(QUARANTINE)
-        reason = F.col(_REASON)
-        counted = staged.observe(
-            seen,
-            F.count(F.lit(1)).alias("rows"),
-            *(F.count_if(reason == name).alias(name) for name in transforms.QUARANTINE_REASONS),
-            # Counted over every row (a malformed one may name the event): zero means none is valid.
-            *(F.count_if(_event_in(names)).alias(f"events_{table}") for table, names in TABLE_EVENTS.items()),
-        )
-        malformed = counted.where(reason.isNotNull()).select(
-            F.col(_LINE).alias("line"), reason.alias("reason")
-        )
-        # repartition, not coalesce: this action also builds the cache, at the scan's parallelism.
-        malformed.repartition(1).write.mode("overwrite").json(f"{output}/{QUARANTINE}")
-        metrics = seen.get
-        input_rows = int(metrics["rows"])
-        counts = {name: int(metrics[name]) for name in transforms.QUARANTINE_REASONS if metrics[name]}
-        absent = frozenset(table for table in TABLE_EVENTS if not metrics[f"events_{table}"])
-        table_rows: dict[str, int] = {}
-        tables = build_tables(_valid(staged), top_clients=top_clients, absent=absent)
-        for name, table in tables.items():
-            context.setJobDescription(f"mqproxy-etl batch: {name}")
-            # Row counts come from an observation on the write itself: no second pass.
-            observation = Observation(name)
-            observed = table.observe(observation, F.count(F.lit(1)).alias("rows"))
-            # Small aggregates go to one file per day; large tables keep the input's parallelism.
-            out = observed if name in _LARGE else observed.coalesce(1)
-            out.write.mode("overwrite").partitionBy("date").parquet(f"{output}/{name}")
-            table_rows[name] = int(observation.get["rows"])
+        with ThreadPoolExecutor(max_workers=_writers(spark)) as pool:
+            seen = pool.submit(_write_quarantine, staged, output)
+            if cached:
+                # Every table scans the in-memory copy the quarantine write builds: wait for it.
+                seen.result()
+            # The core tables do not depend on the quarantine pass's counts: they run beside it.
+            core = build_tables(_valid(staged), top_clients=top_clients)
+            futures = {
+                name: pool.submit(_write_table, table, name, output)
+                for name, table in core.items()
+                if name not in TABLE_EVENTS
+            }
+            metrics = seen.result()
+            absent = frozenset(table for table in TABLE_EVENTS if not metrics[f"events_{table}"])
+            optional = build_tables(_valid(staged), top_clients=top_clients, absent=absent)
+            futures |= {
+                name: pool.submit(_write_table, optional[name], name, output) for name in TABLE_EVENTS
+            }
+            table_rows = {name: futures[name].result() for name in TABLES}
     finally:
-        context.setJobDescription(None)  # type: ignore[arg-type]
         staged.unpersist()
+    input_rows = int(metrics["rows"])
+    counts = {name: int(metrics[name]) for name in transforms.QUARANTINE_REASONS if metrics[name]}
     valid = input_rows - sum(counts.values())
     summary = BatchSummary(
         input=input_path,
