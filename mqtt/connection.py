@@ -45,7 +45,7 @@ from mqproxy.mqtt.delivery import ReaderHandle
 from mqproxy.mqtt.gateway import Gateway
 from mqproxy.mqtt.inbound_publishes import InboundPublishes
 from mqproxy.mqtt.keepalive import keepalive_timer
-from mqproxy.mqtt.outcomes import Close, Permission, error_name, is_error
+from mqproxy.mqtt.outcomes import Close, Permission, error_name, outcome
 from mqproxy.mqtt.protocol import MqttProtocol
 from mqproxy.mqtt.session import InFlight, Session
 from mqproxy.mqtt.session_attach import CLEANUP_S, SessionAttach
@@ -393,7 +393,7 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
             op=_OP_NAMES[kind],
             code=int(kind),
             status=status,
-            outcome="error" if failed or is_error(status) else "ok",
+            outcome=outcome(status, failed),
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
             client_id=self.client_id or None,
             topic=topic,
@@ -407,7 +407,7 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
         try:
             status, topic = await self._handle(packet)
         except Close as close:
-            status = close.reason_code.name if close.reason_code is not None else "CLOSED"
+            status = close.status
             failed = True
             raise
         finally:
@@ -427,12 +427,12 @@ class MqttConnection(PacketWriter, Subscribing, InboundPublishes, SessionAttach)
                 try:
                     status, _ = await self._handle(packet)
                 except Close as close:
-                    status = close.reason_code.name if close.reason_code is not None else "CLOSED"
+                    status = close.status
                     failed = True
                     raise
                 finally:
                     statuses.append(status)
-                    outcomes.append("error" if failed or is_error(status) else "ok")
+                    outcomes.append(outcome(status, failed))
         finally:
             fields = {
                 "op": "PUBACK",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from mqproxy.codecs import mqtt as mq
 from mqproxy.model.errors import BackendError, MessageTooLarge, StoreFull, TopicNotFound
 from mqproxy.mqtt.delivery import Deliveries
-from mqproxy.mqtt.outcomes import Close, Inbound, Permission, is_error
+from mqproxy.mqtt.outcomes import Close, Inbound, Permission, outcome
 
 __all__ = ["InboundPublishes"]
 
@@ -80,15 +80,15 @@ class InboundPublishes(Deliveries):
                 self.ctx.peer,
             )
             await self.gateway.push_hubs.let_woken_run()  # before this run's acks and request events
-            for item, outcome in zip(to_store, outcomes, strict=True):
-                if isinstance(outcome, BackendError):
-                    item.error = str(outcome)
+            for item, result in zip(to_store, outcomes, strict=True):
+                if isinstance(result, BackendError):
+                    item.error = str(result)
                     item.reason = (
                         mq.ReasonCode.QUOTA_EXCEEDED
-                        if isinstance(outcome, (MessageTooLarge, StoreFull))
+                        if isinstance(result, (MessageTooLarge, StoreFull))
                         # several backends and none for this topic (no routing.default)
                         else mq.ReasonCode.TOPIC_NAME_INVALID
-                        if isinstance(outcome, TopicNotFound)
+                        if isinstance(result, TopicNotFound)
                         else mq.ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR
                     )
         for item in to_store:
@@ -110,7 +110,7 @@ class InboundPublishes(Deliveries):
                     acks.append(self.proto.encode(ack))
                 events.append(("DUPLICATE" if item.duplicate else item.reason.name, item.topic, False))
             if failure is not None:
-                status = failure.reason_code.name if failure.reason_code is not None else "CLOSED"
+                status = failure.status
                 events.append((status, None, True))
         finally:
             self._log_publishes(events, started)
@@ -136,6 +136,6 @@ class InboundPublishes(Deliveries):
                 "client_id": self.proto.client_id or None,
             },
             statuses,
-            ["error" if failed or is_error(status) else "ok" for status, _, failed in events],
+            [outcome(status, failed) for status, _, failed in events],
             [topic for _, topic, _ in events],
         )

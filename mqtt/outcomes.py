@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mqproxy.codecs.mqtt import Properties, Publish, ReasonCode
 from mqproxy.mqtt.session_record import SubscriptionSpec
 
-__all__ = ["Close", "ConnectTerms", "Inbound", "Permission", "Subscription", "error_name", "is_error"]
+__all__ = ["Close", "ConnectTerms", "Inbound", "Permission", "Subscription", "error_name", "outcome"]
 
 #: ``can_publish(client_id, username, topic)`` / ``can_subscribe(client_id, username, topic_filter)``.
 Permission = Callable[[str, "str | None", str], bool]
@@ -31,6 +31,12 @@ class Close(Exception):
         self.error = error
         self.detail = detail
 
+    @property
+    def status(self) -> str:
+        """The request event's ``status`` of a request this close ended: the reason code's name, or
+        ``CLOSED`` without one."""
+        return self.reason_code.name if self.reason_code is not None else "CLOSED"
+
 
 def error_name(code: ReasonCode) -> str:
     """The ``conn.closed`` error of a codec failure with reason ``code``."""
@@ -41,13 +47,14 @@ def error_name(code: ReasonCode) -> str:
     }.get(code, code.name.lower())
 
 
-#: Names of the reason codes that are errors (``is_error`` runs once per request event).
+#: Names of the reason codes that are errors (``outcome`` runs once per request).
 _ERROR_NAMES = frozenset(name for name, code in ReasonCode.__members__.items() if code.is_error)
 
 
-def is_error(status: str) -> bool:
-    """True if a request event's ``status`` names an error reason code."""
-    return status in _ERROR_NAMES
+def outcome(status: str, failed: bool) -> str:
+    """A request event's ``outcome``: ``error`` if the request ``failed`` (it ended the connection) or
+    its ``status`` names an error reason code, else ``ok``."""
+    return "error" if failed or status in _ERROR_NAMES else "ok"
 
 
 @dataclass(slots=True)
